@@ -1,0 +1,149 @@
+//! The command line, as clap parses it.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// hopper: a durable background-job queue on PostgreSQL.
+#[derive(Debug, Parser)]
+#[command(name = "hopper", version, about)]
+pub struct Cli {
+    /// The database (postgres://…).
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// The schema holding hopper's tables.
+    #[arg(long, env = "HOPPER_SCHEMA", default_value = "hopper", global = true)]
+    pub schema: String,
+
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply pending migrations (safe to run twice, and concurrently).
+    Migrate,
+    /// Enqueue one job; prints its id.
+    Enqueue(EnqueueArgs),
+    /// Inspect and act on jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+    /// Counts by queue and state, and the oldest available job's age.
+    Stats,
+    /// Run the demo: 500 jobs, mixed priorities, every 12th fails; prints a summary.
+    Demo(DemoArgs),
+    /// Run the standard benchmark workloads.
+    Bench(BenchArgs),
+}
+
+/// `hopper enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// The queue.
+    #[arg(long, default_value = "default")]
+    pub queue: String,
+    /// The kind of job (which worker runs it).
+    #[arg(long)]
+    pub kind: String,
+    /// The arguments, a JSON object or array.
+    #[arg(long, default_value = "{}")]
+    pub args: String,
+    /// high, normal, low, or a number (lower runs first).
+    #[arg(long, default_value = "normal")]
+    pub priority: String,
+    /// Run after this delay (e.g. 10s, 5m, 1h30m).
+    #[arg(long, conflicts_with = "run_at")]
+    pub delay: Option<String>,
+    /// Run at this time (RFC 3339, e.g. 2026-11-22T10:00:00Z).
+    #[arg(long)]
+    pub run_at: Option<String>,
+    /// Attempts before the job is dead-lettered.
+    #[arg(long, default_value_t = 25)]
+    pub max_attempts: i32,
+    /// How long one run may take (e.g. 30s, 30m).
+    #[arg(long, default_value = "30m")]
+    pub timeout: String,
+}
+
+/// `hopper jobs …`.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List jobs, newest first.
+    List {
+        /// Only this queue.
+        #[arg(long)]
+        queue: Option<String>,
+        /// Only this state (scheduled, available, running, completed, failed, cancelled).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only this kind.
+        #[arg(long)]
+        kind: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Show one job with its error history.
+    Show {
+        /// The job's id.
+        id: String,
+    },
+    /// Retry a failed or cancelled job now.
+    Retry {
+        /// The job's id.
+        id: String,
+    },
+    /// Cancel a job that has not finished.
+    Cancel {
+        /// The job's id.
+        id: String,
+    },
+}
+
+/// `hopper demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How many jobs.
+    #[arg(long, default_value_t = 500)]
+    pub jobs: u32,
+}
+
+/// The benchmark workloads of `BENCHMARK.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// W1: bulk enqueue, 1,000 jobs per call.
+    Enqueue,
+    /// W2: enqueue one job per call, sequentially.
+    EnqueueSingle,
+    /// W3: drain every unfinished bench job, then exit.
+    Drain,
+    /// W4: enqueue→start latency at 200 jobs/s on an idle worker.
+    Latency,
+    /// W1, W2, W3 and W4 in turn.
+    All,
+}
+
+/// `hopper bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which workload.
+    #[arg(long, value_enum, default_value = "all")]
+    pub workload: Workload,
+    /// Jobs to enqueue (default: 100,000 for enqueue, 10,000 for enqueue-single, 2,000 for latency).
+    #[arg(long)]
+    pub jobs: Option<u64>,
+    /// Worker concurrency for drain and latency.
+    #[arg(long, default_value_t = 50)]
+    pub concurrency: usize,
+    /// Each bench job sleeps this long (ms).
+    #[arg(long, default_value_t = 0)]
+    pub work_ms: u64,
+    /// Timeout (and so lease) of the bench jobs a drain runs (e.g. 2s).
+    #[arg(long)]
+    pub job_timeout: Option<String>,
+}

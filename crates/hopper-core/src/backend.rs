@@ -1,0 +1,242 @@
+//! The storage seam: the one trait between hopper's runtime and a storage backend.
+//!
+//! This is an internal seam, kept small on purpose. Methods are named entity first
+//! (`job_claim`, `node_heartbeat`, `queue_stats`) and take one params struct or a slice, so
+//! a new option is a new field, not a new signature. Every backend passes the same
+//! conformance suite. "Now" comes from the backend's [`crate::Clock`], never from the
+//! caller, so tests move time by hand.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures_util::Stream;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::job::{JobId, JobRecord, JobState, NewJob, Priority};
+use crate::lease::{Lease, NodeId};
+
+/// Parameters of [`Backend::job_claim`].
+#[derive(Debug, Clone)]
+pub struct ClaimParams {
+    /// The queue to claim from.
+    pub queue: String,
+    /// The claiming node; recorded on each job so its death releases them.
+    pub node: NodeId,
+    /// At most this many jobs.
+    pub limit: u32,
+    /// The lease granted: `min(job timeout, lease)` from now. Heartbeats extend it.
+    pub lease: Duration,
+}
+
+/// A job handed to a worker, with the lease that lets it report the outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimedJob {
+    /// Proof of ownership of this attempt.
+    pub lease: Lease,
+    /// Its queue.
+    pub queue: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its arguments.
+    pub args: serde_json::Value,
+    /// Its priority.
+    pub priority: Priority,
+    /// Which counted attempt this is (1 for the first; snoozes and releases do not count).
+    pub counted_attempt: i32,
+    /// Attempts before it is dead-lettered.
+    pub max_attempts: i32,
+    /// How long this run may take.
+    pub timeout: Duration,
+    /// When the job was inserted.
+    pub created_at: DateTime<Utc>,
+    /// When it was due.
+    pub run_at: DateTime<Utc>,
+}
+
+/// What became of one attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The handler succeeded.
+    Completed {
+        /// How long the run took.
+        duration_ms: i64,
+    },
+    /// The handler failed; the job is tried again after `retry_in`, unless this was its last
+    /// attempt, in which case it is dead-lettered (`failed`).
+    Retry {
+        /// Why.
+        error: String,
+        /// Delay before the next attempt.
+        retry_in: Duration,
+        /// How long the run took.
+        duration_ms: i64,
+    },
+    /// The handler failed and must not be retried: the job is dead-lettered now.
+    Failed {
+        /// Why.
+        error: String,
+        /// How long the run took.
+        duration_ms: i64,
+    },
+    /// Run again after `retry_in` without using up an attempt.
+    Snoozed {
+        /// Delay before the next attempt.
+        retry_in: Duration,
+    },
+    /// Hand the job back untouched (graceful shutdown): available again at once, the attempt
+    /// not counted.
+    Released,
+}
+
+/// One attempt's outcome, with the lease that proves the reporter owns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finish {
+    /// The attempt.
+    pub lease: Lease,
+    /// What became of it.
+    pub outcome: Outcome,
+}
+
+/// The answer to one [`Finish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishResult {
+    /// Recorded; the job is now in this state.
+    Recorded(JobState),
+    /// The lease was no longer current; nothing was changed.
+    LeaseLost,
+}
+
+/// Parameters of [`Backend::job_list`].
+#[derive(Debug, Clone, Default)]
+pub struct JobListParams {
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this state. (`scheduled` jobs are listed under their stored state.)
+    pub state: Option<JobState>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only jobs with ids below this one (cursor for newest-first pages).
+    pub before: Option<JobId>,
+    /// At most this many (newest first).
+    pub limit: u32,
+}
+
+/// Counts of one queue's jobs by state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// The queue.
+    pub queue: String,
+    /// Ready to run now.
+    pub available: i64,
+    /// Waiting for their `run_at` (new, or retrying after a backoff).
+    pub scheduled: i64,
+    /// Held by a worker.
+    pub running: i64,
+    /// Finished successfully.
+    pub completed: i64,
+    /// Dead-lettered.
+    pub failed: i64,
+    /// Cancelled.
+    pub cancelled: i64,
+    /// Age of the oldest available job, in seconds (0 when none).
+    pub oldest_available_secs: f64,
+}
+
+/// A worker process, as registered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Its unique id.
+    pub id: NodeId,
+    /// A human name (host and pid by default).
+    pub name: String,
+    /// The queues it serves.
+    pub queues: Vec<String>,
+    /// Its concurrency.
+    pub concurrency: i32,
+}
+
+/// A signal from the backend that something changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wakeup {
+    /// Jobs became available in this queue.
+    Jobs(String),
+    /// This job was cancelled; a handler running it should stop.
+    Cancelled(JobId),
+    /// The notification channel was re-established; anything may have changed meanwhile.
+    Resync,
+}
+
+/// A stream of [`Wakeup`]s.
+pub type WakeupStream = Pin<Box<dyn Stream<Item = Wakeup> + Send>>;
+
+/// A storage backend. See the module docs.
+#[async_trait]
+pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// A short name (`postgres`, `sqlite`).
+    fn name(&self) -> &'static str;
+
+    /// For backend-specific features (completing a job inside the caller's transaction).
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// Applies every pending migration. Safe to run twice and from two processes at once.
+    async fn migrate(&self) -> Result<()>;
+
+    /// Inserts one job.
+    async fn job_insert(&self, job: &NewJob) -> Result<()>;
+
+    /// Inserts many jobs in one transaction (all or nothing).
+    async fn job_insert_many(&self, jobs: &[NewJob]) -> Result<()>;
+
+    /// Reads one job.
+    async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>>;
+
+    /// Lists jobs, newest first.
+    async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>>;
+
+    /// Claims up to `limit` available jobs of one queue, highest priority first, FIFO within
+    /// a priority. Each claim is a new attempt with a lease.
+    async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>>;
+
+    /// Records many outcomes at once. The answer has one entry per input, in order.
+    async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>>;
+
+    /// Extends the given leases to `by` from now. Returns the leases that were lost.
+    async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>>;
+
+    /// Puts a failed or cancelled job back to `available` with a fresh set of attempts.
+    async fn job_retry(&self, id: JobId) -> Result<JobRecord>;
+
+    /// Cancels a job that has not finished. A running job's lease is revoked at once and its
+    /// node is told (a [`Wakeup::Cancelled`]).
+    async fn job_cancel(&self, id: JobId) -> Result<JobRecord>;
+
+    /// Deletes every job of `queue` that is not running (or of every queue). Returns how many.
+    async fn job_clear(&self, queue: Option<&str>) -> Result<u64>;
+
+    /// Makes scheduled jobs whose time has come available. Returns how many, and when the
+    /// next scheduled job is due (if any).
+    async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)>;
+
+    /// Takes back jobs whose lease expired (a failed attempt each). Returns how many.
+    async fn job_rescue_expired(&self) -> Result<u64>;
+
+    /// Registers or refreshes a node.
+    async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()>;
+
+    /// Releases every job held by nodes silent for longer than `dead_after` (a failed
+    /// attempt each) and forgets those nodes. Returns how many jobs.
+    async fn node_release_dead(&self, dead_after: Duration) -> Result<u64>;
+
+    /// Forgets a node that shut down cleanly.
+    async fn node_deregister(&self, node: NodeId) -> Result<()>;
+
+    /// Counts by queue and state.
+    async fn queue_stats(&self) -> Result<Vec<QueueStats>>;
+
+    /// A stream of wake-ups (new jobs, cancellations). Polling stays the fallback.
+    async fn subscribe(&self) -> Result<WakeupStream>;
+}

@@ -1,0 +1,60 @@
+//! The error type shared by every hopper crate.
+
+use crate::lease::Lease;
+
+/// Everything that can go wrong in hopper, from bad input to a lost database.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The worker no longer owns the job: its lease expired and the job was claimed again,
+    /// released, cancelled or finished by someone else. The outcome was discarded.
+    #[error("lease lost for job {} attempt {}: the job was re-claimed, released, cancelled or finished elsewhere", .0.job_id, .0.attempt)]
+    LeaseLost(Lease),
+
+    /// Input was refused before anything was written (bad queue name, invalid args, …).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+
+    /// The job (or other entity) does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+
+    /// The operation does not apply to the job in its current state.
+    #[error("conflict: {0}")]
+    Conflict(String),
+
+    /// The database schema is newer than this build of hopper understands.
+    #[error("schema mismatch: {0}")]
+    Schema(String),
+
+    /// The backend cannot do this at all (said plainly rather than done silently wrong).
+    #[error("unsupported by this backend: {0}")]
+    Unsupported(String),
+
+    /// Job arguments could not be encoded or decoded.
+    #[error("job arguments: {0}")]
+    Args(#[from] serde_json::Error),
+
+    /// The storage backend failed (connection lost, statement error, …).
+    #[error("database: {0}")]
+    Database(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+
+    /// The runtime was shut down while the operation was under way.
+    #[error("shut down")]
+    Shutdown,
+}
+
+impl Error {
+    /// Wraps any backend error.
+    pub fn database(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::Database(Box::new(e))
+    }
+
+    /// True when retrying the same call later may succeed (the database was unreachable).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Database(_))
+    }
+}
+
+/// `Result` with hopper's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,436 @@
+//! What a job is: the row a client inserts ([`NewJob`]), the row as stored
+//! ([`JobRecord`]), its [`JobState`] and [`Priority`], and the validation applied to every
+//! job before anything is written.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+/// A job's id: a UUIDv7, so ids are ordered by creation time and the primary-key index
+/// grows at its right edge instead of being split at random pages (seed 001).
+pub type JobId = Uuid;
+
+/// The queue a job goes to when none is named.
+pub const DEFAULT_QUEUE: &str = "default";
+
+/// How many times a job is tried before it is dead-lettered, when not said otherwise.
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 25;
+
+/// How long one run of a job may take, when not said otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The largest job arguments accepted, as encoded JSON text (1 MiB). Larger payloads belong
+/// in the application's own storage, with a reference in the job.
+pub const MAX_ARGS_BYTES: usize = 1024 * 1024;
+
+/// The longest queue, kind or key name accepted.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// The lifecycle of a job. See `docs/state-machine.md` for the diagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for its `run_at` (inserted for later, or retrying after a backoff).
+    Scheduled,
+    /// Ready to run now.
+    Available,
+    /// Claimed by a worker, which holds a lease.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Dead letter: attempts exhausted or failed permanently. Retry by hand to run again.
+    Failed,
+    /// Cancelled before it could complete.
+    Cancelled,
+}
+
+impl JobState {
+    /// All states, in lifecycle order.
+    pub const ALL: [JobState; 6] = [
+        JobState::Scheduled,
+        JobState::Available,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+
+    /// The state's name as stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Available => "available",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// True for states a job never leaves by itself.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Failed | JobState::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "unknown state {s:?}: expected scheduled, available, running, completed, failed or cancelled"
+                ))
+            })
+    }
+}
+
+/// A job's priority: lower numbers run first. Jobs of equal priority run in `run_at`
+/// order, then in id (creation) order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Priority(pub i16);
+
+impl Priority {
+    /// Runs before normal and low jobs.
+    pub const HIGH: Priority = Priority(1);
+    /// The default.
+    pub const NORMAL: Priority = Priority(2);
+    /// Runs when no high or normal job is ready.
+    pub const LOW: Priority = Priority(3);
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Priority::NORMAL
+    }
+}
+
+impl FromStr for Priority {
+    type Err = Error;
+
+    /// Parses `high`, `normal`, `low` (any case) or a number from -32768 to 32767.
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "high" => Ok(Priority::HIGH),
+            "normal" => Ok(Priority::NORMAL),
+            "low" => Ok(Priority::LOW),
+            other => other.parse::<i16>().map(Priority).map_err(|_| {
+                Error::InvalidInput(format!(
+                    "unknown priority {s:?}: expected high, normal, low or a number from -32768 to 32767"
+                ))
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Priority::HIGH => f.write_str("high"),
+            Priority::NORMAL => f.write_str("normal"),
+            Priority::LOW => f.write_str("low"),
+            Priority(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Typed job arguments: a serde type that names the kind of job it is.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct SendEmail { to: String }
+///
+/// impl hopper_core::JobArgs for SendEmail {
+///     const KIND: &'static str = "send_email";
+/// }
+/// ```
+pub trait JobArgs: Serialize + serde::de::DeserializeOwned + Send + Sync + 'static {
+    /// The kind name stored with each job; the worker registered for it runs the job.
+    const KIND: &'static str;
+}
+
+/// A job to insert. Build one with [`NewJob::new`] and the `with_*` methods; every entry
+/// point calls [`NewJob::validate`] before writing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewJob {
+    /// The job's id; generated (UUIDv7) by [`NewJob::new`].
+    pub id: JobId,
+    /// The queue it goes to.
+    pub queue: String,
+    /// The kind of job: which worker runs it.
+    pub kind: String,
+    /// The arguments, as JSON. Must be an object or array, at most [`MAX_ARGS_BYTES`].
+    pub args: serde_json::Value,
+    /// Lower runs first.
+    pub priority: Priority,
+    /// Not before this instant; `None` means now.
+    pub run_at: Option<DateTime<Utc>>,
+    /// Attempts before the job is dead-lettered.
+    pub max_attempts: i32,
+    /// How long one run may take.
+    pub timeout: Duration,
+}
+
+impl NewJob {
+    /// A job of `kind` with `args`, on the default queue, normal priority, to run now.
+    pub fn new(kind: impl Into<String>, args: serde_json::Value) -> Self {
+        NewJob {
+            id: Uuid::now_v7(),
+            queue: DEFAULT_QUEUE.to_owned(),
+            kind: kind.into(),
+            args,
+            priority: Priority::NORMAL,
+            run_at: None,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// A job of `A::KIND` with `args` encoded as JSON, otherwise like [`NewJob::new`].
+    pub fn of<A: JobArgs>(args: &A) -> Result<Self> {
+        Ok(NewJob::new(A::KIND, serde_json::to_value(args)?))
+    }
+
+    /// Sets the queue.
+    pub fn with_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// Sets the priority.
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Runs the job not before `at`.
+    pub fn with_run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+
+    /// Runs the job not before `delay` from now (by this machine's clock).
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+        self.run_at = Utc::now()
+            .checked_add_signed(delay)
+            .or(Some(DateTime::<Utc>::MAX_UTC));
+        self
+    }
+
+    /// Sets the maximum number of attempts.
+    pub fn with_max_attempts(mut self, max_attempts: i32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets how long one run may take.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The timeout in whole milliseconds, as stored.
+    pub fn timeout_ms(&self) -> i32 {
+        i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX)
+    }
+
+    /// Checks everything the database would also refuse, so that a bad job is reported
+    /// clearly and nothing of its batch is written.
+    pub fn validate(&self) -> Result<()> {
+        validate_name("queue", &self.queue)?;
+        validate_name("kind", &self.kind)?;
+        if !(self.args.is_object() || self.args.is_array()) {
+            return Err(Error::InvalidInput(format!(
+                "args must be a JSON object or array, got {}",
+                json_type(&self.args)
+            )));
+        }
+        let size = args_size(&self.args);
+        if size > MAX_ARGS_BYTES {
+            return Err(Error::InvalidInput(format!(
+                "args are {size} bytes as JSON, over the limit of {MAX_ARGS_BYTES} bytes"
+            )));
+        }
+        if self.max_attempts < 1 {
+            return Err(Error::InvalidInput(format!(
+                "max_attempts must be at least 1, got {}",
+                self.max_attempts
+            )));
+        }
+        if self.timeout < Duration::from_millis(1) || self.timeout.as_millis() > i32::MAX as u128 {
+            return Err(Error::InvalidInput(format!(
+                "timeout must be between 1 ms and {} ms, got {:?}",
+                i32::MAX,
+                self.timeout
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a queue, kind or key name: 1 to 128 characters from `A-Z a-z 0-9 _ - . :`.
+///
+/// Names reach logs, metrics labels, URLs and NOTIFY payloads; keeping them plain keeps all
+/// of those safe, whatever a caller sends.
+pub fn validate_name(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(Error::InvalidInput(format!(
+            "{what} name must be 1 to {MAX_NAME_LEN} characters, got {}",
+            name.len()
+        )));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+    {
+        return Err(Error::InvalidInput(format!(
+            "{what} name {name:?} has the character {bad:?}; allowed are A-Z a-z 0-9 _ - . :"
+        )));
+    }
+    Ok(())
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// The size of `v` encoded as compact JSON, counted without allocating.
+fn args_size(v: &serde_json::Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a Value into an infallible sink cannot fail.
+    let _ = serde_json::to_writer(&mut counter, v);
+    counter.0
+}
+
+/// One failed attempt, as kept in the job's error history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptError {
+    /// The attempt that failed.
+    pub attempt: i32,
+    /// When the failure was recorded.
+    pub at: DateTime<Utc>,
+    /// What went wrong.
+    pub error: String,
+    /// The node that ran the attempt, if known.
+    pub node: Option<Uuid>,
+    /// How long the attempt ran, in milliseconds, if known.
+    pub duration_ms: Option<i64>,
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The job's id.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its arguments.
+    pub args: serde_json::Value,
+    /// Its state.
+    pub state: JobState,
+    /// Its priority (lower runs first).
+    pub priority: Priority,
+    /// When it may run (next).
+    pub run_at: DateTime<Utc>,
+    /// Claims so far; the current lease's attempt number.
+    pub attempt: i32,
+    /// Claims that did not count against `max_attempts` (snoozed, released, retried by hand).
+    pub uncounted: i32,
+    /// Attempts before it is dead-lettered.
+    pub max_attempts: i32,
+    /// How long one run may take, in milliseconds.
+    pub timeout_ms: i32,
+    /// The node holding it, while running.
+    pub node_id: Option<Uuid>,
+    /// When the current lease expires, while running.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// When it was inserted.
+    pub created_at: DateTime<Utc>,
+    /// When its latest attempt started.
+    pub attempted_at: Option<DateTime<Utc>>,
+    /// When it reached a finished state.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// How long its successful run took, in milliseconds.
+    pub duration_ms: Option<i64>,
+    /// Every failed attempt, oldest first.
+    pub errors: Vec<AttemptError>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_refuse_injection_characters() {
+        for bad in ["", "a'b", "q;drop table x", "a b", "ünï", &"x".repeat(129)] {
+            assert!(validate_name("queue", bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["default", "mail.send", "billing:eu-1", "A_b"] {
+            assert!(validate_name("queue", good).is_ok(), "{good:?} refused");
+        }
+    }
+
+    #[test]
+    fn priorities_parse_by_name_and_number() {
+        assert_eq!("HIGH".parse::<Priority>().ok(), Some(Priority::HIGH));
+        assert_eq!("-5".parse::<Priority>().ok(), Some(Priority(-5)));
+        assert!("urgent".parse::<Priority>().is_err());
+        assert!("40000".parse::<Priority>().is_err());
+    }
+
+    #[test]
+    fn oversized_and_scalar_args_are_refused() {
+        let big = json!({ "blob": "x".repeat(MAX_ARGS_BYTES) });
+        assert!(NewJob::new("k", big).validate().is_err());
+        assert!(NewJob::new("k", json!(3)).validate().is_err());
+        assert!(NewJob::new("k", json!({"n": 1})).validate().is_ok());
+        assert!(
+            NewJob::new("k", json!({}))
+                .with_max_attempts(0)
+                .validate()
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! Core types of hopper, shared by every backend and by the runtime.
+//!
+//! This crate does no I/O. It holds:
+//!
+//! - [`job`]: what a job is ([`NewJob`], [`JobRecord`], [`JobState`], [`Priority`]) and the
+//!   validation every entry point applies before anything is written;
+//! - [`lease`]: the fencing token a worker holds while it runs a job ([`Lease`]);
+//! - [`backend`]: the storage seam ([`Backend`]), the one trait every storage backend
+//!   implements, with one params struct per method;
+//! - [`clock`]: injectable time ([`Clock`]), so tests never sleep for a lease to expire;
+//! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
+
+pub mod backend;
+pub mod clock;
+pub mod error;
+pub mod job;
+pub mod lease;
+
+pub use backend::{
+    Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams, NodeInfo, Outcome,
+    QueueStats, Wakeup, WakeupStream,
+};
+pub use clock::{Clock, SystemClock, TestClock};
+pub use error::{Error, Result};
+pub use job::{
+    AttemptError, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_TIMEOUT, JobArgs, JobId, JobRecord,
+    JobState, MAX_ARGS_BYTES, NewJob, Priority,
+};
+pub use lease::{Lease, NodeId};

@@ -1,0 +1,404 @@
+//! [`Backend`] for [`PgBackend`]: each method runs the `.sql` file of its name.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use hopper_core::{
+    Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
+    JobState, Lease, NewJob, NodeId, NodeInfo, Outcome, Priority, QueueStats, Result, WakeupStream,
+};
+
+use crate::error::map_pg;
+use crate::{PgBackend, listen, migrate, rows};
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let mut client = self.client().await?;
+        migrate::migrate(&mut client, &self.inner.schema).await
+    }
+
+    async fn job_insert(&self, job: &NewJob) -> Result<()> {
+        let client = self.client().await?;
+        self.insert_in(&**client, job).await
+    }
+
+    async fn job_insert_many(&self, jobs: &[NewJob]) -> Result<()> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(map_pg)?;
+        self.insert_many_in(&tx, jobs).await?;
+        tx.commit().await.map_err(map_pg)
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&self.inner.queries.job_get)
+            .await
+            .map_err(map_pg)?;
+        let row = client.query_opt(&statement, &[&id]).await.map_err(map_pg)?;
+        row.as_ref().map(rows::job_record).transpose()
+    }
+
+    async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
+        let client = self.client().await?;
+        let state = params.state.map(|s| s.as_str());
+        let limit = i64::from(params.limit.max(1));
+        let rows = client
+            .query(
+                &self.inner.queries.job_list,
+                &[&params.queue, &state, &params.kind, &params.before, &limit],
+            )
+            .await
+            .map_err(map_pg)?;
+        rows.iter().map(rows::job_record).collect()
+    }
+
+    async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&self.inner.queries.job_claim)
+            .await
+            .map_err(map_pg)?;
+        let limit = i64::from(params.limit);
+        let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(
+                &statement,
+                &[&params.queue, &params.node, &limit, &lease_ms, &now],
+            )
+            .await
+            .map_err(map_pg)?;
+        rows.iter()
+            .map(|row| {
+                let timeout_ms: i32 = row.try_get(8).map_err(Error::database)?;
+                Ok(ClaimedJob {
+                    lease: Lease {
+                        job_id: row.try_get(0).map_err(Error::database)?,
+                        attempt: row.try_get(1).map_err(Error::database)?,
+                    },
+                    queue: row.try_get(2).map_err(Error::database)?,
+                    kind: row.try_get(3).map_err(Error::database)?,
+                    args: row.try_get(4).map_err(Error::database)?,
+                    priority: Priority(row.try_get(5).map_err(Error::database)?),
+                    counted_attempt: row.try_get(6).map_err(Error::database)?,
+                    max_attempts: row.try_get(7).map_err(Error::database)?,
+                    timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
+                    created_at: row.try_get(9).map_err(Error::database)?,
+                    run_at: row.try_get(10).map_err(Error::database)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
+        let client = self.client().await?;
+        let q = &self.inner.queries;
+        let now = self.inner.clock.now();
+        let mut recorded: HashMap<(JobId, i32), JobState> = HashMap::new();
+
+        // One statement per kind of outcome present, each over the whole batch.
+        let mut done = (Vec::new(), Vec::new(), Vec::new());
+        let mut failed = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
+        let mut snoozed = (Vec::new(), Vec::new(), Vec::new());
+        for f in finishes {
+            let (id, attempt) = (f.lease.job_id, f.lease.attempt);
+            match &f.outcome {
+                Outcome::Completed { duration_ms } => {
+                    done.0.push(id);
+                    done.1.push(attempt);
+                    done.2.push(*duration_ms);
+                }
+                Outcome::Retry {
+                    error,
+                    retry_in,
+                    duration_ms,
+                } => {
+                    failed.0.push(id);
+                    failed.1.push(attempt);
+                    failed.2.push(error.clone());
+                    failed.3.push(millis(*retry_in));
+                    failed.4.push(false);
+                    failed.5.push(*duration_ms);
+                }
+                Outcome::Failed { error, duration_ms } => {
+                    failed.0.push(id);
+                    failed.1.push(attempt);
+                    failed.2.push(error.clone());
+                    failed.3.push(0i64);
+                    failed.4.push(true);
+                    failed.5.push(*duration_ms);
+                }
+                Outcome::Snoozed { retry_in } => {
+                    snoozed.0.push(id);
+                    snoozed.1.push(attempt);
+                    snoozed.2.push(millis(*retry_in));
+                }
+                Outcome::Released => {
+                    snoozed.0.push(id);
+                    snoozed.1.push(attempt);
+                    snoozed.2.push(0i64);
+                }
+            }
+        }
+        if !done.0.is_empty() {
+            let statement = client
+                .prepare_cached(&q.job_complete_many)
+                .await
+                .map_err(map_pg)?;
+            let rows = client
+                .query(&statement, &[&done.0, &done.1, &done.2, &now])
+                .await
+                .map_err(map_pg)?;
+            let attempts: HashMap<JobId, i32> = done.0.iter().copied().zip(done.1).collect();
+            for row in rows {
+                let id: JobId = row.get(0);
+                recorded.insert((id, attempts[&id]), JobState::Completed);
+            }
+        }
+        if !failed.0.is_empty() {
+            let statement = client
+                .prepare_cached(&q.job_fail_many)
+                .await
+                .map_err(map_pg)?;
+            let rows = client
+                .query(
+                    &statement,
+                    &[
+                        &failed.0, &failed.1, &failed.2, &failed.3, &failed.4, &failed.5, &now,
+                    ],
+                )
+                .await
+                .map_err(map_pg)?;
+            record_states(&rows, &failed.0, &failed.1, &mut recorded)?;
+        }
+        if !snoozed.0.is_empty() {
+            let statement = client
+                .prepare_cached(&q.job_snooze_many)
+                .await
+                .map_err(map_pg)?;
+            let rows = client
+                .query(&statement, &[&snoozed.0, &snoozed.1, &snoozed.2, &now])
+                .await
+                .map_err(map_pg)?;
+            record_states(&rows, &snoozed.0, &snoozed.1, &mut recorded)?;
+        }
+        Ok(finishes
+            .iter()
+            .map(|f| match recorded.get(&(f.lease.job_id, f.lease.attempt)) {
+                Some(state) => FinishResult::Recorded(*state),
+                None => FinishResult::LeaseLost,
+            })
+            .collect())
+    }
+
+    async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.client().await?;
+        let ids: Vec<JobId> = leases.iter().map(|l| l.job_id).collect();
+        let attempts: Vec<i32> = leases.iter().map(|l| l.attempt).collect();
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(
+                &self.inner.queries.job_extend_many,
+                &[&ids, &attempts, &millis(by), &now],
+            )
+            .await
+            .map_err(map_pg)?;
+        let kept: std::collections::HashSet<JobId> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(leases
+            .iter()
+            .filter(|l| !kept.contains(&l.job_id))
+            .copied()
+            .collect())
+    }
+
+    async fn job_retry(&self, id: JobId) -> Result<JobRecord> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(&self.inner.queries.job_retry, &[&id, &now])
+            .await
+            .map_err(map_pg)?;
+        drop(client);
+        let job = self
+            .job_get(id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
+        if rows.is_empty() {
+            return Err(Error::Conflict(format!(
+                "job {id} is {}; only failed or cancelled jobs can be retried",
+                job.state
+            )));
+        }
+        Ok(job)
+    }
+
+    async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(&self.inner.queries.job_cancel, &[&id, &now])
+            .await
+            .map_err(map_pg)?;
+        drop(client);
+        let job = self
+            .job_get(id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
+        if rows.is_empty() {
+            return Err(Error::Conflict(format!(
+                "job {id} is {}; only scheduled, available or running jobs can be cancelled",
+                job.state
+            )));
+        }
+        Ok(job)
+    }
+
+    async fn job_clear(&self, queue: Option<&str>) -> Result<u64> {
+        let client = self.client().await?;
+        client
+            .execute(&self.inner.queries.job_clear, &[&queue])
+            .await
+            .map_err(map_pg)
+    }
+
+    async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&self.inner.queries.job_promote_scheduled)
+            .await
+            .map_err(map_pg)?;
+        let now = self.inner.clock.now();
+        let mut total = 0u64;
+        loop {
+            let row = client
+                .query_one(&statement, &[&now])
+                .await
+                .map_err(map_pg)?;
+            let promoted: i64 = row.get(0);
+            total += u64::try_from(promoted).unwrap_or(0);
+            if promoted < 1000 {
+                return Ok((total, row.get(2)));
+            }
+        }
+    }
+
+    async fn job_rescue_expired(&self) -> Result<u64> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let row = client
+            .query_one(&self.inner.queries.job_rescue_expired, &[&now])
+            .await
+            .map_err(map_pg)?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        client
+            .execute(
+                &self.inner.queries.node_heartbeat,
+                &[&node.id, &node.name, &node.queues, &node.concurrency, &now],
+            )
+            .await
+            .map_err(map_pg)?;
+        Ok(())
+    }
+
+    async fn node_release_dead(&self, dead_after: Duration) -> Result<u64> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let row = client
+            .query_one(
+                &self.inner.queries.node_release_dead,
+                &[&millis(dead_after), &now],
+            )
+            .await
+            .map_err(map_pg)?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    async fn node_deregister(&self, node: NodeId) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .execute(&self.inner.queries.node_deregister, &[&node])
+            .await
+            .map_err(map_pg)?;
+        Ok(())
+    }
+
+    async fn queue_stats(&self) -> Result<Vec<QueueStats>> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(&self.inner.queries.queue_stats, &[&now])
+            .await
+            .map_err(map_pg)?;
+        Ok(rows
+            .iter()
+            .map(|r| QueueStats {
+                queue: r.get(0),
+                available: r.get(1),
+                scheduled: r.get(2),
+                running: r.get(3),
+                completed: r.get(4),
+                failed: r.get(5),
+                cancelled: r.get(6),
+                oldest_available_secs: r.get(7),
+            })
+            .collect())
+    }
+
+    async fn subscribe(&self) -> Result<WakeupStream> {
+        listen::subscribe(
+            self.inner.config.clone(),
+            format!("{}_wake", self.inner.schema),
+        )
+        .await
+    }
+}
+
+/// Reads `(id, state)` rows returned by an outcome statement into `recorded`.
+fn record_states(
+    rows: &[tokio_postgres::Row],
+    ids: &[JobId],
+    attempts: &[i32],
+    recorded: &mut HashMap<(JobId, i32), JobState>,
+) -> Result<()> {
+    let attempts: HashMap<JobId, i32> = ids.iter().copied().zip(attempts.iter().copied()).collect();
+    for row in rows {
+        let id: JobId = row.get(0);
+        let state: String = row.get(1);
+        recorded.insert((id, attempts[&id]), state.parse()?);
+    }
+    Ok(())
+}

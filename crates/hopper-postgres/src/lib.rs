@@ -1,0 +1,191 @@
+//! The PostgreSQL backend of hopper.
+//!
+//! [`PgBackend`] implements [`hopper_core::Backend`] over a `deadpool-postgres` pool, with
+//! a dedicated connection for LISTEN. Every query is a `.sql` file in `src/queries/`, named
+//! after the method that runs it, with the reasoning (which index, why) beside the hot
+//! ones. Migrations are in `migrations/`, applied in the configured schema.
+//!
+//! Two things only PostgreSQL offers are here as inherent methods rather than on the seam:
+//! enqueueing inside the caller's own transaction ([`PgBackend::insert_in`],
+//! [`PgBackend::insert_many_in`]) and completing a job inside the handler's transaction
+//! ([`PgBackend::complete_in`]).
+
+mod backend;
+mod copy;
+mod error;
+mod listen;
+mod migrate;
+mod rows;
+pub mod sql;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use hopper_core::{Clock, Error, Lease, NewJob, Result, SystemClock};
+use tokio::sync::OnceCell;
+use tokio_postgres::types::Type;
+use tokio_postgres::{GenericClient, NoTls, Transaction};
+
+pub use error::map_pg;
+use sql::Queries;
+
+/// How to connect, and where hopper's tables live.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// The schema holding hopper's tables (default `hopper`).
+    pub schema: String,
+    /// Pool size (default 10).
+    pub pool_size: usize,
+    /// The clock for every "now" (default: the database's `now()`).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            schema: "hopper".to_owned(),
+            pool_size: 10,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// The PostgreSQL backend. Cheap to clone; clones share the pool.
+#[derive(Debug, Clone)]
+pub struct PgBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: Pool,
+    config: tokio_postgres::Config,
+    schema: String,
+    queries: Queries,
+    clock: Arc<dyn Clock>,
+    state_type: OnceCell<Type>,
+}
+
+impl PgBackend {
+    /// Connects to `url` (`postgres://…`) and checks that the database answers.
+    pub async fn connect(url: &str, options: PgOptions) -> Result<Self> {
+        sql::validate_schema(&options.schema)?;
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| Error::InvalidInput(format!("database URL: {e}")))?;
+        if config.get_application_name().is_none() {
+            config.application_name("hopper");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .build()
+            .map_err(Error::database)?;
+        // Fail now, with the driver's reason, if the database cannot be reached.
+        drop(pool.get().await.map_err(error::map_pool)?);
+        Ok(PgBackend {
+            inner: Arc::new(Inner {
+                pool,
+                config,
+                queries: Queries::new(&options.schema),
+                schema: options.schema,
+                clock: options.clock,
+                state_type: OnceCell::new(),
+            }),
+        })
+    }
+
+    /// The schema holding hopper's tables.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// The connection pool, for applications that want to share it.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// Inserts one job using the caller's client or transaction: the job commits or rolls
+    /// back with the caller's own writes.
+    pub async fn insert_in(&self, client: &impl GenericClient, job: &NewJob) -> Result<()> {
+        job.validate()?;
+        let q = &self.inner.queries;
+        let now = self.inner.clock.now();
+        let timeout_ms = job.timeout_ms();
+        client
+            .execute(
+                &q.job_insert,
+                &[
+                    &job.id,
+                    &job.queue,
+                    &job.kind,
+                    &job.args,
+                    &job.priority.0,
+                    &job.run_at,
+                    &job.max_attempts,
+                    &timeout_ms,
+                    &now,
+                ],
+            )
+            .await
+            .map_err(map_pg)?;
+        Ok(())
+    }
+
+    /// Inserts many jobs with binary COPY inside the caller's transaction.
+    pub async fn insert_many_in(&self, tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<()> {
+        for job in jobs {
+            job.validate()?;
+        }
+        let state_type = self
+            .inner
+            .state_type
+            .get_or_try_init(|| copy::state_type(tx, &self.inner.queries))
+            .await?;
+        let now = self.inner.clock.now().unwrap_or_else(chrono::Utc::now);
+        copy::insert_jobs(tx, &self.inner.queries, state_type, jobs, now).await
+    }
+
+    /// Completes a job inside the handler's own transaction, so the job's completion and
+    /// the application's writes commit or roll back together. Fails with
+    /// [`Error::LeaseLost`] (and changes nothing) if the lease is no longer current.
+    pub async fn complete_in(
+        &self,
+        client: &impl GenericClient,
+        lease: Lease,
+        duration_ms: i64,
+    ) -> Result<()> {
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(
+                &self.inner.queries.job_complete_many,
+                &[
+                    &vec![lease.job_id],
+                    &vec![lease.attempt],
+                    &vec![duration_ms],
+                    &now,
+                ],
+            )
+            .await
+            .map_err(map_pg)?;
+        if rows.is_empty() {
+            Err(Error::LeaseLost(lease))
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object> {
+        self.inner.pool.get().await.map_err(error::map_pool)
+    }
+}

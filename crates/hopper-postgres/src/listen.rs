@@ -1,0 +1,98 @@
+//! LISTEN/NOTIFY wake-ups on a dedicated connection, re-established when it drops.
+//!
+//! Notifications sent while the connection was down are lost, so after every reconnect the
+//! stream yields [`Wakeup::Resync`] and the runtime re-polls.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use hopper_core::{Error, Result, Wakeup, WakeupStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+
+/// Parses a payload of the wake channel: `a:<queue>` or `c:<job id>`.
+fn parse(payload: &str) -> Option<Wakeup> {
+    let (tag, rest) = payload.split_once(':')?;
+    match tag {
+        "a" => Some(Wakeup::Jobs(rest.to_owned())),
+        "c" => rest.parse().ok().map(Wakeup::Cancelled),
+        _ => None,
+    }
+}
+
+/// Starts listening on `channel`. The first connection is made before returning, so a bad
+/// URL is reported here; later losses are retried in the background with backoff.
+pub async fn subscribe(config: Config, channel: String) -> Result<WakeupStream> {
+    let (tx, rx) = mpsc::channel(1024);
+    let first = listen_once(&config, &channel, tx.clone()).await?;
+    tokio::spawn(async move {
+        // Holding the client keeps the session (and its LISTEN) open.
+        let (mut _client, mut ended) = first;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = &mut ended => {}
+            }
+            tracing::warn!(channel, "notification connection lost; reconnecting");
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                match listen_once(&config, &channel, tx.clone()).await {
+                    Ok((client, next)) => {
+                        _client = client;
+                        ended = next;
+                        backoff = Duration::from_millis(100);
+                        let _ = tx.send(Wakeup::Resync).await;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(channel, error = %e, "reconnecting the notification listener failed");
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+        }
+    });
+    let stream =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|w| (w, rx)) });
+    Ok(stream.boxed())
+}
+
+/// Opens one listening connection: the client, and a receiver that resolves when the
+/// connection ends.
+async fn listen_once(
+    config: &Config,
+    channel: &str,
+    tx: mpsc::Sender<Wakeup>,
+) -> Result<(Client, oneshot::Receiver<()>)> {
+    let (client, mut connection) = config.connect(NoTls).await.map_err(Error::database)?;
+    let (ended_tx, ended_rx) = oneshot::channel();
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    tokio::spawn(async move {
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(n)) => {
+                    if let Some(wakeup) = parse(n.payload())
+                        && tx.send(wakeup).await.is_err()
+                    {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "notification connection error");
+                    break;
+                }
+            }
+        }
+        let _ = ended_tx.send(());
+    });
+    client
+        .batch_execute(&format!("LISTEN \"{channel}\""))
+        .await
+        .map_err(Error::database)?;
+    Ok((client, ended_rx))
+}

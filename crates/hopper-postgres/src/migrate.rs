@@ -1,0 +1,63 @@
+//! Applying migrations: numbered, embedded, in hopper's own schema, safe to run twice and
+//! from several processes at once, and refusing a database newer than this build.
+
+use hopper_core::{Error, Result};
+use tokio_postgres::Client;
+
+use crate::error::map_pg;
+use crate::sql::{MIGRATIONS, bind};
+
+/// Applies every migration `schema` lacks, in one transaction.
+///
+/// A transaction-scoped advisory lock keyed on the schema name serialises concurrent
+/// migrators: the second waits, then finds nothing left to do.
+pub async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
+    let tx = client.transaction().await.map_err(map_pg)?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('hopper migrate ' || $1::text))",
+        &[&schema],
+    )
+    .await
+    .map_err(map_pg)?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS {schema}.migrations (
+             version    integer PRIMARY KEY,
+             name       text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );"
+    ))
+    .await
+    .map_err(map_pg)?;
+    let applied: Option<i32> = tx
+        .query_one(
+            &format!("SELECT max(version) FROM {schema}.migrations"),
+            &[],
+        )
+        .await
+        .map_err(map_pg)?
+        .get(0);
+    let applied = applied.unwrap_or(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if applied > known {
+        return Err(Error::Schema(format!(
+            "schema {schema} is at version {applied}, but this hopper knows versions up to {known}; upgrade hopper"
+        )));
+    }
+    for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
+        tracing::info!(schema, version, name, "applying migration");
+        tx.batch_execute(&bind(sql, schema)).await.map_err(|e| {
+            Error::Schema(format!(
+                "migration {version:04}_{name} failed: {}",
+                map_pg(e)
+            ))
+        })?;
+        tx.execute(
+            &format!("INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2)"),
+            &[version, name],
+        )
+        .await
+        .map_err(map_pg)?;
+    }
+    tx.commit().await.map_err(map_pg)
+}

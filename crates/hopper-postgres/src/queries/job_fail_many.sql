@@ -1,0 +1,32 @@
+-- Records failed attempts. A failure is retried after its delay unless it is permanent or
+-- the job has used all its attempts, in which case the job is dead-lettered ('failed').
+-- Every failure is appended to the job's error history.
+-- $1 ids, $2 attempts, $3 errors, $4 retry delays (ms), $5 permanent, $6 durations (ms),
+-- $7 now.
+UPDATE hopper.jobs AS j
+SET state = CASE
+        WHEN f.permanent OR j.attempt - j.uncounted >= j.max_attempts THEN 'failed'
+        WHEN f.retry_ms > 0 THEN 'scheduled'
+        ELSE 'available'
+    END::hopper.job_state,
+    run_at = CASE
+        WHEN f.permanent OR j.attempt - j.uncounted >= j.max_attempts THEN j.run_at
+        ELSE coalesce($7::timestamptz, now()) + make_interval(secs => f.retry_ms / 1000.0)
+    END,
+    finished_at = CASE
+        WHEN f.permanent OR j.attempt - j.uncounted >= j.max_attempts
+        THEN coalesce($7::timestamptz, now())
+    END,
+    lease_expires_at = NULL,
+    errors = j.errors || jsonb_build_object(
+        'attempt', j.attempt,
+        'at', coalesce($7::timestamptz, now()),
+        'error', f.error,
+        'node', j.node_id,
+        'duration_ms', f.duration_ms)
+FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::bigint[], $5::boolean[], $6::bigint[])
+     AS f(id, attempt, error, retry_ms, permanent, duration_ms)
+WHERE j.id = f.id
+  AND j.attempt = f.attempt
+  AND j.state = 'running'
+RETURNING j.id, j.state::text, j.queue

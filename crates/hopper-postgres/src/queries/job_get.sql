@@ -1,0 +1,5 @@
+SELECT id, queue, kind, args, state::text, priority, run_at, attempt, uncounted, max_attempts,
+       timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
+       duration_ms, errors
+FROM hopper.jobs
+WHERE id = $1

@@ -1,0 +1,11 @@
+-- Admin listing, newest first, keyset-paged by id ($4). Filters are optional.
+SELECT id, queue, kind, args, state::text, priority, run_at, attempt, uncounted, max_attempts,
+       timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
+       duration_ms, errors
+FROM hopper.jobs
+WHERE ($1::text IS NULL OR queue = $1)
+  AND ($2::text IS NULL OR state = $2::text::hopper.job_state)
+  AND ($3::text IS NULL OR kind = $3)
+  AND ($4::uuid IS NULL OR id < $4)
+ORDER BY id DESC
+LIMIT $5

@@ -1,0 +1,1 @@
+SELECT NULL::hopper.job_state

@@ -1,0 +1,1 @@
+DELETE FROM hopper.nodes WHERE id = $1

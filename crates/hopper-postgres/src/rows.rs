@@ -1,0 +1,31 @@
+//! Reading rows into hopper's types.
+
+use hopper_core::{AttemptError, Error, JobRecord, Priority, Result};
+use tokio_postgres::Row;
+
+/// Reads a row of `job_get.sql` / `job_list.sql`.
+pub fn job_record(row: &Row) -> Result<JobRecord> {
+    let state: String = row.try_get(4).map_err(Error::database)?;
+    let errors: serde_json::Value = row.try_get(17).map_err(Error::database)?;
+    let errors: Vec<AttemptError> = serde_json::from_value(errors)?;
+    Ok(JobRecord {
+        id: row.try_get(0).map_err(Error::database)?,
+        queue: row.try_get(1).map_err(Error::database)?,
+        kind: row.try_get(2).map_err(Error::database)?,
+        args: row.try_get(3).map_err(Error::database)?,
+        state: state.parse()?,
+        priority: Priority(row.try_get(5).map_err(Error::database)?),
+        run_at: row.try_get(6).map_err(Error::database)?,
+        attempt: row.try_get(7).map_err(Error::database)?,
+        uncounted: row.try_get(8).map_err(Error::database)?,
+        max_attempts: row.try_get(9).map_err(Error::database)?,
+        timeout_ms: row.try_get(10).map_err(Error::database)?,
+        node_id: row.try_get(11).map_err(Error::database)?,
+        lease_expires_at: row.try_get(12).map_err(Error::database)?,
+        created_at: row.try_get(13).map_err(Error::database)?,
+        attempted_at: row.try_get(14).map_err(Error::database)?,
+        finished_at: row.try_get(15).map_err(Error::database)?,
+        duration_ms: row.try_get(16).map_err(Error::database)?,
+        errors,
+    })
+}

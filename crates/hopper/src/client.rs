@@ -1,0 +1,141 @@
+//! The client: enqueue jobs and administer them. It never runs jobs, so it can live in a
+//! web process that only produces work.
+
+use std::sync::Arc;
+
+use hopper_core::{
+    Backend, Error, JobArgs, JobId, JobListParams, JobRecord, NewJob, QueueStats, Result,
+};
+use hopper_postgres::{PgBackend, PgOptions};
+
+/// Enqueues and administers jobs over any [`Backend`].
+#[derive(Debug, Clone)]
+pub struct Client {
+    backend: Arc<dyn Backend>,
+}
+
+/// Opens the backend named by `url`: `postgres://` or `postgresql://`.
+pub async fn connect(url: &str, options: PgOptions) -> Result<Arc<dyn Backend>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PgBackend::connect(url, options).await?))
+    } else {
+        Err(Error::InvalidInput(format!(
+            "unsupported database URL {:?}: expected postgres:// or postgresql://",
+            url.split(':').next().unwrap_or_default()
+        )))
+    }
+}
+
+impl Client {
+    /// A client over `backend`.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        Client { backend }
+    }
+
+    /// Connects to `url` with default options (schema `hopper`).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Ok(Client::new(connect(url, PgOptions::default()).await?))
+    }
+
+    /// The backend underneath.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Applies pending migrations.
+    pub async fn migrate(&self) -> Result<()> {
+        self.backend.migrate().await
+    }
+
+    /// Enqueues typed `args` with default options. Returns the job's id.
+    pub async fn enqueue<A: JobArgs>(&self, args: &A) -> Result<JobId> {
+        self.insert(NewJob::of(args)?).await
+    }
+
+    /// Inserts a job built with [`NewJob`] (any options). Returns its id.
+    pub async fn insert(&self, job: NewJob) -> Result<JobId> {
+        job.validate()?;
+        self.backend.job_insert(&job).await?;
+        Ok(job.id)
+    }
+
+    /// Inserts many jobs in one transaction with binary COPY: all or nothing. Every job is
+    /// validated first, so one bad job writes nothing.
+    pub async fn insert_many(&self, jobs: &[NewJob]) -> Result<()> {
+        for job in jobs {
+            job.validate()?;
+        }
+        self.backend.job_insert_many(jobs).await
+    }
+
+    /// Enqueues typed `args` inside the caller's transaction (or on its client): the job
+    /// exists only if the caller commits. PostgreSQL only.
+    pub async fn enqueue_in<A: JobArgs>(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        args: &A,
+    ) -> Result<JobId> {
+        self.insert_in(client, NewJob::of(args)?).await
+    }
+
+    /// Inserts a job inside the caller's transaction. PostgreSQL only.
+    pub async fn insert_in(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        job: NewJob,
+    ) -> Result<JobId> {
+        self.postgres()?.insert_in(client, &job).await?;
+        Ok(job.id)
+    }
+
+    /// Inserts many jobs with COPY inside the caller's transaction. PostgreSQL only.
+    pub async fn insert_many_in(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        jobs: &[NewJob],
+    ) -> Result<()> {
+        self.postgres()?.insert_many_in(tx, jobs).await
+    }
+
+    /// Reads a job.
+    pub async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
+        self.backend.job_get(id).await
+    }
+
+    /// Lists jobs, newest first.
+    pub async fn jobs(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
+        self.backend.job_list(params).await
+    }
+
+    /// Retries a failed or cancelled job now, with a fresh set of attempts.
+    pub async fn retry(&self, id: JobId) -> Result<JobRecord> {
+        self.backend.job_retry(id).await
+    }
+
+    /// Cancels a job that has not finished; a running job's handler is told to stop.
+    pub async fn cancel(&self, id: JobId) -> Result<JobRecord> {
+        self.backend.job_cancel(id).await
+    }
+
+    /// Deletes every job of `queue` (or of all queues) that is not running.
+    pub async fn clear(&self, queue: Option<&str>) -> Result<u64> {
+        self.backend.job_clear(queue).await
+    }
+
+    /// Counts by queue and state.
+    pub async fn stats(&self) -> Result<Vec<QueueStats>> {
+        self.backend.queue_stats().await
+    }
+
+    fn postgres(&self) -> Result<&PgBackend> {
+        self.backend
+            .as_any()
+            .downcast_ref::<PgBackend>()
+            .ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "enqueueing inside the caller's transaction needs the postgres backend, not {}",
+                    self.backend.name()
+                ))
+            })
+    }
+}

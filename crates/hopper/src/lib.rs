@@ -1,0 +1,72 @@
+//! # hopper
+//!
+//! A durable background-job queue that keeps its state in PostgreSQL.
+//!
+//! - **Enqueue** typed jobs one at a time, in bulk (binary COPY), inside your own
+//!   transaction, or from SQL (`SELECT hopper.enqueue('kind', '{"n": 1}')`): [`Client`].
+//! - **Run** them with a [`Worker`] per kind in a [`Runtime`]: bounded concurrency, batched
+//!   claims (`FOR UPDATE SKIP LOCKED`) and batched outcomes, LISTEN/NOTIFY wake-ups with a
+//!   polling fallback, heartbeats, timeouts, graceful shutdown.
+//! - **Rely on** at-least-once delivery with fenced leases: every claim is a new attempt
+//!   `(job id, attempt)`; an outcome reported with a stale lease is refused with
+//!   [`Error::LeaseLost`]. Crashed workers' jobs come back when their lease expires or their
+//!   node stops heartbeating. Failed attempts retry with exponential backoff and jitter,
+//!   then land in the dead letter state `failed`, with every attempt's error kept.
+//!
+//! ```no_run
+//! use hopper::{Client, JobArgs, JobContext, JobError, Runtime, RuntimeConfig, Worker, Workers};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Greet { name: String }
+//!
+//! impl JobArgs for Greet {
+//!     const KIND: &'static str = "greet";
+//! }
+//!
+//! struct Greeter;
+//!
+//! #[async_trait::async_trait]
+//! impl Worker for Greeter {
+//!     type Args = Greet;
+//!     async fn process(&self, _ctx: &JobContext, args: Greet) -> Result<(), JobError> {
+//!         println!("hello, {}", args.name);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run() -> hopper::Result<()> {
+//! let client = Client::connect("postgres://postgres@127.0.0.1/postgres").await?;
+//! client.migrate().await?;
+//! client.enqueue(&Greet { name: "world".into() }).await?;
+//!
+//! let mut workers = Workers::new();
+//! workers.register(Greeter);
+//! let handle = Runtime::new(client.backend().clone(), workers, RuntimeConfig::default())
+//!     .start()
+//!     .await?;
+//! handle.run_until_signal().await;
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod context;
+mod registry;
+mod runtime;
+pub mod testing;
+mod worker;
+
+pub use client::{Client, connect};
+pub use context::JobContext;
+pub use hopper_core::{
+    AttemptError, Backend, ClaimParams, ClaimedJob, Clock, Error, Finish, FinishResult, JobArgs,
+    JobId, JobListParams, JobRecord, JobState, Lease, NewJob, NodeInfo, Outcome, Priority,
+    QueueStats, Result, SystemClock, TestClock, Wakeup,
+};
+pub use hopper_postgres::{PgBackend, PgOptions};
+pub use registry::Workers;
+pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle};
+pub use worker::{JobError, Worker, default_backoff};
+
+/// The core crate, for backend authors.
+pub use hopper_core as core;

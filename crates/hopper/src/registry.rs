@@ -1,0 +1,76 @@
+//! The registry: which worker runs which kind of job, with the arguments' types erased.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hopper_core::JobArgs;
+
+use crate::context::JobContext;
+use crate::worker::{JobError, Worker};
+
+/// A worker with its argument type erased, so workers of many kinds share one map.
+#[async_trait]
+pub(crate) trait ErasedWorker: Send + Sync {
+    async fn process(&self, ctx: &JobContext, args: serde_json::Value) -> Result<(), JobError>;
+    fn timeout(&self) -> Option<Duration>;
+    fn backoff(&self, attempt: i32) -> Duration;
+}
+
+struct Typed<W>(W);
+
+#[async_trait]
+impl<W: Worker> ErasedWorker for Typed<W> {
+    async fn process(&self, ctx: &JobContext, args: serde_json::Value) -> Result<(), JobError> {
+        let args: W::Args = serde_json::from_value(args).map_err(|e| {
+            JobError::permanent(format!(
+                "args do not decode as the arguments of kind {:?}: {e}",
+                W::Args::KIND
+            ))
+        })?;
+        self.0.process(ctx, args).await
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.0.timeout()
+    }
+
+    fn backoff(&self, attempt: i32) -> Duration {
+        self.0.backoff(attempt)
+    }
+}
+
+/// The workers a runtime runs, by kind.
+#[derive(Clone, Default)]
+pub struct Workers {
+    by_kind: HashMap<&'static str, Arc<dyn ErasedWorker>>,
+}
+
+impl Workers {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Workers::default()
+    }
+
+    /// Registers `worker` for `W::Args::KIND`, replacing any earlier one.
+    pub fn register<W: Worker>(&mut self, worker: W) -> &mut Self {
+        self.by_kind.insert(W::Args::KIND, Arc::new(Typed(worker)));
+        self
+    }
+
+    /// The kinds registered.
+    pub fn kinds(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.by_kind.keys().copied()
+    }
+
+    pub(crate) fn get(&self, kind: &str) -> Option<Arc<dyn ErasedWorker>> {
+        self.by_kind.get(kind).cloned()
+    }
+}
+
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.by_kind.keys()).finish()
+    }
+}

@@ -1,0 +1,64 @@
+//! The runtime's settings, with documented defaults.
+
+use std::time::Duration;
+
+/// How a [`crate::Runtime`] runs. Every field has a default; see [`RuntimeConfig::default`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Queues to claim from, served round-robin. Default: `["default"]`.
+    pub queues: Vec<String>,
+    /// Jobs run at once at most. Default: 10.
+    pub concurrency: usize,
+    /// Lease granted per claim (capped by each job's timeout) and renewed while a job runs.
+    /// A crashed worker's jobs come back at most this long after its last renewal.
+    /// Default: 30 s.
+    pub lease: Duration,
+    /// Longest wait between claims when no notification arrives. Default: 1 s.
+    pub poll_interval: Duration,
+    /// How often the node heartbeats and renews its leases. Default: 5 s (and at most a
+    /// third of `lease`).
+    pub heartbeat_interval: Duration,
+    /// A node silent this long is dead and its jobs are released. Default: 30 s.
+    pub node_dead_after: Duration,
+    /// How often expired leases and dead nodes are looked for. Default: 1 s.
+    pub rescue_interval: Duration,
+    /// Most jobs claimed in one statement. Default: 1,000.
+    pub claim_batch: usize,
+    /// Most outcomes written in one statement. Default: 1,000.
+    pub complete_batch: usize,
+    /// Threads of work at once in [`crate::JobContext::blocking`]. Default: 16.
+    pub blocking_threads: usize,
+    /// How long a graceful shutdown lets running jobs finish before releasing them.
+    /// Default: 30 s.
+    pub shutdown_timeout: Duration,
+    /// A human name for this node. Default: `host:pid`.
+    pub node_name: Option<String>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            queues: vec![hopper_core::DEFAULT_QUEUE.to_owned()],
+            concurrency: 10,
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_secs(5),
+            node_dead_after: Duration::from_secs(30),
+            rescue_interval: Duration::from_secs(1),
+            claim_batch: 1000,
+            complete_batch: 1000,
+            blocking_threads: 16,
+            shutdown_timeout: Duration::from_secs(30),
+            node_name: None,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// The heartbeat period actually used: never more than a third of the lease.
+    pub(crate) fn effective_heartbeat(&self) -> Duration {
+        self.heartbeat_interval
+            .min(self.lease / 3)
+            .max(Duration::from_millis(10))
+    }
+}

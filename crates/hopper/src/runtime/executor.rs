@@ -1,0 +1,146 @@
+//! The executor: runs one claimed job to an outcome.
+//!
+//! It enforces the timeout (which [`crate::JobContext::extend`] can move), turns panics
+//! into failed attempts, honours cancellation, and hands the outcome to the completer.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use hopper_core::{ClaimedJob, Finish, Outcome};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::completer::Pending;
+use super::{Running, Shared};
+use crate::context::{JobContext, RunState, StopReason};
+use crate::worker::JobError;
+
+/// Runs `job` while holding one concurrency slot (`permit`).
+pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
+    let span = tracing::info_span!(
+        "job",
+        job_id = %job.lease.job_id,
+        queue = %job.queue,
+        kind = %job.kind,
+        attempt = job.lease.attempt,
+    );
+    async move {
+        let lease = job.lease;
+        let worker = shared.workers.get(&job.kind);
+        let timeout = worker
+            .as_ref()
+            .and_then(|w| w.timeout())
+            .unwrap_or(job.timeout);
+        let started = Instant::now();
+        let run = Arc::new(RunState::new(started + timeout));
+        shared.running_insert(
+            lease.job_id,
+            Running {
+                lease,
+                run: run.clone(),
+                renewed: started,
+            },
+        );
+
+        let outcome = match worker {
+            None => Some(Outcome::Retry {
+                error: format!(
+                    "no worker for kind {:?} is registered on node {} ({}); it knows {:?}",
+                    job.kind,
+                    shared.node.id,
+                    shared.node.name,
+                    shared.workers.kinds().collect::<Vec<_>>()
+                ),
+                retry_in: crate::worker::default_backoff(job.counted_attempt),
+                duration_ms: 0,
+            }),
+            Some(worker) => {
+                let job = Arc::new(job);
+                let ctx = JobContext::new(
+                    job.clone(),
+                    run.clone(),
+                    shared.backend.clone(),
+                    shared.blocking.clone(),
+                );
+                let handler =
+                    AssertUnwindSafe(worker.process(&ctx, job.args.clone())).catch_unwind();
+                tokio::pin!(handler);
+                let result = loop {
+                    let deadline = *run.deadline.lock().await;
+                    tokio::select! {
+                        r = &mut handler => break Some(r),
+                        _ = run.token.cancelled() => break None,
+                        _ = tokio::time::sleep_until(deadline) => {
+                            if *run.deadline.lock().await <= Instant::now() {
+                                run.token.cancel();
+                                break Some(Ok(Err(JobError::retry(format!(
+                                    "timed out after {:?}", deadline - started
+                                )))));
+                            }
+                        }
+                    }
+                };
+                let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+                match result {
+                    None => match run.reason() {
+                        StopReason::Shutdown => Some(Outcome::Released),
+                        // Cancelled or lease lost: the job is no longer ours to report on.
+                        _ => None,
+                    },
+                    Some(Ok(Ok(()))) => Some(Outcome::Completed { duration_ms }),
+                    Some(Ok(Err(JobError::Retry { message, retry_in }))) => Some(Outcome::Retry {
+                        error: message,
+                        retry_in: retry_in.unwrap_or_else(|| worker.backoff(job.counted_attempt)),
+                        duration_ms,
+                    }),
+                    Some(Ok(Err(JobError::Permanent(message)))) => Some(Outcome::Failed {
+                        error: message,
+                        duration_ms,
+                    }),
+                    Some(Ok(Err(JobError::Snooze(retry_in)))) => {
+                        Some(Outcome::Snoozed { retry_in })
+                    }
+                    Some(Err(panic)) => Some(Outcome::Retry {
+                        error: format!("panicked: {}", panic_message(&*panic)),
+                        retry_in: worker.backoff(job.counted_attempt),
+                        duration_ms,
+                    }),
+                }
+            }
+        };
+        shared.running_remove(lease.job_id);
+        if let Some(outcome) = outcome {
+            match &outcome {
+                Outcome::Retry { error, .. } | Outcome::Failed { error, .. } => {
+                    tracing::info!(%error, "attempt failed");
+                }
+                _ => {}
+            }
+            let expect_lost = run
+                .completed_in_tx
+                .load(std::sync::atomic::Ordering::SeqCst);
+            let pending = Pending {
+                finish: Finish { lease, outcome },
+                expect_lost,
+            };
+            if shared.completer.send(pending).await.is_err() {
+                tracing::error!("completer stopped; the outcome is lost and the lease will expire");
+            }
+        }
+        drop(permit);
+    }
+    .instrument(span)
+    .await
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}

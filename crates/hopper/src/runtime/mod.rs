@@ -1,0 +1,290 @@
+//! The worker runtime: claims jobs, runs them with bounded concurrency, records outcomes.
+//!
+//! Split as River splits it: the [`producer`] claims, the [`executor`] runs one job, the
+//! [`completer`] writes outcomes in batches, and [`maintenance`] keeps leases, nodes and
+//! schedules in order. [`Runtime::start`] wires them together and returns a
+//! [`RuntimeHandle`] for a graceful shutdown.
+
+mod completer;
+mod config;
+mod executor;
+mod maintenance;
+mod producer;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hopper_core::{Backend, JobId, Lease, NodeInfo, Result};
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use config::RuntimeConfig;
+
+use crate::context::{RunState, StopReason};
+use crate::registry::Workers;
+
+/// A job being run by this node.
+#[derive(Debug)]
+pub(crate) struct Running {
+    lease: Lease,
+    run: Arc<RunState>,
+    renewed: Instant,
+}
+
+/// What the runtime's tasks share.
+pub(crate) struct Shared {
+    backend: Arc<dyn Backend>,
+    workers: Workers,
+    config: RuntimeConfig,
+    node: NodeInfo,
+    slots: Arc<Semaphore>,
+    blocking: Arc<Semaphore>,
+    running: Mutex<HashMap<JobId, Running>>,
+    completer: mpsc::Sender<completer::Pending>,
+    wake: Notify,
+    stop_claiming: CancellationToken,
+    stop_services: CancellationToken,
+}
+
+impl Shared {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Running>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn running_insert(&self, id: JobId, running: Running) {
+        self.running().insert(id, running);
+    }
+
+    fn running_remove(&self, id: JobId) {
+        self.running().remove(&id);
+    }
+
+    fn running_stop(&self, id: JobId, reason: StopReason) {
+        if let Some(r) = self.running().get(&id) {
+            r.run.stop(reason);
+        }
+    }
+
+    fn running_due_for_renewal(&self, period: Duration) -> Vec<Lease> {
+        let now = Instant::now();
+        self.running()
+            .values()
+            .filter(|r| now.duration_since(r.renewed) + period >= self.config.lease / 2)
+            .map(|r| r.lease)
+            .collect()
+    }
+
+    fn running_renewed(&self, leases: &[Lease], at: Instant) {
+        let mut running = self.running();
+        for lease in leases {
+            if let Some(r) = running.get_mut(&lease.job_id) {
+                r.renewed = at;
+            }
+        }
+    }
+}
+
+/// Builds and starts a worker runtime.
+///
+/// ```no_run
+/// # async fn example(backend: std::sync::Arc<dyn hopper::Backend>, workers: hopper::Workers) -> hopper::Result<()> {
+/// use hopper::{Runtime, RuntimeConfig};
+///
+/// let config = RuntimeConfig { concurrency: 50, ..RuntimeConfig::default() };
+/// let handle = Runtime::new(backend, workers, config).start().await?;
+/// handle.run_until_signal().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Runtime {
+    backend: Arc<dyn Backend>,
+    workers: Workers,
+    config: RuntimeConfig,
+}
+
+impl Runtime {
+    /// A runtime running `workers` on `backend`.
+    pub fn new(backend: Arc<dyn Backend>, workers: Workers, config: RuntimeConfig) -> Self {
+        Runtime {
+            backend,
+            workers,
+            config,
+        }
+    }
+
+    /// Registers the node and starts claiming. Fails (with the backend's reason) if the
+    /// database cannot be reached or a queue name is invalid.
+    pub async fn start(self) -> Result<RuntimeHandle> {
+        for queue in &self.config.queues {
+            hopper_core::job::validate_name("queue", queue)?;
+        }
+        let concurrency = self.config.concurrency.max(1);
+        let node = NodeInfo {
+            id: Uuid::now_v7(),
+            name: self
+                .config
+                .node_name
+                .clone()
+                .unwrap_or_else(default_node_name),
+            queues: self.config.queues.clone(),
+            concurrency: i32::try_from(concurrency).unwrap_or(i32::MAX),
+        };
+        self.backend.node_heartbeat(&node).await?;
+        let (completer_tx, completer_rx) =
+            mpsc::channel(concurrency.max(self.config.complete_batch) * 2);
+        let shared = Arc::new(Shared {
+            backend: self.backend.clone(),
+            workers: self.workers,
+            node,
+            slots: Arc::new(Semaphore::new(concurrency)),
+            blocking: Arc::new(Semaphore::new(self.config.blocking_threads.max(1))),
+            running: Mutex::new(HashMap::new()),
+            completer: completer_tx,
+            wake: Notify::new(),
+            stop_claiming: CancellationToken::new(),
+            stop_services: CancellationToken::new(),
+            config: self.config,
+        });
+        let completer = tokio::spawn(completer::run(
+            self.backend,
+            completer_rx,
+            shared.config.complete_batch.max(1),
+        ));
+        let services = vec![
+            tokio::spawn(maintenance::listener(shared.clone())),
+            tokio::spawn(maintenance::heartbeat(shared.clone())),
+            tokio::spawn(maintenance::rescuer(shared.clone())),
+            tokio::spawn(maintenance::promoter(shared.clone())),
+        ];
+        let producer = tokio::spawn(producer::run(shared.clone()));
+        tracing::info!(node = %shared.node.id, name = %shared.node.name, queues = ?shared.node.queues, concurrency, "runtime started");
+        Ok(RuntimeHandle {
+            shared,
+            producer,
+            completer,
+            services,
+        })
+    }
+}
+
+fn default_node_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
+}
+
+/// A running runtime. Dropping it leaves the runtime running; call
+/// [`RuntimeHandle::shutdown`] to stop.
+#[derive(Debug)]
+pub struct RuntimeHandle {
+    shared: Arc<Shared>,
+    producer: JoinHandle<()>,
+    completer: JoinHandle<()>,
+    services: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeHandle {
+    /// This node's id.
+    pub fn node_id(&self) -> Uuid {
+        self.shared.node.id
+    }
+
+    /// How many jobs are running on this node now.
+    pub fn running(&self) -> usize {
+        self.shared.running().len()
+    }
+
+    /// Waits for SIGINT or SIGTERM, then shuts down gracefully.
+    pub async fn run_until_signal(self) {
+        wait_for_signal().await;
+        tracing::info!("signal received; shutting down");
+        self.shutdown().await;
+    }
+
+    /// Graceful shutdown: stops claiming, lets running jobs finish within the configured
+    /// `shutdown_timeout`, hands the rest back (available at once, the attempt not
+    /// counted), writes every outcome, and deregisters the node.
+    pub async fn shutdown(self) {
+        let timeout = self.shared.config.shutdown_timeout;
+        self.shutdown_within(timeout).await;
+    }
+
+    /// [`RuntimeHandle::shutdown`] with an explicit deadline for running jobs.
+    pub async fn shutdown_within(self, timeout: Duration) {
+        let shared = self.shared;
+        shared.stop_claiming.cancel();
+        let _ = self.producer.await;
+        let all = u32::try_from(shared.config.concurrency.max(1)).unwrap_or(u32::MAX);
+        let finished = tokio::time::timeout(timeout, shared.slots.acquire_many(all))
+            .await
+            .is_ok();
+        if !finished {
+            let running: Vec<JobId> = shared.running().keys().copied().collect();
+            tracing::warn!(
+                jobs = running.len(),
+                "shutdown deadline passed; releasing running jobs"
+            );
+            for id in running {
+                shared.running_stop(id, StopReason::Shutdown);
+            }
+            // Handlers are dropped at once; wait for their releases to be queued.
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), shared.slots.acquire_many(all)).await;
+        }
+        shared.stop_services.cancel();
+        for service in self.services {
+            let _ = service.await;
+        }
+        if let Err(e) = shared.backend.node_deregister(shared.node.id).await {
+            tracing::warn!(error = %e, "deregistering the node failed");
+        }
+        // The completer ends when the last sender (in `shared`) is gone and it has drained.
+        drop(shared);
+        if tokio::time::timeout(Duration::from_secs(30), self.completer)
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                "outcomes could not be written within 30 s; their leases will expire and the jobs run again"
+            );
+        }
+        tracing::info!("runtime stopped");
+    }
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,150 @@
+//! Helpers for tests that run against a real PostgreSQL: each [`TestDatabase`] is a fresh
+//! schema, migrated, dropped when the value is dropped, so tests run in parallel without
+//! seeing each other's jobs.
+//!
+//! The database comes from `HOPPER_TEST_DATABASE_URL`, else `DATABASE_URL`, else
+//! `postgres://postgres@127.0.0.1:5432/postgres`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper_core::{Backend, Clock, QueueStats, Result, SystemClock};
+use hopper_postgres::{PgBackend, PgOptions};
+
+/// The URL tests connect to.
+pub fn database_url() -> String {
+    std::env::var("HOPPER_TEST_DATABASE_URL")
+        .or_else(|_| std::env::var("DATABASE_URL"))
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A migrated schema of its own, dropped on drop.
+#[derive(Debug)]
+pub struct TestDatabase {
+    url: String,
+    schema: String,
+    backend: PgBackend,
+}
+
+impl TestDatabase {
+    /// A fresh schema with the database's clock.
+    pub async fn new() -> Result<Self> {
+        Self::with_clock(Arc::new(SystemClock)).await
+    }
+
+    /// A fresh schema whose backend uses `clock` for "now".
+    pub async fn with_clock(clock: Arc<dyn Clock>) -> Result<Self> {
+        let url = database_url();
+        let schema = format!("test_{}", uuid::Uuid::now_v7().simple());
+        let backend = PgBackend::connect(
+            &url,
+            PgOptions {
+                schema: schema.clone(),
+                pool_size: 16,
+                clock,
+            },
+        )
+        .await?;
+        backend.migrate().await?;
+        Ok(TestDatabase {
+            url,
+            schema,
+            backend,
+        })
+    }
+
+    /// Another backend on the same schema (for example with another clock).
+    pub async fn backend_with_clock(&self, clock: Arc<dyn Clock>) -> Result<PgBackend> {
+        PgBackend::connect(
+            &self.url,
+            PgOptions {
+                schema: self.schema.clone(),
+                pool_size: 16,
+                clock,
+            },
+        )
+        .await
+    }
+
+    /// The schema's name.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The database URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The backend, as the runtime takes it.
+    pub fn backend(&self) -> Arc<dyn Backend> {
+        Arc::new(self.backend.clone())
+    }
+
+    /// The PostgreSQL backend itself.
+    pub fn pg(&self) -> &PgBackend {
+        &self.backend
+    }
+
+    /// Counts of one queue (zeros if it has no jobs).
+    pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats> {
+        let stats = self.backend.queue_stats().await?;
+        Ok(stats
+            .into_iter()
+            .find(|s| s.queue == queue)
+            .unwrap_or_else(|| QueueStats {
+                queue: queue.to_owned(),
+                ..QueueStats::default()
+            }))
+    }
+
+    /// Waits until `done` holds for the queue's counts, checking every 10 ms, or fails
+    /// after `limit` with the last counts.
+    pub async fn wait_for(
+        &self,
+        queue: &str,
+        limit: Duration,
+        done: impl Fn(&QueueStats) -> bool,
+    ) -> std::result::Result<QueueStats, String> {
+        let start = tokio::time::Instant::now();
+        loop {
+            let stats = self.queue_stats(queue).await.map_err(|e| e.to_string())?;
+            if done(&stats) {
+                return Ok(stats);
+            }
+            if start.elapsed() > limit {
+                return Err(format!(
+                    "condition not met within {limit:?}; last counts {stats:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let url = self.url.clone();
+        let schema = self.schema.clone();
+        // Drop runs outside async; a short-lived thread with its own runtime does the work.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok((client, conn)) =
+                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await
+                {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
