@@ -70,3 +70,8 @@ pub use worker::{JobError, Worker, default_backoff};
 
 /// The core crate, for backend authors.
 pub use hopper_core as core;
+
+/// The README's examples, compiled as doctests so they cannot rot.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
