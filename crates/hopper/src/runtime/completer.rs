@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Backend, Finish, FinishResult};
-use tokio::sync::mpsc;
+use hopper_core::{Backend, Finish, FinishResult, JobState};
+use tokio::sync::{Notify, mpsc};
 
 /// One outcome to write. `expect_lost` marks a job already completed in the handler's own
 /// transaction: a lost lease then is expected, not worth a warning.
@@ -21,7 +21,15 @@ pub(crate) struct Pending {
 }
 
 /// Runs until every sender is dropped and the channel is drained.
-pub(crate) async fn run(backend: Arc<dyn Backend>, mut rx: mpsc::Receiver<Pending>, batch: usize) {
+///
+/// `scheduled` is notified whenever an outcome put a job back in `scheduled` (a retry after
+/// a backoff, a snooze), so the promoter can wake in time for a short backoff.
+pub(crate) async fn run(
+    backend: Arc<dyn Backend>,
+    mut rx: mpsc::Receiver<Pending>,
+    batch: usize,
+    scheduled: Arc<Notify>,
+) {
     let mut buffer: Vec<Pending> = Vec::with_capacity(batch);
     while let Some(first) = rx.recv().await {
         buffer.push(first);
@@ -31,17 +39,21 @@ pub(crate) async fn run(backend: Arc<dyn Backend>, mut rx: mpsc::Receiver<Pendin
                 Err(_) => break,
             }
         }
-        write(&*backend, &buffer).await;
+        if write(&*backend, &buffer).await {
+            scheduled.notify_one();
+        }
         buffer.clear();
     }
 }
 
-async fn write(backend: &dyn Backend, pending: &[Pending]) {
+/// Writes one batch, retrying until it lands. True if any job went back to `scheduled`.
+async fn write(backend: &dyn Backend, pending: &[Pending]) -> bool {
     let finishes: Vec<Finish> = pending.iter().map(|p| p.finish.clone()).collect();
     let mut backoff = Duration::from_millis(50);
     loop {
         match backend.job_finish_many(&finishes).await {
             Ok(results) => {
+                let scheduled = results.contains(&FinishResult::Recorded(JobState::Scheduled));
                 for (p, result) in pending.iter().zip(results) {
                     if result == FinishResult::LeaseLost && !p.expect_lost {
                         tracing::warn!(
@@ -51,7 +63,7 @@ async fn write(backend: &dyn Backend, pending: &[Pending]) {
                         );
                     }
                 }
-                return;
+                return scheduled;
             }
             Err(e) => {
                 tracing::warn!(error = %e, jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");

@@ -76,7 +76,12 @@ pub(crate) async fn rescuer(shared: Arc<Shared>) {
 
 pub(crate) async fn promoter(shared: Arc<Shared>) {
     let mut wait = Duration::ZERO;
-    while tick(&shared, wait).await {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shared.promote.notified() => {}
+            _ = shared.stop_services.cancelled() => return,
+        }
         wait = match shared.backend.job_promote_scheduled().await {
             Ok((_, Some(next))) => {
                 let until = (next - chrono::Utc::now())

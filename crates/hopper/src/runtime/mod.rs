@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     running: Mutex<HashMap<JobId, Running>>,
     completer: mpsc::Sender<completer::Pending>,
     wake: Notify,
+    /// Wakes the promoter early: a job was just scheduled (retry backoff, snooze).
+    promote: Arc<Notify>,
     stop_claiming: CancellationToken,
     stop_services: CancellationToken,
 }
@@ -145,6 +147,7 @@ impl Runtime {
             running: Mutex::new(HashMap::new()),
             completer: completer_tx,
             wake: Notify::new(),
+            promote: Arc::new(Notify::new()),
             stop_claiming: CancellationToken::new(),
             stop_services: CancellationToken::new(),
             config: self.config,
@@ -153,6 +156,7 @@ impl Runtime {
             self.backend,
             completer_rx,
             shared.config.complete_batch.max(1),
+            shared.promote.clone(),
         ));
         let services = vec![
             tokio::spawn(maintenance::listener(shared.clone())),
