@@ -1,0 +1,410 @@
+//! Encoding and decoding frames, with the size limit and error codes of the protocol.
+//!
+//! Decoding goes in two steps so that every bad frame gets the right error code: the bytes
+//! are read as a generic CBOR value first (not CBOR, or not a map: `bad_frame`), then its
+//! `type` is checked (`unknown_type`), then the map is read as that message (`invalid`,
+//! naming the field). The `req` is picked out of the map first, so even an invalid request
+//! gets an error reply that its sender can match.
+
+use ciborium::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::messages::{ErrorCode, Reply, Request};
+
+/// Why a frame could not be decoded, with what to tell its sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The error code for the reply.
+    pub code: ErrorCode,
+    /// The frame's `req`, if it could be read.
+    pub req: Option<u64>,
+    /// What was wrong, for people.
+    pub message: String,
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+impl DecodeError {
+    fn new(code: ErrorCode, req: Option<u64>, message: impl Into<String>) -> Self {
+        DecodeError {
+            code,
+            req,
+            message: message.into(),
+        }
+    }
+
+    /// The error reply to send back.
+    pub fn to_reply(&self) -> Reply {
+        Reply::error(self.req, self.code, self.message.clone())
+    }
+}
+
+/// Encodes a message as one CBOR map. Fails only for values CBOR cannot hold (none of the
+/// protocol's messages).
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(128);
+    ciborium::into_writer(message, &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread.
+pub fn decode_request(frame: &[u8], max_frame: usize) -> Result<Request, DecodeError> {
+    decode(frame, max_frame, &Request::TYPES)
+}
+
+/// Decodes a frame the server sent.
+pub fn decode_reply(frame: &[u8], max_frame: usize) -> Result<Reply, DecodeError> {
+    decode(frame, max_frame, &Reply::TYPES)
+}
+
+fn decode<T: DeserializeOwned>(
+    frame: &[u8],
+    max_frame: usize,
+    types: &[&str],
+) -> Result<T, DecodeError> {
+    if frame.len() > max_frame {
+        return Err(DecodeError::new(
+            ErrorCode::TooLarge,
+            None,
+            format!(
+                "frame of {} bytes is over the limit of {max_frame} bytes",
+                frame.len()
+            ),
+        ));
+    }
+    let mut reader = std::io::Cursor::new(frame);
+    let value: Value = ciborium::from_reader(&mut reader)
+        .map_err(|e| DecodeError::new(ErrorCode::BadFrame, None, format!("not CBOR: {e}")))?;
+    if reader.position() != frame.len() as u64 {
+        return Err(DecodeError::new(
+            ErrorCode::BadFrame,
+            None,
+            format!(
+                "{} bytes after the message: a frame holds exactly one CBOR map",
+                frame.len() as u64 - reader.position()
+            ),
+        ));
+    }
+    let Value::Map(entries) = &value else {
+        return Err(DecodeError::new(
+            ErrorCode::BadFrame,
+            None,
+            "a frame must hold one CBOR map with a \"type\" key",
+        ));
+    };
+    let field = |name: &str| {
+        entries
+            .iter()
+            .find(|(k, _)| k.as_text() == Some(name))
+            .map(|(_, v)| v)
+    };
+    let req = field("req")
+        .and_then(Value::as_integer)
+        .and_then(|i| u64::try_from(i).ok());
+    let ty = match field("type") {
+        Some(Value::Text(ty)) => ty.as_str(),
+        Some(_) => {
+            return Err(DecodeError::new(
+                ErrorCode::Invalid,
+                req,
+                "\"type\" must be a string",
+            ));
+        }
+        None => {
+            return Err(DecodeError::new(
+                ErrorCode::Invalid,
+                req,
+                "the map has no \"type\" key",
+            ));
+        }
+    };
+    if !types.contains(&ty) {
+        return Err(DecodeError::new(
+            ErrorCode::UnknownType,
+            req,
+            format!("unknown message type {ty:?}; expected one of {types:?}"),
+        ));
+    }
+    let ty = ty.to_owned();
+    value
+        .deserialized::<T>()
+        .map_err(|e| DecodeError::new(ErrorCode::Invalid, req, format!("{ty}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::*;
+    use crate::{MAX_FRAME, VERSION};
+    use serde_json::json;
+    use uuid::Uuid;
+
+    fn cbor(v: &Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        ciborium::into_writer(v, &mut out).expect("encodes");
+        out
+    }
+
+    fn map(entries: Vec<(&str, Value)>) -> Value {
+        Value::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (Value::Text(k.to_owned()), v))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        let id = Uuid::now_v7();
+        let requests = vec![
+            Request::Hello {
+                req: 1,
+                version: VERSION,
+                role: Role::Worker,
+                token: Some("t".into()),
+                name: Some("w1".into()),
+                kinds: Some(vec!["email".into()]),
+                queues: None,
+                concurrency: Some(4),
+            },
+            Request::Submit {
+                req: 2,
+                job: JobSpec {
+                    priority: Some(PriorityValue::Name("high".into())),
+                    delay_ms: Some(10),
+                    ..JobSpec::new("email", json!({"to": "a@b", "n": [1, 2.5, null]}))
+                },
+            },
+            Request::SubmitBatch {
+                req: 3,
+                jobs: vec![JobSpec::new("a", json!([]))],
+            },
+            Request::Status { req: 4, id },
+            Request::Cancel { req: 5, id },
+            Request::Completed {
+                req: 6,
+                id,
+                attempt: 1,
+                duration_ms: 12,
+            },
+            Request::Failed {
+                req: 7,
+                id,
+                attempt: 1,
+                error: "boom".into(),
+                retryable: false,
+                retry_in_ms: Some(5),
+                duration_ms: 3,
+            },
+            Request::Snoozed {
+                req: 8,
+                id,
+                attempt: 2,
+                delay_ms: 100,
+            },
+            Request::Released {
+                req: 9,
+                id,
+                attempt: 2,
+            },
+            Request::Heartbeat {
+                req: 10,
+                leases: vec![LeaseRef { id, attempt: 3 }],
+            },
+            Request::Extend {
+                req: 11,
+                id,
+                attempt: 3,
+                by_ms: 60_000,
+            },
+            Request::Bye { req: u64::MAX },
+        ];
+        for request in requests {
+            let frame = encode(&request).expect("encodes");
+            assert_eq!(decode_request(&frame, MAX_FRAME), Ok(request));
+        }
+    }
+
+    #[test]
+    fn every_reply_round_trips() {
+        let id = Uuid::now_v7();
+        let now = chrono::Utc::now();
+        let replies = vec![
+            Reply::Welcome {
+                req: 1,
+                version: 1,
+                session: id,
+                heartbeat_ms: 5000,
+                max_frame: MAX_FRAME as u64,
+            },
+            Reply::Submitted {
+                req: 2,
+                ids: vec![id, Uuid::nil()],
+            },
+            Reply::Ack {
+                req: 3,
+                result: FinishResult::LeaseLost,
+            },
+            Reply::HeartbeatAck {
+                req: 4,
+                lost: vec![LeaseRef { id, attempt: 1 }],
+            },
+            Reply::Order {
+                job: Order {
+                    id,
+                    attempt: 1,
+                    queue: "default".into(),
+                    kind: "k".into(),
+                    args: json!({"a": 1}),
+                    priority: 2,
+                    counted_attempt: 1,
+                    max_attempts: 25,
+                    timeout_ms: 1000,
+                    created_at: now,
+                    run_at: now,
+                },
+            },
+            Reply::Cancel { id },
+            Reply::error(None, ErrorCode::BadFrame, "nope"),
+        ];
+        for reply in replies {
+            let frame = encode(&reply).expect("encodes");
+            assert_eq!(decode_reply(&frame, MAX_FRAME), Ok(reply));
+        }
+    }
+
+    #[test]
+    fn uuids_and_times_are_strings_on_the_wire() {
+        let id = Uuid::now_v7();
+        let frame = encode(&Request::Status { req: 1, id }).expect("encodes");
+        let value: Value = ciborium::from_reader(&frame[..]).expect("decodes");
+        let entries = value.as_map().expect("a map");
+        let got = entries
+            .iter()
+            .find(|(k, _)| k.as_text() == Some("id"))
+            .and_then(|(_, v)| v.as_text())
+            .expect("id is text");
+        assert_eq!(got, id.hyphenated().to_string());
+    }
+
+    #[test]
+    fn garbage_is_a_bad_frame() {
+        for frame in [
+            &b"\xff\xfe\x00garbage"[..],
+            &b""[..],
+            &b"\x9f"[..],
+            &b"GET / HTTP/1.1\r\n\r\n"[..],
+        ] {
+            let err = decode_request(frame, MAX_FRAME).expect_err("refused");
+            assert_eq!(err.code, ErrorCode::BadFrame, "{frame:?}: {err}");
+        }
+        // A CBOR value that is not a map.
+        let err = decode_request(&cbor(&Value::Integer(5.into())), MAX_FRAME).expect_err("refused");
+        assert_eq!(err.code, ErrorCode::BadFrame);
+        // Two maps in one frame.
+        let mut two = cbor(&map(vec![("type", Value::Text("bye".into()))]));
+        two.extend(two.clone());
+        assert_eq!(
+            decode_request(&two, MAX_FRAME).map_err(|e| e.code),
+            Err(ErrorCode::BadFrame)
+        );
+    }
+
+    #[test]
+    fn unknown_types_and_wrong_fields_keep_the_req() {
+        let unknown = cbor(&map(vec![
+            ("type", Value::Text("launch_missiles".into())),
+            ("req", Value::Integer(42.into())),
+        ]));
+        let err = decode_request(&unknown, MAX_FRAME).expect_err("refused");
+        assert_eq!((err.code, err.req), (ErrorCode::UnknownType, Some(42)));
+
+        let wrong = cbor(&map(vec![
+            ("type", Value::Text("status".into())),
+            ("req", Value::Integer(7.into())),
+            ("id", Value::Integer(3.into())),
+        ]));
+        let err = decode_request(&wrong, MAX_FRAME).expect_err("refused");
+        assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(7)));
+
+        let bad_uuid = cbor(&map(vec![
+            ("type", Value::Text("cancel".into())),
+            ("req", Value::Integer(8.into())),
+            ("id", Value::Text("not-a-uuid".into())),
+        ]));
+        let err = decode_request(&bad_uuid, MAX_FRAME).expect_err("refused");
+        assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(8)));
+        assert!(err.message.contains("not-a-uuid"), "{}", err.message);
+
+        let no_type = cbor(&map(vec![("req", Value::Integer(9.into()))]));
+        let err = decode_request(&no_type, MAX_FRAME).expect_err("refused");
+        assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(9)));
+
+        // A CBOR tag (cbor2 sends uuid.UUID as tag 37): refused, not misread.
+        let tagged = cbor(&map(vec![
+            ("type", Value::Text("status".into())),
+            ("req", Value::Integer(10.into())),
+            (
+                "id",
+                Value::Tag(37, Box::new(Value::Bytes(Uuid::nil().as_bytes().to_vec()))),
+            ),
+        ]));
+        let err = decode_request(&tagged, MAX_FRAME).expect_err("refused");
+        assert_eq!(err.code, ErrorCode::Invalid);
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_unread() {
+        let job = JobSpec::new("k", json!({"blob": "x".repeat(3 * 1024 * 1024)}));
+        let frame = encode(&Request::Submit { req: 1, job }).expect("encodes");
+        let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+        assert_eq!(err.code, ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn defaults_fill_missing_optional_fields() {
+        let frame = cbor(&map(vec![
+            ("type", Value::Text("failed".into())),
+            ("req", Value::Integer(1.into())),
+            ("id", Value::Text(Uuid::nil().to_string())),
+            ("attempt", Value::Integer(1.into())),
+            ("error", Value::Text("x".into())),
+            ("some_future_field", Value::Bool(true)),
+        ]));
+        match decode_request(&frame, MAX_FRAME) {
+            Ok(Request::Failed {
+                retryable,
+                retry_in_ms,
+                duration_ms,
+                ..
+            }) => assert_eq!((retryable, retry_in_ms, duration_ms), (true, None, 0)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let submit = cbor(&map(vec![
+            ("type", Value::Text("submit".into())),
+            ("req", Value::Integer(2.into())),
+            (
+                "job",
+                map(vec![
+                    ("kind", Value::Text("k".into())),
+                    ("priority", Value::Integer(1.into())),
+                ]),
+            ),
+        ]));
+        match decode_request(&submit, MAX_FRAME) {
+            Ok(Request::Submit { job, .. }) => {
+                assert_eq!(job.args, json!({}));
+                assert_eq!(job.priority, Some(PriorityValue::Number(1)));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

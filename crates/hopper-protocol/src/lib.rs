@@ -1,0 +1,45 @@
+//! hopper's wire protocol, version 1: the messages that `hopper serve` exchanges with
+//! clients and workers over ZeroMQ, encoded as CBOR.
+//!
+//! This crate does no I/O. It holds the message types ([`Request`], peer to server;
+//! [`Reply`], server to peer), [`encode`] and [`decode_request`] / [`decode_reply`] with the
+//! frame size limit ([`MAX_FRAME`]), and the error codes ([`ErrorCode`]). The full
+//! description, enough to write a client in any language, is `docs/protocol.md` in the
+//! repository; this crate is its reference implementation.
+//!
+//! The wire convention, chosen so that Python (cbor2), Node (cbor-x) and Go (fxamacker/cbor)
+//! read and write it with their defaults: every message is one CBOR map with string keys and
+//! a `"type"` key naming the message in `snake_case`; no CBOR tags anywhere; UUIDs are
+//! hyphenated strings; timestamps are RFC 3339 strings; job arguments are any JSON-compatible
+//! value.
+//!
+//! ```
+//! use hopper_protocol::{Request, decode_request, encode};
+//!
+//! let frame = encode(&Request::Status { req: 7, id: uuid::Uuid::nil() }).unwrap();
+//! let back = decode_request(&frame, hopper_protocol::MAX_FRAME).unwrap();
+//! assert_eq!(back, Request::Status { req: 7, id: uuid::Uuid::nil() });
+//! ```
+
+mod codec;
+mod messages;
+pub mod uuid_str;
+
+pub use codec::{DecodeError, decode_reply, decode_request, encode};
+pub use messages::{
+    AttemptInfo, ErrorCode, FinishResult, JobInfo, JobSpec, LeaseRef, Order, PriorityValue,
+    Reply, Request, Role,
+};
+
+/// The protocol version this crate speaks. A peer's `hello` names the version it speaks;
+/// the server refuses any other with an `invalid` error naming the versions it accepts.
+pub const VERSION: u32 = 1;
+
+/// The largest frame accepted by default (2 MiB): room for a job's arguments at their
+/// largest (1 MiB as JSON) plus the message around them. Larger frames get a `too_large`
+/// error and are not decoded.
+pub const MAX_FRAME: usize = 2 * 1024 * 1024;
+
+/// How often a peer should send something (a heartbeat at least) when the server does not
+/// say otherwise in its `welcome`, in milliseconds.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 5_000;

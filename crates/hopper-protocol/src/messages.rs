@@ -1,0 +1,527 @@
+//! The messages. Field names and `type` values are the protocol; `docs/protocol.md`
+//! describes each one.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::uuid_str;
+
+/// What a peer does: clients submit and inspect jobs; workers also receive orders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Submits, inspects and cancels jobs; never receives orders.
+    Client,
+    /// Receives orders (jobs to run) up to its declared concurrency, and may also do what a
+    /// client does.
+    Worker,
+}
+
+/// One attempt of one job: the lease a worker holds while it runs the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseRef {
+    /// The job.
+    #[serde(with = "uuid_str")]
+    pub id: Uuid,
+    /// The attempt number from the order.
+    pub attempt: i32,
+}
+
+/// A priority: a number (lower runs first) or one of `"high"`, `"normal"`, `"low"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PriorityValue {
+    /// A number from -32768 to 32767; 1 high, 2 normal, 3 low.
+    Number(i16),
+    /// `high`, `normal` or `low`.
+    Name(String),
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A job to submit. Only `kind` is required.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// The job's id (a UUID, ideally v7), chosen by the client so that a submit retried
+    /// after a lost reply cannot create the job twice (the retry gets `conflict`). The
+    /// server picks one (UUIDv7) when absent.
+    #[serde(default, with = "uuid_str::option", skip_serializing_if = "Option::is_none")]
+    pub id: Option<Uuid>,
+    /// The kind of job: which worker runs it.
+    pub kind: String,
+    /// The arguments: a JSON-compatible map or array (default `{}`).
+    #[serde(default = "empty_object")]
+    pub args: serde_json::Value,
+    /// The queue (default `"default"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// The priority (default normal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityValue>,
+    /// Not before this instant (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<DateTime<Utc>>,
+    /// Not before this many milliseconds from now (by the server's clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// Attempts before the job is dead-lettered (default 25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i32>,
+    /// How long one run may take, in milliseconds (default 30 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl JobSpec {
+    /// A job of `kind` with `args` and every option at its default.
+    pub fn new(kind: impl Into<String>, args: serde_json::Value) -> Self {
+        JobSpec {
+            id: None,
+            kind: kind.into(),
+            args,
+            queue: None,
+            priority: None,
+            run_at: None,
+            delay_ms: None,
+            max_attempts: None,
+            timeout_ms: None,
+        }
+    }
+}
+
+/// Peer to server. Every request carries `req`, a number the peer chooses; the reply to it
+/// carries the same `req`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// The handshake; nothing else is accepted before a successful one. Sending it again
+    /// replaces the peer's registration (a worker that changes its queues, or a client that
+    /// becomes a worker).
+    Hello {
+        /// The request number.
+        req: u64,
+        /// The protocol version the peer speaks (1).
+        version: u32,
+        /// What the peer does.
+        role: Role,
+        /// The peer's token (absent when the server runs without authentication).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+        /// A human name for logs (host and pid, say).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// Workers: the kinds of job it runs. Absent: any kind.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kinds: Option<Vec<String>>,
+        /// Workers: the queues it serves. Absent: `["default"]`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queues: Option<Vec<String>>,
+        /// Workers: jobs it runs at once; the server never has more orders outstanding
+        /// with it. Absent: 1.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        concurrency: Option<u32>,
+    },
+    /// Submit one job. Reply: `submitted`.
+    Submit {
+        /// The request number.
+        req: u64,
+        /// The job.
+        job: JobSpec,
+    },
+    /// Submit many jobs in one transaction: all or none. Reply: `submitted`.
+    SubmitBatch {
+        /// The request number.
+        req: u64,
+        /// The jobs.
+        jobs: Vec<JobSpec>,
+    },
+    /// Read a job. Reply: `job`, or `not_found`.
+    Status {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+    },
+    /// Cancel a job that has not finished. Reply: `job`, `not_found` or `conflict`.
+    Cancel {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+    },
+    /// The job of an order succeeded. Reply: `ack`.
+    Completed {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// The attempt from the order.
+        attempt: i32,
+        /// How long the run took.
+        #[serde(default)]
+        duration_ms: i64,
+    },
+    /// The job of an order failed. Reply: `ack`.
+    Failed {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// The attempt from the order.
+        attempt: i32,
+        /// What went wrong (kept in the job's error history).
+        error: String,
+        /// False: do not retry, dead-letter the job now. Default true.
+        #[serde(default = "yes")]
+        retryable: bool,
+        /// Delay before the retry; absent: the server's backoff (exponential, with jitter).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_in_ms: Option<u64>,
+        /// How long the run took.
+        #[serde(default)]
+        duration_ms: i64,
+    },
+    /// Run the job of an order again after `delay_ms`, without using up an attempt.
+    /// Reply: `ack`.
+    Snoozed {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// The attempt from the order.
+        attempt: i32,
+        /// The delay.
+        delay_ms: u64,
+    },
+    /// Hand an order back unstarted: the job is available again at once, the attempt not
+    /// counted. Reply: `ack`.
+    Released {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// The attempt from the order.
+        attempt: i32,
+    },
+    /// "I am alive, and I still run these." The server extends the leases in the database.
+    /// Reply: `heartbeat_ack` with the leases that are lost (stop those jobs).
+    Heartbeat {
+        /// The request number.
+        req: u64,
+        /// Every order the worker still holds (started or not).
+        #[serde(default)]
+        leases: Vec<LeaseRef>,
+    },
+    /// Extend one lease to `by_ms` from now (a long job). Reply: `ack`.
+    Extend {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// The attempt from the order.
+        attempt: i32,
+        /// The new lease, from now.
+        by_ms: u64,
+    },
+    /// A graceful leave: the server sends no more orders. Orders still held must be
+    /// reported (or `released`) before the peer goes. Reply: `ack`.
+    Bye {
+        /// The request number.
+        req: u64,
+    },
+}
+
+impl Request {
+    /// The request number.
+    pub fn req(&self) -> u64 {
+        match self {
+            Request::Hello { req, .. }
+            | Request::Submit { req, .. }
+            | Request::SubmitBatch { req, .. }
+            | Request::Status { req, .. }
+            | Request::Cancel { req, .. }
+            | Request::Completed { req, .. }
+            | Request::Failed { req, .. }
+            | Request::Snoozed { req, .. }
+            | Request::Released { req, .. }
+            | Request::Heartbeat { req, .. }
+            | Request::Extend { req, .. }
+            | Request::Bye { req } => *req,
+        }
+    }
+
+    /// Every `type` a request may have.
+    pub const TYPES: [&'static str; 12] = [
+        "hello",
+        "submit",
+        "submit_batch",
+        "status",
+        "cancel",
+        "completed",
+        "failed",
+        "snoozed",
+        "released",
+        "heartbeat",
+        "extend",
+        "bye",
+    ];
+}
+
+/// Whether an outcome was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishResult {
+    /// Recorded.
+    Recorded,
+    /// The lease was no longer current (the job was re-claimed, cancelled or finished
+    /// elsewhere): nothing was changed. Stop working on the job.
+    LeaseLost,
+}
+
+/// One failed attempt in a job's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptInfo {
+    /// The attempt.
+    pub attempt: i32,
+    /// When the failure was recorded.
+    pub at: DateTime<Utc>,
+    /// What went wrong.
+    pub error: String,
+    /// How long it ran, if known.
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
+}
+
+/// A job as stored, in `status` and `cancel` replies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// The job's id.
+    #[serde(with = "uuid_str")]
+    pub id: Uuid,
+    /// Its queue.
+    pub queue: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its arguments.
+    pub args: serde_json::Value,
+    /// `scheduled`, `available`, `running`, `completed`, `failed` or `cancelled`.
+    pub state: String,
+    /// Its priority (lower runs first).
+    pub priority: i16,
+    /// When it may run (next).
+    pub run_at: DateTime<Utc>,
+    /// Claims so far (the current lease's attempt number).
+    pub attempt: i32,
+    /// Attempts used against `max_attempts`.
+    pub attempts_used: i32,
+    /// Attempts before it is dead-lettered.
+    pub max_attempts: i32,
+    /// How long one run may take, in milliseconds.
+    pub timeout_ms: i32,
+    /// When it was inserted.
+    pub created_at: DateTime<Utc>,
+    /// When its latest attempt started.
+    #[serde(default)]
+    pub attempted_at: Option<DateTime<Utc>>,
+    /// When it finished.
+    #[serde(default)]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// How long its successful run took, in milliseconds.
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
+    /// Every failed attempt, oldest first.
+    #[serde(default)]
+    pub errors: Vec<AttemptInfo>,
+}
+
+/// A job for a worker to run, pushed by the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Order {
+    /// The job.
+    #[serde(with = "uuid_str")]
+    pub id: Uuid,
+    /// The attempt: with `id`, the lease to report with.
+    pub attempt: i32,
+    /// Its queue.
+    pub queue: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its arguments.
+    pub args: serde_json::Value,
+    /// Its priority.
+    pub priority: i16,
+    /// Which counted attempt this is (1 for the first).
+    pub counted_attempt: i32,
+    /// Attempts before it is dead-lettered.
+    pub max_attempts: i32,
+    /// How long this run may take, in milliseconds.
+    pub timeout_ms: u64,
+    /// When the job was inserted.
+    pub created_at: DateTime<Utc>,
+    /// When it was due.
+    pub run_at: DateTime<Utc>,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The frame is not one CBOR map.
+    BadFrame,
+    /// The map's `type` is not a request type.
+    UnknownType,
+    /// A field is missing, of the wrong type, or out of range; or the job is invalid.
+    Invalid,
+    /// No successful `hello` yet, or a wrong token.
+    Unauthorized,
+    /// The frame is larger than `max_frame`.
+    TooLarge,
+    /// The job does not exist.
+    NotFound,
+    /// The job's state does not allow this (cancel a finished job), or the id exists.
+    Conflict,
+    /// The server failed (the database is unreachable, say); retrying later may succeed.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code as sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadFrame => "bad_frame",
+            ErrorCode::UnknownType => "unknown_type",
+            ErrorCode::Invalid => "invalid",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Server to peer: replies (with the request's `req`) and pushes (`order`, `cancel`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    /// The handshake succeeded.
+    Welcome {
+        /// The `req` of the hello.
+        req: u64,
+        /// The protocol version the server speaks.
+        version: u32,
+        /// This registration's id (for logs).
+        #[serde(with = "uuid_str")]
+        session: Uuid,
+        /// Send something (a heartbeat at least) this often; a worker silent for three
+        /// periods is dropped and its jobs retried.
+        heartbeat_ms: u64,
+        /// The largest frame the server accepts.
+        max_frame: u64,
+    },
+    /// The jobs were inserted; their ids, in the order submitted.
+    Submitted {
+        /// The `req` of the submit.
+        req: u64,
+        /// The jobs' ids.
+        #[serde(with = "uuid_str::vec")]
+        ids: Vec<Uuid>,
+    },
+    /// A job (`status`, `cancel`).
+    Job {
+        /// The `req` of the request.
+        req: u64,
+        /// The job.
+        job: JobInfo,
+    },
+    /// An outcome, extension or bye was handled.
+    Ack {
+        /// The `req` of the request.
+        req: u64,
+        /// Whether it was recorded.
+        result: FinishResult,
+    },
+    /// The answer to a heartbeat.
+    HeartbeatAck {
+        /// The `req` of the heartbeat.
+        req: u64,
+        /// The leases that are no longer the worker's: stop those jobs, do not report them.
+        lost: Vec<LeaseRef>,
+    },
+    /// A job to run (server push, no `req`).
+    Order {
+        /// The job.
+        job: Order,
+    },
+    /// Stop the job you run with this id: it was cancelled (server push, no `req`).
+    Cancel {
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+    },
+    /// A request was refused.
+    Error {
+        /// The `req` of the request, when it could be read.
+        req: Option<u64>,
+        /// Why, for programs.
+        code: ErrorCode,
+        /// Why, for people.
+        message: String,
+    },
+}
+
+impl Reply {
+    /// The `req` this answers, if it is a reply rather than a push.
+    pub fn req(&self) -> Option<u64> {
+        match self {
+            Reply::Welcome { req, .. }
+            | Reply::Submitted { req, .. }
+            | Reply::Job { req, .. }
+            | Reply::Ack { req, .. }
+            | Reply::HeartbeatAck { req, .. } => Some(*req),
+            Reply::Error { req, .. } => *req,
+            Reply::Order { .. } | Reply::Cancel { .. } => None,
+        }
+    }
+
+    /// An error reply.
+    pub fn error(req: Option<u64>, code: ErrorCode, message: impl Into<String>) -> Self {
+        Reply::Error {
+            req,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Every `type` a reply may have.
+    pub const TYPES: [&'static str; 8] = [
+        "welcome",
+        "submitted",
+        "job",
+        "ack",
+        "heartbeat_ack",
+        "order",
+        "cancel",
+        "error",
+    ];
+}
