@@ -175,10 +175,8 @@ impl Backend for PgBackend {
                 .query(&statement, &[&done.0, &done.1, &done.2, &now])
                 .await
                 .map_err(map_pg)?;
-            let attempts: HashMap<JobId, i32> = done.0.iter().copied().zip(done.1).collect();
             for row in rows {
-                let id: JobId = row.get(0);
-                recorded.insert((id, attempts[&id]), JobState::Completed);
+                recorded.insert((row.get(0), row.get(1)), JobState::Completed);
             }
         }
         if !failed.0.is_empty() {
@@ -195,7 +193,7 @@ impl Backend for PgBackend {
                 )
                 .await
                 .map_err(map_pg)?;
-            record_states(&rows, &failed.0, &failed.1, &mut recorded)?;
+            record_states(&rows, &mut recorded)?;
         }
         if !snoozed.0.is_empty() {
             let statement = client
@@ -206,7 +204,7 @@ impl Backend for PgBackend {
                 .query(&statement, &[&snoozed.0, &snoozed.1, &snoozed.2, &now])
                 .await
                 .map_err(map_pg)?;
-            record_states(&rows, &snoozed.0, &snoozed.1, &mut recorded)?;
+            record_states(&rows, &mut recorded)?;
         }
         Ok(finishes
             .iter()
@@ -387,18 +385,16 @@ impl Backend for PgBackend {
     }
 }
 
-/// Reads `(id, state)` rows returned by an outcome statement into `recorded`.
+/// Reads `(id, state, queue, attempt)` rows returned by an outcome statement into
+/// `recorded`, keyed by lease: one batch may hold a stale and a current lease of one job,
+/// and only the attempt the row matched was honoured.
 fn record_states(
     rows: &[tokio_postgres::Row],
-    ids: &[JobId],
-    attempts: &[i32],
     recorded: &mut HashMap<(JobId, i32), JobState>,
 ) -> Result<()> {
-    let attempts: HashMap<JobId, i32> = ids.iter().copied().zip(attempts.iter().copied()).collect();
     for row in rows {
-        let id: JobId = row.get(0);
         let state: String = row.get(1);
-        recorded.insert((id, attempts[&id]), state.parse()?);
+        recorded.insert((row.get(0), row.get(3)), state.parse()?);
     }
     Ok(())
 }

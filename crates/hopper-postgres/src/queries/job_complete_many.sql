@@ -1,6 +1,6 @@
 -- Completes many attempts in one statement. A row is touched only while it is still
--- running under the given attempt (the fencing check); the ids returned are the leases
--- that were honoured, every other one was lost.
+-- running under the given attempt (the fencing check); the (id, attempt) pairs returned
+-- are the leases that were honoured, every other one was lost.
 -- $1 ids, $2 attempts, $3 durations (ms), $4 now.
 UPDATE hopper.jobs AS j
 SET state = 'completed',
@@ -11,4 +11,4 @@ FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) AS f(id, attempt, duration_
 WHERE j.id = f.id
   AND j.attempt = f.attempt
   AND j.state = 'running'
-RETURNING j.id
+RETURNING j.id, j.attempt

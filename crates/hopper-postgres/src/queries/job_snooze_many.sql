@@ -10,4 +10,4 @@ FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) AS f(id, attempt, retry_ms)
 WHERE j.id = f.id
   AND j.attempt = f.attempt
   AND j.state = 'running'
-RETURNING j.id, j.state::text, j.queue
+RETURNING j.id, j.state::text, j.queue, j.attempt

@@ -1,0 +1,255 @@
+//! Outcomes: complete, retry with backoff, dead letter, permanent failure, snooze, release.
+
+use std::time::Duration;
+
+use hopper::{Finish, FinishResult, JobState, Lease, Outcome};
+
+use super::{Harness, completed, job, retry, secs};
+
+pub async fn complete_with_the_current_lease_is_recorded(h: &Harness) -> anyhow::Result<()> {
+    let id = h.insert(job("done", "default")).await?;
+    let claimed = h.claim_one("default").await?;
+    h.advance(Duration::from_secs(3));
+    let result = h
+        .finish(claimed.lease, Outcome::Completed { duration_ms: 2999 })
+        .await?;
+    assert_eq!(result, FinishResult::Recorded(JobState::Completed));
+    let got = h.get(id).await?;
+    assert_eq!(got.state, JobState::Completed);
+    assert_eq!(got.duration_ms, Some(2999));
+    assert_eq!(got.finished_at, Some(h.now()));
+    assert_eq!(got.lease_expires_at, None);
+    assert!(got.errors.is_empty());
+    assert!(h.claim("default", 10).await?.is_empty());
+    Ok(())
+}
+
+pub async fn retry_schedules_after_the_delay_and_records_the_error(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let id = h
+        .insert(job("flaky", "default").with_max_attempts(3))
+        .await?;
+    let claimed = h.claim_one("default").await?;
+    h.advance(Duration::from_secs(2));
+    let result = h
+        .finish(
+            claimed.lease,
+            Outcome::Retry {
+                error: "connection refused".into(),
+                retry_in: Duration::from_secs(60),
+                duration_ms: 1234,
+            },
+        )
+        .await?;
+    assert_eq!(result, FinishResult::Recorded(JobState::Scheduled));
+    let got = h.get(id).await?;
+    assert_eq!(got.state, JobState::Scheduled);
+    assert_eq!(got.run_at, h.now() + secs(60));
+    assert_eq!(got.finished_at, None);
+    assert_eq!(got.lease_expires_at, None);
+    assert_eq!(got.errors.len(), 1);
+    let e = &got.errors[0];
+    assert_eq!(e.attempt, 1);
+    assert_eq!(e.error, "connection refused");
+    assert_eq!(e.duration_ms, Some(1234));
+    assert_eq!(e.at, h.now());
+    assert_eq!(e.node, Some(h.node.id));
+
+    // Not before the delay…
+    h.advance(Duration::from_secs(59));
+    assert_eq!(h.promote().await?, 0);
+    assert!(h.claim("default", 1).await?.is_empty());
+    // …then again, as the second counted attempt.
+    h.advance(Duration::from_secs(1));
+    assert_eq!(h.promote().await?, 1);
+    let again = h.claim_one("default").await?;
+    assert_eq!(again.lease.attempt, 2);
+    assert_eq!(again.counted_attempt, 2);
+    Ok(())
+}
+
+pub async fn last_attempt_dead_letters_keeping_every_error(h: &Harness) -> anyhow::Result<()> {
+    let id = h
+        .insert(job("doomed", "default").with_max_attempts(3))
+        .await?;
+    for attempt in 1..=3 {
+        let claimed = h.claim_one("default").await?;
+        assert_eq!(claimed.counted_attempt, attempt);
+        let result = h
+            .finish(
+                claimed.lease,
+                retry(&format!("failure {attempt}"), Duration::from_secs(10)),
+            )
+            .await?;
+        let expected = if attempt < 3 {
+            JobState::Scheduled
+        } else {
+            JobState::Failed
+        };
+        assert_eq!(result, FinishResult::Recorded(expected));
+        h.advance(Duration::from_secs(10));
+        h.promote().await?;
+    }
+    let got = h.get(id).await?;
+    assert_eq!(got.state, JobState::Failed);
+    assert_eq!(got.finished_at, Some(h.now() - secs(10)));
+    let history: Vec<(i32, &str)> = got
+        .errors
+        .iter()
+        .map(|e| (e.attempt, e.error.as_str()))
+        .collect();
+    assert_eq!(
+        history,
+        vec![(1, "failure 1"), (2, "failure 2"), (3, "failure 3")]
+    );
+    assert!(
+        h.claim("default", 1).await?.is_empty(),
+        "dead letters stay put"
+    );
+    Ok(())
+}
+
+pub async fn failed_outcome_dead_letters_at_once(h: &Harness) -> anyhow::Result<()> {
+    let id = h.insert(job("bad", "default")).await?;
+    let claimed = h.claim_one("default").await?;
+    let result = h
+        .finish(
+            claimed.lease,
+            Outcome::Failed {
+                error: "invalid recipient".into(),
+                duration_ms: 3,
+            },
+        )
+        .await?;
+    assert_eq!(result, FinishResult::Recorded(JobState::Failed));
+    let got = h.get(id).await?;
+    assert_eq!(got.state, JobState::Failed);
+    assert_eq!(got.max_attempts, 25, "attempts were left, yet it failed");
+    assert_eq!(got.finished_at, Some(h.now()));
+    assert_eq!(got.errors.len(), 1);
+    assert_eq!(got.errors[0].error, "invalid recipient");
+    assert_eq!(got.errors[0].duration_ms, Some(3));
+    Ok(())
+}
+
+pub async fn snooze_does_not_use_an_attempt(h: &Harness) -> anyhow::Result<()> {
+    let id = h
+        .insert(job("later", "default").with_max_attempts(1))
+        .await?;
+    let claimed = h.claim_one("default").await?;
+    let result = h
+        .finish(
+            claimed.lease,
+            Outcome::Snoozed {
+                retry_in: Duration::from_secs(30),
+            },
+        )
+        .await?;
+    assert_eq!(result, FinishResult::Recorded(JobState::Scheduled));
+    let got = h.get(id).await?;
+    assert_eq!(got.state, JobState::Scheduled);
+    assert_eq!(got.run_at, h.now() + secs(30));
+    assert_eq!(got.uncounted, 1);
+    assert!(got.errors.is_empty(), "a snooze is not an error");
+
+    h.advance(Duration::from_secs(30));
+    assert_eq!(h.promote().await?, 1);
+    let again = h.claim_one("default").await?;
+    assert_eq!(again.lease.attempt, 2, "a new lease");
+    assert_eq!(again.counted_attempt, 1, "still the first counted attempt");
+    // That was the only counted attempt: failing it now dead-letters the job.
+    let result = h
+        .finish(again.lease, retry("real failure", Duration::from_secs(1)))
+        .await?;
+    assert_eq!(result, FinishResult::Recorded(JobState::Failed));
+    Ok(())
+}
+
+pub async fn release_makes_the_job_available_at_once_uncounted(h: &Harness) -> anyhow::Result<()> {
+    let id = h
+        .insert(job("handback", "default").with_max_attempts(1))
+        .await?;
+    let claimed = h.claim_one("default").await?;
+    let result = h.finish(claimed.lease, Outcome::Released).await?;
+    assert_eq!(result, FinishResult::Recorded(JobState::Available));
+    let got = h.get(id).await?;
+    assert_eq!(got.state, JobState::Available);
+    assert_eq!(got.run_at, h.now());
+    assert_eq!((got.attempt, got.uncounted), (1, 1));
+    assert_eq!(got.lease_expires_at, None);
+    assert!(got.errors.is_empty());
+    let again = h.claim_one("default").await?;
+    assert_eq!(again.counted_attempt, 1);
+    let result = h.finish(again.lease, completed()).await?;
+    assert_eq!(result, FinishResult::Recorded(JobState::Completed));
+    Ok(())
+}
+
+pub async fn finish_many_answers_each_outcome_in_order(h: &Harness) -> anyhow::Result<()> {
+    for _ in 0..5 {
+        h.insert(job("batch", "default")).await?;
+    }
+    let mut claimed = h.claim("default", 5).await?;
+    claimed.sort_by_key(|c| c.lease.job_id);
+    let lease = |i: usize| claimed[i].lease;
+    let stale = Lease {
+        job_id: claimed[4].lease.job_id,
+        attempt: 99,
+    };
+    let finishes = vec![
+        Finish {
+            lease: lease(3),
+            outcome: Outcome::Snoozed {
+                retry_in: Duration::from_secs(1),
+            },
+        },
+        Finish {
+            lease: lease(0),
+            outcome: completed(),
+        },
+        Finish {
+            lease: stale,
+            outcome: completed(),
+        },
+        Finish {
+            lease: lease(1),
+            outcome: retry("again", Duration::from_secs(5)),
+        },
+        Finish {
+            lease: lease(2),
+            outcome: Outcome::Failed {
+                error: "never".into(),
+                duration_ms: 1,
+            },
+        },
+        Finish {
+            lease: lease(4),
+            outcome: Outcome::Released,
+        },
+    ];
+    let results = h.backend.job_finish_many(&finishes).await?;
+    assert_eq!(
+        results,
+        vec![
+            FinishResult::Recorded(JobState::Scheduled),
+            FinishResult::Recorded(JobState::Completed),
+            FinishResult::LeaseLost,
+            FinishResult::Recorded(JobState::Scheduled),
+            FinishResult::Recorded(JobState::Failed),
+            FinishResult::Recorded(JobState::Available),
+        ]
+    );
+    let states = [
+        JobState::Completed,
+        JobState::Scheduled,
+        JobState::Failed,
+        JobState::Scheduled,
+        JobState::Available,
+    ];
+    for (i, state) in states.into_iter().enumerate() {
+        assert_eq!(h.get(lease(i).job_id).await?.state, state, "job {i}");
+    }
+    assert!(h.backend.job_finish_many(&[]).await?.is_empty());
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! Leases as fencing tokens: only the current attempt may report, extend or finish.
+
+use std::time::Duration;
+
+use hopper::{Finish, FinishResult, JobState, Lease, Outcome};
+
+use super::{Harness, completed, job, retry, secs};
+
+/// A job whose first lease expired, was rescued, and was claimed again: returns the stale
+/// lease (attempt 1) and the current one (attempt 2).
+async fn stale_and_current(h: &Harness) -> anyhow::Result<(Lease, Lease)> {
+    h.insert(job("slow", "default")).await?;
+    let first = h
+        .claim_as(h.node.id, "default", 1, Duration::from_secs(10))
+        .await?;
+    anyhow::ensure!(first.len() == 1, "one job claimed");
+    h.advance(Duration::from_secs(11));
+    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    let second = h.claim_one("default").await?;
+    assert_eq!(second.lease.job_id, first[0].lease.job_id);
+    assert_eq!(second.lease.attempt, first[0].lease.attempt + 1);
+    Ok((first[0].lease, second.lease))
+}
+
+pub async fn stale_lease_outcomes_are_refused_and_change_nothing(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let (stale, current) = stale_and_current(h).await?;
+    let before = h.get(stale.job_id).await?;
+    assert_eq!(before.state, JobState::Running);
+    assert_eq!(before.errors.len(), 1, "the expiry is recorded");
+
+    let outcomes = [
+        completed(),
+        retry("late failure", Duration::from_secs(1)),
+        Outcome::Failed {
+            error: "late permanent failure".into(),
+            duration_ms: 1,
+        },
+        Outcome::Snoozed {
+            retry_in: Duration::from_secs(5),
+        },
+        Outcome::Released,
+    ];
+    for outcome in outcomes {
+        let result = h.finish(stale, outcome.clone()).await?;
+        assert_eq!(result, FinishResult::LeaseLost, "{outcome:?}");
+    }
+    let lost = h
+        .backend
+        .job_extend_many(&[stale], Duration::from_secs(600))
+        .await?;
+    assert_eq!(lost, vec![stale]);
+    assert_eq!(h.get(stale.job_id).await?, before, "nothing changed");
+
+    // The current holder is unaffected, in the same batch as a stale report or alone.
+    let results = h
+        .backend
+        .job_finish_many(&[
+            Finish {
+                lease: current,
+                outcome: completed(),
+            },
+            Finish {
+                lease: stale,
+                outcome: completed(),
+            },
+        ])
+        .await?;
+    assert_eq!(
+        results,
+        vec![
+            FinishResult::Recorded(JobState::Completed),
+            FinishResult::LeaseLost
+        ]
+    );
+    assert_eq!(h.get(stale.job_id).await?.state, JobState::Completed);
+    Ok(())
+}
+
+pub async fn extend_moves_the_lease_forward(h: &Harness) -> anyhow::Result<()> {
+    let id = h.insert(job("long", "default")).await?;
+    let other = h.insert(job("long", "default")).await?;
+    let claimed = h
+        .claim_as(h.node.id, "default", 2, Duration::from_secs(10))
+        .await?;
+    let lease = claimed
+        .iter()
+        .find(|c| c.lease.job_id == id)
+        .expect("claimed")
+        .lease;
+    h.advance(Duration::from_secs(8));
+    let lost = h
+        .backend
+        .job_extend_many(&[lease], Duration::from_secs(10))
+        .await?;
+    assert!(lost.is_empty());
+    assert_eq!(h.get(id).await?.lease_expires_at, Some(h.now() + secs(10)));
+    // At 15 s the other job's lease (10 s) expired, the extended one (18 s) did not.
+    h.advance(Duration::from_secs(7));
+    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    assert_eq!(h.get(other).await?.state, JobState::Available);
+    assert_eq!(h.get(id).await?.state, JobState::Running);
+    h.advance(Duration::from_secs(4));
+    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    assert_eq!(h.get(id).await?.state, JobState::Available);
+    Ok(())
+}
+
+pub async fn finished_job_refuses_a_second_outcome(h: &Harness) -> anyhow::Result<()> {
+    let id = h.insert(job("once", "default")).await?;
+    let claimed = h.claim_one("default").await?;
+    assert_eq!(
+        h.finish(claimed.lease, completed()).await?,
+        FinishResult::Recorded(JobState::Completed)
+    );
+    let done = h.get(id).await?;
+    assert_eq!(
+        h.finish(claimed.lease, retry("after the fact", Duration::ZERO))
+            .await?,
+        FinishResult::LeaseLost
+    );
+    assert_eq!(
+        h.finish(claimed.lease, completed()).await?,
+        FinishResult::LeaseLost
+    );
+    let lost = h
+        .backend
+        .job_extend_many(&[claimed.lease], Duration::from_secs(5))
+        .await?;
+    assert_eq!(lost, vec![claimed.lease]);
+    assert_eq!(h.get(id).await?, done);
+    Ok(())
+}
+
+pub async fn cancel_revokes_a_running_lease(h: &Harness) -> anyhow::Result<()> {
+    let id = h.insert(job("cancel", "default")).await?;
+    let claimed = h.claim_one("default").await?;
+    let record = h.backend.job_cancel(id).await?;
+    assert_eq!(record.state, JobState::Cancelled);
+    assert_eq!(record.finished_at, Some(h.now()));
+    assert_eq!(
+        h.finish(claimed.lease, completed()).await?,
+        FinishResult::LeaseLost
+    );
+    let lost = h
+        .backend
+        .job_extend_many(&[claimed.lease], Duration::from_secs(5))
+        .await?;
+    assert_eq!(lost, vec![claimed.lease]);
+    // Nor does the rescuer bring it back.
+    h.advance(Duration::from_secs(3600));
+    assert_eq!(h.backend.job_rescue_expired().await?, 0);
+    assert_eq!(h.get(id).await?.state, JobState::Cancelled);
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! Recovery: expired leases and dead nodes give their jobs back, as failed attempts.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use hopper::{JobId, JobState};
+
+use super::{Harness, job, node_info};
+
+const TEN_MINUTES: Duration = Duration::from_secs(600);
+
+pub async fn expired_lease_is_rescued_as_a_failed_attempt(h: &Harness) -> anyhow::Result<()> {
+    let id = h
+        .insert(job("vanish", "default").with_max_attempts(3))
+        .await?;
+    let claimed = h
+        .claim_as(h.node.id, "default", 1, Duration::from_secs(10))
+        .await?;
+    assert_eq!(claimed.len(), 1);
+    h.advance(Duration::from_secs(10));
+    assert_eq!(
+        h.backend.job_rescue_expired().await?,
+        0,
+        "a lease is good until it has passed"
+    );
+    assert_eq!(h.get(id).await?.state, JobState::Running);
+    h.advance(Duration::from_secs(1));
+    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    let got = h.get(id).await?;
+    assert_eq!(got.state, JobState::Available);
+    assert_eq!(got.run_at, h.now());
+    assert_eq!(got.lease_expires_at, None);
+    assert_eq!(got.errors.len(), 1);
+    let e = &got.errors[0];
+    assert!(e.error.contains("lease expired"), "{:?}", e.error);
+    assert_eq!(e.attempt, 1);
+    assert_eq!(e.node, Some(h.node.id));
+    assert_eq!(e.at, h.now());
+    let again = h.claim_one("default").await?;
+    assert_eq!(again.counted_attempt, 2, "the expired run counted");
+    Ok(())
+}
+
+pub async fn expired_lease_on_last_attempt_dead_letters(h: &Harness) -> anyhow::Result<()> {
+    let id = h
+        .insert(job("vanish", "default").with_max_attempts(1))
+        .await?;
+    h.claim_as(h.node.id, "default", 1, Duration::from_secs(10))
+        .await?;
+    h.advance(Duration::from_secs(11));
+    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    let got = h.get(id).await?;
+    assert_eq!(got.state, JobState::Failed);
+    assert_eq!(got.finished_at, Some(h.now()));
+    assert!(got.errors[0].error.contains("lease expired"));
+    assert!(h.claim("default", 1).await?.is_empty());
+    Ok(())
+}
+
+pub async fn dead_node_jobs_are_released_before_their_leases_expire(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let dead = node_info("dead");
+    let alive = node_info("alive");
+    h.backend.node_heartbeat(&dead).await?;
+    h.backend.node_heartbeat(&alive).await?;
+    let mut dead_jobs = HashSet::new();
+    for _ in 0..2 {
+        dead_jobs.insert(h.insert(job("n", "default")).await?);
+    }
+    let last_try = h.insert(job("n", "default").with_max_attempts(1)).await?;
+    dead_jobs.insert(last_try);
+    let alive_job = h.insert(job("n", "default")).await?;
+    let claimed = h.claim_as(dead.id, "default", 3, TEN_MINUTES).await?;
+    let claimed: HashSet<JobId> = claimed.iter().map(|c| c.lease.job_id).collect();
+    assert_eq!(claimed, dead_jobs);
+    assert_eq!(
+        h.claim_as(alive.id, "default", 1, TEN_MINUTES).await?[0]
+            .lease
+            .job_id,
+        alive_job
+    );
+
+    // 40 s later the alive node has heartbeated, the dead one has not.
+    h.advance(Duration::from_secs(40));
+    h.backend.node_heartbeat(&alive).await?;
+    h.backend.node_heartbeat(&h.node).await?;
+    assert_eq!(
+        h.backend.job_rescue_expired().await?,
+        0,
+        "leases still good"
+    );
+    let released = h.backend.node_release_dead(Duration::from_secs(30)).await?;
+    assert_eq!(released, 3);
+    for id in &dead_jobs {
+        let got = h.get(*id).await?;
+        let expected = if *id == last_try {
+            JobState::Failed
+        } else {
+            JobState::Available
+        };
+        assert_eq!(got.state, expected);
+        assert_eq!(got.lease_expires_at, None);
+        assert_eq!(got.errors.len(), 1);
+        assert!(
+            got.errors[0].error.contains("stopped heartbeating"),
+            "{:?}",
+            got.errors[0].error
+        );
+        assert_eq!(got.errors[0].node, Some(dead.id));
+    }
+    let kept = h.get(alive_job).await?;
+    assert_eq!(kept.state, JobState::Running);
+    assert_eq!(kept.node_id, Some(alive.id));
+    assert!(kept.errors.is_empty());
+    assert_eq!(h.claim("default", 10).await?.len(), 2);
+    // The dead node is forgotten: asking again releases nothing.
+    assert_eq!(
+        h.backend.node_release_dead(Duration::from_secs(30)).await?,
+        0
+    );
+    Ok(())
+}
+
+pub async fn heartbeating_node_keeps_its_jobs(h: &Harness) -> anyhow::Result<()> {
+    let node = node_info("steady");
+    h.backend.node_heartbeat(&node).await?;
+    let id = h.insert(job("n", "default")).await?;
+    h.claim_as(node.id, "default", 1, TEN_MINUTES).await?;
+    for _ in 0..3 {
+        h.advance(Duration::from_secs(20));
+        h.backend.node_heartbeat(&node).await?;
+        h.backend.node_heartbeat(&h.node).await?;
+        assert_eq!(
+            h.backend.node_release_dead(Duration::from_secs(30)).await?,
+            0
+        );
+    }
+    assert_eq!(h.get(id).await?.state, JobState::Running);
+    // A node that deregistered cleanly is not "dead": nothing of it is released.
+    h.backend.node_deregister(node.id).await?;
+    h.advance(Duration::from_secs(60));
+    assert_eq!(
+        h.backend.node_release_dead(Duration::from_secs(30)).await?,
+        0
+    );
+    Ok(())
+}
