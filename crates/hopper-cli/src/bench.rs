@@ -1,11 +1,117 @@
-//! `hopper bench`.
+//! `hopper bench`: the standard workloads of `BENCHMARK.md`, run against the configured
+//! database, all on the queue `bench` with jobs of kind `bench`.
+//!
+//! - `enqueue` (W1): bulk enqueue through [`hopper::Client::insert_many`], 1,000 per call;
+//! - `enqueue-single` (W2): one [`hopper::Client::insert`] at a time, sequential;
+//! - `drain` (W3): a [`hopper::Runtime`] runs until no unfinished bench job is left in the
+//!   database, whoever enqueued them, then shuts down (so a killed drain, started again,
+//!   finishes the work);
+//! - `latency` (W4): enqueue→start latency on an idle runtime at 200 jobs/s;
+//! - `all`: clear the bench queue, W1, W3 (draining W1's jobs), W2, clear, W4.
+//!
+//! Each workload prints one line of text, or one JSON object per line with `--json`. The
+//! figures and how they compare with PostgreSQL's own limits are in `docs/benchmarks.md`.
+
+mod db;
+mod drain;
+mod enqueue;
+mod job;
+mod latency;
+mod report;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use hopper::Backend;
+use anyhow::Context;
+use hopper::{Backend, Client};
 
-use crate::cli::BenchArgs;
+use crate::cli::{BenchArgs, Workload};
 
-pub async fn run(_backend: Arc<dyn Backend>, _args: BenchArgs, _json: bool) -> anyhow::Result<()> {
-    anyhow::bail!("bench: not built yet")
+pub use report::Report;
+
+/// The queue every bench job goes to.
+pub const QUEUE: &str = "bench";
+
+/// Everything a workload needs: the client, the options, how to print.
+#[derive(Debug)]
+pub struct Bench {
+    /// The client on the configured database.
+    pub client: Client,
+    /// Worker concurrency for drain and latency.
+    pub concurrency: usize,
+    /// How long each bench job sleeps.
+    pub work: Duration,
+    /// The timeout (and lease) of the bench jobs a runtime runs, if set.
+    pub job_timeout: Option<Duration>,
+    /// Print JSON lines instead of text (and no progress bars).
+    pub json: bool,
+}
+
+impl Bench {
+    /// Prints one workload's figures.
+    fn print(&self, report: &Report) {
+        if self.json {
+            println!("{}", report.to_json());
+        } else {
+            println!("{report}");
+        }
+    }
+}
+
+/// Runs the workload(s) chosen by `args`.
+pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyhow::Result<()> {
+    let job_timeout = args
+        .job_timeout
+        .as_deref()
+        .map(humantime::parse_duration)
+        .transpose()
+        .context("--job-timeout (e.g. 2s, 500ms)")?;
+    if job_timeout.is_some_and(|t| t < Duration::from_millis(10)) {
+        anyhow::bail!("--job-timeout must be at least 10ms");
+    }
+    if args.concurrency == 0 {
+        anyhow::bail!("--concurrency must be at least 1");
+    }
+    let bench = Bench {
+        client: Client::new(backend),
+        concurrency: args.concurrency,
+        work: Duration::from_millis(args.work_ms),
+        job_timeout,
+        json,
+    };
+    let jobs = args.jobs;
+    match args.workload {
+        Workload::Enqueue => bench.print(&enqueue::bulk(&bench, jobs.unwrap_or(100_000)).await?),
+        Workload::EnqueueSingle => {
+            bench.print(&enqueue::single(&bench, jobs.unwrap_or(10_000)).await?)
+        }
+        Workload::Drain => bench.print(&drain::run(&bench).await?),
+        Workload::Latency => bench.print(&latency::run(&bench, jobs.unwrap_or(2_000)).await?),
+        Workload::All => all(&bench, jobs).await?,
+    }
+    Ok(())
+}
+
+/// W1, W3, W2, W4 in the order and with the housekeeping of `bench-peers/harness.py`:
+/// `VACUUM ANALYZE` after the bulk enqueue and after the clear before W4.
+async fn all(bench: &Bench, jobs: Option<u64>) -> anyhow::Result<()> {
+    clear(bench).await?;
+    bench.print(&enqueue::bulk(bench, jobs.unwrap_or(100_000)).await?);
+    db::vacuum(&bench.client).await?;
+    bench.print(&drain::run(bench).await?);
+    bench.print(&enqueue::single(bench, jobs.map_or(10_000, |n| n / 10).max(1)).await?);
+    clear(bench).await?;
+    db::vacuum(&bench.client).await?;
+    bench.print(&latency::run(bench, jobs.map_or(2_000, |n| n / 50).max(1)).await?);
+    Ok(())
+}
+
+/// Deletes every bench job that is not running.
+async fn clear(bench: &Bench) -> anyhow::Result<()> {
+    bench
+        .client
+        .clear(Some(QUEUE))
+        .await
+        .context("clearing the bench queue")?;
+    Ok(())
 }

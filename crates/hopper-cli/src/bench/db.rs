@@ -1,0 +1,52 @@
+//! The two database reads the bench makes itself: how many bench jobs are unfinished, and
+//! `VACUUM ANALYZE` between workloads (as `bench-peers/harness.py` does for every system).
+
+use anyhow::Context;
+use hopper::{Client, PgBackend};
+
+use super::QUEUE;
+
+/// `unfinished.sql`, written against the schema `hopper`.
+const UNFINISHED_SQL: &str = include_str!("unfinished.sql");
+
+fn postgres(client: &Client) -> Option<&PgBackend> {
+    client.backend().as_any().downcast_ref::<PgBackend>()
+}
+
+/// `sql` for the backend's schema (a checked plain identifier, see `PgOptions::schema`).
+fn bind(sql: &str, pg: &PgBackend) -> String {
+    sql.replace("hopper.", &format!("{}.", pg.schema()))
+}
+
+/// Bench jobs scheduled, available or running, whoever enqueued them.
+pub async fn unfinished(client: &Client) -> anyhow::Result<u64> {
+    let Some(pg) = postgres(client) else {
+        // Another backend: its stats, which may cost a table scan.
+        let stats = client.stats().await?;
+        let queue = stats.iter().find(|s| s.queue == QUEUE);
+        let n = queue.map_or(0, |s| s.scheduled + s.available + s.running);
+        return Ok(u64::try_from(n).unwrap_or(0));
+    };
+    let conn = pg.pool().get().await.context("counting unfinished jobs")?;
+    let statement = conn
+        .prepare_cached(&bind(UNFINISHED_SQL, pg))
+        .await
+        .context("counting unfinished jobs")?;
+    let row = conn
+        .query_one(&statement, &[&QUEUE])
+        .await
+        .context("counting unfinished jobs")?;
+    let n: i64 = row.try_get(0).context("counting unfinished jobs")?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// `VACUUM ANALYZE` of the jobs table (PostgreSQL only; elsewhere nothing).
+pub async fn vacuum(client: &Client) -> anyhow::Result<()> {
+    if let Some(pg) = postgres(client) {
+        let conn = pg.pool().get().await.context("vacuum")?;
+        conn.batch_execute(&bind("VACUUM ANALYZE hopper.jobs", pg))
+            .await
+            .context("vacuum analyze of the jobs table")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! W3: run a worker until no unfinished bench job is left in the database.
+//!
+//! The jobs may come from anyone: W1 of the same run, another process, or a drain that was
+//! killed (its jobs come back when their leases expire, `--job-timeout` bounds that). The
+//! time runs from just before the runtime starts until the database counts none
+//! unfinished, polled every [`POLL`]; the graceful shutdown after that is not timed.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hopper::{Runtime, RuntimeConfig, Workers};
+
+use super::job::BenchWorker;
+use super::report::progress;
+use super::{Bench, QUEUE, Report, db};
+
+/// How often the drain counts unfinished jobs.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// The runtime every workload runs: the bench queue, `--concurrency`, and a lease of
+/// `--job-timeout` when given, so a killed run's jobs come back that soon.
+pub fn runtime_config(bench: &Bench) -> RuntimeConfig {
+    let defaults = RuntimeConfig::default();
+    RuntimeConfig {
+        queues: vec![QUEUE.to_owned()],
+        concurrency: bench.concurrency,
+        lease: bench.job_timeout.unwrap_or(defaults.lease),
+        node_name: Some(format!("hopper-bench:{}", std::process::id())),
+        ..defaults
+    }
+}
+
+/// Runs W3 and reports the jobs that were unfinished at its start over the time taken.
+pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
+    let jobs = db::unfinished(&bench.client).await?;
+    let bar = progress(jobs, "W3 drain", bench.json);
+    let mut workers = Workers::new();
+    workers.register(BenchWorker {
+        work: bench.work,
+        timeout: bench.job_timeout,
+        latencies: None,
+    });
+    let runtime = Runtime::new(
+        bench.client.backend().clone(),
+        workers,
+        runtime_config(bench),
+    );
+    let started = Instant::now();
+    let handle = runtime.start().await.context("starting the runtime")?;
+    let waited = wait_until_drained(bench, jobs, &bar).await;
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    handle.shutdown().await;
+    waited?;
+    let mut report = Report::new("drain", "W3", jobs, seconds);
+    report.concurrency = Some(bench.concurrency);
+    Ok(report)
+}
+
+/// Polls until no bench job is unfinished, moving the bar as they finish.
+async fn wait_until_drained(
+    bench: &Bench,
+    jobs: u64,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<()> {
+    loop {
+        let left = db::unfinished(&bench.client).await?;
+        if left == 0 {
+            return Ok(());
+        }
+        bar.set_position(jobs.saturating_sub(left));
+        tokio::time::sleep(POLL).await;
+    }
+}
