@@ -1,32 +1,351 @@
 //! Admin commands: migrate, enqueue, jobs, stats.
+//!
+//! User input is parsed and validated before anything connects ([`new_job`],
+//! [`JobsAction::parse`]), so bad input is reported in one line, exits non-zero and writes
+//! nothing, whether or not the database is reachable.
 
+use std::io::Read;
+use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use hopper::Backend;
+use anyhow::Context;
+use chrono::{DateTime, SecondsFormat, Utc};
+use hopper::{Backend, JobId, JobListParams, JobRecord, JobState, NewJob, Priority, QueueStats};
+use serde_json::json;
 
 use crate::cli::{EnqueueArgs, JobsCommand};
 
-pub async fn migrate(backend: &Arc<dyn Backend>, _json: bool) -> anyhow::Result<()> {
+/// `hopper migrate`: applies pending migrations and says so.
+pub async fn migrate(backend: &Arc<dyn Backend>, schema: &str, json: bool) -> anyhow::Result<()> {
     backend.migrate().await?;
+    if json {
+        print_json(&json!({ "migrated": true, "schema": schema }))
+    } else {
+        println!("schema {schema} is up to date");
+        Ok(())
+    }
+}
+
+/// Builds and validates the job `hopper enqueue` asks for, without touching the database.
+pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
+    let payload = read_args(&args.args)?;
+    let priority = Priority::from_str(&args.priority)?;
+    let timeout = parse_duration("--timeout", &args.timeout)?;
+    let mut job = NewJob::new(&args.kind, payload)
+        .with_queue(&args.queue)
+        .with_priority(priority)
+        .with_max_attempts(args.max_attempts)
+        .with_timeout(timeout);
+    if let Some(delay) = &args.delay {
+        job = job.with_delay(parse_duration("--delay", delay)?);
+    }
+    if let Some(at) = &args.run_at {
+        let at = DateTime::parse_from_rfc3339(at).with_context(|| {
+            format!("--run-at {at:?} is not an RFC 3339 time such as 2026-11-22T10:00:00Z")
+        })?;
+        job = job.with_run_at(at.with_timezone(&Utc));
+    }
+    job.validate()?;
+    Ok(job)
+}
+
+/// `hopper enqueue`: inserts the job built by [`new_job`] and prints its id.
+pub async fn enqueue(backend: &Arc<dyn Backend>, job: NewJob, json: bool) -> anyhow::Result<()> {
+    let id = hopper::Client::new(backend.clone()).insert(job).await?;
+    if json {
+        print_json(&json!({ "id": id }))
+    } else {
+        println!("{id}");
+        Ok(())
+    }
+}
+
+/// A `hopper jobs …` command with its input parsed.
+#[derive(Debug)]
+pub enum JobsAction {
+    /// List jobs matching the filters.
+    List(JobListParams),
+    /// Show one job.
+    Show(JobId),
+    /// Retry one failed or cancelled job.
+    Retry(JobId),
+    /// Cancel one unfinished job.
+    Cancel(JobId),
+}
+
+impl JobsAction {
+    /// Parses ids and states, refusing malformed ones.
+    pub fn parse(cmd: JobsCommand) -> anyhow::Result<Self> {
+        Ok(match cmd {
+            JobsCommand::List {
+                queue,
+                state,
+                kind,
+                limit,
+            } => JobsAction::List(JobListParams {
+                queue,
+                state: state.as_deref().map(JobState::from_str).transpose()?,
+                kind,
+                before: None,
+                limit,
+            }),
+            JobsCommand::Show { id } => JobsAction::Show(parse_id(&id)?),
+            JobsCommand::Retry { id } => JobsAction::Retry(parse_id(&id)?),
+            JobsCommand::Cancel { id } => JobsAction::Cancel(parse_id(&id)?),
+        })
+    }
+}
+
+/// `hopper jobs …`.
+pub async fn jobs(
+    backend: &Arc<dyn Backend>,
+    action: JobsAction,
+    json: bool,
+) -> anyhow::Result<()> {
+    let client = hopper::Client::new(backend.clone());
+    match action {
+        JobsAction::List(params) => {
+            let jobs = client.jobs(&params).await?;
+            if json {
+                print_json(&jobs)
+            } else {
+                print_job_table(&jobs);
+                Ok(())
+            }
+        }
+        JobsAction::Show(id) => {
+            let job = client
+                .job(id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("not found: job {id}"))?;
+            if json {
+                print_json(&job)
+            } else {
+                print_job(&job);
+                Ok(())
+            }
+        }
+        JobsAction::Retry(id) => print_new_state(&client.retry(id).await?, json),
+        JobsAction::Cancel(id) => print_new_state(&client.cancel(id).await?, json),
+    }
+}
+
+/// `hopper stats`: counts by queue and state, and the oldest available job's age.
+pub async fn stats(backend: &Arc<dyn Backend>, json: bool) -> anyhow::Result<()> {
+    let queues = backend.queue_stats().await?;
+    if json {
+        // A struct rather than `json!`, so the fields keep their documented order.
+        #[derive(serde::Serialize)]
+        struct Stats<'a> {
+            queues: &'a [QueueStats],
+        }
+        return print_json(&Stats { queues: &queues });
+    }
+    if queues.is_empty() {
+        println!("no jobs");
+        return Ok(());
+    }
+    let rows = queues.iter().map(stats_row).collect();
+    print_table(
+        "",
+        &[
+            "QUEUE",
+            "AVAILABLE",
+            "SCHEDULED",
+            "RUNNING",
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "OLDEST AVAILABLE",
+        ],
+        rows,
+    );
     Ok(())
 }
 
-pub async fn enqueue(
-    _backend: &Arc<dyn Backend>,
-    _args: EnqueueArgs,
-    _json: bool,
-) -> anyhow::Result<()> {
-    anyhow::bail!("enqueue: not built yet")
+fn stats_row(s: &QueueStats) -> Vec<String> {
+    let oldest = if s.available == 0 {
+        "-".to_owned()
+    } else {
+        format_age(s.oldest_available_secs)
+    };
+    vec![
+        s.queue.clone(),
+        s.available.to_string(),
+        s.scheduled.to_string(),
+        s.running.to_string(),
+        s.completed.to_string(),
+        s.failed.to_string(),
+        s.cancelled.to_string(),
+        oldest,
+    ]
 }
 
-pub async fn jobs(
-    _backend: &Arc<dyn Backend>,
-    _cmd: JobsCommand,
-    _json: bool,
-) -> anyhow::Result<()> {
-    anyhow::bail!("jobs: not built yet")
+/// The job arguments: inline JSON, `@path` for a file, or `-` for stdin.
+fn read_args(spec: &str) -> anyhow::Result<serde_json::Value> {
+    let (text, source) = if spec == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read --args from stdin")?;
+        (text, "stdin".to_owned())
+    } else if let Some(path) = spec.strip_prefix('@') {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --args from {path}"))?;
+        (text, path.to_owned())
+    } else {
+        (spec.to_owned(), "--args".to_owned())
+    };
+    serde_json::from_str(&text).with_context(|| format!("{source} is not valid JSON"))
 }
 
-pub async fn stats(_backend: &Arc<dyn Backend>, _json: bool) -> anyhow::Result<()> {
-    anyhow::bail!("stats: not built yet")
+fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+    humantime::parse_duration(text)
+        .with_context(|| format!("{flag} {text:?} is not a duration such as 10s, 5m or 1h30m"))
+}
+
+fn parse_id(text: &str) -> anyhow::Result<JobId> {
+    JobId::parse_str(text).map_err(|_| {
+        anyhow::anyhow!(
+            "invalid job id {text:?}: expected a UUID such as 0192f5c4-7d2e-7b61-9a4c-3f0e8d2b1a55"
+        )
+    })
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn print_new_state(job: &JobRecord, json: bool) -> anyhow::Result<()> {
+    if json {
+        print_json(job)
+    } else {
+        println!("job {} is now {}", job.id, job.state);
+        Ok(())
+    }
+}
+
+fn print_job_table(jobs: &[JobRecord]) {
+    if jobs.is_empty() {
+        println!("no jobs");
+        return;
+    }
+    let rows = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.to_string(),
+                j.queue.clone(),
+                j.kind.clone(),
+                j.state.to_string(),
+                j.priority.to_string(),
+                format!("{}/{}", j.attempt - j.uncounted, j.max_attempts),
+                time(j.run_at),
+            ]
+        })
+        .collect();
+    print_table(
+        "",
+        &[
+            "ID", "QUEUE", "KIND", "STATE", "PRIORITY", "ATTEMPTS", "RUN AT",
+        ],
+        rows,
+    );
+}
+
+fn print_job(j: &JobRecord) {
+    let field = |name: &str, value: String| println!("{name:<14}{value}");
+    let optional = |t: Option<DateTime<Utc>>| t.map_or_else(|| "-".to_owned(), time);
+    field("id", j.id.to_string());
+    field("queue", j.queue.clone());
+    field("kind", j.kind.clone());
+    field("state", j.state.to_string());
+    field("priority", format!("{} ({})", j.priority, j.priority.0));
+    field("args", j.args.to_string());
+    field("run at", time(j.run_at));
+    field(
+        "attempts",
+        format!(
+            "{} of {} used ({} claims in all)",
+            j.attempt - j.uncounted,
+            j.max_attempts,
+            j.attempt
+        ),
+    );
+    field("timeout", format_ms(i64::from(j.timeout_ms)));
+    field(
+        "node",
+        j.node_id.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+    );
+    field("lease expires", optional(j.lease_expires_at));
+    field("created at", time(j.created_at));
+    field("attempted at", optional(j.attempted_at));
+    field("finished at", optional(j.finished_at));
+    field(
+        "duration",
+        j.duration_ms.map_or_else(|| "-".to_owned(), format_ms),
+    );
+    if j.errors.is_empty() {
+        field("errors", "none".to_owned());
+        return;
+    }
+    println!("errors ({}):", j.errors.len());
+    let rows = j
+        .errors
+        .iter()
+        .map(|e| {
+            vec![
+                e.attempt.to_string(),
+                time(e.at),
+                e.duration_ms.map_or_else(|| "-".to_owned(), format_ms),
+                e.error.clone(),
+            ]
+        })
+        .collect();
+    print_table("  ", &["ATTEMPT", "AT", "DURATION", "ERROR"], rows);
+}
+
+/// Prints `rows` under `headers`, each column as wide as its widest cell, every line
+/// starting with `indent`.
+fn print_table(indent: &str, headers: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut out = indent.to_owned();
+        for (cell, width) in cells.iter().zip(&widths) {
+            out.push_str(&format!("{cell:<width$}  "));
+        }
+        println!("{}", out.trim_end());
+    };
+    line(&headers.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>());
+    for row in &rows {
+        line(row);
+    }
+}
+
+fn time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+fn format_ms(ms: i64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        humantime::format_duration(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+            .to_string()
+    }
+}
+
+fn format_age(secs: f64) -> String {
+    if secs < 1.0 {
+        format!("{:.0} ms", secs.max(0.0) * 1000.0)
+    } else {
+        humantime::format_duration(Duration::from_secs(secs as u64)).to_string()
+    }
 }

@@ -50,7 +50,7 @@ pub struct EnqueueArgs {
     /// The kind of job (which worker runs it).
     #[arg(long)]
     pub kind: String,
-    /// The arguments, a JSON object or array.
+    /// The arguments, a JSON object or array; `@path` reads them from a file, `-` from stdin.
     #[arg(long, default_value = "{}")]
     pub args: String,
     /// high, normal, low, or a number (lower runs first).

@@ -26,34 +26,58 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
 }
 
+/// The error and its causes on one line, each cause once (a message that already ends
+/// with its cause's text does not repeat it).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let backend = open(&cli).await?;
+    let (url, schema, json) = (cli.database_url.as_deref(), cli.schema.as_str(), cli.json);
     match cli.command {
-        Command::Migrate => admin::migrate(&backend, cli.json).await,
-        Command::Enqueue(args) => admin::enqueue(&backend, args, cli.json).await,
-        Command::Jobs(cmd) => admin::jobs(&backend, cmd, cli.json).await,
-        Command::Stats => admin::stats(&backend, cli.json).await,
-        Command::Demo(args) => demo::run(backend, args, cli.json).await,
-        Command::Bench(args) => bench::run(backend, args, cli.json).await,
+        Command::Migrate => admin::migrate(&open(url, schema).await?, schema, json).await,
+        Command::Enqueue(args) => {
+            // Bad input is refused before connecting, so it never writes anything.
+            let job = admin::new_job(&args)?;
+            admin::enqueue(&open(url, schema).await?, job, json).await
+        }
+        Command::Jobs(cmd) => {
+            let action = admin::JobsAction::parse(cmd)?;
+            admin::jobs(&open(url, schema).await?, action, json).await
+        }
+        Command::Stats => admin::stats(&open(url, schema).await?, json).await,
+        Command::Demo(args) => demo::run(open(url, schema).await?, args, json).await,
+        Command::Bench(args) => bench::run(open(url, schema).await?, args, json).await,
     }
 }
 
 /// Connects to the configured database.
-async fn open(cli: &Cli) -> anyhow::Result<Arc<dyn Backend>> {
-    let Some(url) = cli.database_url.as_deref() else {
+async fn open(url: Option<&str>, schema: &str) -> anyhow::Result<Arc<dyn Backend>> {
+    let Some(url) = url else {
         anyhow::bail!("no database: set DATABASE_URL or pass --database-url postgres://…");
     };
     let options = PgOptions {
-        schema: cli.schema.clone(),
+        schema: schema.to_owned(),
         ..PgOptions::default()
     };
     hopper::connect(url, options)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))
+        .map_err(|e| anyhow::Error::new(e).context("cannot open the database"))
 }
