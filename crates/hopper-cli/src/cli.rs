@@ -39,6 +39,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run the standard benchmark workloads.
     Bench(BenchArgs),
+    /// Run the network server for clients and workers in any language (ZeroMQ + CBOR).
+    Serve(crate::serve::ServeArgs),
 }
 
 /// `hopper enqueue`.

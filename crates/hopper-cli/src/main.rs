@@ -4,6 +4,7 @@ mod admin;
 mod bench;
 mod cli;
 mod demo;
+mod serve;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -65,6 +66,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stats => admin::stats(&open(url, schema).await?, json).await,
         Command::Demo(args) => demo::run(open(url, schema).await?, args, json).await,
         Command::Bench(args) => bench::run(open(url, schema).await?, args, json).await,
+        Command::Serve(args) => serve::run(url, schema, args).await,
     }
 }
 

@@ -18,6 +18,10 @@ pub struct Client {
 pub async fn connect(url: &str, options: PgOptions) -> Result<Arc<dyn Backend>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(PgBackend::connect(url, options).await?))
+    } else if url.starts_with("tcp://") {
+        // A `hopper serve` server: `tcp://host:port?token=…` (see `crate::remote`).
+        let remote = crate::remote::RemoteOptions::from_url(url)?;
+        Ok(Arc::new(crate::remote::RemoteBackend::connect(remote).await?))
     } else {
         Err(Error::InvalidInput(format!(
             "unsupported database URL {:?}: expected postgres:// or postgresql://",

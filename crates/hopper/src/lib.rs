@@ -52,6 +52,7 @@
 mod client;
 mod context;
 mod registry;
+pub mod remote;
 mod runtime;
 pub mod testing;
 mod worker;
@@ -65,6 +66,7 @@ pub use hopper_core::{
 };
 pub use hopper_postgres::{PgBackend, PgOptions};
 pub use registry::Workers;
+pub use remote::{RemoteBackend, RemoteOptions};
 pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle};
 pub use worker::{JobError, Worker, default_backoff};
 

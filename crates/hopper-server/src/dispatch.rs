@@ -1,0 +1,186 @@
+//! Dispatch: claiming jobs for the credit workers have free, placing each job with a worker
+//! that serves its queue and kind, and dropping workers that went silent.
+//!
+//! One claim runs at a time, for one queue, sized to the free credit of the workers that
+//! serve that queue (capped at `claim_batch`), so a worker is never promised the same slot
+//! twice. Queues take turns. A short claim means the queue is drained: it is not claimed
+//! from again until a notification, a poll tick, or a resync says it may have jobs.
+//!
+//! A claimed job whose kind no worker with free credit declares (the worker set changed
+//! during the claim, or workers of that queue serve other kinds) is snoozed for
+//! `unplaceable_delay`: back in the queue without using an attempt.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hopper_core::{ClaimParams, ClaimedJob, Finish, Lease, Outcome, Result};
+use hopper_protocol::Reply;
+use tokio::time::Instant;
+
+use crate::convert;
+use crate::server::{Core, Event, Held, hex};
+use crate::tasks;
+
+impl Core {
+    /// Starts a claim if some queue with free worker credit may have jobs.
+    pub(crate) fn dispatch(&mut self) {
+        if self.claiming {
+            return;
+        }
+        let mut free: BTreeMap<&str, usize> = BTreeMap::new();
+        for p in self.peers.values() {
+            let f = p.free();
+            if f == 0 {
+                continue;
+            }
+            for q in &p.queues {
+                *free.entry(q.as_str()).or_default() += f;
+            }
+        }
+        let candidates: Vec<(String, usize)> = free
+            .into_iter()
+            .filter(|(q, _)| self.hot.get(*q).copied().unwrap_or(true))
+            .map(|(q, f)| (q.to_owned(), f))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let (queue, free) = &candidates[self.next_queue % candidates.len()];
+        self.next_queue = self.next_queue.wrapping_add(1);
+        let limit = (*free).min(self.config.claim_batch.max(1));
+        let params = ClaimParams {
+            queue: queue.clone(),
+            node: self.config.node_id,
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            lease: self.config.lease,
+        };
+        self.claiming = true;
+        let backend = self.backend.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let result = backend.job_claim(&params).await;
+            let _ = events
+                .send(Event::Claimed {
+                    queue: params.queue,
+                    limit,
+                    result,
+                })
+                .await;
+        });
+    }
+
+    /// Places claimed jobs with workers.
+    pub(crate) fn on_claimed(
+        &mut self,
+        queue: String,
+        limit: usize,
+        result: Result<Vec<ClaimedJob>>,
+    ) {
+        self.claiming = false;
+        let jobs = match result {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!(error = %e, %queue, "claim failed; retrying at the next poll");
+                self.hot.insert(queue, false);
+                return;
+            }
+        };
+        if jobs.len() < limit {
+            self.hot.insert(queue, false);
+        }
+        let now = Instant::now();
+        for job in jobs {
+            let target = self
+                .peers
+                .iter_mut()
+                .filter(|(_, p)| p.free() > 0 && p.takes(&job.queue, &job.kind))
+                .max_by_key(|(_, p)| p.free());
+            match target {
+                Some((peer, p)) => {
+                    p.held.insert(
+                        job.lease.job_id,
+                        Held {
+                            attempt: job.lease.attempt,
+                            counted_attempt: job.counted_attempt,
+                            sent_at: now,
+                        },
+                    );
+                    let peer = peer.clone();
+                    self.reply(
+                        &peer,
+                        Reply::Order {
+                            job: convert::order(&job),
+                        },
+                    );
+                }
+                None => {
+                    tracing::debug!(job_id = %job.lease.job_id, kind = %job.kind, queue = %job.queue,
+                        "no connected worker with free credit takes this kind; putting it back");
+                    self.queue_finish(
+                        Finish {
+                            lease: job.lease,
+                            outcome: Outcome::Snoozed {
+                                retry_in: self.config.unplaceable_delay,
+                            },
+                        },
+                        None,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Drops peers silent for three heartbeat periods (failing their jobs for a retry at
+    /// once) and refreshes the server's node row.
+    pub(crate) fn sweep(&mut self) {
+        let now = Instant::now();
+        let dead_after = self.config.heartbeat * 3;
+        let silent: Vec<_> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.last_seen) > dead_after)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in silent {
+            let Some(p) = self.peers.remove(&id) else {
+                continue;
+            };
+            let silence = now.duration_since(p.last_seen);
+            tracing::warn!(peer = %hex(&id), name = %p.name, jobs = p.held.len(), ?silence, "peer went silent; dropped");
+            for (job_id, held) in p.held {
+                let error = format!(
+                    "worker {} went silent ({} ms without a message); retrying elsewhere",
+                    p.name,
+                    silence.as_millis()
+                );
+                self.queue_finish(
+                    Finish {
+                        lease: Lease {
+                            job_id,
+                            attempt: held.attempt,
+                        },
+                        outcome: Outcome::Retry {
+                            error,
+                            retry_in: std::time::Duration::ZERO,
+                            duration_ms: 0,
+                        },
+                    },
+                    None,
+                );
+            }
+        }
+        let node = tasks::node_info(&self.config, &self.peers);
+        let backend = self.backend.clone();
+        tokio::spawn(async move {
+            if let Err(e) = backend.node_heartbeat(&node).await {
+                tracing::warn!(error = %e, "node heartbeat failed");
+            }
+        });
+        // Forget queues nobody serves any more.
+        let served: HashMap<&str, ()> = self
+            .peers
+            .values()
+            .flat_map(|p| p.queues.iter().map(|q| (q.as_str(), ())))
+            .collect();
+        self.hot.retain(|q, _| served.contains_key(q.as_str()));
+    }
+}

@@ -1,0 +1,218 @@
+//! `hopper serve`: the network server of hopper (seed 002, extended).
+//!
+//! Three roles: clients submit jobs, this server runs the queue loop against the database,
+//! workers process jobs. Clients and workers connect with ZeroMQ DEALER sockets to the
+//! server's ROUTER and speak the CBOR protocol of [`hopper_protocol`] (described for
+//! implementers in `docs/protocol.md`). Workers need no database credentials: the server
+//! holds a small pool of connections and the one LISTEN, claims jobs only for queues some
+//! connected worker serves, and pushes each job as an `order` to a worker that declared its
+//! kind, never more than the worker's declared concurrency.
+//!
+//! The server keeps no state that matters outside the database. Leases live in the jobs
+//! table under the server's node id, which is stable across restarts
+//! ([`stable_node_id`]): a server that comes back within the node timeout keeps its
+//! in-flight jobs, and reconnecting workers report them as usual. A worker silent for three
+//! heartbeat periods is dropped and its jobs are failed and retried at once.
+//!
+//! ```no_run
+//! # async fn run(backend: std::sync::Arc<dyn hopper_core::Backend>) -> Result<(), hopper_server::ServeError> {
+//! use hopper_server::{Auth, ServeConfig, Server};
+//!
+//! let config = ServeConfig::new(backend, "tcp://127.0.0.1:7010", Auth::Tokens(vec!["s3cret".into()]));
+//! let server = Server::start(config).await?;
+//! println!("listening on {}", server.endpoint());
+//! server.run_until_signal().await;
+//! # Ok(()) }
+//! ```
+
+mod auth;
+mod convert;
+mod dispatch;
+mod server;
+mod tasks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper_core::{Backend, NodeId};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use auth::{
+    Auth, constant_time_eq, default_token_path, generate_token, read_tokens, write_new_token,
+};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The endpoint could not be bound (in use, bad address, unsupported transport).
+    #[error("cannot listen on {endpoint}: {reason}")]
+    Bind {
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        reason: String,
+    },
+    /// The database refused the server's registration.
+    #[error(transparent)]
+    Backend(#[from] hopper_core::Error),
+}
+
+/// How the server runs. [`ServeConfig::new`] gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The storage backend (a PostgreSQL pool of a few connections).
+    pub backend: Arc<dyn Backend>,
+    /// The ZeroMQ endpoint to bind, e.g. `tcp://127.0.0.1:7010` (port 0 picks a free one).
+    pub listen: String,
+    /// Who may connect.
+    pub auth: Auth,
+    /// The node id under which jobs are leased. Default: [`stable_node_id`] of the listen
+    /// endpoint and this host, so a restarted server keeps its in-flight jobs.
+    pub node_id: NodeId,
+    /// A human name for the node row. Default: `hopper serve <listen>`.
+    pub node_name: String,
+    /// How often peers must send something; a worker silent for three periods is dropped.
+    /// Default: 5 s.
+    pub heartbeat: Duration,
+    /// The lease granted per order and renewed by each worker heartbeat. Default: 30 s.
+    pub lease: Duration,
+    /// The largest frame accepted. Default: [`hopper_protocol::MAX_FRAME`] (2 MiB).
+    pub max_frame: usize,
+    /// Most jobs claimed in one statement. Default: 500.
+    pub claim_batch: usize,
+    /// Longest wait between claims of a queue without a notification. Default: 1 s.
+    pub poll_interval: Duration,
+    /// A node (another server or a direct worker process) silent this long is dead and its
+    /// jobs are released. Default: 30 s.
+    pub node_dead_after: Duration,
+    /// How long a claimed job that no connected worker can take (its kind is served by
+    /// none) is put back for, without using an attempt. Default: 1 s.
+    pub unplaceable_delay: Duration,
+}
+
+impl ServeConfig {
+    /// A configuration with every default, listening on `listen`.
+    pub fn new(backend: Arc<dyn Backend>, listen: impl Into<String>, auth: Auth) -> Self {
+        let listen = listen.into();
+        ServeConfig {
+            backend,
+            node_id: stable_node_id(&[&host_name(), &listen]),
+            node_name: format!("hopper serve {listen}"),
+            listen,
+            auth,
+            heartbeat: Duration::from_millis(hopper_protocol::DEFAULT_HEARTBEAT_MS),
+            lease: Duration::from_secs(30),
+            max_frame: hopper_protocol::MAX_FRAME,
+            claim_batch: 500,
+            poll_interval: Duration::from_secs(1),
+            node_dead_after: Duration::from_secs(30),
+            unplaceable_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A node id that is the same every time for the same `parts` (a UUIDv5), e.g. the host,
+/// the schema and the listen endpoint: a server restarted with the same settings takes up
+/// the same node, so its in-flight jobs are not released as a dead node's.
+pub fn stable_node_id(parts: &[&str]) -> NodeId {
+    Uuid::new_v5(
+        &Uuid::NAMESPACE_OID,
+        format!("hopper-serve\0{}", parts.join("\0")).as_bytes(),
+    )
+}
+
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The server: [`Server::start`] binds and returns a [`ServerHandle`].
+#[derive(Debug)]
+pub struct Server;
+
+impl Server {
+    /// Registers the node, binds the endpoint and starts serving in the background.
+    pub async fn start(config: ServeConfig) -> Result<ServerHandle, ServeError> {
+        server::start(config).await
+    }
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct ServerHandle {
+    endpoint: String,
+    node_id: NodeId,
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// The bound endpoint, with the port resolved (`tcp://127.0.0.1:41234`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The node id the server's leases are held under.
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// Stops serving. Workers' leases stay in the database under this node id: a server
+    /// started again with the same node id within the node timeout carries on with them.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        tracing::info!(endpoint = %self.endpoint, "server stopped");
+    }
+
+    /// Stops at once, as a crash would (for fault tests): nothing is flushed.
+    pub fn abort(self) {
+        self.stop.cancel();
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+
+    /// Serves until SIGINT or SIGTERM, then stops.
+    pub async fn run_until_signal(self) {
+        wait_for_signal().await;
+        tracing::info!("signal received; stopping the server");
+        self.shutdown().await;
+    }
+}
+
+/// Binds and serves until SIGINT or SIGTERM.
+pub async fn serve(config: ServeConfig) -> Result<(), ServeError> {
+    Server::start(config).await?.run_until_signal().await;
+    Ok(())
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}

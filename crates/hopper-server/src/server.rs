@@ -1,0 +1,626 @@
+//! The server's event loop: one task owns every peer's state; the database work it starts
+//! runs in spawned tasks that report back as [`Event`]s or reply to the peer directly.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wakeup};
+use hopper_protocol::{
+    ErrorCode, FinishResult, LeaseRef, Reply, Request, Role, VERSION, decode_request,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+use zeromq::{RouterSocket, Socket};
+
+use crate::convert::{self, error_code};
+use crate::tasks::{self, FinishItem};
+use crate::{ServeConfig, ServeError, ServerHandle};
+
+/// A peer's ROUTER routing id.
+pub(crate) type PeerId = Bytes;
+
+/// Something for the loop to handle.
+pub(crate) enum Event {
+    /// A frame from a peer (the last frame of its message).
+    Frame(PeerId, Bytes),
+    /// A claim finished.
+    Claimed {
+        queue: String,
+        limit: usize,
+        result: Result<Vec<ClaimedJob>>,
+    },
+    /// A heartbeat's leases were extended; `lost` are no longer the worker's.
+    HeartbeatDone {
+        peer: PeerId,
+        req: u64,
+        lost: Result<Vec<Lease>>,
+    },
+    /// A database notification.
+    Wakeup(Wakeup),
+}
+
+/// An order a worker holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Held {
+    pub attempt: i32,
+    pub counted_attempt: i32,
+    pub sent_at: Instant,
+}
+
+/// A peer that said hello.
+#[derive(Debug)]
+pub(crate) struct Peer {
+    pub session: Uuid,
+    pub role: Role,
+    pub name: String,
+    /// `None`: any kind.
+    pub kinds: Option<HashSet<String>>,
+    pub queues: Vec<String>,
+    pub concurrency: usize,
+    pub held: HashMap<JobId, Held>,
+    pub last_seen: Instant,
+    /// Said bye: no more orders.
+    pub leaving: bool,
+}
+
+impl Peer {
+    /// Orders it can take now.
+    pub fn free(&self) -> usize {
+        if self.role != Role::Worker || self.leaving {
+            return 0;
+        }
+        self.concurrency.saturating_sub(self.held.len())
+    }
+
+    pub fn takes(&self, queue: &str, kind: &str) -> bool {
+        self.queues.iter().any(|q| q == queue)
+            && self.kinds.as_ref().is_none_or(|k| k.contains(kind))
+    }
+}
+
+/// The settings and channels every part of the loop uses.
+pub(crate) struct Core {
+    pub config: ServeConfig,
+    pub backend: Arc<dyn Backend>,
+    pub peers: HashMap<PeerId, Peer>,
+    pub out: mpsc::Sender<(PeerId, Reply)>,
+    pub events: mpsc::Sender<Event>,
+    pub finisher: mpsc::Sender<FinishItem>,
+    /// Queues that may have jobs ready (a claim was short: not until a wake-up or a poll).
+    pub hot: HashMap<String, bool>,
+    /// A claim is under way (one at a time, so no worker's credit is promised twice).
+    pub claiming: bool,
+    pub next_queue: usize,
+}
+
+pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
+    let backend = config.backend.clone();
+    let node_id = config.node_id;
+    backend
+        .node_heartbeat(&tasks::node_info(&config, &HashMap::new()))
+        .await?;
+    let mut socket = RouterSocket::new();
+    let endpoint = socket
+        .bind(&config.listen)
+        .await
+        .map_err(|e| ServeError::Bind {
+            endpoint: config.listen.clone(),
+            reason: e.to_string(),
+        })?
+        .to_string();
+    let (send_half, recv_half) = socket.split();
+    let stop = CancellationToken::new();
+    let (events_tx, events_rx) = mpsc::channel(4096);
+    let (out_tx, out_rx) = mpsc::channel(4096);
+    let (finish_tx, finish_rx) = mpsc::channel(8192);
+    let core = Core {
+        backend: backend.clone(),
+        peers: HashMap::new(),
+        out: out_tx.clone(),
+        events: events_tx.clone(),
+        finisher: finish_tx,
+        hot: HashMap::new(),
+        claiming: false,
+        next_queue: 0,
+        config,
+    };
+    let tasks = vec![
+        tokio::spawn(tasks::receive(recv_half, events_tx.clone(), stop.clone())),
+        tokio::spawn(tasks::send(send_half, out_rx)),
+        tokio::spawn(tasks::finish(backend.clone(), finish_rx, out_tx)),
+        tokio::spawn(tasks::listen(backend.clone(), events_tx, stop.clone())),
+        tokio::spawn(tasks::rescue(
+            backend.clone(),
+            core.config.node_dead_after,
+            stop.clone(),
+        )),
+        tokio::spawn(tasks::promote(
+            backend,
+            core.config.poll_interval,
+            stop.clone(),
+        )),
+        tokio::spawn(run(core, events_rx, stop.clone())),
+    ];
+    tracing::info!(%endpoint, node = %node_id, "hopper server listening");
+    Ok(ServerHandle {
+        endpoint,
+        node_id,
+        stop,
+        tasks,
+    })
+}
+
+async fn run(mut core: Core, mut events: mpsc::Receiver<Event>, stop: CancellationToken) {
+    let mut poll = tokio::time::interval(core.config.poll_interval);
+    let mut sweep = tokio::time::interval(core.config.heartbeat);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(event) => core.on_event(event),
+                None => return,
+            },
+            _ = poll.tick() => {
+                for hot in core.hot.values_mut() {
+                    *hot = true;
+                }
+            }
+            _ = sweep.tick() => core.sweep(),
+            _ = stop.cancelled() => return,
+        }
+        core.dispatch();
+    }
+}
+
+impl Core {
+    fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Frame(peer, frame) => self.on_frame(peer, frame),
+            Event::Claimed {
+                queue,
+                limit,
+                result,
+            } => self.on_claimed(queue, limit, result),
+            Event::HeartbeatDone { peer, req, lost } => self.on_heartbeat_done(peer, req, lost),
+            Event::Wakeup(Wakeup::Jobs(queue)) => {
+                if let Some(hot) = self.hot.get_mut(&queue) {
+                    *hot = true;
+                }
+            }
+            Event::Wakeup(Wakeup::Cancelled(id)) => self.on_cancelled(id),
+            Event::Wakeup(Wakeup::Resync) => {
+                for hot in self.hot.values_mut() {
+                    *hot = true;
+                }
+            }
+        }
+    }
+
+    /// Queues a reply; the sender task writes it to the socket.
+    pub fn reply(&self, peer: &PeerId, reply: Reply) {
+        if let Err(e) = self.out.try_send((peer.clone(), reply)) {
+            tracing::warn!(peer = %hex(peer), "outgoing queue full; reply dropped: {e}");
+        }
+    }
+
+    fn on_frame(&mut self, peer: PeerId, frame: Bytes) {
+        let request = match decode_request(&frame, self.config.max_frame) {
+            Ok(request) => request,
+            Err(e) => {
+                tracing::warn!(peer = %hex(&peer), code = %e.code, "refused a frame: {}", e.message);
+                self.reply(&peer, e.to_reply());
+                return;
+            }
+        };
+        let now = Instant::now();
+        match request {
+            Request::Hello {
+                req,
+                version,
+                role,
+                token,
+                name,
+                kinds,
+                queues,
+                concurrency,
+            } => {
+                let hello = Hello {
+                    req,
+                    version,
+                    role,
+                    token,
+                    name,
+                    kinds,
+                    queues,
+                    concurrency,
+                };
+                self.on_hello(peer, hello, now);
+            }
+            request => {
+                let Some(p) = self.peers.get_mut(&peer) else {
+                    let req = request.req();
+                    tracing::warn!(peer = %hex(&peer), "refused a request before hello");
+                    self.reply(
+                        &peer,
+                        Reply::error(
+                            Some(req),
+                            ErrorCode::Unauthorized,
+                            "say hello (with a valid token) first",
+                        ),
+                    );
+                    return;
+                };
+                p.last_seen = now;
+                self.on_request(peer, request, now);
+            }
+        }
+    }
+
+    fn on_hello(&mut self, peer: PeerId, hello: Hello, now: Instant) {
+        let req = Some(hello.req);
+        if hello.version != VERSION {
+            let message = format!(
+                "protocol version {} is not supported; this server speaks {VERSION}",
+                hello.version
+            );
+            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
+        }
+        if !self.config.auth.accepts(hello.token.as_deref()) {
+            tracing::warn!(peer = %hex(&peer), name = ?hello.name, "refused a hello: bad or missing token");
+            return self.reply(
+                &peer,
+                Reply::error(req, ErrorCode::Unauthorized, "bad or missing token"),
+            );
+        }
+        let queues = hello
+            .queues
+            .unwrap_or_else(|| vec![hopper_core::DEFAULT_QUEUE.to_owned()]);
+        let checked = queues
+            .iter()
+            .map(|q| hopper_core::job::validate_name("queue", q))
+            .chain(
+                hello
+                    .kinds
+                    .iter()
+                    .flatten()
+                    .map(|k| hopper_core::job::validate_name("kind", k)),
+            )
+            .collect::<Result<Vec<()>>>();
+        if let Err(e) = checked {
+            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, e.to_string()));
+        }
+        let concurrency = hello.concurrency.unwrap_or(1);
+        if concurrency > 10_000 {
+            let message = format!("concurrency {concurrency} is over the limit of 10000");
+            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
+        }
+        let name = hello.name.unwrap_or_else(|| hex(&peer));
+        for q in &queues {
+            self.hot.entry(q.clone()).or_insert(true);
+        }
+        let kinds = hello.kinds.map(|k| k.into_iter().collect());
+        let entry = self.peers.entry(peer.clone()).or_insert_with(|| Peer {
+            session: Uuid::now_v7(),
+            role: hello.role,
+            name: String::new(),
+            kinds: None,
+            queues: Vec::new(),
+            concurrency: 0,
+            held: HashMap::new(),
+            last_seen: now,
+            leaving: false,
+        });
+        entry.role = hello.role;
+        entry.name = name;
+        entry.kinds = kinds;
+        entry.queues = queues;
+        entry.concurrency = concurrency as usize;
+        entry.last_seen = now;
+        entry.leaving = false;
+        tracing::info!(peer = %hex(&peer), name = %entry.name, role = ?entry.role, queues = ?entry.queues, concurrency, "peer said hello");
+        let welcome = Reply::Welcome {
+            req: hello.req,
+            version: VERSION,
+            session: entry.session,
+            heartbeat_ms: u64::try_from(self.config.heartbeat.as_millis()).unwrap_or(u64::MAX),
+            max_frame: self.config.max_frame as u64,
+        };
+        self.reply(&peer, welcome);
+    }
+
+    fn on_request(&mut self, peer: PeerId, request: Request, now: Instant) {
+        let backend = self.backend.clone();
+        match request {
+            Request::Hello { .. } => {}
+            Request::Submit { req, job } => self.spawn_reply(peer, req, async move {
+                let job = convert::new_job(job)?;
+                backend.job_insert(&job).await?;
+                Ok(Reply::Submitted {
+                    req,
+                    ids: vec![job.id],
+                })
+            }),
+            Request::SubmitBatch { req, jobs } => self.spawn_reply(peer, req, async move {
+                let jobs = jobs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, spec)| {
+                        convert::new_job(spec).map_err(|e| {
+                            hopper_core::Error::InvalidInput(format!("job {i} of the batch: {e}"))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                backend.job_insert_many(&jobs).await?;
+                Ok(Reply::Submitted {
+                    req,
+                    ids: jobs.iter().map(|j| j.id).collect(),
+                })
+            }),
+            Request::Status { req, id } => self.spawn_reply(peer, req, async move {
+                match backend.job_get(id).await? {
+                    Some(job) => Ok(Reply::Job {
+                        req,
+                        job: convert::job_info(job),
+                    }),
+                    None => Err(hopper_core::Error::NotFound(format!("job {id}"))),
+                }
+            }),
+            Request::Cancel { req, id } => self.spawn_reply(peer, req, async move {
+                let job = backend.job_cancel(id).await?;
+                Ok(Reply::Job {
+                    req,
+                    job: convert::job_info(job),
+                })
+            }),
+            Request::Completed {
+                req,
+                id,
+                attempt,
+                duration_ms,
+            } => self.finish(peer, req, id, attempt, |_| Outcome::Completed { duration_ms }),
+            Request::Failed {
+                req,
+                id,
+                attempt,
+                error,
+                retryable,
+                retry_in_ms,
+                duration_ms,
+            } => self.finish(peer, req, id, attempt, |counted| {
+                if retryable {
+                    Outcome::Retry {
+                        error,
+                        retry_in: retry_in_ms
+                            .map(Duration::from_millis)
+                            .unwrap_or_else(|| convert::default_backoff(counted)),
+                        duration_ms,
+                    }
+                } else {
+                    Outcome::Failed { error, duration_ms }
+                }
+            }),
+            Request::Snoozed {
+                req,
+                id,
+                attempt,
+                delay_ms,
+            } => self.finish(peer, req, id, attempt, |_| Outcome::Snoozed {
+                retry_in: Duration::from_millis(delay_ms),
+            }),
+            Request::Released { req, id, attempt } => {
+                self.finish(peer, req, id, attempt, |_| Outcome::Released)
+            }
+            Request::Heartbeat { req, leases } => self.on_heartbeat(peer, req, leases, now),
+            Request::Extend {
+                req,
+                id,
+                attempt,
+                by_ms,
+            } => self.spawn_reply(peer, req, async move {
+                let lease = Lease {
+                    job_id: id,
+                    attempt,
+                };
+                let lost = backend
+                    .job_extend_many(&[lease], Duration::from_millis(by_ms))
+                    .await?;
+                let result = if lost.is_empty() {
+                    FinishResult::Recorded
+                } else {
+                    FinishResult::LeaseLost
+                };
+                Ok(Reply::Ack { req, result })
+            }),
+            Request::Bye { req } => {
+                if let Some(p) = self.peers.get_mut(&peer) {
+                    p.leaving = true;
+                    tracing::info!(peer = %hex(&peer), name = %p.name, held = p.held.len(), "peer said bye");
+                }
+                self.reply(
+                    &peer,
+                    Reply::Ack {
+                        req,
+                        result: FinishResult::Recorded,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Runs `work` in a task and sends its reply, or an error reply, to `peer`.
+    fn spawn_reply<F>(&self, peer: PeerId, req: u64, work: F)
+    where
+        F: Future<Output = Result<Reply>> + Send + 'static,
+    {
+        let out = self.out.clone();
+        tokio::spawn(async move {
+            let reply = match work.await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    let code = error_code(&e);
+                    if code == ErrorCode::Internal {
+                        tracing::warn!(error = %e, "request failed");
+                    }
+                    Reply::error(Some(req), code, e.to_string())
+                }
+            };
+            let _ = out.send((peer, reply)).await;
+        });
+    }
+
+    /// Records an outcome: the worker's credit is freed now, the write is batched.
+    fn finish(
+        &mut self,
+        peer: PeerId,
+        req: u64,
+        id: JobId,
+        attempt: i32,
+        outcome: impl FnOnce(i32) -> Outcome,
+    ) {
+        let counted = self
+            .peers
+            .get_mut(&peer)
+            .and_then(|p| p.held.remove(&id))
+            .map_or(1, |h| h.counted_attempt);
+        let finish = Finish {
+            lease: Lease {
+                job_id: id,
+                attempt,
+            },
+            outcome: outcome(counted),
+        };
+        self.queue_finish(finish, Some((peer, req)));
+    }
+
+    /// Hands an outcome to the batching writer.
+    pub fn queue_finish(&self, finish: Finish, reply_to: Option<(PeerId, u64)>) {
+        let finisher = self.finisher.clone();
+        let item = FinishItem { finish, reply_to };
+        if let Err(mpsc::error::TrySendError::Full(item)) = finisher.try_send(item) {
+            tokio::spawn(async move {
+                let _ = finisher.send(item).await;
+            });
+        }
+    }
+
+    fn on_heartbeat(&mut self, peer: PeerId, req: u64, leases: Vec<LeaseRef>, now: Instant) {
+        let stale_after = self.config.heartbeat * 2;
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        // Adopt what the worker holds (after a server restart the map starts empty) ...
+        let listed: HashSet<JobId> = leases.iter().map(|l| l.id).collect();
+        for l in &leases {
+            let held = p.held.entry(l.id).or_insert(Held {
+                attempt: l.attempt,
+                counted_attempt: 1,
+                sent_at: now,
+            });
+            held.attempt = l.attempt;
+        }
+        // ... and take back orders it never got (sent to a connection that died).
+        let unknown: Vec<(JobId, Held)> = p
+            .held
+            .iter()
+            .filter(|(id, h)| !listed.contains(id) && now.duration_since(h.sent_at) > stale_after)
+            .map(|(id, h)| (*id, *h))
+            .collect();
+        for (id, _) in &unknown {
+            p.held.remove(id);
+        }
+        for (id, h) in unknown {
+            tracing::info!(job_id = %id, "an order never reached its worker; releasing it");
+            let lease = Lease {
+                job_id: id,
+                attempt: h.attempt,
+            };
+            self.queue_finish(
+                Finish {
+                    lease,
+                    outcome: Outcome::Released,
+                },
+                None,
+            );
+        }
+        if leases.is_empty() {
+            return self.reply(&peer, Reply::HeartbeatAck { req, lost: vec![] });
+        }
+        let leases: Vec<Lease> = leases
+            .iter()
+            .map(|l| Lease {
+                job_id: l.id,
+                attempt: l.attempt,
+            })
+            .collect();
+        let backend = self.backend.clone();
+        let events = self.events.clone();
+        let by = self.config.lease;
+        tokio::spawn(async move {
+            let lost = backend.job_extend_many(&leases, by).await;
+            let _ = events.send(Event::HeartbeatDone { peer, req, lost }).await;
+        });
+    }
+
+    fn on_heartbeat_done(&mut self, peer: PeerId, req: u64, lost: Result<Vec<Lease>>) {
+        match lost {
+            Ok(lost) => {
+                if let Some(p) = self.peers.get_mut(&peer) {
+                    for l in &lost {
+                        if p.held.get(&l.job_id).is_some_and(|h| h.attempt == l.attempt) {
+                            p.held.remove(&l.job_id);
+                        }
+                    }
+                }
+                let lost = lost
+                    .iter()
+                    .map(|l| LeaseRef {
+                        id: l.job_id,
+                        attempt: l.attempt,
+                    })
+                    .collect();
+                self.reply(&peer, Reply::HeartbeatAck { req, lost });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "extending leases failed");
+                self.reply(
+                    &peer,
+                    Reply::error(Some(req), error_code(&e), e.to_string()),
+                );
+            }
+        }
+    }
+
+    fn on_cancelled(&mut self, id: JobId) {
+        let holder = self
+            .peers
+            .iter_mut()
+            .find(|(_, p)| p.held.contains_key(&id));
+        if let Some((peer, p)) = holder {
+            p.held.remove(&id);
+            let peer = peer.clone();
+            self.reply(&peer, Reply::Cancel { id });
+        }
+    }
+}
+
+/// The fields of a hello.
+struct Hello {
+    req: u64,
+    version: u32,
+    role: Role,
+    token: Option<String>,
+    name: Option<String>,
+    kinds: Option<Vec<String>>,
+    queues: Option<Vec<String>>,
+    concurrency: Option<u32>,
+}
+
+/// A routing id for logs.
+pub(crate) fn hex(peer: &[u8]) -> String {
+    peer.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,236 @@
+//! The server's background tasks: the socket's receiver and sender, the batching outcome
+//! writer, the notification listener, and the maintenance the workers' runtimes would
+//! otherwise do (rescuing expired leases, releasing dead nodes, promoting scheduled jobs).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use hopper_core::{Backend, Finish, FinishResult, NodeInfo};
+use hopper_protocol::{FinishResult as WireResult, Reply, encode};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use zeromq::{RouterRecvHalf, RouterSendHalf, SocketRecv, SocketSend, ZmqMessage};
+
+use crate::ServeConfig;
+use crate::convert::error_code;
+use crate::server::{Event, Peer, PeerId, hex};
+
+/// The node row: the queues served and the total concurrency of connected workers.
+pub(crate) fn node_info(config: &ServeConfig, peers: &HashMap<PeerId, Peer>) -> NodeInfo {
+    let mut queues: Vec<String> = peers
+        .values()
+        .filter(|p| p.role == hopper_protocol::Role::Worker)
+        .flat_map(|p| p.queues.iter().cloned())
+        .collect();
+    queues.sort();
+    queues.dedup();
+    let concurrency: usize = peers
+        .values()
+        .filter(|p| p.role == hopper_protocol::Role::Worker)
+        .map(|p| p.concurrency)
+        .sum();
+    NodeInfo {
+        id: config.node_id,
+        name: config.node_name.clone(),
+        queues,
+        concurrency: i32::try_from(concurrency).unwrap_or(i32::MAX),
+    }
+}
+
+/// Reads messages and hands each one's last frame to the loop. The routing id comes first;
+/// an optional empty delimiter frame may sit between it and the CBOR frame.
+pub(crate) async fn receive(
+    mut socket: RouterRecvHalf,
+    events: mpsc::Sender<Event>,
+    stop: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            m = socket.recv() => m,
+            _ = stop.cancelled() => return,
+        };
+        match message {
+            Ok(message) => {
+                let mut frames = message.into_vec();
+                if frames.len() < 2 {
+                    continue;
+                }
+                let Some(frame) = frames.pop() else { continue };
+                let peer = frames.swap_remove(0);
+                if events.send(Event::Frame(peer, frame)).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "receive failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Writes replies and orders. A peer that does not read for 5 s loses the message (it is
+/// dropped as silent soon after, and its jobs are retried).
+pub(crate) async fn send(mut socket: RouterSendHalf, mut out: mpsc::Receiver<(PeerId, Reply)>) {
+    while let Some((peer, reply)) = out.recv().await {
+        let frame = match encode(&reply) {
+            Ok(frame) => frame,
+            Err(e) => {
+                tracing::error!(error = %e, "encoding a reply failed");
+                continue;
+            }
+        };
+        let mut message = ZmqMessage::from(frame);
+        message.push_front(peer.clone());
+        match tokio::time::timeout(Duration::from_secs(5), socket.send(message)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(peer = %hex(&peer), error = %e, "send failed"),
+            Err(_) => tracing::warn!(peer = %hex(&peer), "peer not reading; message dropped"),
+        }
+    }
+}
+
+/// One outcome to write, and who to acknowledge it to.
+pub(crate) struct FinishItem {
+    pub finish: Finish,
+    pub reply_to: Option<(PeerId, u64)>,
+}
+
+/// Writes outcomes in batches (one statement per kind of outcome per batch) and
+/// acknowledges each. A failed write is retried with backoff, never dropped.
+pub(crate) async fn finish(
+    backend: Arc<dyn Backend>,
+    mut items: mpsc::Receiver<FinishItem>,
+    out: mpsc::Sender<(PeerId, Reply)>,
+) {
+    let mut batch: Vec<FinishItem> = Vec::with_capacity(1000);
+    while let Some(first) = items.recv().await {
+        batch.push(first);
+        while batch.len() < 1000 {
+            match items.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        let finishes: Vec<Finish> = batch.iter().map(|i| i.finish.clone()).collect();
+        let mut backoff = Duration::from_millis(50);
+        let results = loop {
+            match backend.job_finish_many(&finishes).await {
+                Ok(results) => break Ok(results),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        for (i, item) in batch.drain(..).enumerate() {
+            let Some((peer, req)) = item.reply_to else {
+                continue;
+            };
+            let reply = match &results {
+                Ok(results) => Reply::Ack {
+                    req,
+                    result: match results.get(i) {
+                        Some(FinishResult::Recorded(_)) => WireResult::Recorded,
+                        _ => WireResult::LeaseLost,
+                    },
+                },
+                Err(e) => Reply::error(Some(req), error_code(e), e.to_string()),
+            };
+            let _ = out.send((peer, reply)).await;
+        }
+    }
+}
+
+/// Forwards database notifications to the loop, resubscribing when the stream ends.
+pub(crate) async fn listen(
+    backend: Arc<dyn Backend>,
+    events: mpsc::Sender<Event>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut stream = tokio::select! {
+            s = backend.subscribe() => match s {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "subscribing to wake-ups failed; polling meanwhile");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => return,
+        };
+        backoff = Duration::from_millis(100);
+        loop {
+            let wakeup = tokio::select! {
+                w = stream.next() => w,
+                _ = stop.cancelled() => return,
+            };
+            match wakeup {
+                Some(w) => {
+                    if events.send(Event::Wakeup(w)).await.is_err() {
+                        return;
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+/// Takes back expired leases and dead nodes' jobs, every second.
+pub(crate) async fn rescue(
+    backend: Arc<dyn Backend>,
+    node_dead_after: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.cancelled() => return,
+        }
+        match backend.job_rescue_expired().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
+            Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
+        }
+        match backend.node_release_dead(node_dead_after).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(jobs = n, "released the jobs of dead nodes"),
+            Err(e) => tracing::warn!(error = %e, "releasing dead nodes failed"),
+        }
+    }
+}
+
+/// Makes scheduled jobs available when due, sleeping until the next one (at most `poll`).
+pub(crate) async fn promote(backend: Arc<dyn Backend>, poll: Duration, stop: CancellationToken) {
+    let mut wait = Duration::ZERO;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => return,
+        }
+        wait = match backend.job_promote_scheduled().await {
+            Ok((_, Some(next))) => {
+                let until = (next - chrono::Utc::now())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO);
+                until.min(poll) + Duration::from_millis(1)
+            }
+            Ok((_, None)) => poll,
+            Err(e) => {
+                tracing::warn!(error = %e, "promoting scheduled jobs failed");
+                poll
+            }
+        };
+    }
+}

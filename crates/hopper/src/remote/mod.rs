@@ -1,0 +1,612 @@
+//! The remote transport: run the same [`crate::Worker`]s and [`crate::Runtime`], and the same
+//! [`crate::Client`], through a `hopper serve` server instead of a database connection.
+//!
+//! [`RemoteBackend`] implements the storage seam ([`Backend`]) over the server's protocol
+//! (`docs/protocol.md`): `job_claim` hands out the orders the server pushed, `subscribe`
+//! wakes the runtime when one arrives, outcomes and lease extensions become protocol
+//! messages, and the server's own maintenance (rescuing, promoting) replaces the runtime's.
+//! Admin calls the protocol does not carry (listing, retrying, clearing, stats) fail with
+//! [`Error::Unsupported`]: use the database or `hopper` CLI for those.
+//!
+//! ```no_run
+//! # async fn run(workers: hopper::Workers) -> hopper::Result<()> {
+//! use hopper::{Runtime, RuntimeConfig};
+//!
+//! // The token can also come from HOPPER_TOKEN.
+//! let backend = hopper::connect("tcp://127.0.0.1:7010?token=s3cret", Default::default()).await?;
+//! let handle = Runtime::new(backend, workers, RuntimeConfig::default()).start().await?;
+//! handle.run_until_signal().await;
+//! # Ok(()) }
+//! ```
+
+mod connection;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use hopper_core::{
+    AttemptError, Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId,
+    JobListParams, JobRecord, JobState, Lease, NewJob, NodeId, NodeInfo, Outcome, Priority,
+    QueueStats, Result, Wakeup, WakeupStream,
+};
+use hopper_protocol::{
+    ErrorCode, FinishResult as WireResult, JobInfo, JobSpec, PriorityValue, Reply, Request, Role,
+};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use connection::{Command, HelloInfo};
+
+/// How to reach a `hopper serve` server.
+#[derive(Debug, Clone)]
+pub struct RemoteOptions {
+    /// The server's endpoint, e.g. `tcp://127.0.0.1:7010`.
+    pub endpoint: String,
+    /// The token `hopper serve` printed the location of (`None` for `--insecure-no-auth`).
+    pub token: Option<String>,
+    /// A name for the server's logs. Default: the runtime's node name.
+    pub name: Option<String>,
+    /// The kinds of job this process runs; the server sends no others. Default: any kind
+    /// in the runtime's queues (jobs of kinds with no registered worker then fail there).
+    pub kinds: Option<Vec<String>>,
+    /// How long a request waits for its reply before failing with a transient error.
+    /// Default: 10 s.
+    pub request_timeout: Duration,
+}
+
+impl RemoteOptions {
+    /// Options for `endpoint` with every default and no token.
+    pub fn new(endpoint: impl Into<String>) -> Self {
+        RemoteOptions {
+            endpoint: endpoint.into(),
+            token: None,
+            name: None,
+            kinds: None,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Parses `tcp://host:port?token=…&kinds=a,b&name=…`. Without a `token` parameter the
+    /// token comes from the `HOPPER_TOKEN` environment variable, if set.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let (endpoint, query) = url.split_once('?').unwrap_or((url, ""));
+        if !endpoint.starts_with("tcp://") {
+            return Err(Error::InvalidInput(format!(
+                "a hopper server URL starts with tcp://, got {endpoint:?}"
+            )));
+        }
+        let mut options = RemoteOptions::new(endpoint);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "token" => options.token = Some(value.to_owned()),
+                "name" => options.name = Some(value.to_owned()),
+                "kinds" => {
+                    options.kinds = Some(value.split(',').map(str::to_owned).collect());
+                }
+                other => {
+                    return Err(Error::InvalidInput(format!(
+                        "unknown parameter {other:?} in the server URL; known: token, name, kinds"
+                    )));
+                }
+            }
+        }
+        if options.token.is_none() {
+            options.token = std::env::var("HOPPER_TOKEN").ok().filter(|t| !t.is_empty());
+        }
+        Ok(options)
+    }
+}
+
+/// A [`Backend`] that talks to a `hopper serve` server. See the module docs.
+#[derive(Debug, Clone)]
+pub struct RemoteBackend {
+    shared: Arc<Shared>,
+    commands: mpsc::Sender<Command>,
+}
+
+/// What the backend and its connection task share.
+#[derive(Debug)]
+struct Shared {
+    options: RemoteOptions,
+    next_req: AtomicU64,
+    hello: Mutex<HelloInfo>,
+    sent_hello: Mutex<Option<HelloInfo>>,
+    /// Orders received and not yet handed to the runtime, by queue.
+    orders: Mutex<HashMap<String, VecDeque<ClaimedJob>>>,
+    /// Every lease held: buffered orders and jobs the runtime runs.
+    held: Mutex<HashSet<Lease>>,
+    wakeups: broadcast::Sender<Wakeup>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn next_req(&self) -> u64 {
+        self.next_req.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn hello_info(&self) -> HelloInfo {
+        lock(&self.hello).clone()
+    }
+
+    fn hello_sent(&self, info: HelloInfo) {
+        *lock(&self.sent_hello) = Some(info);
+    }
+
+    fn held_leases(&self) -> Vec<hopper_protocol::LeaseRef> {
+        lock(&self.held)
+            .iter()
+            .map(|l| hopper_protocol::LeaseRef {
+                id: l.job_id,
+                attempt: l.attempt,
+            })
+            .collect()
+    }
+
+    fn push_order(&self, job: ClaimedJob) {
+        let queue = job.queue.clone();
+        lock(&self.held).insert(job.lease);
+        lock(&self.orders)
+            .entry(queue.clone())
+            .or_default()
+            .push_back(job);
+        let _ = self.wakeups.send(Wakeup::Jobs(queue));
+    }
+
+    fn cancelled(&self, id: JobId) {
+        lock(&self.held).retain(|l| l.job_id != id);
+        for queue in lock(&self.orders).values_mut() {
+            queue.retain(|j| j.lease.job_id != id);
+        }
+        let _ = self.wakeups.send(Wakeup::Cancelled(id));
+    }
+
+    fn lost(&self, lease: Lease) {
+        if lock(&self.held).remove(&lease) {
+            for queue in lock(&self.orders).values_mut() {
+                queue.retain(|j| j.lease != lease);
+            }
+            let _ = self.wakeups.send(Wakeup::Cancelled(lease.job_id));
+        }
+    }
+}
+
+impl RemoteBackend {
+    /// Starts connecting to the server and returns at once; requests made before the
+    /// connection is up wait for it (up to `request_timeout`).
+    pub fn new(options: RemoteOptions) -> Self {
+        let (wakeups, _) = broadcast::channel(4096);
+        let shared = Arc::new(Shared {
+            hello: Mutex::new(HelloInfo {
+                role: Role::Client,
+                name: options.name.clone(),
+                kinds: options.kinds.clone(),
+                queues: None,
+                concurrency: None,
+            }),
+            options,
+            next_req: AtomicU64::new(1),
+            sent_hello: Mutex::new(None),
+            orders: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashSet::new()),
+            wakeups,
+        });
+        let (commands, rx) = mpsc::channel(1024);
+        tokio::spawn(connection::run(shared.clone(), rx));
+        RemoteBackend { shared, commands }
+    }
+
+    /// Connects and waits for the server's welcome: fails with the reason if the server
+    /// refuses the token or cannot be reached within the request timeout.
+    pub async fn connect(options: RemoteOptions) -> Result<Self> {
+        let backend = RemoteBackend::new(options);
+        backend.hello().await?;
+        Ok(backend)
+    }
+
+    /// The options it was made with.
+    pub fn options(&self) -> &RemoteOptions {
+        &self.shared.options
+    }
+
+    async fn request(&self, build: impl FnOnce(u64) -> Request) -> Result<Reply> {
+        let request = build(self.shared.next_req());
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command { request, reply: tx })
+            .await
+            .map_err(|_| Error::Shutdown)?;
+        let wait = self.shared.options.request_timeout + Duration::from_secs(1);
+        let reply = tokio::time::timeout(wait, rx)
+            .await
+            .map_err(|_| connection::unavailable("no reply from the hopper server"))?
+            .map_err(|_| Error::Shutdown)??;
+        match reply {
+            Reply::Error { code, message, .. } => Err(match code {
+                ErrorCode::NotFound => Error::NotFound(message),
+                ErrorCode::Conflict => Error::Conflict(message),
+                ErrorCode::Internal => connection::unavailable(message),
+                _ => Error::InvalidInput(format!("{code}: {message}")),
+            }),
+            reply => Ok(reply),
+        }
+    }
+
+    /// (Re)sends the hello with the current registration and waits for the welcome.
+    async fn hello(&self) -> Result<()> {
+        let info = self.shared.hello_info();
+        let token = self.shared.options.token.clone();
+        match self
+            .request(|req| Request::Hello {
+                req,
+                version: hopper_protocol::VERSION,
+                role: info.role,
+                token,
+                name: info.name,
+                kinds: info.kinds,
+                queues: info.queues,
+                concurrency: info.concurrency,
+            })
+            .await?
+        {
+            Reply::Welcome { .. } => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn finish_one(&self, finish: &Finish) -> Result<FinishResult> {
+        let Lease {
+            job_id: id,
+            attempt,
+        } = finish.lease;
+        let reply = self
+            .request(|req| match &finish.outcome {
+                Outcome::Completed { duration_ms } => Request::Completed {
+                    req,
+                    id,
+                    attempt,
+                    duration_ms: *duration_ms,
+                },
+                Outcome::Retry {
+                    error,
+                    retry_in,
+                    duration_ms,
+                } => Request::Failed {
+                    req,
+                    id,
+                    attempt,
+                    error: error.clone(),
+                    retryable: true,
+                    retry_in_ms: Some(millis(*retry_in)),
+                    duration_ms: *duration_ms,
+                },
+                Outcome::Failed { error, duration_ms } => Request::Failed {
+                    req,
+                    id,
+                    attempt,
+                    error: error.clone(),
+                    retryable: false,
+                    retry_in_ms: None,
+                    duration_ms: *duration_ms,
+                },
+                Outcome::Snoozed { retry_in } => Request::Snoozed {
+                    req,
+                    id,
+                    attempt,
+                    delay_ms: millis(*retry_in),
+                },
+                Outcome::Released => Request::Released { req, id, attempt },
+            })
+            .await?;
+        lock(&self.shared.held).remove(&finish.lease);
+        match reply {
+            // The server does not say which state the job reached; `running` is never a
+            // state an outcome leads to, so callers that look only at Recorded/LeaseLost
+            // (the runtime) are unaffected.
+            Reply::Ack {
+                result: WireResult::Recorded,
+                ..
+            } => Ok(FinishResult::Recorded(state_after(&finish.outcome))),
+            Reply::Ack {
+                result: WireResult::LeaseLost,
+                ..
+            } => Ok(FinishResult::LeaseLost),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+fn state_after(outcome: &Outcome) -> JobState {
+    match outcome {
+        Outcome::Completed { .. } => JobState::Completed,
+        Outcome::Failed { .. } => JobState::Failed,
+        Outcome::Retry { .. } | Outcome::Snoozed { .. } => JobState::Scheduled,
+        Outcome::Released => JobState::Available,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn unexpected(reply: &Reply) -> Error {
+    Error::database(std::io::Error::other(format!(
+        "unexpected reply from the hopper server: {reply:?}"
+    )))
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::Unsupported(format!(
+        "{what} is not part of the server protocol; use the database or the hopper CLI"
+    ))
+}
+
+/// A job to insert as the wire carries it.
+fn spec(job: &NewJob) -> JobSpec {
+    JobSpec {
+        id: Some(job.id),
+        kind: job.kind.clone(),
+        args: job.args.clone(),
+        queue: Some(job.queue.clone()),
+        priority: Some(PriorityValue::Number(job.priority.0)),
+        run_at: job.run_at,
+        delay_ms: None,
+        max_attempts: Some(job.max_attempts),
+        timeout_ms: Some(millis(job.timeout)),
+    }
+}
+
+/// A job as the wire shows it, as a record.
+fn record(job: JobInfo) -> Result<JobRecord> {
+    Ok(JobRecord {
+        id: job.id,
+        queue: job.queue,
+        kind: job.kind,
+        args: job.args,
+        state: job.state.parse()?,
+        priority: Priority(job.priority),
+        run_at: job.run_at,
+        attempt: job.attempt,
+        uncounted: job.attempt - job.attempts_used,
+        max_attempts: job.max_attempts,
+        timeout_ms: job.timeout_ms,
+        node_id: None,
+        lease_expires_at: None,
+        created_at: job.created_at,
+        attempted_at: job.attempted_at,
+        finished_at: job.finished_at,
+        duration_ms: job.duration_ms,
+        errors: job
+            .errors
+            .into_iter()
+            .map(|e| AttemptError {
+                attempt: e.attempt,
+                at: e.at,
+                error: e.error,
+                node: None,
+                duration_ms: e.duration_ms,
+            })
+            .collect(),
+    })
+}
+
+/// The largest encoded batch sent in one `submit_batch` (the server takes 2 MiB frames).
+const BATCH_BYTES: usize = 1536 * 1024;
+
+#[async_trait]
+impl Backend for RemoteBackend {
+    fn name(&self) -> &'static str {
+        "remote"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    /// The server migrates its database when it starts; nothing to do here.
+    async fn migrate(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn job_insert(&self, job: &NewJob) -> Result<()> {
+        job.validate()?;
+        let job = spec(job);
+        match self.request(|req| Request::Submit { req, job }).await? {
+            Reply::Submitted { .. } => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sends the jobs in `submit_batch` messages of up to 1.5 MiB each. Each message is
+    /// inserted all or nothing; a batch larger than one message is not atomic as a whole.
+    async fn job_insert_many(&self, jobs: &[NewJob]) -> Result<()> {
+        let mut chunk: Vec<JobSpec> = Vec::new();
+        let mut size = 0usize;
+        for job in jobs {
+            job.validate()?;
+            let s = spec(job);
+            let len = hopper_protocol::encode(&s).map(|b| b.len()).unwrap_or(0);
+            if !chunk.is_empty() && size + len > BATCH_BYTES {
+                self.submit_batch(std::mem::take(&mut chunk)).await?;
+                size = 0;
+            }
+            size += len;
+            chunk.push(s);
+        }
+        if !chunk.is_empty() {
+            self.submit_batch(chunk).await?;
+        }
+        Ok(())
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
+        match self.request(|req| Request::Status { req, id }).await {
+            Ok(Reply::Job { job, .. }) => record(job).map(Some),
+            Ok(other) => Err(unexpected(&other)),
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn job_list(&self, _params: &JobListParams) -> Result<Vec<JobRecord>> {
+        Err(unsupported("listing jobs"))
+    }
+
+    /// Hands out orders the server pushed for `params.queue` (the server chose them and
+    /// holds their leases; `params.lease` does not apply).
+    async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        let mut orders = lock(&self.shared.orders);
+        let Some(queue) = orders.get_mut(&params.queue) else {
+            return Ok(Vec::new());
+        };
+        let n = queue.len().min(params.limit as usize);
+        Ok(queue.drain(..n).collect())
+    }
+
+    async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
+        futures_util::future::join_all(finishes.iter().map(|f| self.finish_one(f)))
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
+        let by_ms = millis(by);
+        let results = futures_util::future::join_all(leases.iter().map(|lease| {
+            self.request(move |req| Request::Extend {
+                req,
+                id: lease.job_id,
+                attempt: lease.attempt,
+                by_ms,
+            })
+        }))
+        .await;
+        let mut lost = Vec::new();
+        for (lease, result) in leases.iter().zip(results) {
+            match result? {
+                Reply::Ack {
+                    result: WireResult::LeaseLost,
+                    ..
+                } => {
+                    lock(&self.shared.held).remove(lease);
+                    lost.push(*lease);
+                }
+                Reply::Ack { .. } => {}
+                other => return Err(unexpected(&other)),
+            }
+        }
+        Ok(lost)
+    }
+
+    async fn job_retry(&self, _id: JobId) -> Result<JobRecord> {
+        Err(unsupported("retrying a job"))
+    }
+
+    async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
+        match self.request(|req| Request::Cancel { req, id }).await? {
+            Reply::Job { job, .. } => record(job),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn job_clear(&self, _queue: Option<&str>) -> Result<u64> {
+        Err(unsupported("clearing queues"))
+    }
+
+    /// The server promotes scheduled jobs.
+    async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
+        Ok((0, None))
+    }
+
+    /// The server rescues expired leases.
+    async fn job_rescue_expired(&self) -> Result<u64> {
+        Ok(0)
+    }
+
+    /// The first call registers this process as a worker (its queues and concurrency);
+    /// liveness is then the connection's own heartbeat.
+    async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {
+        let info = {
+            let mut hello = lock(&self.shared.hello);
+            hello.role = Role::Worker;
+            hello.queues = Some(node.queues.clone());
+            hello.concurrency = Some(u32::try_from(node.concurrency.max(0)).unwrap_or(0));
+            if hello.name.is_none() {
+                hello.name = Some(node.name.clone());
+            }
+            hello.clone()
+        };
+        if lock(&self.shared.sent_hello).as_ref() == Some(&info) {
+            return Ok(());
+        }
+        self.hello().await
+    }
+
+    /// The server releases dead nodes' jobs.
+    async fn node_release_dead(&self, _dead_after: Duration) -> Result<u64> {
+        Ok(0)
+    }
+
+    /// Hands back the orders the runtime never started, then says bye: the server sends
+    /// no more orders. Outcomes of jobs still running are accepted after it.
+    async fn node_deregister(&self, _node: NodeId) -> Result<()> {
+        let unstarted: Vec<ClaimedJob> = lock(&self.shared.orders)
+            .drain()
+            .flat_map(|(_, q)| q)
+            .collect();
+        let releases: Vec<Finish> = unstarted
+            .iter()
+            .map(|j| Finish {
+                lease: j.lease,
+                outcome: Outcome::Released,
+            })
+            .collect();
+        self.job_finish_many(&releases).await?;
+        lock(&self.shared.hello).role = Role::Client;
+        match self.request(|req| Request::Bye { req }).await? {
+            Reply::Ack { .. } => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn queue_stats(&self) -> Result<Vec<QueueStats>> {
+        Err(unsupported("queue statistics"))
+    }
+
+    /// Wake-ups when orders arrive, when the server cancels a job this process runs or
+    /// finds its lease lost, and a resync after each reconnect.
+    async fn subscribe(&self) -> Result<WakeupStream> {
+        let rx = self.shared.wakeups.subscribe();
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(w) => return Some((w, rx)),
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        return Some((Wakeup::Resync, rx));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        });
+        Ok(stream.boxed())
+    }
+}
+
+impl RemoteBackend {
+    async fn submit_batch(&self, jobs: Vec<JobSpec>) -> Result<()> {
+        match self
+            .request(|req| Request::SubmitBatch { req, jobs })
+            .await?
+        {
+            Reply::Submitted { .. } => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
