@@ -16,6 +16,12 @@ pub fn map_pg(e: tokio_postgres::Error) -> Error {
         {
             return Error::InvalidInput(db.message().to_owned());
         }
+        if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::UNDEFINED_FUNCTION {
+            return Error::Schema(format!(
+                "{}: the schema is missing or not migrated; run `hopper migrate`",
+                db.message()
+            ));
+        }
         if *code == SqlState::UNIQUE_VIOLATION {
             return Error::Conflict(db.message().to_owned());
         }
