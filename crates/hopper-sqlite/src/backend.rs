@@ -1,0 +1,717 @@
+//! [`Backend`] for [`SqliteBackend`]: each method runs the `.sql` file of its name.
+//!
+//! Every write is one `BEGIN IMMEDIATE` transaction on the writer connection
+//! ([`crate::pool`]); the wake-ups it causes are sent after it commits. "Now" is read from
+//! the clock once per call and passed to the SQL as `:now` (microseconds) and, for the
+//! error history, `:now_text`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use hopper_core::{
+    Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
+    JobState, Lease, NewJob, NodeId, NodeInfo, Outcome, QueueStats, Result, Wakeup, WakeupStream,
+};
+use rusqlite::{Connection, OptionalExtension, named_params};
+
+use crate::error::map_sqlite;
+use crate::rows::{self, col, delay_us, micros, rfc3339};
+use crate::sql::Queries;
+use crate::{SqliteBackend, migrate, wake};
+
+/// Rows a promotion batch takes at most (`LIMIT` in `job_promote_scheduled.sql`).
+const PROMOTE_BATCH: usize = 1000;
+
+/// Inserts validated jobs inside the caller's transaction with one prepared statement.
+///
+/// The statement's named parameters are resolved to positions once, not once per job:
+/// binding by name costs more than the insert itself over a 100,000-job batch.
+struct Inserter<'c> {
+    statement: rusqlite::CachedStatement<'c>,
+    /// Positions of :id, :queue, :kind, :args, :priority, :run_at, :max_attempts,
+    /// :timeout_ms, :now.
+    at: [usize; 9],
+}
+
+impl<'c> Inserter<'c> {
+    fn new(conn: &'c Connection, q: &Queries) -> Result<Self> {
+        let statement = conn.prepare_cached(&q.job_insert[0]).map_err(map_sqlite)?;
+        let mut at = [0usize; 9];
+        let names = [
+            ":id",
+            ":queue",
+            ":kind",
+            ":args",
+            ":priority",
+            ":run_at",
+            ":max_attempts",
+            ":timeout_ms",
+            ":now",
+        ];
+        for (slot, name) in at.iter_mut().zip(names) {
+            *slot = statement
+                .parameter_index(name)
+                .map_err(map_sqlite)?
+                .ok_or_else(|| Error::Schema(format!("job_insert.sql lacks {name}")))?;
+        }
+        Ok(Inserter { statement, at })
+    }
+
+    /// Inserts one job. Returns whether it is due now (and so `available`).
+    fn insert(&mut self, job: &NewJob, now: i64) -> Result<bool> {
+        let run_at = job.run_at.map_or(now, micros);
+        let args = serde_json::to_string(&job.args)?;
+        let mut id = uuid::Uuid::encode_buffer();
+        let id = job.id.hyphenated().encode_lower(&mut id);
+        let [
+            a_id,
+            a_queue,
+            a_kind,
+            a_args,
+            a_priority,
+            a_run_at,
+            a_max,
+            a_timeout,
+            a_now,
+        ] = self.at;
+        let s = &mut self.statement;
+        s.raw_bind_parameter(a_id, &*id).map_err(map_sqlite)?;
+        s.raw_bind_parameter(a_queue, &job.queue)
+            .map_err(map_sqlite)?;
+        s.raw_bind_parameter(a_kind, &job.kind)
+            .map_err(map_sqlite)?;
+        s.raw_bind_parameter(a_args, &args).map_err(map_sqlite)?;
+        s.raw_bind_parameter(a_priority, job.priority.0)
+            .map_err(map_sqlite)?;
+        s.raw_bind_parameter(a_run_at, run_at).map_err(map_sqlite)?;
+        s.raw_bind_parameter(a_max, job.max_attempts)
+            .map_err(map_sqlite)?;
+        s.raw_bind_parameter(a_timeout, job.timeout_ms())
+            .map_err(map_sqlite)?;
+        s.raw_bind_parameter(a_now, now).map_err(map_sqlite)?;
+        s.raw_execute().map_err(map_sqlite)?;
+        Ok(run_at <= now)
+    }
+}
+
+/// Reads one job inside the caller's connection or transaction.
+fn get(conn: &Connection, q: &Queries, id: JobId) -> Result<Option<JobRecord>> {
+    let mut statement = conn.prepare_cached(&q.job_get[0]).map_err(map_sqlite)?;
+    let mut found = statement
+        .query(named_params! { ":id": id.hyphenated().to_string() })
+        .map_err(map_sqlite)?;
+    match found.next().map_err(map_sqlite)? {
+        Some(row) => rows::job_record(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Runs one outcome statement (complete, fail or snooze) for one lease: the job's new state
+/// and queue, or `None` when the lease was lost.
+fn finish_one(
+    conn: &Connection,
+    q: &Queries,
+    finish: &Finish,
+    now: i64,
+    now_text: &str,
+) -> Result<Option<(JobState, String)>> {
+    let id = finish.lease.job_id.hyphenated().to_string();
+    let attempt = finish.lease.attempt;
+    let row = match &finish.outcome {
+        Outcome::Completed { duration_ms } => complete(conn, q, &id, attempt, *duration_ms, now),
+        Outcome::Retry {
+            error,
+            retry_in,
+            duration_ms,
+        } => {
+            let retry_us = delay_us(*retry_in);
+            let failure = Failure {
+                error,
+                retry_us,
+                permanent: false,
+                duration_ms: *duration_ms,
+            };
+            fail(conn, q, &id, attempt, &failure, now, now_text)
+        }
+        Outcome::Failed { error, duration_ms } => {
+            let failure = Failure {
+                error,
+                retry_us: 0,
+                permanent: true,
+                duration_ms: *duration_ms,
+            };
+            fail(conn, q, &id, attempt, &failure, now, now_text)
+        }
+        Outcome::Snoozed { retry_in } => snooze(conn, q, &id, attempt, delay_us(*retry_in), now),
+        Outcome::Released => snooze(conn, q, &id, attempt, 0, now),
+    };
+    match row.map_err(map_sqlite)? {
+        Some((state, queue)) => Ok(Some((state.parse()?, queue))),
+        None => Ok(None),
+    }
+}
+
+/// `(state, queue)` of the row an outcome statement changed, if any.
+type Changed = rusqlite::Result<Option<(String, String)>>;
+
+fn complete(
+    conn: &Connection,
+    q: &Queries,
+    id: &str,
+    attempt: i32,
+    duration_ms: i64,
+    now: i64,
+) -> Changed {
+    conn.prepare_cached(&q.job_complete_many[0])?
+        .query_row(
+            named_params! { ":id": id, ":attempt": attempt, ":duration_ms": duration_ms, ":now": now },
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+}
+
+/// What a failed attempt reports.
+struct Failure<'a> {
+    error: &'a str,
+    retry_us: i64,
+    permanent: bool,
+    duration_ms: i64,
+}
+
+fn fail(
+    conn: &Connection,
+    q: &Queries,
+    id: &str,
+    attempt: i32,
+    f: &Failure<'_>,
+    now: i64,
+    now_text: &str,
+) -> Changed {
+    conn.prepare_cached(&q.job_fail_many[0])?
+        .query_row(
+            named_params! {
+                ":id": id, ":attempt": attempt, ":error": f.error, ":retry_us": f.retry_us,
+                ":permanent": f.permanent, ":duration_ms": f.duration_ms,
+                ":now": now, ":now_text": now_text,
+            },
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+}
+
+fn snooze(
+    conn: &Connection,
+    q: &Queries,
+    id: &str,
+    attempt: i32,
+    retry_us: i64,
+    now: i64,
+) -> Changed {
+    conn.prepare_cached(&q.job_snooze_many[0])?
+        .query_row(
+            named_params! { ":id": id, ":attempt": attempt, ":retry_us": retry_us, ":now": now },
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+}
+
+/// Collects `(queue, state)` rows and returns how many there were and the queues of those
+/// now available.
+fn released_rows(
+    statement: &mut rusqlite::CachedStatement<'_>,
+    params: &[(&str, &dyn rusqlite::ToSql)],
+) -> Result<(u64, Vec<String>)> {
+    let mut rows = statement.query(params).map_err(map_sqlite)?;
+    let mut count = 0u64;
+    let mut woken = Vec::new();
+    while let Some(row) = rows.next().map_err(map_sqlite)? {
+        count += 1;
+        let queue: String = col(row, 0)?;
+        let state: String = col(row, 1)?;
+        if state == "available" && !woken.contains(&queue) {
+            woken.push(queue);
+        }
+    }
+    Ok((count, woken))
+}
+
+impl SqliteBackend {
+    /// Sends a wake-up to this process's subscribers.
+    fn wake(&self, wakeup: Wakeup) {
+        wake::send(&self.inner.wake, wakeup);
+    }
+
+    fn wake_queues(&self, queues: &[String]) {
+        wake::send_queues(&self.inner.wake, queues.iter().map(String::as_str));
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        self.inner
+            .pool
+            .write_tx(move |tx| migrate::migrate(tx, &inner.queries, &inner.prefix, now))
+            .await
+    }
+
+    async fn job_insert(&self, job: &NewJob) -> Result<()> {
+        job.validate()?;
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let owned = job.clone();
+        let due = self
+            .inner
+            .pool
+            .write_tx(move |tx| Inserter::new(tx, &inner.queries)?.insert(&owned, now))
+            .await?;
+        if due {
+            self.wake(Wakeup::Jobs(job.queue.clone()));
+        }
+        Ok(())
+    }
+
+    async fn job_insert_many(&self, jobs: &[NewJob]) -> Result<()> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let jobs = jobs.to_vec();
+        let due_queues = self
+            .inner
+            .pool
+            .write(move |conn| {
+                // Every job is checked before the transaction starts: one bad job writes
+                // nothing, and the write lock is not held while checking.
+                for job in &jobs {
+                    job.validate()?;
+                }
+                let tx = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(map_sqlite)?;
+                let mut due_queues: Vec<String> = Vec::new();
+                let mut inserter = Inserter::new(&tx, &inner.queries)?;
+                for job in &jobs {
+                    if inserter.insert(job, now)? && !due_queues.contains(&job.queue) {
+                        due_queues.push(job.queue.clone());
+                    }
+                }
+                drop(inserter);
+                tx.commit().map_err(map_sqlite)?;
+                Ok(due_queues)
+            })
+            .await?;
+        self.wake_queues(&due_queues);
+        Ok(())
+    }
+
+    async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .read(move |conn| get(conn, &inner.queries, id))
+            .await
+    }
+
+    async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
+        let inner = self.inner.clone();
+        let params = params.clone();
+        self.inner
+            .pool
+            .read(move |conn| {
+                let mut statement = conn
+                    .prepare_cached(&inner.queries.job_list[0])
+                    .map_err(map_sqlite)?;
+                let mut found = statement
+                    .query(named_params! {
+                        ":queue": params.queue,
+                        ":state": params.state.map(|s| s.as_str()),
+                        ":kind": params.kind,
+                        ":before": params.before.map(|id| id.hyphenated().to_string()),
+                        ":limit": i64::from(params.limit.max(1)),
+                    })
+                    .map_err(map_sqlite)?;
+                let mut jobs = Vec::new();
+                while let Some(row) = found.next().map_err(map_sqlite)? {
+                    jobs.push(rows::job_record(row)?);
+                }
+                Ok(jobs)
+            })
+            .await
+    }
+
+    async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        if params.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let params = params.clone();
+        let mut claimed = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                let mut statement = tx
+                    .prepare_cached(&inner.queries.job_claim[0])
+                    .map_err(map_sqlite)?;
+                let mut found = statement
+                    .query(named_params! {
+                        ":queue": params.queue,
+                        ":node": params.node.hyphenated().to_string(),
+                        ":limit": i64::from(params.limit),
+                        ":lease_us": delay_us(params.lease),
+                        ":now": now,
+                    })
+                    .map_err(map_sqlite)?;
+                let mut claimed = Vec::new();
+                while let Some(row) = found.next().map_err(map_sqlite)? {
+                    let timeout_ms: i64 = col(row, 8)?;
+                    claimed.push(ClaimedJob {
+                        lease: Lease {
+                            job_id: rows::uuid(&col::<String>(row, 0)?)?,
+                            attempt: rows::int(col(row, 1)?, "attempt")?,
+                        },
+                        queue: col(row, 2)?,
+                        kind: col(row, 3)?,
+                        args: serde_json::from_str(&col::<String>(row, 4)?)?,
+                        priority: rows::priority(col(row, 5)?)?,
+                        counted_attempt: rows::int(col(row, 6)?, "attempt")?,
+                        max_attempts: rows::int(col(row, 7)?, "max_attempts")?,
+                        timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
+                        created_at: rows::time(col(row, 9)?)?,
+                        run_at: rows::time(col(row, 10)?)?,
+                    });
+                }
+                Ok(claimed)
+            })
+            .await?;
+        // RETURNING gives no order; hand jobs out in the order they were picked.
+        claimed.sort_by(|a, b| {
+            (a.priority, a.run_at, a.lease.job_id).cmp(&(b.priority, b.run_at, b.lease.job_id))
+        });
+        Ok(claimed)
+    }
+
+    async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
+        if finishes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.clone();
+        let now = self.now();
+        let finishes = finishes.to_vec();
+        let (results, woken) = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                let (now, now_text) = (micros(now), rfc3339(now));
+                // A lease listed twice is answered like the first time, as one set-based
+                // statement would.
+                let mut recorded: HashMap<Lease, JobState> = HashMap::new();
+                let mut results = Vec::with_capacity(finishes.len());
+                let mut woken: Vec<String> = Vec::new();
+                for finish in &finishes {
+                    if let Some(state) = recorded.get(&finish.lease) {
+                        results.push(FinishResult::Recorded(*state));
+                        continue;
+                    }
+                    match finish_one(tx, &inner.queries, finish, now, &now_text)? {
+                        Some((state, queue)) => {
+                            recorded.insert(finish.lease, state);
+                            if state == JobState::Available && !woken.contains(&queue) {
+                                woken.push(queue);
+                            }
+                            results.push(FinishResult::Recorded(state));
+                        }
+                        None => results.push(FinishResult::LeaseLost),
+                    }
+                }
+                Ok((results, woken))
+            })
+            .await?;
+        self.wake_queues(&woken);
+        Ok(results)
+    }
+
+    async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let leases = leases.to_vec();
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                let mut statement = tx
+                    .prepare_cached(&inner.queries.job_extend_many[0])
+                    .map_err(map_sqlite)?;
+                let mut lost = Vec::new();
+                for lease in leases {
+                    let changed = statement
+                        .execute(named_params! {
+                            ":id": lease.job_id.hyphenated().to_string(),
+                            ":attempt": lease.attempt,
+                            ":by_us": delay_us(by),
+                            ":now": now,
+                        })
+                        .map_err(map_sqlite)?;
+                    if changed == 0 {
+                        lost.push(lease);
+                    }
+                }
+                Ok(lost)
+            })
+            .await
+    }
+
+    async fn job_retry(&self, id: JobId) -> Result<JobRecord> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let (job, queue) = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                let queue: Option<String> = tx
+                    .prepare_cached(&inner.queries.job_retry[0])
+                    .and_then(|mut s| {
+                        s.query_row(
+                            named_params! { ":id": id.hyphenated().to_string(), ":now": now },
+                            |r| r.get(0),
+                        )
+                        .optional()
+                    })
+                    .map_err(map_sqlite)?;
+                let job = get(tx, &inner.queries, id)?
+                    .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
+                match queue {
+                    Some(queue) => Ok((job, queue)),
+                    None => Err(Error::Conflict(format!(
+                        "job {id} is {}; only failed or cancelled jobs can be retried",
+                        job.state
+                    ))),
+                }
+            })
+            .await?;
+        self.wake(Wakeup::Jobs(queue));
+        Ok(job)
+    }
+
+    async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let job = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                let cancelled: Option<String> = tx
+                    .prepare_cached(&inner.queries.job_cancel[0])
+                    .and_then(|mut s| {
+                        s.query_row(
+                            named_params! { ":id": id.hyphenated().to_string(), ":now": now },
+                            |r| r.get(0),
+                        )
+                        .optional()
+                    })
+                    .map_err(map_sqlite)?;
+                let job = get(tx, &inner.queries, id)?
+                    .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
+                match cancelled {
+                    Some(_) => Ok(job),
+                    None => Err(Error::Conflict(format!(
+                        "job {id} is {}; only scheduled, available or running jobs can be cancelled",
+                        job.state
+                    ))),
+                }
+            })
+            .await?;
+        self.wake(Wakeup::Cancelled(id));
+        Ok(job)
+    }
+
+    async fn job_clear(&self, queue: Option<&str>) -> Result<u64> {
+        let inner = self.inner.clone();
+        let queue = queue.map(str::to_owned);
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                let deleted = tx
+                    .prepare_cached(&inner.queries.job_clear[0])
+                    .and_then(|mut s| s.execute(named_params! { ":queue": queue }))
+                    .map_err(map_sqlite)?;
+                Ok(deleted as u64)
+            })
+            .await
+    }
+
+    async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
+        let now = micros(self.now());
+        let mut total = 0u64;
+        loop {
+            let inner = self.inner.clone();
+            let (promoted, queues, next) = self
+                .inner
+                .pool
+                .write_tx(move |tx| {
+                    let q = &inner.queries.job_promote_scheduled;
+                    let mut statement = tx.prepare_cached(&q[0]).map_err(map_sqlite)?;
+                    let mut rows = statement
+                        .query(named_params! { ":now": now })
+                        .map_err(map_sqlite)?;
+                    let mut promoted = 0usize;
+                    let mut queues: Vec<String> = Vec::new();
+                    while let Some(row) = rows.next().map_err(map_sqlite)? {
+                        promoted += 1;
+                        let queue: String = col(row, 0)?;
+                        if !queues.contains(&queue) {
+                            queues.push(queue);
+                        }
+                    }
+                    let next: Option<i64> = tx
+                        .prepare_cached(&q[1])
+                        .and_then(|mut s| s.query_row(named_params! { ":now": now }, |r| r.get(0)))
+                        .map_err(map_sqlite)?;
+                    Ok((promoted, queues, next))
+                })
+                .await?;
+            self.wake_queues(&queues);
+            total += promoted as u64;
+            if promoted < PROMOTE_BATCH {
+                return Ok((total, rows::opt_time(next)?));
+            }
+        }
+    }
+
+    async fn job_rescue_expired(&self) -> Result<u64> {
+        let inner = self.inner.clone();
+        let now = self.now();
+        let (count, woken) = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                let mut statement = tx
+                    .prepare_cached(&inner.queries.job_rescue_expired[0])
+                    .map_err(map_sqlite)?;
+                released_rows(
+                    &mut statement,
+                    named_params! { ":now": micros(now), ":now_text": rfc3339(now) },
+                )
+            })
+            .await?;
+        self.wake_queues(&woken);
+        Ok(count)
+    }
+
+    async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let node = node.clone();
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                let queues = serde_json::to_string(&node.queues)?;
+                tx.prepare_cached(&inner.queries.node_heartbeat[0])
+                    .and_then(|mut s| {
+                        s.execute(named_params! {
+                            ":id": node.id.hyphenated().to_string(),
+                            ":name": node.name,
+                            ":queues": queues,
+                            ":concurrency": node.concurrency,
+                            ":now": now,
+                        })
+                    })
+                    .map_err(map_sqlite)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn node_release_dead(&self, dead_after: Duration) -> Result<u64> {
+        let inner = self.inner.clone();
+        let now = self.now();
+        let (count, woken) = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                let q = &inner.queries.node_release_dead;
+                let dead_before = micros(now).saturating_sub(delay_us(dead_after));
+                let mut statement = tx.prepare_cached(&q[0]).map_err(map_sqlite)?;
+                let released = released_rows(
+                    &mut statement,
+                    named_params! {
+                        ":now": micros(now),
+                        ":now_text": rfc3339(now),
+                        ":dead_before": dead_before,
+                    },
+                )?;
+                tx.prepare_cached(&q[1])
+                    .and_then(|mut s| s.execute(named_params! { ":dead_before": dead_before }))
+                    .map_err(map_sqlite)?;
+                Ok(released)
+            })
+            .await?;
+        self.wake_queues(&woken);
+        Ok(count)
+    }
+
+    async fn node_deregister(&self, node: NodeId) -> Result<()> {
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                tx.prepare_cached(&inner.queries.node_deregister[0])
+                    .and_then(|mut s| {
+                        s.execute(named_params! { ":id": node.hyphenated().to_string() })
+                    })
+                    .map_err(map_sqlite)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn queue_stats(&self) -> Result<Vec<QueueStats>> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        self.inner
+            .pool
+            .read(move |conn| {
+                let mut statement = conn
+                    .prepare_cached(&inner.queries.queue_stats[0])
+                    .map_err(map_sqlite)?;
+                let mut found = statement
+                    .query(named_params! { ":now": now })
+                    .map_err(map_sqlite)?;
+                let mut stats = Vec::new();
+                while let Some(r) = found.next().map_err(map_sqlite)? {
+                    stats.push(QueueStats {
+                        queue: col(r, 0)?,
+                        available: col(r, 1)?,
+                        scheduled: col(r, 2)?,
+                        running: col(r, 3)?,
+                        completed: col(r, 4)?,
+                        failed: col(r, 5)?,
+                        cancelled: col(r, 6)?,
+                        oldest_available_secs: col(r, 7)?,
+                    });
+                }
+                Ok(stats)
+            })
+            .await
+    }
+
+    async fn subscribe(&self) -> Result<WakeupStream> {
+        Ok(wake::subscribe(&self.inner.wake))
+    }
+}

@@ -1,0 +1,31 @@
+-- Claims up to :limit available jobs of :queue for :node; each claim is a new attempt.
+-- The lease is min(job timeout, :lease_us) from :now.
+--
+-- Index: hopper_jobs_claim_idx (queue, priority, run_at, id) WHERE state = 'available'.
+-- The subquery walks that index from its start for one queue and stops after :limit
+-- entries, so its cost depends on the batch size, not on the backlog: scheduled, running
+-- and finished jobs are not in the index at all (EXPLAIN QUERY PLAN: "SEARCH hopper_jobs
+-- USING COVERING INDEX hopper_jobs_claim_idx (queue=?)", no sort step).
+--
+-- Locking: SQLite has no row locks and no SKIP LOCKED; it has one writer at a time. This
+-- statement runs inside `BEGIN IMMEDIATE`, which takes the database's write lock before
+-- reading, so the rows picked cannot be picked by any other connection or process until
+-- this transaction has committed them as `running`. Concurrent claimers queue on the
+-- lock (busy_timeout) instead of skipping past each other; a claim holds it for well
+-- under a millisecond per job.
+UPDATE hopper_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    node_id = :node,
+    attempted_at = :now,
+    lease_expires_at = :now + min(timeout_ms * 1000, :lease_us)
+WHERE id IN (
+    SELECT id
+    FROM hopper_jobs
+    WHERE state = 'available'
+      AND queue = :queue
+    ORDER BY priority, run_at, id
+    LIMIT :limit
+)
+RETURNING id, attempt, queue, kind, args, priority, attempt - uncounted, max_attempts,
+          timeout_ms, created_at, run_at

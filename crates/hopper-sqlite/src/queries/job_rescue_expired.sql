@@ -1,0 +1,27 @@
+-- Takes back jobs whose lease expired: the worker vanished or hung. The attempt counts as
+-- failed (reason recorded); the job runs again at once, or is dead-lettered if that was its
+-- last attempt. 1,000 at most per call. Index: hopper_jobs_running_idx (lease_expires_at)
+-- WHERE state = 'running'.
+UPDATE hopper_jobs
+SET state = CASE WHEN attempt - uncounted >= max_attempts
+                 THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN attempt - uncounted >= max_attempts THEN :now END,
+    run_at = :now,
+    errors = json_insert(errors, '$[#]', json_object(
+        'attempt', attempt,
+        'at', :now_text,
+        'error', 'lease expired at '
+                 || strftime('%Y-%m-%dT%H:%M:%fZ', lease_expires_at / 1000000.0, 'unixepoch')
+                 || ': the worker vanished or stopped heartbeating',
+        'node', node_id,
+        'duration_ms', NULL)),
+    lease_expires_at = NULL
+WHERE id IN (
+    SELECT id
+    FROM hopper_jobs
+    WHERE state = 'running'
+      AND lease_expires_at < :now
+    ORDER BY lease_expires_at
+    LIMIT 1000
+)
+RETURNING queue, state

@@ -1,0 +1,25 @@
+-- Both statements run in one `BEGIN IMMEDIATE` transaction, so no heartbeat can land
+-- between them.
+--
+-- Statement 1: releases at once every job held by nodes whose heartbeat stopped before
+-- :dead_before (seed 004's node lock key). Each release counts as a failed attempt.
+-- Index: hopper_jobs_node_idx (node_id) WHERE state = 'running'.
+UPDATE hopper_jobs
+SET state = CASE WHEN attempt - uncounted >= max_attempts
+                 THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN attempt - uncounted >= max_attempts THEN :now END,
+    run_at = :now,
+    errors = json_insert(errors, '$[#]', json_object(
+        'attempt', attempt,
+        'at', :now_text,
+        'error', 'node ' || node_id || ' stopped heartbeating',
+        'node', node_id,
+        'duration_ms', NULL)),
+    lease_expires_at = NULL
+WHERE state = 'running'
+  AND node_id IN (SELECT id FROM hopper_nodes WHERE heartbeat_at < :dead_before)
+RETURNING queue, state;
+
+-- Statement 2: forgets those nodes.
+DELETE FROM hopper_nodes
+WHERE heartbeat_at < :dead_before;

@@ -1,0 +1,180 @@
+//! The SQL text of every query and migration, loaded from the `.sql` files beside this
+//! crate and bound to the configured table prefix.
+//!
+//! The files name every table `hopper_…`. SQLite has no schemas inside one database, so
+//! the prefix plays the part of PostgreSQL's schema: binding replaces `hopper_` with the
+//! configured prefix and `_`, once, when the backend is built. The prefix is checked
+//! ([`validate_prefix`]) so the replacement cannot inject anything.
+//!
+//! A file holds one statement, or several separated by a `;` at the end of a line (for
+//! the few methods that need two statements in one transaction); each statement is
+//! prepared on its own.
+
+use hopper_core::{Error, Result};
+
+/// Checks a table prefix: a lowercase SQL identifier that needs no quoting.
+pub fn validate_prefix(prefix: &str) -> Result<()> {
+    let mut chars = prefix.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && prefix.len() <= 50 {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(format!(
+            "table prefix {prefix:?} must be 1 to 50 characters of a-z, 0-9 and _, not starting with a digit"
+        )))
+    }
+}
+
+/// Rewrites SQL written for the `hopper_` prefix for `prefix`.
+pub fn bind(sql: &str, prefix: &str) -> String {
+    if prefix == "hopper" {
+        sql.to_owned()
+    } else {
+        sql.replace("hopper_", &format!("{prefix}_"))
+    }
+}
+
+/// Splits a file into its statements: each ends with a `;` at the end of a line (outside
+/// `--` comments), or at the end of the file. Pieces holding only comments are dropped.
+pub fn statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut has_code = false;
+    for line in sql.lines() {
+        current.push_str(line);
+        current.push('\n');
+        let code = line.split("--").next().unwrap_or_default().trim();
+        has_code |= !code.is_empty();
+        if code.ends_with(';') {
+            if has_code {
+                out.push(std::mem::take(&mut current));
+            }
+            current.clear();
+            has_code = false;
+        }
+    }
+    if has_code {
+        out.push(current);
+    }
+    out
+}
+
+/// The migrations, in order: (version, name, SQL).
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "create_jobs",
+    include_str!("../migrations/0001_create_jobs.sql"),
+)];
+
+macro_rules! queries {
+    ($($name:ident: $count:literal),* $(,)?) => {
+        /// Every query, bound to one prefix. One field per `.sql` file in `src/queries/`,
+        /// holding that file's statements in order.
+        #[derive(Debug)]
+        #[allow(missing_docs)]
+        pub struct Queries {
+            $(pub $name: Vec<String>,)*
+        }
+
+        impl Queries {
+            /// Loads every query for `prefix`.
+            pub fn new(prefix: &str) -> Self {
+                Queries {
+                    $($name: statements(&bind(
+                        include_str!(concat!("queries/", stringify!($name), ".sql")),
+                        prefix,
+                    )),)*
+                }
+            }
+
+            /// Every file's name, its statements, and how many statements the code expects.
+            #[cfg(test)]
+            pub fn all(&self) -> Vec<(&'static str, &[String], usize)> {
+                vec![$((stringify!($name), &self.$name[..], $count),)*]
+            }
+        }
+    };
+}
+
+queries!(
+    job_cancel: 1,
+    job_claim: 1,
+    job_clear: 1,
+    job_complete_many: 1,
+    job_extend_many: 1,
+    job_fail_many: 1,
+    job_get: 1,
+    job_insert: 1,
+    job_list: 1,
+    job_promote_scheduled: 2,
+    job_rescue_expired: 1,
+    job_retry: 1,
+    job_snooze_many: 1,
+    migrate: 3,
+    node_deregister: 1,
+    node_heartbeat: 1,
+    node_release_dead: 2,
+    queue_stats: 1,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_plain_identifiers() {
+        assert!(validate_prefix("hopper").is_ok());
+        assert!(validate_prefix("t_42").is_ok());
+        for bad in ["", "1abc", "Hopper", "a;b", "a.b", "a\"b", &"x".repeat(51)] {
+            assert!(validate_prefix(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn binding_renames_tables() {
+        assert_eq!(
+            bind("SELECT 1 FROM hopper_jobs JOIN hopper_nodes", "t1"),
+            "SELECT 1 FROM t1_jobs JOIN t1_nodes"
+        );
+    }
+
+    #[test]
+    fn files_split_into_their_statements() {
+        let parts = statements("-- head\nSELECT 1;\n-- between; not an end\nSELECT 2\n");
+        assert_eq!(parts.len(), 2);
+        assert!(parts[0].contains("SELECT 1;"));
+        assert!(parts[1].contains("SELECT 2"));
+        let queries = Queries::new("hopper");
+        for (name, statements, expected) in queries.all() {
+            assert_eq!(statements.len(), expected, "{name}.sql");
+        }
+    }
+
+    #[test]
+    fn every_statement_prepares_against_the_schema() -> rusqlite::Result<()> {
+        let conn = rusqlite::Connection::open_in_memory()?;
+        for (_, _, sql) in MIGRATIONS {
+            conn.execute_batch(sql)?;
+        }
+        for prefix in ["hopper", "other"] {
+            if prefix != "hopper" {
+                for (_, _, sql) in MIGRATIONS {
+                    conn.execute_batch(&bind(sql, prefix))?;
+                }
+            }
+            let queries = Queries::new(prefix);
+            conn.execute_batch(&queries.migrate[0])?;
+            for (name, statements, _) in queries.all() {
+                for sql in statements {
+                    if let Err(e) = conn.prepare(sql) {
+                        panic!("{name}.sql ({prefix}) does not prepare: {e}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
