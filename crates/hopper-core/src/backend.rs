@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::job::{JobId, JobRecord, JobState, NewJob, Priority};
 use crate::lease::{Lease, NodeId};
 
@@ -123,6 +123,56 @@ pub struct JobListParams {
     pub before: Option<JobId>,
     /// At most this many (newest first).
     pub limit: u32,
+}
+
+/// Parameters of [`Backend::job_search`]: the filters of [`JobListParams`] plus a range of
+/// creation times.
+#[derive(Debug, Clone, Default)]
+pub struct JobSearchParams {
+    /// Queue, state, kind, cursor and limit, as for [`Backend::job_list`].
+    pub list: JobListParams,
+    /// Only jobs created at or after this instant.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only jobs created before this instant.
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+/// Parameters of [`Backend::job_retry_many`]: which failed jobs to retry.
+#[derive(Debug, Clone, Default)]
+pub struct JobRetryManyParams {
+    /// Only this queue (every queue when `None`).
+    pub queue: Option<String>,
+    /// Only this kind (every kind when `None`).
+    pub kind: Option<String>,
+}
+
+/// Parameters of [`Backend::job_stats_per_minute`].
+#[derive(Debug, Clone)]
+pub struct JobStatsParams {
+    /// How far back from the backend's "now" to look (one hour on the dashboard).
+    pub window: Duration,
+}
+
+/// What finished in one minute, across every queue: the raw material of throughput and
+/// latency charts. Computed from the jobs table (`finished_at`, `attempted_at`, `run_at`,
+/// `duration_ms`), so it covers every worker, whatever process ran it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MinuteStats {
+    /// The start of the minute (UTC, seconds zero).
+    pub minute: DateTime<Utc>,
+    /// Jobs completed in this minute.
+    pub completed: i64,
+    /// Jobs dead-lettered (`failed`) in this minute.
+    pub failed: i64,
+    /// Mean wait from due (`run_at`) to the start of the last attempt (`attempted_at`), in
+    /// milliseconds, over the jobs finished in this minute.
+    pub latency_avg_ms: f64,
+    /// The 95th percentile of that wait, in milliseconds.
+    pub latency_p95_ms: f64,
+    /// Mean run time of the jobs completed in this minute, in milliseconds.
+    pub duration_avg_ms: f64,
+    /// The 95th percentile of that run time, in milliseconds.
+    pub duration_p95_ms: f64,
 }
 
 /// Counts of one queue's jobs by state.
@@ -239,4 +289,52 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// A stream of wake-ups (new jobs, cancellations). Polling stays the fallback.
     async fn subscribe(&self) -> Result<WakeupStream>;
+
+    // The methods below were added for the HTTP API and dashboard. Each has a default
+    // body so a backend that does not offer it yet still compiles, and says so plainly
+    // (`Error::Unsupported`) instead of doing something silently wrong.
+
+    /// Lists jobs like [`Backend::job_list`], also filtered by creation time.
+    ///
+    /// The default body serves searches without a time range through
+    /// [`Backend::job_list`] and refuses the others.
+    async fn job_search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
+        if params.created_after.is_none() && params.created_before.is_none() {
+            return self.job_list(&params.list).await;
+        }
+        Err(Error::Unsupported(format!(
+            "filtering jobs by creation time ({} backend)",
+            self.name()
+        )))
+    }
+
+    /// Deletes one job that is not running. [`Error::NotFound`] if there is no such job,
+    /// [`Error::Conflict`] if it is running (cancel it first).
+    async fn job_delete(&self, id: JobId) -> Result<()> {
+        let _ = id;
+        Err(Error::Unsupported(format!(
+            "deleting a job ({} backend)",
+            self.name()
+        )))
+    }
+
+    /// Puts every `failed` job matching `params` back to `available` with a fresh set of
+    /// attempts, as [`Backend::job_retry`] does for one. Returns how many.
+    async fn job_retry_many(&self, params: &JobRetryManyParams) -> Result<u64> {
+        let _ = params;
+        Err(Error::Unsupported(format!(
+            "retrying failed jobs in bulk ({} backend)",
+            self.name()
+        )))
+    }
+
+    /// What finished in each minute of the last `params.window`, oldest first. Minutes in
+    /// which nothing finished are left out.
+    async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
+        let _ = params;
+        Err(Error::Unsupported(format!(
+            "per-minute job statistics ({} backend)",
+            self.name()
+        )))
+    }
 }

@@ -17,8 +17,9 @@ pub mod job;
 pub mod lease;
 
 pub use backend::{
-    Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams, NodeInfo, Outcome,
-    QueueStats, Wakeup, WakeupStream,
+    Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams, JobRetryManyParams,
+    JobSearchParams, JobStatsParams, MinuteStats, NodeInfo, Outcome, QueueStats, Wakeup,
+    WakeupStream,
 };
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{Error, Result};

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hopper_core::{
     Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
-    JobState, Lease, NewJob, NodeId, NodeInfo, Outcome, Priority, QueueStats, Result, WakeupStream,
+    JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Lease, MinuteStats, NewJob,
+    NodeId, NodeInfo, Outcome, Priority, QueueStats, Result, WakeupStream,
 };
 
 use crate::error::map_pg;
@@ -374,6 +375,91 @@ impl Backend for PgBackend {
                 oldest_available_secs: r.get(7),
             })
             .collect())
+    }
+
+    async fn job_search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
+        let client = self.client().await?;
+        let list = &params.list;
+        let state = list.state.map(|s| s.as_str());
+        let limit = i64::from(list.limit.max(1));
+        let rows = client
+            .query(
+                &self.inner.queries.job_search,
+                &[
+                    &list.queue,
+                    &state,
+                    &list.kind,
+                    &list.before,
+                    &params.created_after,
+                    &params.created_before,
+                    &limit,
+                ],
+            )
+            .await
+            .map_err(map_pg)?;
+        rows.iter().map(rows::job_record).collect()
+    }
+
+    async fn job_delete(&self, id: JobId) -> Result<()> {
+        let client = self.client().await?;
+        let rows = client
+            .query(&self.inner.queries.job_delete, &[&id])
+            .await
+            .map_err(map_pg)?;
+        drop(client);
+        if !rows.is_empty() {
+            return Ok(());
+        }
+        match self.job_get(id).await? {
+            None => Err(Error::NotFound(format!("job {id}"))),
+            Some(job) => Err(Error::Conflict(format!(
+                "job {id} is {}; cancel it before deleting it",
+                job.state
+            ))),
+        }
+    }
+
+    async fn job_retry_many(&self, params: &JobRetryManyParams) -> Result<u64> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(
+                &self.inner.queries.job_retry_many,
+                &[&params.queue, &params.kind, &now],
+            )
+            .await
+            .map_err(map_pg)?;
+        let mut total = 0u64;
+        for row in rows {
+            let n: i64 = row.try_get(0).map_err(Error::database)?;
+            total += u64::try_from(n).unwrap_or(0);
+        }
+        Ok(total)
+    }
+
+    async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(
+                &self.inner.queries.job_stats_per_minute,
+                &[&millis(params.window), &now],
+            )
+            .await
+            .map_err(map_pg)?;
+        rows.iter()
+            .map(|r| {
+                Ok(MinuteStats {
+                    minute: r.try_get(0).map_err(Error::database)?,
+                    completed: r.try_get(1).map_err(Error::database)?,
+                    failed: r.try_get(2).map_err(Error::database)?,
+                    latency_avg_ms: r.try_get(3).map_err(Error::database)?,
+                    latency_p95_ms: r.try_get(4).map_err(Error::database)?,
+                    duration_avg_ms: r.try_get(5).map_err(Error::database)?,
+                    duration_p95_ms: r.try_get(6).map_err(Error::database)?,
+                })
+            })
+            .collect()
     }
 
     async fn subscribe(&self) -> Result<WakeupStream> {
