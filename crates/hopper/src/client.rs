@@ -8,6 +8,8 @@ use hopper_core::{
 };
 use hopper_postgres::{PgBackend, PgOptions};
 
+use crate::metrics;
+
 /// Enqueues and administers jobs over any [`Backend`].
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -60,6 +62,7 @@ impl Client {
     pub async fn insert(&self, job: NewJob) -> Result<JobId> {
         job.validate()?;
         self.backend.job_insert(&job).await?;
+        metrics::enqueued(&job.queue, &job.kind, 1);
         Ok(job.id)
     }
 
@@ -69,7 +72,9 @@ impl Client {
         for job in jobs {
             job.validate()?;
         }
-        self.backend.job_insert_many(jobs).await
+        self.backend.job_insert_many(jobs).await?;
+        count_enqueued(jobs);
+        Ok(())
     }
 
     /// Enqueues typed `args` inside the caller's transaction (or on its client): the job
@@ -141,5 +146,16 @@ impl Client {
                     self.backend.name()
                 ))
             })
+    }
+}
+
+/// Counts a committed batch by queue and kind, one counter update per pair.
+fn count_enqueued(jobs: &[NewJob]) {
+    let mut counts: std::collections::HashMap<(&str, &str), u64> = std::collections::HashMap::new();
+    for job in jobs {
+        *counts.entry((&job.queue, &job.kind)).or_default() += 1;
+    }
+    for ((queue, kind), n) in counts {
+        metrics::enqueued(queue, kind, n);
     }
 }

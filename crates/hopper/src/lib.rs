@@ -51,6 +51,7 @@
 
 mod client;
 mod context;
+pub mod metrics;
 mod registry;
 pub mod remote;
 mod runtime;
@@ -61,8 +62,9 @@ pub use client::{Client, connect};
 pub use context::JobContext;
 pub use hopper_core::{
     AttemptError, Backend, ClaimParams, ClaimedJob, Clock, Error, Finish, FinishResult, JobArgs,
-    JobId, JobListParams, JobRecord, JobState, Lease, NewJob, NodeInfo, Outcome, Priority,
-    QueueStats, Result, SystemClock, TestClock, Wakeup,
+    JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, JobState, JobStatsParams,
+    Lease, MinuteStats, NewJob, NodeInfo, Outcome, Priority, QueueStats, Result, SystemClock,
+    TestClock, Wakeup,
 };
 pub use hopper_postgres::{PgBackend, PgOptions};
 pub use registry::Workers;

@@ -5,6 +5,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use hopper_core::{ClaimedJob, Finish, Outcome};
@@ -15,6 +16,7 @@ use tracing::Instrument;
 use super::completer::Pending;
 use super::{Running, Shared};
 use crate::context::{JobContext, RunState, StopReason};
+use crate::metrics::{self, AttemptEnd};
 use crate::worker::JobError;
 
 /// Runs `job` while holding one concurrency slot (`permit`).
@@ -28,6 +30,13 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
     );
     async move {
         let lease = job.lease;
+        let (queue, kind) = (job.queue.clone(), job.kind.clone());
+        let last_attempt = job.counted_attempt >= job.max_attempts;
+        // Wall-clock time, for a metric only: how long after it was due the job started.
+        let latency = (chrono::Utc::now() - job.run_at)
+            .to_std()
+            .unwrap_or_default();
+        metrics::started(&queue, &kind, latency);
         let worker = shared.workers.get(&job.kind);
         let timeout = worker
             .as_ref()
@@ -111,6 +120,9 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
             }
         };
         shared.running_remove(lease.job_id);
+        if let Some(outcome) = &outcome {
+            record_end(&queue, &kind, outcome, last_attempt);
+        }
         if let Some(outcome) = outcome {
             match &outcome {
                 Outcome::Retry { error, .. } | Outcome::Failed { error, .. } => {
@@ -133,6 +145,20 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
     }
     .instrument(span)
     .await
+}
+
+/// Counts how an attempt ended, as the handler reported it (before the completer knows
+/// whether the lease still held).
+fn record_end(queue: &str, kind: &str, outcome: &Outcome, last_attempt: bool) {
+    let (end, duration_ms) = match *outcome {
+        Outcome::Completed { duration_ms } => (AttemptEnd::Completed, duration_ms),
+        Outcome::Retry { duration_ms, .. } if last_attempt => (AttemptEnd::Failed, duration_ms),
+        Outcome::Retry { duration_ms, .. } => (AttemptEnd::Retried, duration_ms),
+        Outcome::Failed { duration_ms, .. } => (AttemptEnd::Failed, duration_ms),
+        Outcome::Snoozed { .. } | Outcome::Released => return,
+    };
+    let ran = Duration::from_millis(u64::try_from(duration_ms).unwrap_or(0));
+    metrics::finished(queue, kind, end, ran);
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -1,0 +1,90 @@
+//! Every metric hopper exports, named in one place.
+//!
+//! The runtime and the client record through the [`metrics`](https://docs.rs/metrics)
+//! facade only: nothing is collected unless the application installs a recorder (for
+//! example `hopper_web::metrics::install_recorder`, which exports them for Prometheus).
+//! The queue gauges are not recorded here: they are read from the database at scrape time
+//! by `hopper-web`, so they are right however many processes run workers.
+//!
+//! `docs/metrics.md` describes each metric; keep the two in step.
+//!
+//! | name | type | labels | recorded |
+//! | --- | --- | --- | --- |
+//! | [`JOBS_ENQUEUED_TOTAL`] | counter | queue, kind | by [`crate::Client`] after an insert commits |
+//! | [`JOBS_COMPLETED_TOTAL`] | counter | queue, kind | by the executor, handler succeeded |
+//! | [`JOBS_RETRIED_TOTAL`] | counter | queue, kind | by the executor, attempt failed, will run again |
+//! | [`JOBS_FAILED_TOTAL`] | counter | queue, kind | by the executor, job dead-lettered |
+//! | [`JOB_START_LATENCY_SECONDS`] | histogram | queue, kind | by the executor, due → start |
+//! | [`JOB_DURATION_SECONDS`] | histogram | queue, kind | by the executor, run time of an attempt |
+//! | [`JOBS`] | gauge | queue, state | by `hopper-web` at scrape time |
+//! | [`QUEUE_OLDEST_AVAILABLE_SECONDS`] | gauge | queue | by `hopper-web` at scrape time |
+
+use std::time::Duration;
+
+/// Counter: jobs inserted through [`crate::Client`] (single and bulk), by queue and kind.
+/// Jobs enqueued inside the caller's transaction (whose commit hopper does not see) or from
+/// SQL (`hopper.enqueue`) are not counted.
+pub const JOBS_ENQUEUED_TOTAL: &str = "hopper_jobs_enqueued_total";
+
+/// Counter: attempts whose handler succeeded, by queue and kind.
+pub const JOBS_COMPLETED_TOTAL: &str = "hopper_jobs_completed_total";
+
+/// Counter: attempts that failed and will be tried again after a backoff, by queue and kind.
+pub const JOBS_RETRIED_TOTAL: &str = "hopper_jobs_retried_total";
+
+/// Counter: jobs dead-lettered (attempts exhausted or permanent failure), by queue and kind.
+pub const JOBS_FAILED_TOTAL: &str = "hopper_jobs_failed_total";
+
+/// Histogram: seconds from a job being due (`run_at`) to its attempt starting on a worker.
+pub const JOB_START_LATENCY_SECONDS: &str = "hopper_job_start_latency_seconds";
+
+/// Histogram: seconds one attempt's handler ran, whatever its outcome.
+pub const JOB_DURATION_SECONDS: &str = "hopper_job_duration_seconds";
+
+/// Gauge: jobs by queue and state, read from the database at scrape time.
+pub const JOBS: &str = "hopper_jobs";
+
+/// Gauge: age in seconds of the oldest available job of a queue (0 when none), read from
+/// the database at scrape time.
+pub const QUEUE_OLDEST_AVAILABLE_SECONDS: &str = "hopper_queue_oldest_available_seconds";
+
+/// The histograms, for recorders that need them declared (Prometheus buckets).
+pub const HISTOGRAMS: [&str; 2] = [JOB_START_LATENCY_SECONDS, JOB_DURATION_SECONDS];
+
+/// Bucket bounds in seconds suited to both histograms: from 1 ms to 1 hour.
+pub const HISTOGRAM_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 300.0,
+    3600.0,
+];
+
+/// Counts `n` jobs enqueued to `queue` of `kind`.
+pub(crate) fn enqueued(queue: &str, kind: &str, n: u64) {
+    metrics::counter!(JOBS_ENQUEUED_TOTAL, "queue" => queue.to_owned(), "kind" => kind.to_owned())
+        .increment(n);
+}
+
+/// What one attempt came to, as the executor sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AttemptEnd {
+    Completed,
+    Retried,
+    Failed,
+}
+
+/// Records that an attempt started `latency` after its job was due.
+pub(crate) fn started(queue: &str, kind: &str, latency: Duration) {
+    metrics::histogram!(JOB_START_LATENCY_SECONDS, "queue" => queue.to_owned(), "kind" => kind.to_owned())
+        .record(latency.as_secs_f64());
+}
+
+/// Records how an attempt ended and how long it ran.
+pub(crate) fn finished(queue: &str, kind: &str, end: AttemptEnd, ran: Duration) {
+    let name = match end {
+        AttemptEnd::Completed => JOBS_COMPLETED_TOTAL,
+        AttemptEnd::Retried => JOBS_RETRIED_TOTAL,
+        AttemptEnd::Failed => JOBS_FAILED_TOTAL,
+    };
+    metrics::counter!(name, "queue" => queue.to_owned(), "kind" => kind.to_owned()).increment(1);
+    metrics::histogram!(JOB_DURATION_SECONDS, "queue" => queue.to_owned(), "kind" => kind.to_owned())
+        .record(ran.as_secs_f64());
+}
