@@ -1,0 +1,276 @@
+//! What callers send, and how it becomes hopper's types. Every check here runs before
+//! anything is written, and names the field at fault.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use hopper::core::job::validate_name;
+use hopper::{JobId, JobListParams, JobState, NewJob, Priority};
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+
+/// The default page size of a job listing.
+pub(crate) const DEFAULT_PAGE: u32 = 50;
+/// The largest page size of a job listing.
+pub(crate) const MAX_PAGE: u32 = 500;
+
+/// One job to enqueue: every option of [`NewJob`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnqueueRequest {
+    /// Which worker runs it.
+    kind: String,
+    /// Its arguments: a JSON object or array (default `{}`).
+    #[serde(default)]
+    args: Option<Value>,
+    /// Its queue (default `default`).
+    #[serde(default)]
+    queue: Option<String>,
+    /// `high`, `normal`, `low`, or a number (lower runs first).
+    #[serde(default)]
+    priority: Option<Value>,
+    /// Not before this instant (RFC 3339).
+    #[serde(default)]
+    run_at: Option<DateTime<Utc>>,
+    /// Not before this many milliseconds from now.
+    #[serde(default)]
+    delay_ms: Option<u64>,
+    /// Attempts before the job is dead-lettered.
+    #[serde(default)]
+    max_attempts: Option<i32>,
+    /// How long one run may take, in milliseconds.
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    /// A UUIDv7 chosen by the caller, so that a retried request cannot enqueue twice (the
+    /// second gets 409).
+    #[serde(default)]
+    id: Option<Uuid>,
+}
+
+impl EnqueueRequest {
+    /// The job, validated as every entry point validates it.
+    pub(crate) fn into_job(self) -> Result<NewJob, String> {
+        let mut job = NewJob::new(
+            self.kind,
+            self.args
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        );
+        if let Some(queue) = self.queue {
+            job = job.with_queue(queue);
+        }
+        if let Some(priority) = self.priority {
+            job = job.with_priority(parse_priority(&priority)?);
+        }
+        match (self.run_at, self.delay_ms) {
+            (Some(_), Some(_)) => return Err("give run_at or delay_ms, not both".to_owned()),
+            (Some(at), None) => job = job.with_run_at(at),
+            (None, Some(ms)) => job = job.with_delay(Duration::from_millis(ms)),
+            (None, None) => {}
+        }
+        if let Some(max_attempts) = self.max_attempts {
+            job = job.with_max_attempts(max_attempts);
+        }
+        if let Some(ms) = self.timeout_ms {
+            job = job.with_timeout(Duration::from_millis(ms));
+        }
+        if let Some(id) = self.id {
+            if id.get_version_num() != 7 {
+                return Err(format!(
+                    "id {id} is not a UUIDv7; job ids are time-ordered UUIDv7 (or leave id out)"
+                ));
+            }
+            job.id = id;
+        }
+        job.validate().map_err(|e| match e {
+            hopper::Error::InvalidInput(m) => m,
+            other => other.to_string(),
+        })?;
+        Ok(job)
+    }
+}
+
+/// A batch to enqueue, all or nothing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchRequest {
+    /// The jobs.
+    pub jobs: Vec<EnqueueRequest>,
+}
+
+/// Which failed jobs to retry.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryFailedRequest {
+    /// Only this queue.
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// Only this kind.
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+fn parse_priority(value: &Value) -> Result<Priority, String> {
+    let bad = || {
+        format!(
+            "priority must be \"high\", \"normal\", \"low\" or a number from -32768 to 32767, got {value}"
+        )
+    };
+    match value {
+        Value::String(name) => name.parse::<Priority>().map_err(|_| bad()),
+        Value::Number(n) => n
+            .as_i64()
+            .and_then(|n| i16::try_from(n).ok())
+            .map(Priority)
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+/// The query string of `GET /api/v1/jobs`, all as text so each field's error is ours.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    queue: Option<String>,
+    state: Option<String>,
+    kind: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    before: Option<String>,
+    limit: Option<String>,
+}
+
+/// A parsed listing request.
+#[derive(Debug)]
+pub(crate) struct ListRequest {
+    pub list: JobListParams,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl ListQuery {
+    /// Checks and converts every filter. Empty values (as an HTML form sends them) mean
+    /// "no filter".
+    pub(crate) fn parse(self) -> Result<ListRequest, ApiError> {
+        let present = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+        let queue = present(self.queue);
+        if let Some(q) = &queue {
+            validate_name("queue", q)?;
+        }
+        let kind = present(self.kind);
+        if let Some(k) = &kind {
+            validate_name("kind", k)?;
+        }
+        let state = present(self.state)
+            .map(|s| s.parse::<JobState>())
+            .transpose()?;
+        let since = present(self.since)
+            .map(|s| parse_time("since", &s))
+            .transpose()?;
+        let until = present(self.until)
+            .map(|s| parse_time("until", &s))
+            .transpose()?;
+        if let (Some(a), Some(b)) = (since, until)
+            && a >= b
+        {
+            return Err(ApiError::bad_request(format!(
+                "since ({a}) must be before until ({b})"
+            )));
+        }
+        let before = present(self.before)
+            .map(|s| {
+                parse_id(&s).map_err(|e| ApiError::bad_request(format!("before: {}", e.message())))
+            })
+            .transpose()?;
+        let limit = match present(self.limit) {
+            None => DEFAULT_PAGE,
+            Some(s) => s
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE).contains(n))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "limit must be a whole number from 1 to {MAX_PAGE}, got {s:?}"
+                    ))
+                })?,
+        };
+        Ok(ListRequest {
+            list: JobListParams {
+                queue,
+                state,
+                kind,
+                before,
+                limit,
+            },
+            since,
+            until,
+        })
+    }
+}
+
+fn parse_time(field: &str, s: &str) -> Result<DateTime<Utc>, ApiError> {
+    DateTime::parse_from_rfc3339(s.trim())
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            ApiError::bad_request(format!(
+                "{field} must be an RFC 3339 time such as 2026-01-31T12:00:00Z, got {s:?} ({e})"
+            ))
+        })
+}
+
+/// A job id from a path or cursor.
+pub(crate) fn parse_id(s: &str) -> Result<JobId, ApiError> {
+    Uuid::parse_str(s.trim())
+        .map_err(|_| ApiError::bad_request(format!("{s:?} is not a job id (a UUID)")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(v: Value) -> Result<NewJob, String> {
+        serde_json::from_value::<EnqueueRequest>(v)
+            .map_err(|e| e.to_string())?
+            .into_job()
+    }
+
+    #[test]
+    fn every_option_reaches_the_job() -> Result<(), String> {
+        let id = Uuid::now_v7();
+        let job = request(json!({
+            "kind": "mail", "args": {"to": "a"}, "queue": "q1", "priority": "high",
+            "run_at": "2030-01-01T00:00:00Z", "max_attempts": 3, "timeout_ms": 1500,
+            "id": id,
+        }))?;
+        assert_eq!(job.id, id);
+        assert_eq!(job.queue, "q1");
+        assert_eq!(job.priority, Priority::HIGH);
+        assert_eq!(job.max_attempts, 3);
+        assert_eq!(job.timeout, Duration::from_millis(1500));
+        assert!(job.run_at.is_some());
+        assert_eq!(
+            request(json!({"kind": "k", "priority": -4}))?.priority,
+            Priority(-4)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        let err = |v: Value| request(v).err().unwrap_or_default();
+        assert!(err(json!({"kind": "k", "queue": "a b"})).contains("queue name"));
+        assert!(err(json!({"kind": "k", "args": 3})).contains("args must be"));
+        assert!(err(json!({"kind": "k", "priority": "urgent"})).contains("priority"));
+        assert!(
+            err(json!({"kind": "k", "delay_ms": 5, "run_at": "2030-01-01T00:00:00Z"}))
+                .contains("not both")
+        );
+        assert!(err(json!({"kind": "k", "id": Uuid::new_v4()})).contains("UUIDv7"));
+        assert!(err(json!({"kind": "k", "delay": 5})).contains("unknown field"));
+        assert!(err(json!({"kind": "k", "max_attempts": 0})).contains("max_attempts"));
+    }
+}

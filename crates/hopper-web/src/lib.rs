@@ -1,0 +1,215 @@
+//! # hopper-web
+//!
+//! hopper's HTTP side, as an [`axum::Router`] over any [`hopper::Backend`]:
+//!
+//! - an **HTTP JSON API** under `/api/v1` (enqueue, inspect, list with filters and cursor
+//!   pagination, retry, cancel, delete, bulk retry, queues, stats), described by an
+//!   OpenAPI 3.1 document served at `/api/v1/openapi.json`;
+//! - a **web dashboard** at `/` (queues, counts by state, throughput and latency over the
+//!   last hour, job list and detail, retry and cancel buttons), live by polling the API,
+//!   its assets compiled into the binary;
+//! - **Prometheus metrics** at `/metrics`: jobs by queue and state read at scrape time,
+//!   plus the runtime's counters and histograms when [`metrics::install_recorder`] was
+//!   called in this process;
+//! - **authentication** on by default: bearer tokens with a read-only and an admin role
+//!   ([`AuthConfig`]).
+//!
+//! Nest it in your own app, or run it alone with [`serve`]:
+//!
+//! ```no_run
+//! use hopper_web::{AuthConfig, WebState};
+//!
+//! # async fn run(backend: std::sync::Arc<dyn hopper::Backend>) -> hopper_web::Result<()> {
+//! let prometheus = hopper_web::metrics::install_recorder()?;
+//! let state = WebState::new(backend, AuthConfig::from_env()?).with_prometheus(prometheus);
+//!
+//! // Alone:
+//! hopper_web::serve("127.0.0.1:7011".parse().expect("an address"), state.clone()).await?;
+//!
+//! // Or inside an application's router, under a prefix:
+//! let app: axum::Router = axum::Router::new().nest("/hopper", hopper_web::router(state));
+//! # Ok(()) }
+//! ```
+//!
+//! The endpoints, the authentication and curl examples are in `docs/http-api.md`; the
+//! metric names in `docs/metrics.md` (and in [`hopper::metrics`]).
+
+mod api;
+pub mod auth;
+mod dashboard;
+mod error;
+pub mod metrics;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, header};
+use axum::middleware;
+use axum::response::Response;
+use axum::routing::get;
+use hopper::{Backend, Client};
+use metrics_exporter_prometheus::PrometheusHandle;
+
+pub use auth::{AuthConfig, Role, Secret};
+pub use error::{ApiError, Error, Result};
+
+/// The default limit on a request body: 16 MiB, room for a batch of jobs (one job's
+/// arguments may be up to 1 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most jobs one batch request may enqueue.
+pub const MAX_BATCH_JOBS: usize = 10_000;
+
+/// What the handlers share: the backend, who may call, and the metrics to export. Cheap
+/// to clone.
+#[derive(Clone)]
+pub struct WebState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    client: Client,
+    auth: AuthConfig,
+    prometheus: Option<PrometheusHandle>,
+    max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for WebState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebState")
+            .field("backend", &self.inner.client.backend().name())
+            .field("auth", &self.inner.auth)
+            .field("prometheus", &self.inner.prometheus.is_some())
+            .field("max_body_bytes", &self.inner.max_body_bytes)
+            .finish()
+    }
+}
+
+impl WebState {
+    /// State over `backend`, with `auth` deciding who may call.
+    pub fn new(backend: Arc<dyn Backend>, auth: AuthConfig) -> Self {
+        WebState {
+            inner: Arc::new(Inner {
+                client: Client::new(backend),
+                auth,
+                prometheus: None,
+                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            }),
+        }
+    }
+
+    /// Also exports the metrics recorded in this process (see [`metrics::install_recorder`]).
+    pub fn with_prometheus(self, handle: PrometheusHandle) -> Self {
+        self.map(|inner| inner.prometheus = Some(handle))
+    }
+
+    /// Sets the limit on request bodies (default [`DEFAULT_MAX_BODY_BYTES`]). Larger
+    /// bodies are refused with 413.
+    pub fn with_max_body_bytes(self, bytes: usize) -> Self {
+        self.map(|inner| inner.max_body_bytes = bytes)
+    }
+
+    /// The authentication in force.
+    pub fn auth(&self) -> &AuthConfig {
+        &self.inner.auth
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        self.inner.client.backend()
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    pub(crate) fn prometheus(&self) -> Option<&PrometheusHandle> {
+        self.inner.prometheus.as_ref()
+    }
+
+    fn map(self, f: impl FnOnce(&mut Inner)) -> Self {
+        let mut inner = Arc::unwrap_or_clone(self.inner);
+        f(&mut inner);
+        WebState {
+            inner: Arc::new(inner),
+        }
+    }
+}
+
+/// The whole web side: the dashboard at `/`, the API under `/api/v1`, metrics at
+/// `/metrics`. Nest it under any prefix; the dashboard uses relative links.
+pub fn router(state: WebState) -> Router {
+    let protected = api::routes()
+        .route("/metrics", get(metrics::scrape))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_role,
+        ));
+    Router::new()
+        .merge(dashboard::routes())
+        .route("/api/v1/openapi.json", get(api::openapi))
+        .merge(protected)
+        .fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.inner.max_body_bytes))
+        .layer(middleware::map_response(security_headers))
+        .with_state(state)
+}
+
+/// Headers every response carries: no sniffing, no framing, no referrer, and a content
+/// security policy that allows only the dashboard's own files.
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        ),
+    );
+    response
+}
+
+/// Serves [`router`] on `addr` until the process ends. Refuses to run without
+/// authentication on anything but a loopback address.
+pub async fn serve(addr: SocketAddr, state: WebState) -> Result<()> {
+    serve_with_shutdown(addr, state, std::future::pending()).await
+}
+
+/// Like [`serve`], stopping gracefully (in-flight requests finish) when `shutdown`
+/// completes.
+pub async fn serve_with_shutdown(
+    addr: SocketAddr,
+    state: WebState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    if state.auth().is_open() && !addr.ip().is_loopback() {
+        return Err(Error::Config(format!(
+            "refusing to serve the API without authentication on {addr}: bind a loopback \
+             address (127.0.0.1 or [::1]) or configure tokens"
+        )));
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    if state.auth().is_open() {
+        tracing::warn!(%local, "HTTP API and dashboard running WITHOUT authentication (loopback only)");
+    }
+    let _upkeep = state.prometheus().cloned().map(metrics::spawn_upkeep);
+    tracing::info!(%local, "HTTP API on http://{local}/api/v1, dashboard on http://{local}/");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}

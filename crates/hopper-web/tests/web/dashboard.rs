@@ -1,0 +1,153 @@
+//! The dashboard's files, nesting under a prefix, and the OpenAPI document.
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::common::{ADMIN, Web, code};
+
+#[tokio::test]
+async fn dashboard_files_are_served_with_safe_headers() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    for (uri, content_type, needle) in [
+        ("/", "text/html; charset=utf-8", "id=\"app\""),
+        (
+            "/assets/app.js",
+            "text/javascript; charset=utf-8",
+            "api/v1/",
+        ),
+        ("/assets/app.css", "text/css; charset=utf-8", "body"),
+        ("/assets/favicon.svg", "image/svg+xml", "<svg"),
+    ] {
+        let answer = web.call(Method::GET, uri, None, None).await?;
+        assert_eq!(answer.status, StatusCode::OK, "{uri}");
+        let header_of = |name| {
+            answer
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        assert_eq!(header_of(header::CONTENT_TYPE), content_type, "{uri}");
+        assert!(answer.text.contains(needle), "{uri} lacks {needle:?}");
+        assert!(header_of(header::CONTENT_SECURITY_POLICY).contains("default-src 'self'"));
+        assert_eq!(header_of(header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn nested_under_a_prefix() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    let app = axum::Router::new().nest("/ops/hopper", web.router.clone());
+    let get = |uri: &str, token: Option<&str>| {
+        let mut request = Request::builder().uri(uri);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        request.body(Body::empty())
+    };
+    let response = app.clone().oneshot(get("/ops/hopper", None)?).await?;
+    assert_eq!(response.status(), StatusCode::OK);
+    let page = axum::body::to_bytes(response.into_body(), usize::MAX).await?;
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("src=\"/ops/hopper/assets/app.js\""), "{page}");
+    assert!(
+        page.contains("href=\"/ops/hopper/assets/app.css\""),
+        "{page}"
+    );
+    let response = app
+        .clone()
+        .oneshot(get("/ops/hopper/assets/app.js", None)?)
+        .await?;
+    assert_eq!(response.status(), StatusCode::OK);
+    let response = app
+        .clone()
+        .oneshot(get("/ops/hopper/api/v1/queues", Some(ADMIN))?)
+        .await?;
+    assert_eq!(response.status(), StatusCode::OK);
+    let response = app.oneshot(get("/ops/hopper/api/v1/queues", None)?).await?;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    Ok(())
+}
+
+/// Every route the router serves, as `(method, OpenAPI path)`.
+const ROUTES: &[(&str, &str)] = &[
+    ("get", "/api/v1/openapi.json"),
+    ("get", "/api/v1/whoami"),
+    ("get", "/api/v1/jobs"),
+    ("post", "/api/v1/jobs"),
+    ("post", "/api/v1/jobs/batch"),
+    ("post", "/api/v1/jobs/retry-failed"),
+    ("get", "/api/v1/jobs/{id}"),
+    ("delete", "/api/v1/jobs/{id}"),
+    ("post", "/api/v1/jobs/{id}/retry"),
+    ("post", "/api/v1/jobs/{id}/cancel"),
+    ("get", "/api/v1/queues"),
+    ("get", "/api/v1/stats"),
+    ("get", "/metrics"),
+];
+
+#[tokio::test]
+async fn openapi_document_matches_the_router() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    let answer = web
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await?;
+    assert_eq!(answer.status, StatusCode::OK);
+    let doc = &answer.json;
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().cloned().unwrap_or_default();
+
+    // Every route is documented…
+    for (method, path) in ROUTES {
+        assert!(
+            paths.get(*path).and_then(|p| p.get(*method)).is_some(),
+            "{method} {path} undocumented"
+        );
+    }
+    // …and everything documented is routed.
+    let id = uuid::Uuid::now_v7().to_string();
+    let mut documented = 0;
+    for (path, item) in &paths {
+        for method in item
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_else(Vec::new)
+        {
+            if !["get", "post", "delete", "put", "patch"].contains(&method.as_str()) {
+                continue;
+            }
+            documented += 1;
+            assert!(
+                ROUTES.contains(&(method.as_str(), path.as_str())),
+                "{method} {path} not in ROUTES"
+            );
+            let uri = path.replace("{id}", &id);
+            let m = Method::from_bytes(method.to_uppercase().as_bytes())?;
+            let body = (m == Method::POST).then(|| json!({"jobs": [{"kind": "k"}], "kind": "k"}));
+            let answer = web.call(m, &uri, Some(ADMIN), body).await?;
+            assert!(
+                !(code(&answer) == "not_found"
+                    && answer.json["error"]["message"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("no route"))
+                    && answer.status != StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}: {answer:?}"
+            );
+        }
+    }
+    assert_eq!(documented, ROUTES.len());
+
+    // Every `$ref` resolves.
+    let text = serde_json::to_string(doc)?;
+    for piece in text.split("\"$ref\":\"#/").skip(1) {
+        let pointer = format!("/{}", piece.split('"').next().unwrap_or(""));
+        assert!(doc.pointer(&pointer).is_some(), "dangling $ref {pointer}");
+    }
+    let _: &Value = doc;
+    Ok(())
+}

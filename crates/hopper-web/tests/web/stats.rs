@@ -1,0 +1,202 @@
+//! `/api/v1/queues`, `/api/v1/stats` and `/metrics`.
+
+use std::time::Duration;
+
+use axum::http::{StatusCode, header};
+use hopper::{JobContext, JobError, Runtime, RuntimeConfig, Worker, Workers};
+use serde_json::{Value, json};
+
+use crate::common::{Web, completed, failed};
+
+#[tokio::test]
+async fn queues_list_counts_by_state() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    for _ in 0..3 {
+        web.enqueue(json!({"kind": "k", "queue": "alpha"})).await?;
+    }
+    web.enqueue(json!({"kind": "k", "queue": "beta", "delay_ms": 60_000}))
+        .await?;
+    web.work("alpha", completed()).await?;
+    web.enqueue(json!({"kind": "k", "queue": "alpha"})).await?;
+
+    let answer = web.get("/api/v1/queues").await?;
+    assert_eq!(answer.status, StatusCode::OK);
+    let queues = answer.json["queues"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(queues.len(), 2);
+    assert_eq!(queues[0]["queue"], "alpha");
+    assert_eq!(queues[0]["completed"], 3);
+    assert_eq!(queues[0]["available"], 1);
+    assert_eq!(queues[1]["queue"], "beta");
+    assert_eq!(queues[1]["scheduled"], 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn stats_give_totals_throughput_and_latency() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    for _ in 0..4 {
+        web.enqueue(json!({"kind": "k", "queue": "a"})).await?;
+    }
+    web.enqueue(json!({"kind": "k", "queue": "b", "max_attempts": 1}))
+        .await?;
+    web.enqueue(json!({"kind": "k", "queue": "c"})).await?;
+    web.work("a", completed()).await?;
+    web.work("b", failed()).await?;
+
+    let answer = web.get("/api/v1/stats").await?;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    let s = &answer.json;
+    assert_eq!(s["queues"], 3);
+    assert_eq!(s["totals"]["completed"], 4);
+    assert_eq!(s["totals"]["failed"], 1);
+    assert_eq!(s["totals"]["available"], 1);
+    assert_eq!(s["window_minutes"], 60);
+    let minutes = s["minutes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(minutes.len(), 60);
+    let sum = |field: &str| {
+        minutes
+            .iter()
+            .filter_map(|m| m[field].as_i64())
+            .sum::<i64>()
+    };
+    assert_eq!(sum("completed"), 4);
+    assert_eq!(sum("failed"), 1);
+    assert_eq!(s["summary"]["completed"], 4);
+    assert_eq!(s["summary"]["duration_avg_ms"], 12.0);
+    assert!(
+        s["summary"]["latency_avg_ms"]
+            .as_f64()
+            .is_some_and(|l| l >= 0.0)
+    );
+
+    let short = web.get("/api/v1/stats?minutes=5").await?;
+    assert_eq!(short.json["minutes"].as_array().map(Vec::len), Some(5));
+    let bad = web.get("/api/v1/stats?minutes=0").await?;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    Ok(())
+}
+
+#[tokio::test]
+async fn metrics_show_queue_gauges() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    web.enqueue(json!({"kind": "k", "queue": "gauged"})).await?;
+    let answer = web.get("/metrics").await?;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok()),
+        Some(hopper_web::metrics::CONTENT_TYPE)
+    );
+    assert!(
+        answer
+            .text
+            .contains("hopper_jobs{queue=\"gauged\",state=\"available\"} 1\n")
+    );
+    assert!(
+        answer
+            .text
+            .contains("hopper_queue_oldest_available_seconds{queue=\"gauged\"}")
+    );
+    Ok(())
+}
+
+struct Sometimes;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Flip {
+    fail: bool,
+}
+
+impl hopper::JobArgs for Flip {
+    const KIND: &'static str = "flip";
+}
+
+#[async_trait::async_trait]
+impl Worker for Sometimes {
+    type Args = Flip;
+    async fn process(&self, _ctx: &JobContext, args: Flip) -> Result<(), JobError> {
+        if args.fail {
+            Err(JobError::Permanent("asked to fail".to_owned()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The runtime's counters and histograms, recorded through the `metrics` facade, appear on
+/// `/metrics` once the recorder is installed. (The only test that installs it: the recorder
+/// is global to the process. Its queue is its own, so other tests cannot disturb its counts.)
+#[tokio::test]
+async fn metrics_show_runtime_counters_and_histograms() -> anyhow::Result<()> {
+    let handle = hopper_web::metrics::install_recorder()?;
+    let db = hopper::testing::TestDatabase::new().await?;
+    let auth = hopper_web::AuthConfig::tokens([crate::common::ADMIN], Vec::<String>::new())?;
+    let state = hopper_web::WebState::new(db.backend(), auth).with_prometheus(handle);
+    let web = Web {
+        router: hopper_web::router(state),
+        db,
+    };
+    let jobs: Vec<Value> = (0..5)
+        .map(|n| json!({"kind": "flip", "queue": "metered", "args": {"fail": n == 0}}))
+        .collect();
+    let answer = web
+        .post("/api/v1/jobs/batch", json!({ "jobs": jobs }))
+        .await?;
+    assert_eq!(answer.status, StatusCode::CREATED);
+
+    let mut workers = Workers::new();
+    workers.register(Sometimes);
+    let runtime = Runtime::new(
+        web.backend(),
+        workers,
+        RuntimeConfig {
+            queues: vec!["metered".to_owned()],
+            ..RuntimeConfig::default()
+        },
+    )
+    .start()
+    .await?;
+    let waited = web
+        .db
+        .wait_for("metered", Duration::from_secs(30), |s| {
+            s.completed == 4 && s.failed == 1
+        })
+        .await;
+    runtime.shutdown().await;
+    waited.map_err(anyhow::Error::msg)?;
+
+    let page = web.get("/metrics").await?.text;
+    let has = |line: &str| page.lines().any(|l| l == line);
+    assert!(
+        has("hopper_jobs_enqueued_total{queue=\"metered\",kind=\"flip\"} 5"),
+        "{page}"
+    );
+    assert!(
+        has("hopper_jobs_completed_total{queue=\"metered\",kind=\"flip\"} 4"),
+        "{page}"
+    );
+    assert!(
+        has("hopper_jobs_failed_total{queue=\"metered\",kind=\"flip\"} 1"),
+        "{page}"
+    );
+    assert!(
+        has("hopper_job_duration_seconds_count{queue=\"metered\",kind=\"flip\"} 5"),
+        "{page}"
+    );
+    assert!(
+        page.contains(
+            "hopper_job_start_latency_seconds_bucket{queue=\"metered\",kind=\"flip\",le=\"0.001\"}"
+        ),
+        "{page}"
+    );
+    assert!(
+        has("hopper_jobs{queue=\"metered\",state=\"completed\"} 4"),
+        "{page}"
+    );
+    Ok(())
+}
