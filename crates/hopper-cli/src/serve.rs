@@ -74,9 +74,9 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
         .await
         .map_err(|e| anyhow::Error::new(e).context("migrating the database"))?;
     let mut config = ServeConfig::new(backend, args.listen.clone(), auth);
-    config.node_id = args.node_id.unwrap_or_else(|| {
-        hopper_server::stable_node_id(&[&host_name(), schema, &args.listen])
-    });
+    config.node_id = args
+        .node_id
+        .unwrap_or_else(|| hopper_server::stable_node_id(&[&host_name(), schema, &args.listen]));
     config.heartbeat = heartbeat;
     config.lease = lease;
     config.node_dead_after = node_dead_after;

@@ -27,8 +27,8 @@ pub mod uuid_str;
 
 pub use codec::{DecodeError, decode_reply, decode_request, encode};
 pub use messages::{
-    AttemptInfo, ErrorCode, FinishResult, JobInfo, JobSpec, LeaseRef, Order, PriorityValue,
-    Reply, Request, Role,
+    AttemptInfo, ErrorCode, FinishResult, JobInfo, JobSpec, LeaseRef, Order, PriorityValue, Reply,
+    Request, Role,
 };
 
 /// The protocol version this crate speaks. A peer's `hello` names the version it speaks;

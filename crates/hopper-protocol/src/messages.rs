@@ -52,7 +52,11 @@ pub struct JobSpec {
     /// The job's id (a UUID, ideally v7), chosen by the client so that a submit retried
     /// after a lost reply cannot create the job twice (the retry gets `conflict`). The
     /// server picks one (UUIDv7) when absent.
-    #[serde(default, with = "uuid_str::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        with = "uuid_str::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub id: Option<Uuid>,
     /// The kind of job: which worker runs it.
     pub kind: String,

@@ -382,7 +382,9 @@ impl Core {
                 id,
                 attempt,
                 duration_ms,
-            } => self.finish(peer, req, id, attempt, |_| Outcome::Completed { duration_ms }),
+            } => self.finish(peer, req, id, attempt, |_| Outcome::Completed {
+                duration_ms,
+            }),
             Request::Failed {
                 req,
                 id,
@@ -571,7 +573,10 @@ impl Core {
             Ok(lost) => {
                 if let Some(p) = self.peers.get_mut(&peer) {
                     for l in &lost {
-                        if p.held.get(&l.job_id).is_some_and(|h| h.attempt == l.attempt) {
+                        if p.held
+                            .get(&l.job_id)
+                            .is_some_and(|h| h.attempt == l.attempt)
+                        {
                             p.held.remove(&l.job_id);
                         }
                     }

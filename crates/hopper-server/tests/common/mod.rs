@@ -1,0 +1,168 @@
+//! Shared helpers of the server tests: a server in this process on a test schema, and a
+//! raw protocol peer for poking at the wire.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ciborium::Value;
+use hopper::testing::TestDatabase;
+use hopper::{Backend, PgBackend, PgOptions};
+use hopper_server::{Auth, ServeConfig, Server, ServerHandle};
+use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+
+/// The token the tests' servers accept.
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// A backend on `db`'s schema whose connections carry `application_name`, so a test can
+/// count them in `pg_stat_activity`.
+pub async fn server_backend(db: &TestDatabase, app: &str, pool: usize) -> Arc<dyn Backend> {
+    let sep = if db.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}application_name={app}", db.url());
+    let backend = PgBackend::connect(
+        &url,
+        PgOptions {
+            schema: db.schema().to_owned(),
+            pool_size: pool,
+            ..PgOptions::default()
+        },
+    )
+    .await
+    .expect("connects");
+    Arc::new(backend)
+}
+
+/// A server config for `db` on a free loopback port, heartbeats every `heartbeat`.
+pub async fn config(db: &TestDatabase, heartbeat: Duration) -> ServeConfig {
+    let backend = server_backend(db, &format!("srv_{}", db.schema()), 8).await;
+    let mut config = ServeConfig::new(
+        backend,
+        "tcp://127.0.0.1:0",
+        Auth::Tokens(vec![TOKEN.to_owned()]),
+    );
+    config.node_id = uuid::Uuid::now_v7();
+    config.heartbeat = heartbeat;
+    config
+}
+
+/// Starts a server.
+pub async fn start(config: ServeConfig) -> ServerHandle {
+    Server::start(config).await.expect("server starts")
+}
+
+/// The URL a remote client or worker uses for `server`.
+pub fn url(endpoint: &str) -> String {
+    format!("{endpoint}?token={TOKEN}")
+}
+
+/// A map from string keys.
+pub fn map(entries: Vec<(&str, Value)>) -> Value {
+    Value::Map(
+        entries
+            .into_iter()
+            .map(|(k, v)| (Value::Text(k.to_owned()), v))
+            .collect(),
+    )
+}
+
+/// Text.
+pub fn text(s: &str) -> Value {
+    Value::Text(s.to_owned())
+}
+
+/// An integer.
+pub fn int(n: i64) -> Value {
+    Value::Integer(n.into())
+}
+
+/// A raw DEALER peer that sends and receives CBOR maps.
+pub struct RawPeer {
+    socket: DealerSocket,
+}
+
+impl RawPeer {
+    /// Connects to `endpoint`.
+    pub async fn connect(endpoint: &str) -> Self {
+        let mut socket = DealerSocket::new();
+        socket.connect(endpoint).await.expect("connects");
+        RawPeer { socket }
+    }
+
+    /// Sends raw bytes as one frame.
+    pub async fn send_bytes(&mut self, bytes: Vec<u8>) {
+        self.socket
+            .send(ZmqMessage::from(bytes))
+            .await
+            .expect("sends");
+    }
+
+    /// Sends a CBOR value.
+    pub async fn send(&mut self, value: &Value) {
+        let mut bytes = Vec::new();
+        ciborium::into_writer(value, &mut bytes).expect("encodes");
+        self.send_bytes(bytes).await;
+    }
+
+    /// Receives one map, failing after 10 s.
+    pub async fn recv(&mut self) -> Value {
+        let message = tokio::time::timeout(Duration::from_secs(10), self.socket.recv())
+            .await
+            .expect("a reply within 10 s")
+            .expect("receives");
+        let frame = message.into_vec().pop().expect("a frame");
+        ciborium::from_reader(&frame[..]).expect("CBOR")
+    }
+
+    /// Receives until a reply with `type` arrives (skipping pushes of other types).
+    pub async fn recv_type(&mut self, ty: &str) -> Value {
+        loop {
+            let v = self.recv().await;
+            if field(&v, "type").and_then(Value::as_text) == Some(ty) {
+                return v;
+            }
+        }
+    }
+
+    /// Says hello; returns the reply.
+    pub async fn hello(&mut self, role: &str, token: &str, extra: Vec<(&str, Value)>) -> Value {
+        let mut entries = vec![
+            ("type", text("hello")),
+            ("req", int(1)),
+            ("version", int(1)),
+            ("role", text(role)),
+            ("token", text(token)),
+        ];
+        entries.extend(extra);
+        self.send(&map(entries)).await;
+        self.recv().await
+    }
+}
+
+/// A field of a map.
+pub fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    v.as_map()?
+        .iter()
+        .find(|(k, _)| k.as_text() == Some(name))
+        .map(|(_, v)| v)
+}
+
+/// A text field of a map ("" if absent).
+pub fn text_of<'a>(v: &'a Value, name: &str) -> &'a str {
+    field(v, name).and_then(Value::as_text).unwrap_or("")
+}
+
+/// Counts the connections of `app` in `pg_stat_activity`.
+pub async fn connections(db: &TestDatabase, app: &str) -> i64 {
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    tokio::spawn(conn);
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .await
+        .expect("counts");
+    row.get(0)
+}

@@ -1,0 +1,65 @@
+//! A thousand connected idle workers on one server, which uses at most ten database
+//! connections (its pool and its one LISTEN), and still places a job on one of them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hopper::testing::TestDatabase;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_idle_workers_share_a_few_connections() -> anyhow::Result<()> {
+    const WORKERS: usize = 1000;
+    let db = TestDatabase::new().await?;
+    let app = format!("srv_{}", db.schema());
+    let server = start(config(&db, Duration::from_secs(30)).await).await;
+    let endpoint = server.endpoint().to_owned();
+
+    let mut joins = Vec::new();
+    for i in 0..WORKERS {
+        let endpoint = endpoint.clone();
+        joins.push(tokio::spawn(async move {
+            let mut peer = RawPeer::connect(&endpoint).await;
+            let welcome = peer
+                .hello(
+                    "worker",
+                    TOKEN,
+                    vec![
+                        ("name", text(&format!("idle-{i}"))),
+                        ("queues", ciborium::Value::Array(vec![text("idle")])),
+                        ("concurrency", int(1)),
+                    ],
+                )
+                .await;
+            assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+            peer
+        }));
+    }
+    let mut peers = Vec::with_capacity(WORKERS);
+    for j in joins {
+        peers.push(j.await?);
+    }
+
+    // One job for the thousand: exactly one of them gets the order.
+    let client = hopper::Client::new(hopper::connect(&url(&endpoint), Default::default()).await?);
+    let id = client
+        .insert(hopper::NewJob::new("noop", serde_json::json!({})).with_queue("idle"))
+        .await?;
+    let orders = futures_util::future::join_all(peers.iter_mut().map(|p| async move {
+        tokio::time::timeout(Duration::from_secs(5), p.recv_type("order"))
+            .await
+            .ok()
+    }))
+    .await;
+    let got: Vec<_> = orders.into_iter().flatten().collect();
+    assert_eq!(got.len(), 1, "exactly one worker gets the one job");
+    let job = field(&got[0], "job").expect("a job");
+    assert_eq!(text_of(job, "id"), id.to_string());
+
+    let used = connections(&db, &app).await;
+    println!("{WORKERS} idle workers connected; the server uses {used} database connections");
+    assert!((1..=10).contains(&used), "{used} connections");
+    server.shutdown().await;
+    Ok(())
+}
