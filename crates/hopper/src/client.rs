@@ -7,6 +7,7 @@ use hopper_core::{
     Backend, Error, JobArgs, JobId, JobListParams, JobRecord, NewJob, QueueStats, Result,
 };
 use hopper_postgres::{PgBackend, PgOptions};
+use hopper_sqlite::{SqliteBackend, SqliteOptions};
 
 use crate::metrics;
 
@@ -16,17 +17,32 @@ pub struct Client {
     backend: Arc<dyn Backend>,
 }
 
-/// Opens the backend named by `url`: `postgres://` or `postgresql://`.
+/// Opens the backend named by `url`:
+///
+/// - `postgres://…` or `postgresql://…`: PostgreSQL, with `options`;
+/// - `sqlite://path/to/file.db`, `sqlite:///absolute/path.db`, `sqlite:path.db` or
+///   `sqlite::memory:`: SQLite ([`SqliteBackend`](hopper_sqlite::SqliteBackend)), no server
+///   needed. From `options` it takes the clock, `schema` as the table prefix
+///   (`hopper_jobs`, …) and `pool_size` as the most reader connections;
+/// - `tcp://host:port?token=…`: a `hopper serve` server.
 pub async fn connect(url: &str, options: PgOptions) -> Result<Arc<dyn Backend>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(PgBackend::connect(url, options).await?))
+    } else if url.starts_with("sqlite:") {
+        let sqlite = SqliteOptions {
+            prefix: options.schema,
+            readers: options.pool_size.max(1),
+            clock: options.clock,
+            ..SqliteOptions::default()
+        };
+        Ok(Arc::new(SqliteBackend::connect(url, sqlite).await?))
     } else if url.starts_with("tcp://") {
         // A `hopper serve` server: `tcp://host:port?token=…` (see `crate::remote`).
         let remote = crate::remote::RemoteOptions::from_url(url)?;
         Ok(Arc::new(crate::remote::RemoteBackend::connect(remote).await?))
     } else {
         Err(Error::InvalidInput(format!(
-            "unsupported database URL {:?}: expected postgres:// or postgresql://",
+            "unsupported database URL {:?}: expected postgres://, postgresql://, sqlite:// (or sqlite::memory:) or tcp://",
             url.split(':').next().unwrap_or_default()
         )))
     }

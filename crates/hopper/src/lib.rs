@@ -67,6 +67,7 @@ pub use hopper_core::{
     TestClock, Wakeup,
 };
 pub use hopper_postgres::{PgBackend, PgOptions};
+pub use hopper_sqlite::{SqliteBackend, SqliteOptions};
 pub use registry::Workers;
 pub use remote::{RemoteBackend, RemoteOptions};
 pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle};
