@@ -17,6 +17,7 @@ pub mod input;
 pub mod jobs;
 pub mod leases;
 pub mod nodes;
+pub mod operations;
 pub mod scheduling;
 
 use std::sync::Arc;
@@ -244,6 +245,12 @@ macro_rules! conformance_suite {
                 retry_or_cancel_of_unknown_job_is_not_found,
                 cancel_of_queued_jobs_is_immediate,
                 clear_deletes_all_but_running_jobs,
+            }
+            operations {
+                search_filters_by_creation_time,
+                delete_removes_a_job_unless_it_runs,
+                retry_many_retries_failed_jobs_only,
+                stats_per_minute_count_and_time_finished_jobs,
             }
             input {
                 scalar_args_are_refused_and_nothing_is_written,

@@ -1,0 +1,205 @@
+//! What the HTTP API and the dashboard need: search by creation time, delete, bulk retry of
+//! failed jobs, per-minute statistics.
+//!
+//! These methods have default bodies on the trait, so a backend may not offer them yet. A
+//! backend that does not must say so with [`Error::Unsupported`] (never a wrong answer);
+//! the cases accept that and check the behaviour fully otherwise.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use hopper::{
+    Error, JobListParams, JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Outcome,
+};
+use uuid::Uuid;
+
+use super::{Harness, completed, job, secs};
+
+/// `Ok(None)` when the backend says it does not offer the method.
+fn offered<T>(result: hopper::Result<T>) -> anyhow::Result<Option<T>> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::Unsupported(m)) => {
+            eprintln!("skipped: unsupported by this backend: {m}");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn search_filters_by_creation_time(h: &Harness) -> anyhow::Result<()> {
+    let a = h.insert(job("k", "default")).await?;
+    h.advance(Duration::from_secs(1));
+    let b = h.insert(job("k", "other")).await?;
+    let (ca, cb) = (h.get(a).await?.created_at, h.get(b).await?.created_at);
+    ensure!(
+        ca < cb,
+        "jobs inserted one after the other have increasing created_at"
+    );
+    let search = |after, before| JobSearchParams {
+        list: JobListParams {
+            limit: 10,
+            ..JobListParams::default()
+        },
+        created_after: after,
+        created_before: before,
+    };
+    let ids = |jobs: Vec<hopper::JobRecord>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
+
+    // Without a range, a search is a listing (every backend, by the default body).
+    let all = h.backend.job_search(&search(None, None)).await?;
+    assert_eq!(ids(all), vec![b, a]);
+
+    let Some(after) = offered(h.backend.job_search(&search(Some(cb), None)).await)? else {
+        return Ok(());
+    };
+    assert_eq!(ids(after), vec![b], "created_after is inclusive");
+    let before = h.backend.job_search(&search(None, Some(cb))).await?;
+    assert_eq!(ids(before), vec![a], "created_before is exclusive");
+    let mut both = search(Some(ca), Some(cb + secs(1)));
+    both.list.queue = Some("other".to_owned());
+    assert_eq!(
+        ids(h.backend.job_search(&both).await?),
+        vec![b],
+        "with the list filters"
+    );
+    Ok(())
+}
+
+pub async fn delete_removes_a_job_unless_it_runs(h: &Harness) -> anyhow::Result<()> {
+    let queued = h.insert(job("k", "default")).await?;
+    let Some(()) = offered(h.backend.job_delete(queued).await)? else {
+        return Ok(());
+    };
+    assert_eq!(h.backend.job_get(queued).await?, None);
+
+    let running = h.insert(job("k", "default")).await?;
+    let claimed = h.claim_one("default").await?;
+    let err = h.backend.job_delete(running).await.expect_err("refused");
+    assert!(matches!(err, Error::Conflict(_)), "{err:?}");
+    assert_eq!(h.get(running).await?.state, JobState::Running);
+
+    h.finish(claimed.lease, completed()).await?;
+    h.backend.job_delete(running).await?;
+    let err = h.backend.job_delete(running).await.expect_err("gone");
+    assert!(matches!(err, Error::NotFound(_)), "{err:?}");
+    let err = h
+        .backend
+        .job_delete(Uuid::now_v7())
+        .await
+        .expect_err("never was");
+    assert!(matches!(err, Error::NotFound(_)), "{err:?}");
+    Ok(())
+}
+
+pub async fn retry_many_retries_failed_jobs_only(h: &Harness) -> anyhow::Result<()> {
+    let mut ids = Vec::new();
+    for queue in ["mail", "mail", "sms"] {
+        ids.push(h.insert(job("k", queue)).await?);
+    }
+    let done = h.insert(job("k", "mail")).await?;
+    let cancelled = h
+        .insert(job("k", "mail").with_run_at(h.now() + secs(60)))
+        .await?;
+    h.backend.job_cancel(cancelled).await?;
+    // FIFO: the three claims take the three failing jobs, then `done`.
+    for queue in ["mail", "mail", "sms"] {
+        let claimed = h.claim_one(queue).await?;
+        let failed = Outcome::Failed {
+            error: "no".to_owned(),
+            duration_ms: 1,
+        };
+        h.finish(claimed.lease, failed).await?;
+    }
+    let claimed = h.claim_one("mail").await?;
+    assert_eq!(claimed.lease.job_id, done);
+    h.finish(claimed.lease, completed()).await?;
+
+    h.advance(Duration::from_secs(5));
+    let params = JobRetryManyParams {
+        queue: Some("mail".to_owned()),
+        kind: None,
+    };
+    let Some(n) = offered(h.backend.job_retry_many(&params).await)? else {
+        return Ok(());
+    };
+    assert_eq!(n, 2, "the two failed mail jobs");
+    for id in &ids[..2] {
+        let record = h.get(*id).await?;
+        assert_eq!(record.state, JobState::Available);
+        assert_eq!(record.run_at, h.now());
+        assert_eq!(record.finished_at, None);
+        assert_eq!(
+            record.attempt - record.uncounted,
+            0,
+            "a fresh set of attempts"
+        );
+        assert_eq!(record.errors.len(), 1, "the history is kept");
+    }
+    assert_eq!(h.get(ids[2]).await?.state, JobState::Failed, "other queue");
+    assert_eq!(h.get(done).await?.state, JobState::Completed);
+    assert_eq!(h.get(cancelled).await?.state, JobState::Cancelled);
+    assert_eq!(h.claim("mail", 10).await?.len(), 2, "claimable at once");
+
+    let all = JobRetryManyParams::default();
+    assert_eq!(h.backend.job_retry_many(&all).await?, 1, "the sms job");
+    assert_eq!(h.backend.job_retry_many(&all).await?, 0);
+    Ok(())
+}
+
+pub async fn stats_per_minute_count_and_time_finished_jobs(h: &Harness) -> anyhow::Result<()> {
+    // Minute 0: two jobs due at t0, started 2 s and 4 s later, ran 5 ms and 15 ms.
+    let a = h.insert(job("k", "default")).await?;
+    let b = h.insert(job("k", "default")).await?;
+    h.advance(Duration::from_secs(2));
+    let first = h.claim_one("default").await?;
+    h.advance(Duration::from_secs(2));
+    let second = h.claim_one("default").await?;
+    assert_eq!((first.lease.job_id, second.lease.job_id), (a, b));
+    h.finish(first.lease, Outcome::Completed { duration_ms: 5 })
+        .await?;
+    h.finish(second.lease, Outcome::Completed { duration_ms: 15 })
+        .await?;
+    // Minute 2: one job dead-lettered, due at once, started at once.
+    h.advance(Duration::from_secs(120));
+    h.insert(job("k", "default")).await?;
+    let third = h.claim_one("default").await?;
+    h.finish(
+        third.lease,
+        Outcome::Failed {
+            error: "no".to_owned(),
+            duration_ms: 1,
+        },
+    )
+    .await?;
+    // Something still running is not counted.
+    h.insert(job("k", "default")).await?;
+    h.claim_one("default").await?;
+
+    let params = JobStatsParams {
+        window: Duration::from_secs(3600),
+    };
+    let Some(minutes) = offered(h.backend.job_stats_per_minute(&params).await)? else {
+        return Ok(());
+    };
+    let t0 = super::t0();
+    assert_eq!(minutes.len(), 2, "{minutes:?}");
+    let m0 = &minutes[0];
+    assert_eq!(m0.minute, t0);
+    assert_eq!((m0.completed, m0.failed), (2, 0));
+    assert!((m0.latency_avg_ms - 3000.0).abs() < 1e-6, "{m0:?}");
+    assert!((m0.duration_avg_ms - 10.0).abs() < 1e-6, "{m0:?}");
+    assert!(
+        m0.latency_p95_ms >= 3800.0 && m0.latency_p95_ms <= 4000.0,
+        "{m0:?}"
+    );
+    let m2 = &minutes[1];
+    assert_eq!(m2.minute, t0 + secs(120));
+    assert_eq!((m2.completed, m2.failed), (0, 1));
+    assert!(m2.latency_avg_ms.abs() < 1e-6, "{m2:?}");
+
+    // An hour after the last job finished, the window holds nothing.
+    h.advance(Duration::from_secs(3601));
+    assert!(h.backend.job_stats_per_minute(&params).await?.is_empty());
+    Ok(())
+}
