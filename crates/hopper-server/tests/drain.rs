@@ -85,7 +85,10 @@ async fn four_remote_workers_drain_ten_thousand_jobs_exactly_once() -> anyhow::R
     );
     assert_eq!(stats.completed, i64::from(JOBS));
     assert_eq!(stats.running + stats.available + stats.failed, 0);
-    let seen = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let seen = seen
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
     assert_eq!(seen.len(), JOBS as usize, "every job ran");
     assert!(seen.values().all(|&n| n == 1), "no job ran twice");
     server.shutdown().await;

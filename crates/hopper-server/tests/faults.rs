@@ -160,7 +160,10 @@ async fn server_restart_mid_run_loses_nothing() -> anyhow::Result<()> {
     for h in handles {
         h.shutdown().await;
     }
-    let runs = runs.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let runs = runs
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
     let repeats: u32 = runs.values().map(|n| n - 1).sum();
     println!(
         "server restarted mid-run: {JOBS} jobs completed, {repeats} ran twice (at-least-once)"

@@ -585,14 +585,10 @@ impl Backend for RemoteBackend {
     async fn subscribe(&self) -> Result<WakeupStream> {
         let rx = self.shared.wakeups.subscribe();
         let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(w) => return Some((w, rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        return Some((Wakeup::Resync, rx));
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
+            match rx.recv().await {
+                Ok(w) => Some((w, rx)),
+                Err(broadcast::error::RecvError::Lagged(_)) => Some((Wakeup::Resync, rx)),
+                Err(broadcast::error::RecvError::Closed) => None,
             }
         });
         Ok(stream.boxed())
