@@ -1,0 +1,88 @@
+"""Submitting, inspecting and cancelling jobs."""
+
+import uuid
+
+from ._connection import Connection, HopperError, Unavailable
+
+
+def _job_spec(kind, args=None, **options):
+    spec = {"kind": kind, "args": {} if args is None else args}
+    for key in ("queue", "priority", "run_at", "delay_ms", "max_attempts", "timeout_ms"):
+        value = options.pop(key, None)
+        if value is not None:
+            if key == "run_at" and hasattr(value, "isoformat"):
+                value = value.isoformat()
+            spec[key] = value
+    if options:
+        raise TypeError(f"unknown job options: {sorted(options)}")
+    # The client picks the id, so a submit retried after a lost reply cannot insert twice.
+    spec["id"] = str(uuid.uuid4())
+    return spec
+
+
+class Client:
+    """Submits and inspects jobs through a hopper server.
+
+    ``token`` defaults to the ``HOPPER_TOKEN`` environment variable. Every call raises
+    :class:`HopperError` (with ``.code``) when the server refuses it and
+    :class:`Unavailable` when no reply comes within ``timeout`` seconds.
+    """
+
+    def __init__(self, endpoint, token=None, timeout=10.0, name=None):
+        hello = {"role": "client"}
+        if name:
+            hello["name"] = name
+        self._conn = Connection(endpoint, token=token, hello=hello, timeout=timeout)
+        self._conn.reconnect(deadline=None if timeout is None else _deadline(timeout))
+
+    def close(self):
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, type_, fields):
+        try:
+            return self._conn.call(type_, fields)
+        except Unavailable:
+            # The server may have restarted: a new socket and hello, then one more try.
+            self._conn.reconnect(deadline=_deadline(self._conn.timeout))
+            return self._conn.call(type_, fields)
+
+    def submit(self, kind, args=None, **options):
+        """Submits one job; returns its id (a string).
+
+        Options: ``queue``, ``priority`` (int or "high"/"normal"/"low"), ``run_at``
+        (datetime or RFC 3339 string), ``delay_ms``, ``max_attempts``, ``timeout_ms``.
+        """
+        spec = _job_spec(kind, args, **options)
+        try:
+            return self._call("submit", {"job": spec})["ids"][0]
+        except HopperError as e:
+            if e.code == "conflict":  # our own earlier try went through
+                return spec["id"]
+            raise
+
+    def submit_batch(self, jobs):
+        """Submits many jobs in one transaction (all or none). ``jobs`` holds dicts with
+        ``kind``, ``args`` and any option of :meth:`submit`. Returns their ids."""
+        specs = [_job_spec(**job) for job in jobs]
+        return self._call("submit_batch", {"jobs": specs})["ids"]
+
+    def status(self, job_id):
+        """The job as a dict (``state``, ``attempt``, ``errors``, ...)."""
+        return self._call("status", {"id": str(job_id)})["job"]
+
+    def cancel(self, job_id):
+        """Cancels a job that has not finished; returns it. ``HopperError`` with code
+        ``conflict`` if it already finished."""
+        return self._call("cancel", {"id": str(job_id)})["job"]
+
+
+def _deadline(timeout):
+    import time
+
+    return time.monotonic() + timeout

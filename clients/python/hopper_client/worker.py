@@ -1,0 +1,243 @@
+"""A worker: receives orders, runs handlers on a thread pool, reports outcomes,
+heartbeats, and reconnects when the server goes away."""
+
+import logging
+import queue
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ._connection import Connection, HopperError, Unavailable, default_name
+
+log = logging.getLogger("hopper_client")
+
+
+class Snooze(Exception):
+    """Raise from a handler to run the job again after ``delay`` seconds without using an
+    attempt."""
+
+    def __init__(self, delay):
+        super().__init__(f"snoozed for {delay} s")
+        self.delay = delay
+
+
+class Permanent(Exception):
+    """Raise from a handler to fail the job for good (no retry): it is dead-lettered."""
+
+
+class Job:
+    """One order: the job and the lease (``id``, ``attempt``) it is reported with."""
+
+    def __init__(self, order, worker):
+        self.id = order["id"]
+        self.attempt = order["attempt"]
+        self.queue = order.get("queue")
+        self.kind = order.get("kind")
+        self.args = order.get("args")
+        self.priority = order.get("priority")
+        self.counted_attempt = order.get("counted_attempt")
+        self.max_attempts = order.get("max_attempts")
+        self.timeout_ms = order.get("timeout_ms")
+        #: Set when the handler should stop: the job was cancelled or its lease was lost.
+        #: Its outcome is then not reported.
+        self.cancelled = threading.Event()
+        self._worker = worker
+
+    def extend(self, seconds):
+        """Asks the server to extend this job's lease to ``seconds`` from now (for a job
+        longer than the lease; heartbeats already renew it while the worker lives)."""
+        self._worker._outbox.put({"type": "extend", "id": self.id, "attempt": self.attempt,
+                                  "by_ms": int(seconds * 1000)})
+
+    def __repr__(self):
+        return f"Job(id={self.id!r}, kind={self.kind!r}, attempt={self.attempt})"
+
+
+class Worker:
+    """Runs handlers for the kinds registered with :meth:`handler`.
+
+    The server sends at most ``concurrency`` orders at a time; each runs on its own thread.
+    A handler returns normally to complete its job, raises :class:`Snooze` or
+    :class:`Permanent`, or raises anything else to fail the attempt (retried with the
+    server's backoff while attempts last).
+    """
+
+    def __init__(self, endpoint, token=None, queues=("default",), concurrency=1, name=None,
+                 handlers=None, shutdown_timeout=30.0, ack_timeout=10.0):
+        self.endpoint = endpoint
+        self.token = token
+        self.queues = list(queues)
+        self.concurrency = int(concurrency)
+        self.name = name or default_name()
+        self.handlers = dict(handlers or {})
+        self.shutdown_timeout = shutdown_timeout
+        self.ack_timeout = ack_timeout
+        self._stop = threading.Event()
+        self._results = queue.Queue()
+        self._outbox = queue.Queue()
+        self._running = {}
+        self._unacked = {}
+        self._rehello = False
+        self._pool = None
+        self.conn = None
+
+    def handler(self, kind):
+        """Decorator: registers ``fn(job)`` for ``kind``."""
+
+        def register(fn):
+            self.handlers[kind] = fn
+            return fn
+
+        return register
+
+    def stop(self):
+        """Asks :meth:`run` to leave gracefully: no more orders, running jobs finish (within
+        ``shutdown_timeout``) and are reported."""
+        self._stop.set()
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self):
+        """Serves until :meth:`stop` (or SIGINT/SIGTERM when run in the main thread)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: self.stop())
+        hello = {"role": "worker", "name": self.name, "queues": self.queues,
+                 "concurrency": self.concurrency, "kinds": sorted(self.handlers)}
+        self.conn = Connection(self.endpoint, token=self.token, hello=hello,
+                               on_push=self._on_message)
+        pool = self._pool = ThreadPoolExecutor(max_workers=max(self.concurrency, 1))
+        self.conn.reconnect()
+        next_heartbeat = time.monotonic()
+        leave_by = None
+        try:
+            while True:
+                now = time.monotonic()
+                if self._stop.is_set() and leave_by is None:
+                    leave_by = now + self.shutdown_timeout
+                    self._send({"type": "bye"})
+                if leave_by is not None and (not self._running and not self._unacked
+                                             or now > leave_by):
+                    break
+                self._report_results()
+                self._flush_outbox()
+                if now >= next_heartbeat:
+                    leases = [{"id": j.id, "attempt": j.attempt} for j in self._running.values()]
+                    leases += [{"id": m["id"], "attempt": m["attempt"]}
+                               for _, m in self._unacked.values()]
+                    self._send({"type": "heartbeat", "leases": leases})
+                    next_heartbeat = now + self.conn.heartbeat_s
+                if now - self.conn.last_heard > 3 * self.conn.heartbeat_s:
+                    log.warning("hopper server silent; reconnecting")
+                    self._reconnect()
+                    continue
+                for req, (sent, message) in list(self._unacked.items()):
+                    if now - sent > self.ack_timeout:
+                        del self._unacked[req]
+                        self._send_outcome(message)
+                if self._rehello:
+                    self._rehello = False
+                    self._reconnect()
+                    continue
+                try:
+                    message = self.conn.poll(0.02)
+                except Unavailable:
+                    message = None
+                if message is not None:
+                    self._on_message(message)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            self.conn.close()
+
+    def _reconnect(self):
+        try:
+            self.conn.reconnect(deadline=time.monotonic() + 2 * self.conn.heartbeat_s)
+        except HopperError as e:
+            log.warning("reconnecting failed: %s", e)
+            return
+        # Outcomes not yet acknowledged go again (a repeat is answered lease_lost).
+        pending = [m for _, m in self._unacked.values()]
+        self._unacked.clear()
+        for message in pending:
+            self._send_outcome(message)
+
+    def _send(self, message):
+        message = dict(message)
+        message.setdefault("req", self.conn.next_req())
+        try:
+            self.conn.send(message)
+        except HopperError as e:
+            log.warning("cannot send %s: %s", message.get("type"), e)
+        return message["req"]
+
+    def _send_outcome(self, message):
+        message = {k: v for k, v in message.items() if k != "req"}
+        req = self._send(message)
+        self._unacked[req] = (time.monotonic(), message)
+
+    def _flush_outbox(self):
+        while True:
+            try:
+                message = self._outbox.get_nowait()
+            except queue.Empty:
+                return
+            self._send(message)
+
+    def _report_results(self):
+        while True:
+            try:
+                job, outcome = self._results.get_nowait()
+            except queue.Empty:
+                return
+            self._running.pop(job.id, None)
+            if job.cancelled.is_set():
+                continue  # cancelled or lease lost: nothing to report
+            outcome.update({"id": job.id, "attempt": job.attempt})
+            self._send_outcome(outcome)
+
+    def _on_message(self, message):
+        kind = message.get("type")
+        if kind == "order":
+            order = message.get("job") or {}
+            job = Job(order, self)
+            self._running[job.id] = job
+            self._pool.submit(self._run_job, job)
+        elif kind == "cancel":
+            job = self._running.get(message.get("id"))
+            if job is not None:
+                job.cancelled.set()
+        elif kind == "heartbeat_ack":
+            for lease in message.get("lost", []):
+                job = self._running.get(lease.get("id"))
+                if job is not None and job.attempt == lease.get("attempt"):
+                    job.cancelled.set()
+        elif kind == "ack":
+            self._unacked.pop(message.get("req"), None)
+        elif kind == "error":
+            code = message.get("code")
+            req = message.get("req")
+            if code == "unauthorized":
+                self._rehello = True  # the server restarted and forgot this session
+            elif req in self._unacked and code != "internal":
+                _, lost = self._unacked.pop(req)
+                log.warning("outcome of %s refused: %s", lost.get("id"), message.get("message"))
+            else:
+                log.warning("server error %s: %s", code, message.get("message"))
+
+    def _run_job(self, job):
+        handler = self.handlers.get(job.kind)
+        started = time.monotonic()
+        try:
+            if handler is None:
+                raise Permanent(f"no handler for kind {job.kind!r} on worker {self.name}")
+            handler(job)
+            outcome = {"type": "completed"}
+        except Snooze as s:
+            outcome = {"type": "snoozed", "delay_ms": int(s.delay * 1000)}
+        except Permanent as e:
+            outcome = {"type": "failed", "error": str(e), "retryable": False}
+        except Exception as e:  # noqa: BLE001 - any handler error fails the attempt
+            outcome = {"type": "failed", "error": f"{type(e).__name__}: {e}", "retryable": True}
+        if outcome["type"] in ("completed", "failed"):
+            outcome["duration_ms"] = int((time.monotonic() - started) * 1000)
+        self._results.put((job, outcome))

@@ -1,0 +1,133 @@
+"""Fixtures: the real `hopper serve` binary against PostgreSQL, one schema per test."""
+
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "clients" / "python"))
+
+DATABASE_URL = os.environ.get("HOPPER_TEST_DATABASE_URL") or os.environ.get(
+    "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+
+
+def hopper_bin():
+    path = os.environ.get("HOPPER_BIN") or str(ROOT / "target" / "debug" / "hopper")
+    if not os.path.exists(path):
+        pytest.fail(f"the hopper binary is not at {path}: run `cargo build -p hopper-cli` "
+                    "or set HOPPER_BIN")
+    return path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def psql(sql):
+    out = subprocess.run(["psql", DATABASE_URL, "-XtAq", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+class Server:
+    """One `hopper serve` process; `kill()` and `start()` again for restarts."""
+
+    def __init__(self, schema, tmp_path, extra=()):
+        self.schema = schema
+        self.port = free_port()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.token_file = tmp_path / "token"
+        self.log = tmp_path / "server.log"
+        self.extra = list(extra)
+        self.proc = None
+
+    def start(self):
+        env = dict(os.environ, DATABASE_URL=DATABASE_URL, HOPPER_SCHEMA=self.schema,
+                   HOPPER_LOG=os.environ.get("HOPPER_LOG", "warn"))
+        args = [hopper_bin(), "serve", "--listen", self.endpoint,
+                "--heartbeat", "300ms", "--lease", "5s"]
+        if "--insecure-no-auth" not in self.extra:
+            args += ["--token-file", str(self.token_file)]
+        log = open(self.log, "a")
+        self.proc = subprocess.Popen(args + self.extra, env=env, stderr=log,
+                                     stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if "listening on " + self.endpoint in self.log.read_text():
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hopper serve exited: {self.log.read_text()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"hopper serve did not start: {self.log.read_text()}")
+
+    @property
+    def token(self):
+        for line in self.token_file.read_text().splitlines():
+            if line and not line.startswith("#"):
+                return line.strip()
+        return None
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        # A new log section, so start() waits for the new "listening" line.
+        self.log.write_text("")
+
+    def counts(self):
+        rows = psql(f"SELECT state, count(*) FROM {self.schema}.jobs GROUP BY state")
+        counts = {}
+        for line in rows.splitlines():
+            state, n = line.split("|")
+            counts[state] = int(n)
+        return counts
+
+    def wait_for(self, predicate, timeout=60):
+        deadline = time.monotonic() + timeout
+        counts = {}
+        while time.monotonic() < deadline:
+            counts = self.counts()
+            if predicate(counts):
+                return counts
+            time.sleep(0.05)
+        raise AssertionError(f"not reached within {timeout} s; counts {counts}\n"
+                             f"server log:\n{self.log.read_text()}")
+
+
+@pytest.fixture
+def schema():
+    name = "pytest_" + uuid.uuid4().hex[:16]
+    yield name
+    try:
+        psql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+    except subprocess.CalledProcessError:
+        pass
+
+
+@pytest.fixture
+def server(schema, tmp_path):
+    srv = Server(schema, tmp_path).start()
+    yield srv
+    srv.kill(signal.SIGTERM)
+
+
+def wait(condition, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{what} not met within {timeout} s")
+
+
+ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

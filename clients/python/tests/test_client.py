@@ -1,0 +1,50 @@
+"""Submit, status and cancel through the real server."""
+
+import os
+import stat
+
+import pytest
+
+from conftest import ID
+from hopper_client import Client, HopperError
+
+
+def test_generated_token_file_is_private_and_required(server):
+    mode = stat.S_IMODE(os.stat(server.token_file).st_mode)
+    assert mode == 0o600
+    with pytest.raises(HopperError) as refused:
+        Client(server.endpoint, token="not-the-token", timeout=5)
+    assert refused.value.code == "unauthorized"
+
+
+def test_submit_status_cancel(server):
+    with Client(server.endpoint, token=server.token) as client:
+        job_id = client.submit("email", {"to": "ada@example.com"}, queue="mail",
+                               priority="high", max_attempts=3)
+        assert ID.match(job_id)
+        job = client.status(job_id)
+        assert job["state"] == "available"
+        assert job["queue"] == "mail"
+        assert job["priority"] == 1
+        assert job["args"] == {"to": "ada@example.com"}
+
+        later = client.submit("email", {}, delay_ms=60_000)
+        assert client.status(later)["state"] == "scheduled"
+
+        cancelled = client.cancel(job_id)
+        assert cancelled["state"] == "cancelled"
+        with pytest.raises(HopperError) as again:
+            client.cancel(job_id)
+        assert again.value.code == "conflict"
+
+        with pytest.raises(HopperError) as missing:
+            client.status("0190f3c2-7a1e-7c3b-9d2e-5b8f1a2c3d4e")
+        assert missing.value.code == "not_found"
+
+        with pytest.raises(HopperError) as invalid:
+            client.submit("bad kind!", {})
+        assert invalid.value.code == "invalid"
+
+        ids = client.submit_batch([{"kind": "k", "args": {"n": n}} for n in range(500)])
+        assert len(ids) == 500 and len(set(ids)) == 500
+    assert server.counts()["available"] == 500

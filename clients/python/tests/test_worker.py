@@ -1,0 +1,108 @@
+"""Workers through the real server: draining, a SIGKILLed worker, a restarted server."""
+
+import collections
+import signal
+import subprocess
+import sys
+import threading
+import time
+import pathlib
+
+from hopper_client import Client, Permanent, Snooze, Worker
+
+
+def start_worker(server, handlers, concurrency=8, name=None):
+    worker = Worker(server.endpoint, token=server.token, concurrency=concurrency,
+                    handlers=handlers, name=name)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return worker, thread
+
+
+def test_workers_drain_every_job_exactly_once(server):
+    runs = collections.Counter()
+    lock = threading.Lock()
+
+    def count(job):
+        with lock:
+            runs[job.id] += 1
+
+    with Client(server.endpoint, token=server.token) as client:
+        ids = client.submit_batch([{"kind": "count", "args": {"n": n}} for n in range(2000)])
+    workers = [start_worker(server, {"count": count}, name=f"py{i}") for i in range(4)]
+    server.wait_for(lambda c: c.get("completed") == 2000, timeout=120)
+    for worker, thread in workers:
+        worker.stop()
+        thread.join(timeout=30)
+    assert set(runs) == set(ids)
+    assert all(n == 1 for n in runs.values())
+
+
+def test_outcomes_retry_snooze_and_permanent(server):
+    seen = collections.Counter()
+
+    def flaky(job):
+        seen[job.id] += 1
+        if job.args["mode"] == "permanent":
+            raise Permanent("bad input")
+        if job.args["mode"] == "snooze" and seen[job.id] == 1:
+            raise Snooze(0.05)
+        if job.args["mode"] == "retry" and seen[job.id] == 1:
+            raise ValueError("first try fails")
+
+    with Client(server.endpoint, token=server.token) as client:
+        ids = {mode: client.submit("flaky", {"mode": mode}, max_attempts=3)
+               for mode in ("permanent", "snooze", "retry")}
+        worker, thread = start_worker(server, {"flaky": flaky})
+        server.wait_for(lambda c: c.get("completed") == 2 and c.get("failed") == 1,
+                        timeout=60)
+        failed = client.status(ids["permanent"])
+        assert failed["state"] == "failed"
+        assert "bad input" in failed["errors"][0]["error"]
+        retried = client.status(ids["retry"])
+        assert retried["state"] == "completed"
+        assert "ValueError: first try fails" in retried["errors"][0]["error"]
+        assert client.status(ids["snooze"])["attempts_used"] == 1
+    worker.stop()
+    thread.join(timeout=30)
+
+
+def test_killed_worker_jobs_complete_elsewhere(server):
+    with Client(server.endpoint, token=server.token) as client:
+        client.submit_batch([{"kind": "nap", "args": {}} for _ in range(20)])
+    script = pathlib.Path(__file__).with_name("worker_proc.py")
+    doomed = subprocess.Popen([sys.executable, str(script), server.endpoint, server.token,
+                               "3600"])
+    try:
+        server.wait_for(lambda c: c.get("running") == 5, timeout=60)
+    finally:
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(timeout=30)
+    worker, thread = start_worker(server, {"nap": lambda job: time.sleep(0.01)},
+                                  concurrency=5)
+    server.wait_for(lambda c: c.get("completed") == 20, timeout=60)
+    worker.stop()
+    thread.join(timeout=30)
+
+
+def test_server_restart_loses_nothing(server):
+    runs = collections.Counter()
+    lock = threading.Lock()
+
+    def nap(job):
+        time.sleep(0.005)
+        with lock:
+            runs[job.id] += 1
+
+    with Client(server.endpoint, token=server.token) as client:
+        ids = client.submit_batch([{"kind": "nap", "args": {}} for _ in range(1500)])
+    workers = [start_worker(server, {"nap": nap}, name=f"py{i}") for i in range(2)]
+    server.wait_for(lambda c: c.get("completed", 0) >= 300, timeout=60)
+    server.kill(signal.SIGKILL)
+    time.sleep(0.5)
+    server.start()
+    server.wait_for(lambda c: c.get("completed") == 1500, timeout=120)
+    for worker, thread in workers:
+        worker.stop()
+        thread.join(timeout=30)
+    assert set(runs) == set(ids)
