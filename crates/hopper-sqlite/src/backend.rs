@@ -12,230 +12,20 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hopper_core::{
     Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
-    JobState, Lease, NewJob, NodeId, NodeInfo, Outcome, QueueStats, Result, Wakeup, WakeupStream,
+    JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Lease, MinuteStats, NewJob,
+    NodeId, NodeInfo, QueueStats, Result, Wakeup, WakeupStream,
 };
-use rusqlite::{Connection, OptionalExtension, named_params};
+use rusqlite::{OptionalExtension, named_params};
 
 use crate::error::map_sqlite;
+use crate::minute_stats::{self, Finished};
+use crate::outcome::{finish_one, released_rows};
+use crate::query::{Inserter, get, records};
 use crate::rows::{self, col, delay_us, micros, rfc3339};
-use crate::sql::Queries;
 use crate::{SqliteBackend, migrate, wake};
 
 /// Rows a promotion batch takes at most (`LIMIT` in `job_promote_scheduled.sql`).
 const PROMOTE_BATCH: usize = 1000;
-
-/// Inserts validated jobs inside the caller's transaction with one prepared statement.
-///
-/// The statement's named parameters are resolved to positions once, not once per job:
-/// binding by name costs more than the insert itself over a 100,000-job batch.
-struct Inserter<'c> {
-    statement: rusqlite::CachedStatement<'c>,
-    /// Positions of :id, :queue, :kind, :args, :priority, :run_at, :max_attempts,
-    /// :timeout_ms, :now.
-    at: [usize; 9],
-}
-
-impl<'c> Inserter<'c> {
-    fn new(conn: &'c Connection, q: &Queries) -> Result<Self> {
-        let statement = conn.prepare_cached(&q.job_insert[0]).map_err(map_sqlite)?;
-        let mut at = [0usize; 9];
-        let names = [
-            ":id",
-            ":queue",
-            ":kind",
-            ":args",
-            ":priority",
-            ":run_at",
-            ":max_attempts",
-            ":timeout_ms",
-            ":now",
-        ];
-        for (slot, name) in at.iter_mut().zip(names) {
-            *slot = statement
-                .parameter_index(name)
-                .map_err(map_sqlite)?
-                .ok_or_else(|| Error::Schema(format!("job_insert.sql lacks {name}")))?;
-        }
-        Ok(Inserter { statement, at })
-    }
-
-    /// Inserts one job. Returns whether it is due now (and so `available`).
-    fn insert(&mut self, job: &NewJob, now: i64) -> Result<bool> {
-        let run_at = job.run_at.map_or(now, micros);
-        let args = serde_json::to_string(&job.args)?;
-        let mut id = uuid::Uuid::encode_buffer();
-        let id = job.id.hyphenated().encode_lower(&mut id);
-        let [
-            a_id,
-            a_queue,
-            a_kind,
-            a_args,
-            a_priority,
-            a_run_at,
-            a_max,
-            a_timeout,
-            a_now,
-        ] = self.at;
-        let s = &mut self.statement;
-        s.raw_bind_parameter(a_id, &*id).map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_queue, &job.queue)
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_kind, &job.kind)
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_args, &args).map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_priority, job.priority.0)
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_run_at, run_at).map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_max, job.max_attempts)
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_timeout, job.timeout_ms())
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_now, now).map_err(map_sqlite)?;
-        s.raw_execute().map_err(map_sqlite)?;
-        Ok(run_at <= now)
-    }
-}
-
-/// Reads one job inside the caller's connection or transaction.
-fn get(conn: &Connection, q: &Queries, id: JobId) -> Result<Option<JobRecord>> {
-    let mut statement = conn.prepare_cached(&q.job_get[0]).map_err(map_sqlite)?;
-    let mut found = statement
-        .query(named_params! { ":id": id.hyphenated().to_string() })
-        .map_err(map_sqlite)?;
-    match found.next().map_err(map_sqlite)? {
-        Some(row) => rows::job_record(row).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// Runs one outcome statement (complete, fail or snooze) for one lease: the job's new state
-/// and queue, or `None` when the lease was lost.
-fn finish_one(
-    conn: &Connection,
-    q: &Queries,
-    finish: &Finish,
-    now: i64,
-    now_text: &str,
-) -> Result<Option<(JobState, String)>> {
-    let id = finish.lease.job_id.hyphenated().to_string();
-    let attempt = finish.lease.attempt;
-    let row = match &finish.outcome {
-        Outcome::Completed { duration_ms } => complete(conn, q, &id, attempt, *duration_ms, now),
-        Outcome::Retry {
-            error,
-            retry_in,
-            duration_ms,
-        } => {
-            let retry_us = delay_us(*retry_in);
-            let failure = Failure {
-                error,
-                retry_us,
-                permanent: false,
-                duration_ms: *duration_ms,
-            };
-            fail(conn, q, &id, attempt, &failure, now, now_text)
-        }
-        Outcome::Failed { error, duration_ms } => {
-            let failure = Failure {
-                error,
-                retry_us: 0,
-                permanent: true,
-                duration_ms: *duration_ms,
-            };
-            fail(conn, q, &id, attempt, &failure, now, now_text)
-        }
-        Outcome::Snoozed { retry_in } => snooze(conn, q, &id, attempt, delay_us(*retry_in), now),
-        Outcome::Released => snooze(conn, q, &id, attempt, 0, now),
-    };
-    match row.map_err(map_sqlite)? {
-        Some((state, queue)) => Ok(Some((state.parse()?, queue))),
-        None => Ok(None),
-    }
-}
-
-/// `(state, queue)` of the row an outcome statement changed, if any.
-type Changed = rusqlite::Result<Option<(String, String)>>;
-
-fn complete(
-    conn: &Connection,
-    q: &Queries,
-    id: &str,
-    attempt: i32,
-    duration_ms: i64,
-    now: i64,
-) -> Changed {
-    conn.prepare_cached(&q.job_complete_many[0])?
-        .query_row(
-            named_params! { ":id": id, ":attempt": attempt, ":duration_ms": duration_ms, ":now": now },
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-}
-
-/// What a failed attempt reports.
-struct Failure<'a> {
-    error: &'a str,
-    retry_us: i64,
-    permanent: bool,
-    duration_ms: i64,
-}
-
-fn fail(
-    conn: &Connection,
-    q: &Queries,
-    id: &str,
-    attempt: i32,
-    f: &Failure<'_>,
-    now: i64,
-    now_text: &str,
-) -> Changed {
-    conn.prepare_cached(&q.job_fail_many[0])?
-        .query_row(
-            named_params! {
-                ":id": id, ":attempt": attempt, ":error": f.error, ":retry_us": f.retry_us,
-                ":permanent": f.permanent, ":duration_ms": f.duration_ms,
-                ":now": now, ":now_text": now_text,
-            },
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-}
-
-fn snooze(
-    conn: &Connection,
-    q: &Queries,
-    id: &str,
-    attempt: i32,
-    retry_us: i64,
-    now: i64,
-) -> Changed {
-    conn.prepare_cached(&q.job_snooze_many[0])?
-        .query_row(
-            named_params! { ":id": id, ":attempt": attempt, ":retry_us": retry_us, ":now": now },
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()
-}
-
-/// Collects `(queue, state)` rows and returns how many there were and the queues of those
-/// now available.
-fn released_rows(
-    statement: &mut rusqlite::CachedStatement<'_>,
-    params: &[(&str, &dyn rusqlite::ToSql)],
-) -> Result<(u64, Vec<String>)> {
-    let mut rows = statement.query(params).map_err(map_sqlite)?;
-    let mut count = 0u64;
-    let mut woken = Vec::new();
-    while let Some(row) = rows.next().map_err(map_sqlite)? {
-        count += 1;
-        let queue: String = col(row, 0)?;
-        let state: String = col(row, 1)?;
-        if state == "available" && !woken.contains(&queue) {
-            woken.push(queue);
-        }
-    }
-    Ok((count, woken))
-}
 
 impl SqliteBackend {
     /// Sends a wake-up to this process's subscribers.
@@ -332,23 +122,17 @@ impl Backend for SqliteBackend {
         self.inner
             .pool
             .read(move |conn| {
-                let mut statement = conn
-                    .prepare_cached(&inner.queries.job_list[0])
-                    .map_err(map_sqlite)?;
-                let mut found = statement
-                    .query(named_params! {
+                records(
+                    conn,
+                    &inner.queries.job_list[0],
+                    named_params! {
                         ":queue": params.queue,
                         ":state": params.state.map(|s| s.as_str()),
                         ":kind": params.kind,
                         ":before": params.before.map(|id| id.hyphenated().to_string()),
                         ":limit": i64::from(params.limit.max(1)),
-                    })
-                    .map_err(map_sqlite)?;
-                let mut jobs = Vec::new();
-                while let Some(row) = found.next().map_err(map_sqlite)? {
-                    jobs.push(rows::job_record(row)?);
-                }
-                Ok(jobs)
+                    },
+                )
             })
             .await
     }
@@ -709,6 +493,116 @@ impl Backend for SqliteBackend {
                 Ok(stats)
             })
             .await
+    }
+
+    async fn job_search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
+        let inner = self.inner.clone();
+        let params = params.clone();
+        self.inner
+            .pool
+            .read(move |conn| {
+                let list = &params.list;
+                records(
+                    conn,
+                    &inner.queries.job_search[0],
+                    named_params! {
+                        ":queue": list.queue,
+                        ":state": list.state.map(|s| s.as_str()),
+                        ":kind": list.kind,
+                        ":before": list.before.map(|id| id.hyphenated().to_string()),
+                        ":created_after": params.created_after.map(micros),
+                        ":created_before": params.created_before.map(micros),
+                        ":limit": i64::from(list.limit.max(1)),
+                    },
+                )
+            })
+            .await
+    }
+
+    async fn job_delete(&self, id: JobId) -> Result<()> {
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                let deleted: Option<String> = tx
+                    .prepare_cached(&inner.queries.job_delete[0])
+                    .and_then(|mut s| {
+                        s.query_row(named_params! { ":id": id.hyphenated().to_string() }, |r| {
+                            r.get(0)
+                        })
+                        .optional()
+                    })
+                    .map_err(map_sqlite)?;
+                if deleted.is_some() {
+                    return Ok(());
+                }
+                match get(tx, &inner.queries, id)? {
+                    None => Err(Error::NotFound(format!("job {id}"))),
+                    Some(job) => Err(Error::Conflict(format!(
+                        "job {id} is {}; cancel it before deleting it",
+                        job.state
+                    ))),
+                }
+            })
+            .await
+    }
+
+    async fn job_retry_many(&self, params: &JobRetryManyParams) -> Result<u64> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let params = params.clone();
+        let queues = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                let mut statement = tx
+                    .prepare_cached(&inner.queries.job_retry_many[0])
+                    .map_err(map_sqlite)?;
+                let mut rows = statement
+                    .query(named_params! {
+                        ":queue": params.queue,
+                        ":kind": params.kind,
+                        ":now": now,
+                    })
+                    .map_err(map_sqlite)?;
+                let mut queues = Vec::new();
+                while let Some(row) = rows.next().map_err(map_sqlite)? {
+                    queues.push(col::<String>(row, 0)?);
+                }
+                Ok(queues)
+            })
+            .await?;
+        self.wake_queues(&queues);
+        Ok(queues.len() as u64)
+    }
+
+    async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let since = now.saturating_sub(delay_us(params.window));
+        let finished = self
+            .inner
+            .pool
+            .read(move |conn| {
+                let mut statement = conn
+                    .prepare_cached(&inner.queries.job_stats_per_minute[0])
+                    .map_err(map_sqlite)?;
+                let mut rows = statement
+                    .query(named_params! { ":since": since, ":now": now })
+                    .map_err(map_sqlite)?;
+                let mut finished = Vec::new();
+                while let Some(row) = rows.next().map_err(map_sqlite)? {
+                    finished.push(Finished {
+                        at_us: col(row, 0)?,
+                        completed: col(row, 1)?,
+                        latency_ms: col(row, 2)?,
+                        duration_ms: col(row, 3)?,
+                    });
+                }
+                Ok(finished)
+            })
+            .await?;
+        minute_stats::per_minute(&finished)
     }
 
     async fn subscribe(&self) -> Result<WakeupStream> {

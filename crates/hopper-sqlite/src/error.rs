@@ -5,7 +5,8 @@ use rusqlite::ffi;
 
 /// Turns a driver error into hopper's error: CHECK and NOT NULL violations become
 /// [`Error::InvalidInput`] with SQLite's own message, primary-key and unique violations
-/// [`Error::Conflict`], everything else [`Error::Database`].
+/// [`Error::Conflict`], a missing table [`Error::Schema`] (not migrated), everything else
+/// [`Error::Database`].
 pub fn map_sqlite(e: rusqlite::Error) -> Error {
     if let rusqlite::Error::SqliteFailure(failure, message) = &e {
         let message = message.clone().unwrap_or_else(|| failure.to_string());
@@ -17,6 +18,11 @@ pub fn map_sqlite(e: rusqlite::Error) -> Error {
                 return Error::Conflict(message);
             }
             _ => {}
+        }
+        if message.starts_with("no such table") {
+            return Error::Schema(format!(
+                "{message}: the tables are missing or not migrated; run `hopper migrate`"
+            ));
         }
     }
     Error::database(e)

@@ -3,7 +3,10 @@
 mod backend;
 mod error;
 mod migrate;
+mod minute_stats;
+mod outcome;
 mod pool;
+mod query;
 mod rows;
 pub mod sql;
 mod wake;

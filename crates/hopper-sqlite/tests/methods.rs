@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use common::{Store, TempDir, job, node, t0};
 use futures_util::StreamExt;
 use hopper_core::{
-    Backend, ClaimParams, Error, Finish, FinishResult, JobListParams, JobState, Lease, NewJob,
-    Outcome, Priority, TestClock, Wakeup,
+    Backend, ClaimParams, Error, Finish, FinishResult, JobListParams, JobRetryManyParams,
+    JobSearchParams, JobState, JobStatsParams, Lease, NewJob, Outcome, Priority, TestClock, Wakeup,
 };
 use hopper_sqlite::{SqliteBackend, SqliteOptions};
 use serde_json::json;
@@ -795,5 +795,172 @@ async fn in_memory_database_works_alone() -> anyhow::Result<()> {
         Some(JobState::Available)
     );
     assert_eq!(backend.queue_stats().await?[0].available, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn search_filters_by_creation_time() -> anyhow::Result<()> {
+    let s = Store::new().await?;
+    let first = s.insert(job("k", "q")).await?;
+    s.advance(Duration::from_secs(60));
+    let second = s.insert(job("k", "q")).await?;
+    s.advance(Duration::from_secs(60));
+    let third = s.insert(job("k", "other")).await?;
+    let search = |after: Option<i64>, before: Option<i64>, queue: Option<&str>| {
+        let params = JobSearchParams {
+            list: JobListParams {
+                queue: queue.map(str::to_owned),
+                limit: 10,
+                ..Default::default()
+            },
+            created_after: after.map(|n| t0() + secs(n)),
+            created_before: before.map(|n| t0() + secs(n)),
+        };
+        let backend = s.backend.clone();
+        async move {
+            let jobs = backend.job_search(&params).await?;
+            Ok::<_, Error>(jobs.into_iter().map(|j| j.id).collect::<Vec<_>>())
+        }
+    };
+    assert_eq!(search(None, None, None).await?, vec![third, second, first]);
+    assert_eq!(
+        search(Some(60), None, None).await?,
+        vec![third, second],
+        "after is inclusive"
+    );
+    assert_eq!(
+        search(None, Some(60), None).await?,
+        vec![first],
+        "before is exclusive"
+    );
+    assert_eq!(
+        search(Some(0), Some(120), Some("q")).await?,
+        vec![second, first]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn delete_removes_one_unfinished_or_finished_job_but_not_a_running_one() -> anyhow::Result<()>
+{
+    let s = Store::new().await?;
+    let queued = s.insert(job("k", "q")).await?;
+    let running = s.insert(job("k", "q")).await?;
+    s.backend.job_delete(queued).await?;
+    assert_eq!(s.backend.job_get(queued).await?, None);
+    assert!(matches!(
+        s.backend.job_delete(queued).await,
+        Err(Error::NotFound(_))
+    ));
+    let claimed = s.claim_one("q").await?;
+    assert_eq!(claimed.lease.job_id, running);
+    assert!(matches!(
+        s.backend.job_delete(running).await,
+        Err(Error::Conflict(_))
+    ));
+    s.backend.job_cancel(running).await?;
+    s.backend.job_delete(running).await?;
+    assert!(s.backend.queue_stats().await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn retry_many_revives_dead_letters_by_queue_and_kind() -> anyhow::Result<()> {
+    let s = Store::new().await?;
+    for (kind, queue) in [("x", "a"), ("y", "a"), ("x", "b"), ("x", "a")] {
+        s.insert(job(kind, queue).with_max_attempts(1)).await?;
+    }
+    let kept = s.insert(job("x", "a")).await?;
+    for queue in ["a", "b"] {
+        for c in s.claim(queue, 10).await? {
+            if c.lease.job_id != kept {
+                s.finish(c.lease, retry("dead", Duration::ZERO)).await?;
+            }
+        }
+    }
+    let mut wakeups = s.backend.subscribe().await?;
+    let only = |queue: Option<&str>, kind: Option<&str>| JobRetryManyParams {
+        queue: queue.map(str::to_owned),
+        kind: kind.map(str::to_owned),
+    };
+    assert_eq!(
+        s.backend
+            .job_retry_many(&only(Some("a"), Some("x")))
+            .await?,
+        2
+    );
+    let woken = tokio::time::timeout(Duration::from_secs(5), wakeups.next()).await?;
+    assert_eq!(woken, Some(Wakeup::Jobs("a".into())));
+    assert_eq!(s.backend.job_retry_many(&only(None, None)).await?, 2);
+    assert_eq!(s.backend.job_retry_many(&only(None, None)).await?, 0);
+    let stats = s.backend.queue_stats().await?;
+    assert_eq!(
+        stats
+            .iter()
+            .map(|q| (q.available, q.failed, q.running))
+            .collect::<Vec<_>>(),
+        vec![(3, 0, 1), (1, 0, 0)]
+    );
+    let revived = s.claim("a", 10).await?;
+    assert!(
+        revived.iter().all(|c| c.counted_attempt == 1),
+        "fresh attempts"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn stats_per_minute_group_what_finished_in_the_window() -> anyhow::Result<()> {
+    let s = Store::new().await?;
+    // Minute 0: two completed (waits 1 s and 3 s after due), one dead-lettered.
+    for _ in 0..3 {
+        s.insert(job("k", "q").with_max_attempts(1)).await?;
+    }
+    s.advance(Duration::from_secs(1));
+    let first = s.claim_one("q").await?;
+    s.advance(Duration::from_secs(2));
+    let rest = s.claim("q", 2).await?;
+    s.finish(first.lease, Outcome::Completed { duration_ms: 100 })
+        .await?;
+    s.finish(rest[0].lease, Outcome::Completed { duration_ms: 300 })
+        .await?;
+    s.finish(rest[1].lease, retry("dead", Duration::ZERO))
+        .await?;
+    // Minute 2: one completed.
+    s.advance(Duration::from_secs(120));
+    s.insert(job("k", "q")).await?;
+    let last = s.claim_one("q").await?;
+    s.finish(last.lease, Outcome::Completed { duration_ms: 50 })
+        .await?;
+
+    let window = |secs| JobStatsParams {
+        window: Duration::from_secs(secs),
+    };
+    let stats = s.backend.job_stats_per_minute(&window(3600)).await?;
+    assert_eq!(stats.len(), 2, "{stats:?}");
+    let m0 = &stats[0];
+    assert_eq!(m0.minute, t0());
+    assert_eq!((m0.completed, m0.failed), (2, 1));
+    assert!(
+        (m0.latency_avg_ms - (1000.0 + 3000.0 + 3000.0) / 3.0).abs() < 1e-6,
+        "{m0:?}"
+    );
+    assert!((m0.latency_p95_ms - 3000.0).abs() < 1e-6, "{m0:?}");
+    assert!((m0.duration_avg_ms - 200.0).abs() < 1e-6, "{m0:?}");
+    assert!((m0.duration_p95_ms - 290.0).abs() < 1e-6, "{m0:?}");
+    assert_eq!(stats[1].minute, t0() + secs(120));
+    assert_eq!((stats[1].completed, stats[1].duration_avg_ms), (1, 50.0));
+    assert_eq!(s.backend.job_stats_per_minute(&window(60)).await?.len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unmigrated_file_says_to_migrate() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let backend = SqliteBackend::open(dir.db(), SqliteOptions::default()).await?;
+    match backend.queue_stats().await {
+        Err(Error::Schema(message)) => assert!(message.contains("hopper migrate"), "{message}"),
+        other => panic!("expected a schema error, got {other:?}"),
+    }
     Ok(())
 }

@@ -1,0 +1,15 @@
+-- Admin search: job_list's filters plus a range of creation times (:created_after
+-- inclusive, :created_before exclusive), newest first, keyset-paged by id (:before).
+-- Walks the primary key backwards and filters: an admin query, not a hot one.
+SELECT id, queue, kind, args, state, priority, run_at, attempt, uncounted, max_attempts,
+       timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
+       duration_ms, errors
+FROM hopper_jobs
+WHERE (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR state = :state)
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:before IS NULL OR id < :before)
+  AND (:created_after IS NULL OR created_at >= :created_after)
+  AND (:created_before IS NULL OR created_at < :created_before)
+ORDER BY id DESC
+LIMIT :limit
