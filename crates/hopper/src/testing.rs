@@ -139,12 +139,43 @@ impl Drop for TestDatabase {
                     tokio_postgres::connect(&url, tokio_postgres::NoTls).await
                 {
                     tokio::spawn(conn);
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                        .await;
+                    drop_schema(&client, &schema).await;
                 }
             });
         })
         .join();
+    }
+}
+
+/// Drops `schema`, ending any session that still holds a lock in it.
+///
+/// `Drop` blocks the thread it runs on. On a current-thread runtime that thread also drives
+/// the test's own connections, so a transaction the test left open (an early return or a
+/// failed assertion, or an error path whose `ROLLBACK` is only queued) can never finish, and
+/// a plain `DROP SCHEMA` would wait for its lock forever. Those sessions belong to the
+/// finished test; they are terminated.
+async fn drop_schema(client: &tokio_postgres::Client, schema: &str) {
+    let _ = client.batch_execute("SET lock_timeout = '1s'").await;
+    for _ in 0..10 {
+        let dropped = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await;
+        if dropped.is_ok() {
+            return;
+        }
+        let _ = client
+            .execute(
+                "SELECT pg_terminate_backend(l.pid)
+                 FROM pg_locks AS l
+                 WHERE l.pid <> pg_backend_pid()
+                   AND (l.relation IN (SELECT c.oid
+                                       FROM pg_class AS c
+                                       JOIN pg_namespace AS n ON n.oid = c.relnamespace
+                                       WHERE n.nspname = $1)
+                        OR (l.classid = 'pg_namespace'::regclass
+                            AND l.objid = (SELECT oid FROM pg_namespace WHERE nspname = $1)))",
+                &[&schema],
+            )
+            .await;
     }
 }

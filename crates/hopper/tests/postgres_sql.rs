@@ -1,0 +1,296 @@
+//! What only PostgreSQL offers: enqueueing from SQL, the table's own constraints, and
+//! enqueueing or completing inside the caller's transaction.
+
+#[macro_use]
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper::testing::TestDatabase;
+use hopper::{
+    Client, Error, JobArgs, JobListParams, JobState, NewJob, Runtime, TestClock, Workers,
+};
+use serde_json::json;
+use support::{FnWorker, config, connect, wait_for};
+use tokio::sync::mpsc;
+use tokio_postgres::error::SqlState;
+
+job_kind!(FromSql, "from_sql");
+
+async fn job_count(db: &TestDatabase) -> anyhow::Result<usize> {
+    let all = db
+        .backend()
+        .job_list(&JobListParams {
+            limit: 1000,
+            ..JobListParams::default()
+        })
+        .await?;
+    Ok(all.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_enqueued_from_sql_is_run_by_a_runtime() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = connect(db.url()).await?;
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT {}.enqueue('from_sql', '{{\"n\": 41}}'::jsonb, 'sqlq')",
+                db.schema()
+            ),
+            &[],
+        )
+        .await?;
+    let id: uuid::Uuid = row.get(0);
+    assert_eq!(id.get_version_num(), 7, "ids made in SQL are UUIDv7 too");
+    let job = db.backend().job_get(id).await?.expect("the job exists");
+    assert_eq!(job.state, JobState::Available);
+    assert_eq!(
+        (job.queue.as_str(), job.kind.as_str()),
+        ("sqlq", "from_sql")
+    );
+    assert_eq!(job.args, json!({ "n": 41 }));
+    assert_eq!((job.max_attempts, job.timeout_ms), (25, 1_800_000));
+
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let mut workers = Workers::new();
+    workers.register(FnWorker::new(move |ctx, args: FromSql| {
+        let seen_tx = seen_tx.clone();
+        async move {
+            let _ = seen_tx.send((ctx.id(), args.n));
+            Ok(())
+        }
+    }));
+    let handle = Runtime::new(db.backend(), workers, config("sqlq", 2))
+        .start()
+        .await?;
+    let run = tokio::time::timeout(Duration::from_secs(10), seen.recv()).await?;
+    assert_eq!(run, Some((id, 41)));
+    wait_for(&db, "sqlq", Duration::from_secs(10), |s| s.completed == 1).await?;
+    handle.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn sql_enqueue_takes_options_and_schedules_future_jobs() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = connect(db.url()).await?;
+    let schema = db.schema();
+    let later: uuid::Uuid = client
+        .query_one(
+            &format!(
+                "SELECT {schema}.enqueue('from_sql', '[1, 2]', 'sqlq', priority => 1::smallint,
+                    run_at => now() + interval '1 hour', max_attempts => 3,
+                    timeout => interval '90 seconds')"
+            ),
+            &[],
+        )
+        .await?
+        .get(0);
+    let past: uuid::Uuid = client
+        .query_one(
+            &format!("SELECT {schema}.enqueue('from_sql', run_at => now() - interval '1 minute')"),
+            &[],
+        )
+        .await?
+        .get(0);
+    let backend = db.backend();
+    let later = backend.job_get(later).await?.expect("exists");
+    assert_eq!(later.state, JobState::Scheduled);
+    assert_eq!(later.priority, hopper::Priority::HIGH);
+    assert_eq!((later.max_attempts, later.timeout_ms), (3, 90_000));
+    assert_eq!(later.args, json!([1, 2]));
+    let past = backend.job_get(past).await?.expect("exists");
+    assert_eq!(past.state, JobState::Available);
+    assert_eq!(
+        (past.queue.as_str(), past.args.clone()),
+        ("default", json!({}))
+    );
+    // The psql view shows both.
+    let rows = client
+        .query(
+            &format!("SELECT state::text FROM {schema}.job_view ORDER BY run_at"),
+            &[],
+        )
+        .await?;
+    let states: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(states, vec!["available", "scheduled"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_table_and_sql_enqueue_refuse_bad_input() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = connect(db.url()).await?;
+    let schema = db.schema();
+    let check = SqlState::CHECK_VIOLATION;
+    let bad_calls = [
+        (
+            format!("SELECT {schema}.enqueue('k', '{{}}', 'it''s')"),
+            &check,
+        ),
+        (
+            format!("SELECT {schema}.enqueue('k', '{{}}', 'a;b')"),
+            &check,
+        ),
+        (
+            format!("SELECT {schema}.enqueue('k', '{{}}', 'two words')"),
+            &check,
+        ),
+        (format!("SELECT {schema}.enqueue('k', '{{}}', '')"), &check),
+        (
+            format!("SELECT {schema}.enqueue('bad kind', '{{}}')"),
+            &check,
+        ),
+        (
+            format!("SELECT {schema}.enqueue('k', '\"a string\"')"),
+            &check,
+        ),
+        (format!("SELECT {schema}.enqueue('k', '42')"), &check),
+        (
+            format!("SELECT {schema}.enqueue('k', max_attempts => 0)"),
+            &check,
+        ),
+        (
+            format!("SELECT {schema}.enqueue('k', timeout => interval '0 seconds')"),
+            &check,
+        ),
+        (
+            format!(
+                "INSERT INTO {schema}.jobs (id, queue, kind) VALUES (gen_random_uuid(), 'q''; --', 'k')"
+            ),
+            &check,
+        ),
+        (
+            format!(
+                "INSERT INTO {schema}.jobs (id, kind, args) VALUES (gen_random_uuid(), 'k', 'null')"
+            ),
+            &check,
+        ),
+        (
+            format!("SELECT {schema}.enqueue('k', jsonb_build_object('b', repeat('x', 1048576)))"),
+            &SqlState::INVALID_PARAMETER_VALUE,
+        ),
+    ];
+    for (sql, code) in bad_calls {
+        let err = client.batch_execute(&sql).await.expect_err(&sql);
+        assert_eq!(err.code(), Some(code), "{sql}: {err:?}");
+    }
+    // The same refusals, through the backend, become InvalidInput with the reason.
+    let err = client
+        .query_one(&format!("SELECT {schema}.enqueue('k', '{{}}', 'a b')"), &[])
+        .await
+        .expect_err("refused");
+    let mapped = hopper_postgres::map_pg(err);
+    assert!(matches!(mapped, Error::InvalidInput(_)), "{mapped:?}");
+    assert!(mapped.to_string().contains("check constraint"), "{mapped}");
+    assert_eq!(job_count(&db).await?, 0, "nothing was written");
+    Ok(())
+}
+
+#[tokio::test]
+async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let hopper = Client::new(db.backend());
+    let mut conn = connect(db.url()).await?;
+    conn.batch_execute("CREATE TEMP TABLE orders (id int)")
+        .await?;
+
+    // Commit: the job and the caller's own row appear together.
+    let tx = conn.transaction().await?;
+    tx.execute("INSERT INTO orders VALUES (1)", &[]).await?;
+    let kept = hopper
+        .insert_in(&tx, NewJob::new("ship", json!({ "order": 1 })))
+        .await?;
+    let typed = hopper.enqueue_in(&tx, &FromSql { n: 1 }).await?;
+    let many: Vec<NewJob> = (0..50)
+        .map(|n| NewJob::new("ship", json!({ "n": n })))
+        .collect();
+    hopper.insert_many_in(&tx, &many).await?;
+    assert_eq!(
+        db.backend().job_get(kept).await?,
+        None,
+        "invisible before commit"
+    );
+    assert_eq!(job_count(&db).await?, 0);
+    tx.commit().await?;
+    assert_eq!(job_count(&db).await?, 52);
+    assert!(db.backend().job_get(typed).await?.is_some());
+
+    // Rollback: none of them exist.
+    let tx = conn.transaction().await?;
+    let dropped = hopper
+        .insert_in(&tx, NewJob::new("ship", json!({ "order": 2 })))
+        .await?;
+    let many: Vec<NewJob> = (0..50)
+        .map(|n| NewJob::new("ship", json!({ "n": n })))
+        .collect();
+    hopper.insert_many_in(&tx, &many).await?;
+    tx.rollback().await?;
+    assert_eq!(db.backend().job_get(dropped).await?, None);
+    assert_eq!(db.backend().job_get(many[0].id).await?, None);
+    assert_eq!(job_count(&db).await?, 52);
+
+    // A bad job inside the caller's transaction is refused before anything is sent.
+    let tx = conn.transaction().await?;
+    let err = hopper
+        .insert_in(&tx, NewJob::new("ship", json!("scalar")))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    tx.execute("INSERT INTO orders VALUES (3)", &[]).await?;
+    tx.commit().await?;
+    assert_eq!(job_count(&db).await?, 52);
+    Ok(())
+}
+
+#[tokio::test]
+async fn complete_in_follows_the_callers_transaction_and_checks_the_lease() -> anyhow::Result<()> {
+    let clock = TestClock::new(chrono::Utc::now());
+    let db = TestDatabase::with_clock(Arc::new(clock.clone())).await?;
+    let backend = db.backend();
+    let node = uuid::Uuid::now_v7();
+    let job = NewJob::new(FromSql::KIND, json!({ "n": 1 }));
+    backend.job_insert(&job).await?;
+    let claim = |lease| hopper::ClaimParams {
+        queue: "default".into(),
+        node,
+        limit: 1,
+        lease,
+    };
+    let first = backend.job_claim(&claim(Duration::from_secs(10))).await?;
+    let stale = first[0].lease;
+    let mut conn = connect(db.url()).await?;
+
+    // Rolled back: the job is still running under its lease.
+    let tx = conn.transaction().await?;
+    db.pg().complete_in(&tx, stale, 3).await?;
+    tx.rollback().await?;
+    assert_eq!(
+        backend.job_get(job.id).await?.map(|j| j.state),
+        Some(JobState::Running)
+    );
+
+    // Expired, rescued, claimed again: the old lease is refused, inside a transaction too.
+    clock.advance(chrono::Duration::seconds(11));
+    assert_eq!(backend.job_rescue_expired().await?, 1);
+    let current = backend.job_claim(&claim(Duration::from_secs(10))).await?[0].lease;
+    let before = backend.job_get(job.id).await?;
+    let tx = conn.transaction().await?;
+    match db.pg().complete_in(&tx, stale, 3).await {
+        Err(Error::LeaseLost(lease)) => assert_eq!(lease, stale),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    tx.commit().await?;
+    assert_eq!(backend.job_get(job.id).await?, before, "nothing changed");
+
+    // Committed with the current lease: completed.
+    let tx = conn.transaction().await?;
+    db.pg().complete_in(&tx, current, 4).await?;
+    tx.commit().await?;
+    let done = backend.job_get(job.id).await?.expect("exists");
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(done.duration_ms, Some(4));
+    Ok(())
+}

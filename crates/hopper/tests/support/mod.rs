@@ -1,0 +1,172 @@
+//! Helpers shared by the PostgreSQL and runtime tests: raw connections, throw-away schemas,
+//! closure-backed workers, and runtime settings for tests.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use hopper::testing::TestDatabase;
+use hopper::{
+    Backend, JobArgs, JobContext, JobError, PgBackend, PgOptions, QueueStats, RuntimeConfig,
+    SystemClock, Worker,
+};
+use tokio_postgres::NoTls;
+
+/// A plain connection of the test's own (for transactions and raw SQL).
+pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// A schema name no other test uses, for tests that need an unmigrated one.
+pub fn fresh_schema_name(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// Drops a schema when dropped (like `TestDatabase`, for schemas a test creates itself).
+pub struct SchemaGuard {
+    pub url: String,
+    pub schema: String,
+}
+
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        let url = self.url.clone();
+        let schema = self.schema.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(client) = connect(&url).await {
+                    let _ = client
+                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Another backend on the test's schema with its own small pool: a separate "node".
+pub async fn node_backend(db: &TestDatabase, pool_size: usize) -> anyhow::Result<Arc<dyn Backend>> {
+    let backend = PgBackend::connect(
+        db.url(),
+        PgOptions {
+            schema: db.schema().to_owned(),
+            pool_size,
+            clock: Arc::new(SystemClock),
+        },
+    )
+    .await?;
+    Ok(Arc::new(backend))
+}
+
+/// Runtime settings for tests: one queue, quick maintenance, polling slow enough that a
+/// test which must be woken by a notification cannot pass by polling instead.
+pub fn config(queue: &str, concurrency: usize) -> RuntimeConfig {
+    RuntimeConfig {
+        queues: vec![queue.to_owned()],
+        concurrency,
+        poll_interval: Duration::from_secs(5),
+        heartbeat_interval: Duration::from_millis(200),
+        rescue_interval: Duration::from_millis(100),
+        shutdown_timeout: Duration::from_secs(5),
+        ..RuntimeConfig::default()
+    }
+}
+
+/// Waits for a condition on one queue's counts, as an `anyhow` error when it times out.
+pub async fn wait_for(
+    db: &TestDatabase,
+    queue: &str,
+    limit: Duration,
+    done: impl Fn(&QueueStats) -> bool,
+) -> anyhow::Result<QueueStats> {
+    db.wait_for(queue, limit, done)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+/// Declares a job kind: a struct with a number `n` whose `JobArgs::KIND` is `$kind`.
+#[allow(unused_macros)]
+macro_rules! job_kind {
+    ($name:ident, $kind:literal) => {
+        #[doc = concat!("Arguments of the `", $kind, "` job kind.")]
+        #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+        pub struct $name {
+            /// A number, whatever the test makes of it.
+            pub n: u64,
+        }
+
+        impl hopper::JobArgs for $name {
+            const KIND: &'static str = $kind;
+        }
+    };
+}
+
+type Handler<A> = dyn Fn(JobContext, A) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync;
+
+/// A worker whose `process` is a closure, with a settable timeout and a fixed backoff.
+pub struct FnWorker<A> {
+    handler: Box<Handler<A>>,
+    timeout: Option<Duration>,
+    backoff: Duration,
+    _args: PhantomData<fn() -> A>,
+}
+
+impl<A: JobArgs> FnWorker<A> {
+    /// A worker running `f` for each job, retrying after 10 ms.
+    pub fn new<F, Fut>(f: F) -> Self
+    where
+        F: Fn(JobContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), JobError>> + Send + 'static,
+    {
+        FnWorker {
+            handler: Box::new(move |ctx, args| Box::pin(f(ctx, args))),
+            timeout: None,
+            backoff: Duration::from_millis(10),
+            _args: PhantomData,
+        }
+    }
+
+    /// Overrides the jobs' stored timeout (`Worker::timeout`).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the delay before each retry (`Worker::backoff`).
+    pub fn with_backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl<A: JobArgs> Worker for FnWorker<A> {
+    type Args = A;
+
+    async fn process(&self, ctx: &JobContext, args: A) -> Result<(), JobError> {
+        (self.handler)(ctx.clone(), args).await
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    fn backoff(&self, _attempt: i32) -> Duration {
+        self.backoff
+    }
+}
