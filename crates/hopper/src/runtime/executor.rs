@@ -53,6 +53,20 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
             },
         );
 
+        // The claim leased the job for min(stored timeout, lease). A worker whose own
+        // timeout is longer must hold the job longer than that, or a rescuer takes it back
+        // mid-run and it runs twice; heartbeats only renew leases well before `lease`.
+        let needed = timeout.min(shared.config.lease);
+        if needed > job.timeout.min(shared.config.lease) {
+            match shared.backend.job_extend_many(&[lease], needed).await {
+                Ok(lost) if !lost.is_empty() => run.stop(StopReason::LeaseLost),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "extending the lease to the worker's timeout failed")
+                }
+            }
+        }
+
         let outcome = match worker {
             None => Some(Outcome::Retry {
                 error: format!(
