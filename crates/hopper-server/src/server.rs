@@ -202,9 +202,15 @@ impl Core {
     }
 
     /// Queues a reply; the sender task writes it to the socket.
+    /// Never blocks the loop: when the queue is full, a task waits for room instead.
     pub fn reply(&self, peer: &PeerId, reply: Reply) {
-        if let Err(e) = self.out.try_send((peer.clone(), reply)) {
-            tracing::warn!(peer = %hex(peer), "outgoing queue full; reply dropped: {e}");
+        if let Err(mpsc::error::TrySendError::Full(item)) =
+            self.out.try_send((peer.clone(), reply))
+        {
+            let out = self.out.clone();
+            tokio::spawn(async move {
+                let _ = out.send(item).await;
+            });
         }
     }
 
