@@ -93,6 +93,7 @@
 
   function fmtMs(ms) {
     if (ms === null || ms === undefined) return "–";
+    if (ms === 0) return "0";
     if (ms < 1) return ms.toFixed(2) + " ms";
     if (ms < 1000) return Math.round(ms) + " ms";
     if (ms < 60000) return (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + " s";
@@ -273,7 +274,7 @@
 
   // ---- charts (inline SVG) ---------------------------------------------------------------
 
-  const W = 600;
+  let W = 600; // set to the chart's width in pixels before each drawing
   const H = 160;
   const PAD = { left: 44, right: 8, top: 8, bottom: 20 };
 
@@ -306,11 +307,16 @@
     $(summary).textContent = "";
   }
 
+  function chartWidth(target) {
+    return Math.max(300, Math.round($(target).clientWidth) || 600);
+  }
+
   function drawThroughput(stats) {
     if (!stats.minutes) return unavailable("chart-throughput", "throughput-summary", stats);
+    W = chartWidth("chart-throughput");
     const minutes = stats.minutes;
     const max = niceMax(Math.max(...minutes.map((m) => m.completed + m.failed)));
-    const root = svg("svg", { viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", role: "img", "aria-label": "jobs finished per minute" });
+    const root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "jobs finished per minute" });
     root.append(frame(max, (v) => fmtNumber(Math.round(v)), minutes));
     const slot = (W - PAD.left - PAD.right) / minutes.length;
     const scale = (H - PAD.bottom - PAD.top) / max;
@@ -336,10 +342,11 @@
 
   function drawLatency(stats) {
     if (!stats.minutes) return unavailable("chart-latency", "latency-summary", stats);
+    W = chartWidth("chart-latency");
     const minutes = stats.minutes;
     const active = minutes.map((m, i) => ({ m, i })).filter(({ m }) => m.completed + m.failed > 0);
     const max = niceMax(Math.max(0, ...active.map(({ m }) => m.latency_p95_ms)));
-    const root = svg("svg", { viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", role: "img", "aria-label": "latency per minute" });
+    const root = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "latency per minute" });
     root.append(frame(max, fmtMs, minutes));
     const slot = (W - PAD.left - PAD.right) / minutes.length;
     const scale = (H - PAD.bottom - PAD.top) / max;
@@ -483,14 +490,15 @@
       ["queue", job.queue],
       ["kind", job.kind],
       ["state", job.state],
-      ["priority", job.priority],
+      ["priority", job.priority + ({ 1: " (high)", 2: " (normal)", 3: " (low)" }[job.priority] || "")],
       ["attempts", job.attempts_used + " of " + job.max_attempts + " (claims: " + job.attempt + ")"],
       ["timeout", fmtMs(job.timeout_ms)],
       ["created", fmtTime(job.created_at) + " · " + job.created_at],
       ["run at", fmtTime(job.run_at) + " · " + job.run_at],
       ["last attempt started", job.attempted_at ? fmtTime(job.attempted_at) + " · " + job.attempted_at : "–"],
       ["wait before last attempt", latency === null ? "–" : fmtMs(Math.max(latency, 0))],
-      ["ran for", fmtMs(job.duration_ms)],
+      ["ran for", job.duration_ms !== null ? fmtMs(job.duration_ms)
+        : job.errors.length ? fmtMs(job.errors[job.errors.length - 1].duration_ms) + " (last failed attempt)" : "–"],
       ["finished", job.finished_at ? fmtTime(job.finished_at) + " · " + job.finished_at : "–"],
       ["created → finished", total === null ? "–" : fmtMs(total)],
       ["node", job.node_id || "–"],
