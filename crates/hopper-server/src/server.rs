@@ -131,7 +131,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
     let tasks = vec![
         tokio::spawn(tasks::receive(recv_half, events_tx.clone(), stop.clone())),
         tokio::spawn(tasks::send(send_half, out_rx)),
-        tokio::spawn(tasks::finish(backend.clone(), finish_rx, out_tx)),
+        tokio::spawn(tasks::finish(backend.clone(), finish_rx, out_tx, 3)),
         tokio::spawn(tasks::listen(backend.clone(), events_tx, stop.clone())),
         tokio::spawn(tasks::rescue(
             backend.clone(),

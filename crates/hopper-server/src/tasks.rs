@@ -99,50 +99,76 @@ pub(crate) struct FinishItem {
 }
 
 /// Writes outcomes in batches (one statement per kind of outcome per batch) and
-/// acknowledges each. A failed write is retried with backoff, never dropped.
+/// acknowledges each. `writers` batches are written at once, so one slow round trip does
+/// not hold up the rest. A failed write is retried with backoff, never dropped.
 pub(crate) async fn finish(
     backend: Arc<dyn Backend>,
-    mut items: mpsc::Receiver<FinishItem>,
+    items: mpsc::Receiver<FinishItem>,
     out: mpsc::Sender<(PeerId, Reply)>,
+    writers: usize,
 ) {
-    let mut batch: Vec<FinishItem> = Vec::with_capacity(1000);
-    while let Some(first) = items.recv().await {
-        batch.push(first);
-        while batch.len() < 1000 {
-            match items.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
+    let items = Arc::new(tokio::sync::Mutex::new(items));
+    let mut tasks = Vec::new();
+    for _ in 0..writers.max(1) {
+        let (backend, items, out) = (backend.clone(), items.clone(), out.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let batch = {
+                    let mut items = items.lock().await;
+                    let Some(first) = items.recv().await else {
+                        return;
+                    };
+                    let mut batch = vec![first];
+                    while batch.len() < 1000 {
+                        match items.try_recv() {
+                            Ok(item) => batch.push(item),
+                            Err(_) => break,
+                        }
+                    }
+                    batch
+                };
+                write_batch(&*backend, batch, &out).await;
             }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+async fn write_batch(
+    backend: &dyn Backend,
+    batch: Vec<FinishItem>,
+    out: &mpsc::Sender<(PeerId, Reply)>,
+) {
+    let finishes: Vec<Finish> = batch.iter().map(|i| i.finish.clone()).collect();
+    let mut backoff = Duration::from_millis(50);
+    let results = loop {
+        match backend.job_finish_many(&finishes).await {
+            Ok(results) => break Ok(results),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => break Err(e),
         }
-        let finishes: Vec<Finish> = batch.iter().map(|i| i.finish.clone()).collect();
-        let mut backoff = Duration::from_millis(50);
-        let results = loop {
-            match backend.job_finish_many(&finishes).await {
-                Ok(results) => break Ok(results),
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => break Err(e),
-            }
+    };
+    for (i, item) in batch.into_iter().enumerate() {
+        let Some((peer, req)) = item.reply_to else {
+            continue;
         };
-        for (i, item) in batch.drain(..).enumerate() {
-            let Some((peer, req)) = item.reply_to else {
-                continue;
-            };
-            let reply = match &results {
-                Ok(results) => Reply::Ack {
-                    req,
-                    result: match results.get(i) {
-                        Some(FinishResult::Recorded(_)) => WireResult::Recorded,
-                        _ => WireResult::LeaseLost,
-                    },
+        let reply = match &results {
+            Ok(results) => Reply::Ack {
+                req,
+                result: match results.get(i) {
+                    Some(FinishResult::Recorded(_)) => WireResult::Recorded,
+                    _ => WireResult::LeaseLost,
                 },
-                Err(e) => Reply::error(Some(req), error_code(e), e.to_string()),
-            };
-            let _ = out.send((peer, reply)).await;
-        }
+            },
+            Err(e) => Reply::error(Some(req), error_code(e), e.to_string()),
+        };
+        let _ = out.send((peer, reply)).await;
     }
 }
 

@@ -76,7 +76,7 @@ async fn child_worker() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_worker_jobs_complete_elsewhere() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
-    let server = start(config(&db, Duration::from_millis(200)).await).await;
+    let server = start(config(&db, Duration::from_millis(300)).await).await;
     let url = url(server.endpoint());
     let client = hopper::Client::new(db.backend());
     let jobs: Vec<NewJob> = (0..20)
@@ -117,7 +117,9 @@ async fn killed_worker_jobs_complete_elsewhere() -> anyhow::Result<()> {
         .iter()
         .filter(|j| j.errors.iter().any(|e| e.error.contains("went silent")))
         .count();
-    assert_eq!(silent, 5, "the killed worker's five jobs were retried");
+    // Five at least: the killed worker's. (More only if a loaded machine stalled the child
+    // for three heartbeat periods before the kill, which is the same path.)
+    assert!(silent >= 5, "the killed worker's jobs were retried: {silent}");
     server.shutdown().await;
     Ok(())
 }
@@ -126,7 +128,7 @@ async fn killed_worker_jobs_complete_elsewhere() -> anyhow::Result<()> {
 async fn server_restart_mid_run_loses_nothing() -> anyhow::Result<()> {
     const JOBS: i64 = 3000;
     let db = TestDatabase::new().await?;
-    let mut config = config(&db, Duration::from_millis(200)).await;
+    let mut config = config(&db, Duration::from_millis(300)).await;
     config.lease = Duration::from_secs(3);
     let server = start(config.clone()).await;
     // The restarted server listens where the first one did, as the same node.
