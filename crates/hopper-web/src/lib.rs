@@ -52,6 +52,7 @@ use axum::response::Response;
 use axum::routing::get;
 use hopper::{Backend, Client};
 use metrics_exporter_prometheus::PrometheusHandle;
+use tracing::Instrument;
 
 pub use auth::{AuthConfig, Role, Secret};
 pub use error::{ApiError, Error, Result};
@@ -157,7 +158,30 @@ pub fn router(state: WebState) -> Router {
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.inner.max_body_bytes))
         .layer(middleware::map_response(security_headers))
+        .layer(middleware::from_fn(trace_request))
         .with_state(state)
+}
+
+/// One span per request (method and path: never headers or query strings, so no secret
+/// reaches a log), and one event with the status and time taken.
+async fn trace_request(request: axum::extract::Request, next: middleware::Next) -> Response {
+    let span = tracing::info_span!(
+        "http",
+        method = %request.method(),
+        path = %request.uri().path(),
+    );
+    let started = std::time::Instant::now();
+    let response = next.run(request).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    span.in_scope(|| {
+        if response.status().is_server_error() {
+            tracing::warn!(status, elapsed_ms, "request failed");
+        } else {
+            tracing::debug!(status, elapsed_ms, "request");
+        }
+    });
+    response
 }
 
 /// Headers every response carries: no sniffing, no framing, no referrer, and a content

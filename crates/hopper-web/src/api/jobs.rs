@@ -1,6 +1,7 @@
 //! `/api/v1/jobs…`: enqueue, read, list, retry, cancel, delete.
 
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -38,6 +39,12 @@ pub(crate) struct JobPage {
     jobs: Vec<JobView>,
     /// The `before` cursor of the next (older) page, or `null` on the last page.
     next_before: Option<JobId>,
+}
+
+/// The job id of a path, refused with the API's error shape.
+fn path_id(id: Result<Path<String>, PathRejection>) -> Result<JobId, ApiError> {
+    let Path(id) = id.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    parse_id(&id)
 }
 
 /// `POST /api/v1/jobs`: enqueue one job; 201 with the job.
@@ -95,9 +102,9 @@ pub(crate) async fn enqueue_batch(
 /// `GET /api/v1/jobs/{id}`.
 pub(crate) async fn get(
     State(state): State<WebState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
-    let id = parse_id(&id)?;
+    let id = path_id(id)?;
     let job = state
         .backend()
         .job_get(id)
@@ -138,9 +145,9 @@ pub(crate) async fn list(
 /// `POST /api/v1/jobs/{id}/retry`: a failed or cancelled job runs again.
 pub(crate) async fn retry(
     State(state): State<WebState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
-    let id = parse_id(&id)?;
+    let id = path_id(id)?;
     let job = state.client().retry(id).await?;
     tracing::info!(job_id = %id, "job retried through the API");
     Ok(Json(job.into()))
@@ -149,9 +156,9 @@ pub(crate) async fn retry(
 /// `POST /api/v1/jobs/{id}/cancel`: an unfinished job is cancelled.
 pub(crate) async fn cancel(
     State(state): State<WebState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
-    let id = parse_id(&id)?;
+    let id = path_id(id)?;
     let job = state.client().cancel(id).await?;
     tracing::info!(job_id = %id, "job cancelled through the API");
     Ok(Json(job.into()))
@@ -160,9 +167,9 @@ pub(crate) async fn cancel(
 /// `DELETE /api/v1/jobs/{id}`: 204; 409 while it runs.
 pub(crate) async fn delete(
     State(state): State<WebState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let id = parse_id(&id)?;
+    let id = path_id(id)?;
     state.backend().job_delete(id).await?;
     tracing::info!(job_id = %id, "job deleted through the API");
     Ok(StatusCode::NO_CONTENT)
