@@ -8,6 +8,9 @@
 
 (function () {
   const POLL_MS = 2000;
+  // The charts are per minute; their query reads every job finished in the window, so
+  // they are refreshed less often than the counts.
+  const STATS_MS = 10000;
   // The API sits beside the assets, wherever the router is mounted.
   const API = new URL("../api/v1/", document.currentScript.src);
   const TOKEN_KEY = "hopper-token";
@@ -20,6 +23,7 @@
   let lastOk = 0;
   let newerStack = []; // cursors of the pages before the current one
   let currentJob = null;
+  let statsAt = 0;
 
   // ---- API -------------------------------------------------------------------------------
 
@@ -222,9 +226,13 @@
   // ---- overview --------------------------------------------------------------------------
 
   async function renderOverview() {
-    const [queues, stats] = await Promise.all([api("queues"), api("stats")]);
+    const wantStats = Date.now() - statsAt > STATS_MS;
+    const [queues, stats] = await Promise.all([api("queues"), wantStats ? api("stats") : null]);
     show("view-overview");
-    for (const s of STATES) $("total-" + s).textContent = fmtNumber(stats.totals[s]);
+    for (const s of STATES) {
+      const total = queues.queues.reduce((sum, q) => sum + q[s], 0);
+      $("total-" + s).textContent = fmtNumber(total);
+    }
 
     const body = $("queues-body");
     body.replaceChildren(
@@ -258,13 +266,17 @@
     );
     $("queues-empty").hidden = queues.queues.length > 0;
     $("queue-names").replaceChildren(...queues.queues.map((q) => el("option", { value: q.queue })));
-    drawThroughput(stats);
-    drawLatency(stats);
+    if (stats) {
+      statsAt = Date.now();
+      drawThroughput(stats);
+      drawLatency(stats);
+    }
   }
 
   async function retryFailed(queue, n) {
     try {
       const r = await api("jobs/retry-failed", { method: "POST", body: { queue } });
+      statsAt = 0;
       flash("Retried " + r.retried + " failed job" + (r.retried === 1 ? "" : "s") + " of " + queue + ".");
     } catch (e) {
       flash("Retry failed: " + e.message, true);
