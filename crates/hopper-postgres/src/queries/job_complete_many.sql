@@ -2,6 +2,12 @@
 -- running under the given attempt (the fencing check); the (id, attempt) pairs returned
 -- are the leases that were honoured, every other one was lost.
 -- $1 ids, $2 attempts, $3 durations (ms), $4 now.
+--
+-- Index: jobs_pkey, one probe per input row. The state is tested as text on purpose:
+-- `j.state = 'running'` matches the partial index jobs_running_idx, whose row estimate is
+-- often 1 (statistics taken while nothing ran); the planner then loops over every running
+-- job and rescans the whole input for each, O(running x batch): measured 0.6-8 s for a
+-- batch of 1,000 with 3,000 jobs running. As text, only the primary key fits.
 UPDATE hopper.jobs AS j
 SET state = 'completed',
     finished_at = coalesce($4::timestamptz, now()),
@@ -10,5 +16,5 @@ SET state = 'completed',
 FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) AS f(id, attempt, duration_ms)
 WHERE j.id = f.id
   AND j.attempt = f.attempt
-  AND j.state = 'running'
+  AND j.state::text = 'running'
 RETURNING j.id, j.attempt

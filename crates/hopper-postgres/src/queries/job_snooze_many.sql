@@ -1,6 +1,12 @@
 -- Puts attempts back without counting them: snoozed jobs wait $3 ms, released ones
 -- (graceful shutdown) are available at once.
 -- $1 ids, $2 attempts, $3 delays (ms), $4 now.
+--
+-- Index: jobs_pkey, one probe per input row. The state is tested as text on purpose:
+-- `j.state = 'running'` matches the partial index jobs_running_idx, whose row estimate is
+-- often 1 (statistics taken while nothing ran); the planner then loops over every running
+-- job and rescans the whole input for each, O(running x batch): measured 0.6-8 s for a
+-- batch of 1,000 with 3,000 jobs running. As text, only the primary key fits.
 UPDATE hopper.jobs AS j
 SET state = CASE WHEN f.retry_ms > 0 THEN 'scheduled' ELSE 'available' END::hopper.job_state,
     run_at = coalesce($4::timestamptz, now()) + make_interval(secs => f.retry_ms / 1000.0),
@@ -9,5 +15,5 @@ SET state = CASE WHEN f.retry_ms > 0 THEN 'scheduled' ELSE 'available' END::hopp
 FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) AS f(id, attempt, retry_ms)
 WHERE j.id = f.id
   AND j.attempt = f.attempt
-  AND j.state = 'running'
+  AND j.state::text = 'running'
 RETURNING j.id, j.state::text, j.queue, j.attempt
