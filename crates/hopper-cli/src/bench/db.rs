@@ -9,6 +9,9 @@ use super::QUEUE;
 /// `unfinished.sql`, written against the schema `hopper`.
 const UNFINISHED_SQL: &str = include_str!("unfinished.sql");
 
+/// `any_unfinished.sql`, written against the schema `hopper`.
+const ANY_UNFINISHED_SQL: &str = include_str!("any_unfinished.sql");
+
 fn postgres(client: &Client) -> Option<&PgBackend> {
     client.backend().as_any().downcast_ref::<PgBackend>()
 }
@@ -38,6 +41,23 @@ pub async fn unfinished(client: &Client) -> anyhow::Result<u64> {
         .context("counting unfinished jobs")?;
     let n: i64 = row.try_get(0).context("counting unfinished jobs")?;
     Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// Whether any bench job is scheduled, available or running: cheap enough to poll often.
+pub async fn any_unfinished(client: &Client) -> anyhow::Result<bool> {
+    let Some(pg) = postgres(client) else {
+        return Ok(unfinished(client).await? > 0);
+    };
+    let conn = pg.pool().get().await.context("looking for unfinished jobs")?;
+    let statement = conn
+        .prepare_cached(&bind(ANY_UNFINISHED_SQL, pg))
+        .await
+        .context("looking for unfinished jobs")?;
+    let row = conn
+        .query_one(&statement, &[&QUEUE])
+        .await
+        .context("looking for unfinished jobs")?;
+    row.try_get(0).context("looking for unfinished jobs")
 }
 
 /// `VACUUM ANALYZE` of the jobs table (PostgreSQL only; elsewhere nothing).

@@ -17,6 +17,9 @@ use super::{Bench, QUEUE, Report, db};
 /// How often the drain counts unfinished jobs.
 pub const POLL: Duration = Duration::from_millis(20);
 
+/// How often a visible progress bar is updated.
+const COUNT_EVERY: Duration = Duration::from_millis(500);
+
 /// The runtime every workload runs: the bench queue, `--concurrency`, and a lease of
 /// `--job-timeout` when given, so a killed run's jobs come back that soon.
 pub fn runtime_config(bench: &Bench) -> RuntimeConfig {
@@ -57,18 +60,21 @@ pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-/// Polls until no bench job is unfinished, moving the bar as they finish.
+/// Polls until no bench job is unfinished. A visible progress bar is moved by a count,
+/// taken less often: counting reads the whole backlog, the poll only its first entry.
 async fn wait_until_drained(
     bench: &Bench,
     jobs: u64,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<()> {
-    loop {
-        let left = db::unfinished(&bench.client).await?;
-        if left == 0 {
-            return Ok(());
+    let mut counted = Instant::now();
+    while db::any_unfinished(&bench.client).await? {
+        if !bar.is_hidden() && counted.elapsed() >= COUNT_EVERY {
+            let left = db::unfinished(&bench.client).await?;
+            bar.set_position(jobs.saturating_sub(left));
+            counted = Instant::now();
         }
-        bar.set_position(jobs.saturating_sub(left));
         tokio::time::sleep(POLL).await;
     }
+    Ok(())
 }
