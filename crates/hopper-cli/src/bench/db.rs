@@ -48,7 +48,11 @@ pub async fn any_unfinished(client: &Client) -> anyhow::Result<bool> {
     let Some(pg) = postgres(client) else {
         return Ok(unfinished(client).await? > 0);
     };
-    let conn = pg.pool().get().await.context("looking for unfinished jobs")?;
+    let conn = pg
+        .pool()
+        .get()
+        .await
+        .context("looking for unfinished jobs")?;
     let statement = conn
         .prepare_cached(&bind(ANY_UNFINISHED_SQL, pg))
         .await
