@@ -294,3 +294,42 @@ async fn complete_in_follows_the_callers_transaction_and_checks_the_lease() -> a
     assert_eq!(done.duration_ms, Some(4));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_bulk_insert_wakes_each_queue_once_at_commit() -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    use hopper::Wakeup;
+
+    let db = TestDatabase::new().await?;
+    let mut wakeups = db.backend().subscribe().await?;
+    let hopper = Client::new(db.backend());
+    let mut jobs: Vec<NewJob> = (0..500)
+        .map(|n| {
+            NewJob::new("k", json!({ "n": n })).with_queue(if n % 2 == 0 { "even" } else { "odd" })
+        })
+        .collect();
+    // Jobs due later wake nobody.
+    jobs.push(
+        NewJob::new("k", json!({}))
+            .with_queue("later")
+            .with_run_at(chrono::Utc::now() + chrono::Duration::hours(1)),
+    );
+    hopper.insert_many(&jobs).await?;
+    // A last single insert marks the end: notifications arrive in commit order.
+    hopper
+        .insert(NewJob::new("k", json!({})).with_queue("marker"))
+        .await?;
+    let mut seen = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(10), wakeups.next()).await?;
+        match next {
+            Some(Wakeup::Jobs(queue)) if queue == "marker" => break,
+            Some(Wakeup::Jobs(queue)) => seen.push(queue),
+            Some(other) => panic!("unexpected {other:?}"),
+            None => panic!("the wake-up stream ended"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, vec!["even", "odd"], "one wake-up per due queue");
+    Ok(())
+}

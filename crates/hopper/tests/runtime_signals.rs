@@ -41,9 +41,9 @@ async fn get(db: &TestDatabase, id: JobId) -> anyhow::Result<JobRecord> {
     Ok(db.backend().job_get(id).await?.expect("the job exists"))
 }
 
-/// Waits until the runtime's notification listener is connected, so that what follows
-/// can only be noticed through it.
-async fn wait_listening(db: &TestDatabase) -> anyhow::Result<()> {
+/// Waits until `runtimes` notification listeners are connected, so that what follows can
+/// only be noticed through them.
+async fn wait_listening(db: &TestDatabase, runtimes: i64) -> anyhow::Result<()> {
     let client = connect(db.url()).await?;
     let listen = format!("LISTEN \"{}_wake\"", db.schema());
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -54,7 +54,7 @@ async fn wait_listening(db: &TestDatabase) -> anyhow::Result<()> {
                 &[&listen],
             )
             .await?;
-        if row.get::<_, i64>(0) > 0 {
+        if row.get::<_, i64>(0) >= runtimes {
             return Ok(());
         }
         anyhow::ensure!(Instant::now() < deadline, "the runtime never listened");
@@ -87,6 +87,8 @@ async fn cancelling_a_running_job_fires_its_token_promptly() -> anyhow::Result<(
         .await?
         .expect("the handler started");
     assert!(!token.is_cancelled());
+    // The job was claimed at once; the cancellation must not race the listener's start.
+    wait_listening(&db, 1).await?;
 
     let cancelled_at = Instant::now();
     let record = Client::new(db.backend()).cancel(id).await?;
@@ -168,6 +170,48 @@ async fn shutdown_lets_short_jobs_finish_and_releases_long_ones() -> anyhow::Res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_released_at_shutdown_is_taken_over_promptly() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (started_tx, mut started) = mpsc::unbounded_channel::<(i32, Instant)>();
+    let workers = || {
+        let started_tx = started_tx.clone();
+        let mut workers = Workers::new();
+        workers.register(FnWorker::new(move |ctx, _: Signal| {
+            let _ = started_tx.send((ctx.lease().attempt, Instant::now()));
+            async move {
+                if ctx.lease().attempt == 1 {
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                }
+                Ok(())
+            }
+        }));
+        workers
+    };
+    let id = insert(&db, 0).await?;
+    let leaving = start(&db, workers(), quiet_config(1)).await;
+    let first = tokio::time::timeout(Duration::from_secs(10), started.recv()).await?;
+    assert_eq!(first.map(|r| r.0), Some(1));
+    // A second node, idle: the only job is running elsewhere.
+    let staying = start(&db, workers(), quiet_config(1)).await;
+    wait_listening(&db, 2).await?;
+
+    let began = Instant::now();
+    leaving.shutdown_within(Duration::from_millis(100)).await;
+    let (attempt, at) = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await?
+        .expect("taken over");
+    assert_eq!(attempt, 2);
+    let delay = at - began;
+    assert!(delay < Duration::from_secs(2), "took {delay:?}");
+    wait_for(&db, QUEUE, Duration::from_secs(10), |s| s.completed == 1).await?;
+    staying.shutdown().await;
+    let job = get(&db, id).await?;
+    assert_eq!((job.attempt, job.uncounted), (2, 1));
+    assert!(job.errors.is_empty(), "{:?}", job.errors);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_runtime_starts_a_new_job_within_milliseconds() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let (started_tx, mut started) = mpsc::unbounded_channel::<Instant>();
@@ -177,7 +221,7 @@ async fn an_idle_runtime_starts_a_new_job_within_milliseconds() -> anyhow::Resul
         async { Ok(()) }
     }));
     let handle = start(&db, workers, quiet_config(4)).await;
-    wait_listening(&db).await?;
+    wait_listening(&db, 1).await?;
     let mut latencies = Vec::new();
     for n in 0..3 {
         let enqueued = Instant::now();
@@ -219,7 +263,7 @@ async fn a_retry_with_a_short_backoff_runs_again_promptly() -> anyhow::Result<()
     let handle = start(&db, workers, quiet_config(2)).await;
     // Let the runtime settle into idleness first (its promoter's first pass, at start,
     // would otherwise find the retry and wait for it without being told).
-    wait_listening(&db).await?;
+    wait_listening(&db, 1).await?;
     insert(&db, 0).await?;
     let warm_up = tokio::time::timeout(Duration::from_secs(10), runs.recv()).await?;
     assert_eq!(warm_up.map(|r| r.0), Some(1));
