@@ -204,8 +204,7 @@ impl Core {
     /// Queues a reply; the sender task writes it to the socket.
     /// Never blocks the loop: when the queue is full, a task waits for room instead.
     pub fn reply(&self, peer: &PeerId, reply: Reply) {
-        if let Err(mpsc::error::TrySendError::Full(item)) =
-            self.out.try_send((peer.clone(), reply))
+        if let Err(mpsc::error::TrySendError::Full(item)) = self.out.try_send((peer.clone(), reply))
         {
             let out = self.out.clone();
             tokio::spawn(async move {

@@ -137,3 +137,16 @@ async fn bad_peers_are_refused_while_a_good_one_keeps_working() -> anyhow::Resul
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_rust_client_with_a_wrong_token_gets_a_clear_error() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let url = format!("{}?token=wrong", server.endpoint());
+    let err = hopper::connect(&url, Default::default())
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("unauthorized"), "{err}");
+    server.shutdown().await;
+    Ok(())
+}

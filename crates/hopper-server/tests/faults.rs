@@ -119,7 +119,10 @@ async fn killed_worker_jobs_complete_elsewhere() -> anyhow::Result<()> {
         .count();
     // Five at least: the killed worker's. (More only if a loaded machine stalled the child
     // for three heartbeat periods before the kill, which is the same path.)
-    assert!(silent >= 5, "the killed worker's jobs were retried: {silent}");
+    assert!(
+        silent >= 5,
+        "the killed worker's jobs were retried: {silent}"
+    );
     server.shutdown().await;
     Ok(())
 }

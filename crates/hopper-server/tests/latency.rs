@@ -63,11 +63,16 @@ async fn latency_at_two_hundred_jobs_a_second() -> anyhow::Result<()> {
         let at_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
         client.insert(NewJob::of(&Stamp { at_us })?).await?;
     }
-    db.wait_for("default", Duration::from_secs(60), |s| s.completed == JOBS as i64)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    db.wait_for("default", Duration::from_secs(60), |s| {
+        s.completed == JOBS as i64
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
     runtime.shutdown().await;
-    let mut waits = waits.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    let mut waits = waits
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
     waits.sort_unstable();
     let pct = |p: f64| waits[((waits.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
     println!(

@@ -86,22 +86,29 @@ async fn send(link: &mut Link, request: &Request) -> Result<()> {
     .map_err(|e| unavailable(format!("sending to the hopper server: {e}")))
 }
 
-/// Connects and says hello; retries until it succeeds or the backend is dropped.
+/// Connects and says hello; retries until it succeeds or the backend is dropped. Requests
+/// made meanwhile fail at once with the latest reason (a refused token is not transient).
 async fn open(shared: &Shared, commands: &mut mpsc::Receiver<Command>) -> Option<Link> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        match try_open(shared).await {
+        let (refused, reason) = match try_open(shared).await {
             Ok(link) => return Some(link),
-            Err(e) => {
-                tracing::warn!(endpoint = %shared.options.endpoint, error = %e, retry_in = ?backoff, "cannot reach the hopper server");
-            }
-        }
-        // Refuse requests while the server is unreachable, rather than queueing them.
+            Err(Error::InvalidInput(message)) => (true, message),
+            Err(e) => (false, e.to_string()),
+        };
+        tracing::warn!(endpoint = %shared.options.endpoint, error = %reason, retry_in = ?backoff, "cannot reach the hopper server");
         let deadline = Instant::now() + backoff;
         loop {
             tokio::select! {
                 c = commands.recv() => match c {
-                    Some(c) => { let _ = c.reply.send(Err(unavailable("the hopper server is unreachable"))); }
+                    Some(c) => {
+                        let e = if refused {
+                            Error::InvalidInput(reason.clone())
+                        } else {
+                            unavailable(reason.clone())
+                        };
+                        let _ = c.reply.send(Err(e));
+                    }
                     None => return None,
                 },
                 _ = tokio::time::sleep_until(deadline) => break,
