@@ -313,11 +313,20 @@ impl Backend for PgBackend {
     async fn job_rescue_expired(&self) -> Result<u64> {
         let client = self.client().await?;
         let now = self.inner.clock.now();
-        let row = client
-            .query_one(&self.inner.queries.job_rescue_expired, &[&now])
-            .await
-            .map_err(map_pg)?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        // The statement takes 1,000 jobs at a time; repeat while batches come back full,
+        // as promotion does, so one call takes back every expired lease.
+        let mut total = 0u64;
+        loop {
+            let row = client
+                .query_one(&self.inner.queries.job_rescue_expired, &[&now])
+                .await
+                .map_err(map_pg)?;
+            let rescued = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+            total += rescued;
+            if rescued < 1000 {
+                return Ok(total);
+            }
+        }
     }
 
     async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {

@@ -379,23 +379,31 @@ impl Backend for SqliteBackend {
     }
 
     async fn job_rescue_expired(&self) -> Result<u64> {
-        let inner = self.inner.clone();
         let now = self.now();
-        let (count, woken) = self
-            .inner
-            .pool
-            .write_tx(move |tx| {
-                let mut statement = tx
-                    .prepare_cached(&inner.queries.job_rescue_expired[0])
-                    .map_err(map_sqlite)?;
-                released_rows(
-                    &mut statement,
-                    named_params! { ":now": micros(now), ":now_text": rfc3339(now) },
-                )
-            })
-            .await?;
-        self.wake_queues(&woken);
-        Ok(count)
+        // The statement takes 1,000 jobs at a time; repeat while batches come back full,
+        // as promotion does, so one call takes back every expired lease.
+        let mut total = 0u64;
+        loop {
+            let inner = self.inner.clone();
+            let (count, woken) = self
+                .inner
+                .pool
+                .write_tx(move |tx| {
+                    let mut statement = tx
+                        .prepare_cached(&inner.queries.job_rescue_expired[0])
+                        .map_err(map_sqlite)?;
+                    released_rows(
+                        &mut statement,
+                        named_params! { ":now": micros(now), ":now_text": rfc3339(now) },
+                    )
+                })
+                .await?;
+            self.wake_queues(&woken);
+            total += count;
+            if count < 1000 {
+                return Ok(total);
+            }
+        }
     }
 
     async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {

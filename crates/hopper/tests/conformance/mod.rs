@@ -237,6 +237,7 @@ macro_rules! conformance_suite {
                 expired_lease_on_last_attempt_dead_letters,
                 dead_node_jobs_are_released_before_their_leases_expire,
                 heartbeating_node_keeps_its_jobs,
+                rescue_takes_back_every_expired_lease,
             }
             admin {
                 retry_of_failed_job_gives_fresh_attempts,

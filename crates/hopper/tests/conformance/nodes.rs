@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hopper::{JobId, JobState};
+use hopper::{JobId, JobState, NewJob};
 
 use super::{Harness, job, node_info};
 
@@ -144,5 +144,20 @@ pub async fn heartbeating_node_keeps_its_jobs(h: &Harness) -> anyhow::Result<()>
         h.backend.node_release_dead(Duration::from_secs(30)).await?,
         0
     );
+    Ok(())
+}
+
+pub async fn rescue_takes_back_every_expired_lease(h: &Harness) -> anyhow::Result<()> {
+    const N: usize = 2_500;
+    let jobs: Vec<NewJob> = (0..N).map(|_| job("mass", "default")).collect();
+    h.backend.job_insert_many(&jobs).await?;
+    let claimed = h
+        .claim_as(h.node.id, "default", N as u32, Duration::from_secs(10))
+        .await?;
+    assert_eq!(claimed.len(), N);
+    h.advance(Duration::from_secs(11));
+    assert_eq!(h.backend.job_rescue_expired().await?, N as u64);
+    let stats = h.backend.queue_stats().await?;
+    assert_eq!((stats[0].available, stats[0].running), (N as i64, 0));
     Ok(())
 }
