@@ -11,27 +11,84 @@ CREATE TYPE hopper.job_state AS ENUM (
 );
 
 
-CREATE FUNCTION hopper.enqueue(kind text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority smallint DEFAULT 2, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 25, timeout interval DEFAULT '00:30:00'::interval) RETURNS uuid
+CREATE FUNCTION hopper.enqueue(kind text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority smallint DEFAULT 2, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 25, timeout interval DEFAULT '00:30:00'::interval, group_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text) RETURNS uuid
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    new_id uuid := hopper.uuid_v7();
-    due    boolean := run_at IS NULL OR run_at <= now();
+    new_id   uuid := hopper.uuid_v7();
+    due      boolean := run_at IS NULL OR run_at <= now();
+    grp      text := group_key;
+    held_by  uuid;
 BEGIN
     IF octet_length(args::text) > 1048576 THEN
         RAISE EXCEPTION 'hopper.enqueue: args are % bytes as JSON, over the limit of 1048576 bytes',
             octet_length(args::text) USING ERRCODE = '22023';
     END IF;
-    INSERT INTO hopper.jobs (id, queue, kind, args, state, priority, run_at, max_attempts, timeout_ms)
-    VALUES (new_id, queue, kind, args,
-            CASE WHEN due THEN 'available' ELSE 'scheduled' END::hopper.job_state,
-            priority, coalesce(run_at, now()), max_attempts,
-            (extract(epoch FROM timeout) * 1000)::integer);
-    IF due THEN
-        PERFORM pg_notify('hopper_wake', 'a:' || queue);
+    IF grp IS NOT NULL THEN
+        PERFORM hopper.mark_grouped(ARRAY[queue]);
+    ELSIF EXISTS (SELECT 1 FROM hopper.queues q WHERE q.name = enqueue.queue AND q.grouped) THEN
+        grp := '';
     END IF;
-    RETURN new_id;
+    LOOP
+        INSERT INTO hopper.jobs (id, queue, kind, args, state, priority, run_at, max_attempts,
+                                 timeout_ms, group_key, unique_key)
+        VALUES (new_id, queue, kind, args,
+                CASE WHEN due THEN 'available' ELSE 'scheduled' END::hopper.job_state,
+                priority, coalesce(run_at, now()), max_attempts,
+                (extract(epoch FROM timeout) * 1000)::integer, grp, unique_key)
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            IF due THEN
+                PERFORM pg_notify('hopper_wake', 'a:' || queue);
+            END IF;
+            RETURN new_id;
+        END IF;
+        SELECT j.id INTO held_by FROM hopper.jobs j
+        WHERE j.unique_key = enqueue.unique_key
+          AND j.state IN ('scheduled', 'available', 'running');
+        IF FOUND THEN
+            RETURN held_by;
+        END IF;
+        -- The holder finished between the two statements: try again.
+    END LOOP;
 END
+$$;
+
+
+CREATE FUNCTION hopper.mark_grouped(queues text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    q text;
+BEGIN
+    FOR q IN
+        SELECT u.name FROM unnest(queues) AS u(name)
+        WHERE NOT EXISTS (SELECT 1 FROM hopper.queues s WHERE s.name = u.name AND s.grouped)
+    LOOP
+        INSERT INTO hopper.queues (name, grouped) VALUES (q, true)
+        ON CONFLICT (name) DO UPDATE SET grouped = true, updated_at = now();
+        UPDATE hopper.jobs SET group_key = ''
+        WHERE queue = q AND group_key IS NULL AND state IN ('scheduled', 'available');
+        PERFORM pg_notify('hopper_wake', 'q:' || q);
+    END LOOP;
+END
+$$;
+
+
+CREATE FUNCTION hopper.pause_queue(queue text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO hopper.queues (name, paused) VALUES (queue, true)
+    ON CONFLICT (name) DO UPDATE SET paused = true, updated_at = now();
+    SELECT pg_notify('hopper_wake', 'q:' || queue);
+$$;
+
+
+CREATE FUNCTION hopper.resume_queue(queue text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    UPDATE hopper.queues SET paused = false, updated_at = now() WHERE name = queue;
+    SELECT pg_notify('hopper_wake', 'q:' || queue);
 $$;
 
 
@@ -47,6 +104,26 @@ CREATE FUNCTION hopper.uuid_v7() RETURNS uuid
         'hex')::uuid
 $$;
 
+
+
+CREATE TABLE hopper.cron_jobs (
+    name text NOT NULL,
+    schedule text NOT NULL,
+    timezone text DEFAULT 'UTC'::text NOT NULL,
+    queue text NOT NULL,
+    kind text NOT NULL,
+    args jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority smallint DEFAULT 2 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    timeout_ms integer DEFAULT 1800000 NOT NULL,
+    catch_up boolean DEFAULT false NOT NULL,
+    next_run_at timestamp with time zone NOT NULL,
+    last_run_at timestamp with time zone,
+    last_job_id uuid,
+    registered_at timestamp with time zone DEFAULT now() NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT cron_jobs_name_check CHECK ((name ~ '^[A-Za-z0-9_.:-]{1,128}$'::text))
+);
 
 
 CREATE TABLE hopper.jobs (
@@ -68,11 +145,16 @@ CREATE TABLE hopper.jobs (
     finished_at timestamp with time zone,
     duration_ms bigint,
     errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    group_key text,
+    unique_key text,
+    unique_window timestamp with time zone,
     CONSTRAINT jobs_args_check CHECK ((jsonb_typeof(args) = ANY (ARRAY['object'::text, 'array'::text]))),
+    CONSTRAINT jobs_group_key_check CHECK ((group_key ~ '^[A-Za-z0-9_.:-]{0,128}$'::text)),
     CONSTRAINT jobs_kind_check CHECK ((kind ~ '^[A-Za-z0-9_.:-]{1,128}$'::text)),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts > 0)),
     CONSTRAINT jobs_queue_check CHECK ((queue ~ '^[A-Za-z0-9_.:-]{1,128}$'::text)),
-    CONSTRAINT jobs_timeout_ms_check CHECK ((timeout_ms > 0))
+    CONSTRAINT jobs_timeout_ms_check CHECK ((timeout_ms > 0)),
+    CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255)))
 );
 
 
@@ -94,7 +176,9 @@ CREATE VIEW hopper.job_view AS
     jobs.finished_at,
     jobs.duration_ms,
     jsonb_array_length(jobs.errors) AS error_count,
-    ((jobs.errors -> '-1'::integer) ->> 'error'::text) AS last_error
+    ((jobs.errors -> '-1'::integer) ->> 'error'::text) AS last_error,
+    jobs.group_key,
+    jobs.unique_key
    FROM hopper.jobs;
 
 
@@ -115,6 +199,54 @@ CREATE TABLE hopper.nodes (
 );
 
 
+CREATE TABLE hopper.queues (
+    name text NOT NULL,
+    paused boolean DEFAULT false NOT NULL,
+    grouped boolean DEFAULT false NOT NULL,
+    max_running integer,
+    max_running_per_group integer,
+    rate_limit integer,
+    rate_interval_ms integer,
+    rate_burst integer,
+    rate_tokens double precision DEFAULT 0 NOT NULL,
+    rate_refilled_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT queues_check CHECK (((rate_limit IS NULL) = (rate_interval_ms IS NULL))),
+    CONSTRAINT queues_max_running_check CHECK ((max_running > 0)),
+    CONSTRAINT queues_max_running_per_group_check CHECK ((max_running_per_group > 0)),
+    CONSTRAINT queues_name_check CHECK ((name ~ '^[A-Za-z0-9_.:-]{1,128}$'::text)),
+    CONSTRAINT queues_rate_burst_check CHECK ((rate_burst > 0)),
+    CONSTRAINT queues_rate_interval_ms_check CHECK ((rate_interval_ms > 0)),
+    CONSTRAINT queues_rate_limit_check CHECK ((rate_limit > 0))
+);
+
+
+CREATE VIEW hopper.queue_view AS
+ SELECT COALESCE(s.name, c.queue) AS name,
+    COALESCE(s.paused, false) AS paused,
+    COALESCE(s.grouped, false) AS grouped,
+    s.max_running,
+    s.max_running_per_group,
+    s.rate_limit,
+    s.rate_interval_ms,
+    s.rate_burst,
+    COALESCE(c.available, (0)::bigint) AS available,
+    COALESCE(c.scheduled, (0)::bigint) AS scheduled,
+    COALESCE(c.running, (0)::bigint) AS running
+   FROM (hopper.queues s
+     FULL JOIN ( SELECT jobs.queue,
+            count(*) FILTER (WHERE (jobs.state = 'available'::hopper.job_state)) AS available,
+            count(*) FILTER (WHERE (jobs.state = 'scheduled'::hopper.job_state)) AS scheduled,
+            count(*) FILTER (WHERE (jobs.state = 'running'::hopper.job_state)) AS running
+           FROM hopper.jobs
+          WHERE (jobs.state = ANY (ARRAY['scheduled'::hopper.job_state, 'available'::hopper.job_state, 'running'::hopper.job_state]))
+          GROUP BY jobs.queue) c ON ((c.queue = s.name)));
+
+
+ALTER TABLE ONLY hopper.cron_jobs
+    ADD CONSTRAINT cron_jobs_pkey PRIMARY KEY (name);
+
+
 ALTER TABLE ONLY hopper.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 
@@ -127,10 +259,23 @@ ALTER TABLE ONLY hopper.nodes
     ADD CONSTRAINT nodes_pkey PRIMARY KEY (id);
 
 
+ALTER TABLE ONLY hopper.queues
+    ADD CONSTRAINT queues_pkey PRIMARY KEY (name);
+
+
 CREATE INDEX jobs_claim_idx ON hopper.jobs USING btree (queue, priority, run_at, id) WHERE (state = 'available'::hopper.job_state);
+
+
+CREATE INDEX jobs_group_claim_idx ON hopper.jobs USING btree (queue, group_key, priority, run_at, id) WHERE ((state = 'available'::hopper.job_state) AND (group_key IS NOT NULL));
 
 
 CREATE INDEX jobs_running_idx ON hopper.jobs USING btree (lease_expires_at) WHERE (state = 'running'::hopper.job_state);
 
 
 CREATE INDEX jobs_scheduled_idx ON hopper.jobs USING btree (run_at) WHERE (state = 'scheduled'::hopper.job_state);
+
+
+CREATE UNIQUE INDEX jobs_unique_active_idx ON hopper.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['scheduled'::hopper.job_state, 'available'::hopper.job_state, 'running'::hopper.job_state])));
+
+
+CREATE UNIQUE INDEX jobs_unique_window_idx ON hopper.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL);

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::job::{JobId, JobRecord, JobState, NewJob, Priority};
 use crate::lease::{Lease, NodeId};
+use crate::scheduling::{CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate};
 
 /// Parameters of [`Backend::job_claim`].
 #[derive(Debug, Clone)]
@@ -334,6 +335,73 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         let _ = params;
         Err(Error::Unsupported(format!(
             "per-minute job statistics ({} backend)",
+            self.name()
+        )))
+    }
+
+    // Scheduling and control (docs/scheduling.md). Default bodies refuse plainly, so a
+    // backend without these features still compiles and says what it cannot do.
+
+    /// Inserts jobs in one transaction honouring their group and unique keys, and says
+    /// what became of each (one outcome per job, in order). A job whose key is taken under
+    /// [`crate::UniquePolicy::Reject`] fails the whole call with [`Error::Conflict`].
+    ///
+    /// The default body inserts jobs that use neither through [`Backend::job_insert_many`]
+    /// and refuses the others.
+    async fn job_upsert_many(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
+        if jobs.iter().any(NewJob::needs_upsert) {
+            return Err(Error::Unsupported(format!(
+                "group keys and unique keys ({} backend)",
+                self.name()
+            )));
+        }
+        self.job_insert_many(jobs).await?;
+        Ok(vec![InsertOutcome::Inserted; jobs.len()])
+    }
+
+    /// Every queue that has settings, by name.
+    async fn queue_list(&self) -> Result<Vec<QueueSettings>> {
+        Err(Error::Unsupported(format!(
+            "queue settings ({} backend)",
+            self.name()
+        )))
+    }
+
+    /// Changes one queue's settings (pause, resume, limits) and tells every node. Returns
+    /// the settings now stored.
+    async fn queue_update(&self, update: &QueueUpdate) -> Result<QueueSettings> {
+        let _ = update;
+        Err(Error::Unsupported(format!(
+            "pausing queues and global limits ({} backend)",
+            self.name()
+        )))
+    }
+
+    /// Registers (or updates) periodic jobs. An entry whose schedule or time zone changed
+    /// takes the given `next_run_at`; an unchanged one keeps the stored one.
+    async fn cron_register(&self, entries: &[CronEntry]) -> Result<()> {
+        let _ = entries;
+        Err(Error::Unsupported(format!(
+            "periodic jobs ({} backend)",
+            self.name()
+        )))
+    }
+
+    /// Every registered periodic job, by name.
+    async fn cron_list(&self) -> Result<Vec<CronEntry>> {
+        Err(Error::Unsupported(format!(
+            "periodic jobs ({} backend)",
+            self.name()
+        )))
+    }
+
+    /// Enqueues a periodic job's due ticks and moves its `next_run_at`, in one transaction,
+    /// if its stored `next_run_at` is still the expected one. Returns false (and writes
+    /// nothing) when another node got there first.
+    async fn cron_advance(&self, advance: &CronAdvance) -> Result<bool> {
+        let _ = advance;
+        Err(Error::Unsupported(format!(
+            "periodic jobs ({} backend)",
             self.name()
         )))
     }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::scheduling::UniquePolicy;
 
 /// A job's id: a UUIDv7, so ids are ordered by creation time and the primary-key index
 /// grows at its right edge instead of being split at random pages (seed 001).
@@ -190,6 +191,22 @@ pub struct NewJob {
     pub max_attempts: i32,
     /// How long one run may take.
     pub timeout: Duration,
+    /// The group (tenant) the job belongs to: within its queue, groups take turns so one
+    /// group's backlog cannot starve the others. `None`: no group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// At most one job with this key is scheduled, available or running at a time (and,
+    /// with [`NewJob::unique_window`], one per window). `None`: no uniqueness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<String>,
+    /// What an insert does when the key is taken. Default: [`UniquePolicy::Ignore`].
+    #[serde(default)]
+    pub unique_policy: UniquePolicy,
+    /// Keeps the key taken for the rest of this window after the job finished: one job per
+    /// key per window (epoch-aligned windows of this length, placed by the job's `run_at`,
+    /// or the insert time when due now). `None`: only while unfinished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_window: Option<Duration>,
 }
 
 impl NewJob {
@@ -204,6 +221,10 @@ impl NewJob {
             run_at: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             timeout: DEFAULT_TIMEOUT,
+            group: None,
+            unique_key: None,
+            unique_policy: UniquePolicy::Ignore,
+            unique_window: None,
         }
     }
 
@@ -251,6 +272,44 @@ impl NewJob {
         self
     }
 
+    /// Puts the job in a group (a tenant): groups of a queue take turns.
+    pub fn with_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Gives the job a unique key (see [`NewJob::unique_key`]) with the default policy.
+    pub fn with_unique_key(mut self, key: impl Into<String>) -> Self {
+        self.unique_key = Some(key.into());
+        self
+    }
+
+    /// Sets what an insert does when the unique key is taken.
+    pub fn with_unique_policy(mut self, policy: UniquePolicy) -> Self {
+        self.unique_policy = policy;
+        self
+    }
+
+    /// Keeps the unique key taken for the rest of a window of this length (see
+    /// [`NewJob::unique_window`]).
+    pub fn with_unique_window(mut self, window: Duration) -> Self {
+        self.unique_window = Some(window);
+        self
+    }
+
+    /// True when the job needs more than a plain insert: a group or a unique key.
+    pub fn needs_upsert(&self) -> bool {
+        self.group.is_some() || self.unique_key.is_some()
+    }
+
+    /// The start of the unique window `at` falls in (windows are aligned to the Unix
+    /// epoch), or `None` without a window.
+    pub fn unique_window_start(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let window = i64::try_from(self.unique_window?.as_millis()).ok()?.max(1);
+        let ms = at.timestamp_millis();
+        DateTime::from_timestamp_millis(ms - ms.rem_euclid(window))
+    }
+
     /// The timeout in whole milliseconds, as stored.
     pub fn timeout_ms(&self) -> i32 {
         i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX)
@@ -286,8 +345,46 @@ impl NewJob {
                 self.timeout
             )));
         }
+        if let Some(group) = &self.group {
+            validate_name("group", group)?;
+        }
+        if let Some(key) = &self.unique_key {
+            validate_unique_key(key)?;
+        }
+        if let Some(window) = self.unique_window {
+            if self.unique_key.is_none() {
+                return Err(Error::InvalidInput(
+                    "a unique window needs a unique key".into(),
+                ));
+            }
+            if window < Duration::from_millis(1) {
+                return Err(Error::InvalidInput(
+                    "a unique window must be at least 1 ms".into(),
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// The longest unique key accepted, in bytes.
+pub const MAX_UNIQUE_KEY_LEN: usize = 255;
+
+/// Checks a unique key: 1 to 255 bytes, no control characters. Unlike names, keys may hold
+/// any other text (`user:42/welcome mail`), since they only ever travel as parameters.
+pub fn validate_unique_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_UNIQUE_KEY_LEN {
+        return Err(Error::InvalidInput(format!(
+            "unique key must be 1 to {MAX_UNIQUE_KEY_LEN} bytes, got {}",
+            key.len()
+        )));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(Error::InvalidInput(
+            "unique key must not contain control characters".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a queue, kind or key name: 1 to 128 characters from `A-Z a-z 0-9 _ - . :`.

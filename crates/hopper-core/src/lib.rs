@@ -7,6 +7,8 @@
 //! - [`lease`]: the fencing token a worker holds while it runs a job ([`Lease`]);
 //! - [`backend`]: the storage seam ([`Backend`]), the one trait every storage backend
 //!   implements, with one params struct per method;
+//! - [`scheduling`]: queue settings (pause, global limits), unique-key policies and
+//!   periodic entries;
 //! - [`clock`]: injectable time ([`Clock`]), so tests never sleep for a lease to expire;
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
 
@@ -15,6 +17,7 @@ pub mod clock;
 pub mod error;
 pub mod job;
 pub mod lease;
+pub mod scheduling;
 
 pub use backend::{
     Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams, JobRetryManyParams,
@@ -28,3 +31,6 @@ pub use job::{
     JobState, MAX_ARGS_BYTES, NewJob, Priority,
 };
 pub use lease::{Lease, NodeId};
+pub use scheduling::{
+    CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate, RateLimit, UniquePolicy,
+};

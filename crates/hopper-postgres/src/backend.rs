@@ -1,6 +1,7 @@
 //! [`Backend`] for [`PgBackend`]: each method runs the `.sql` file of its name.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,8 +11,10 @@ use hopper_core::{
     JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Lease, MinuteStats, NewJob,
     NodeId, NodeInfo, Outcome, Priority, QueueStats, Result, WakeupStream,
 };
+use hopper_core::{CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate, Wakeup};
 
 use crate::error::map_pg;
+use crate::settings::ClaimMode;
 use crate::{PgBackend, listen, migrate, rows};
 
 fn millis(d: Duration) -> i64 {
@@ -73,6 +76,14 @@ impl Backend for PgBackend {
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        // Queues that use a scheduling feature have their own statements; the others
+        // keep the plain one below (settings.rs picks, from a cache).
+        match self.claim_mode(&params.queue).await? {
+            ClaimMode::Plain => {}
+            ClaimMode::Paused => return Ok(Vec::new()),
+            ClaimMode::Fair => return self.claim_fair(params).await,
+            ClaimMode::Limited { fair } => return self.claim_limited(params, fair).await,
+        }
         let client = self.client().await?;
         let statement = client
             .prepare_cached(&self.inner.queries.job_claim)
@@ -472,11 +483,59 @@ impl Backend for PgBackend {
     }
 
     async fn subscribe(&self) -> Result<WakeupStream> {
-        listen::subscribe(
+        let backend = self.clone();
+        let on_settings: listen::OnSettings = Arc::new(move || backend.inner.settings.invalidate());
+        let remote = listen::subscribe(
             self.inner.config.clone(),
             format!("{}_wake", self.inner.schema),
+            on_settings,
         )
-        .await
+        .await?;
+        // Wake-ups this process arms for itself (a limited queue has room again).
+        let local =
+            futures_util::stream::unfold(self.inner.local_wake.subscribe(), |mut rx| async move {
+                loop {
+                    match rx.recv().await {
+                        Ok(wakeup) => return Some((wakeup, rx)),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            return Some((Wakeup::Resync, rx));
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            });
+        Ok(Box::pin(futures_util::stream::select(remote, local)))
+    }
+
+    async fn job_upsert_many(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(map_pg)?;
+        let outcomes = self.upsert_many(&tx, jobs).await?;
+        tx.commit().await.map_err(map_pg)?;
+        Ok(outcomes)
+    }
+
+    async fn queue_list(&self) -> Result<Vec<QueueSettings>> {
+        self.queue_settings_list().await
+    }
+
+    async fn queue_update(&self, update: &QueueUpdate) -> Result<QueueSettings> {
+        self.queue_settings_update(update).await
+    }
+
+    async fn cron_register(&self, entries: &[CronEntry]) -> Result<()> {
+        self.cron_entries_register(entries).await
+    }
+
+    async fn cron_list(&self) -> Result<Vec<CronEntry>> {
+        self.cron_entries_list().await
+    }
+
+    async fn cron_advance(&self, advance: &CronAdvance) -> Result<bool> {
+        self.cron_entry_advance(advance).await
     }
 }
 

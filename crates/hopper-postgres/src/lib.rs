@@ -12,17 +12,21 @@
 
 mod backend;
 mod copy;
+mod cron;
 mod error;
 mod listen;
 mod migrate;
 mod rows;
+mod scheduling;
+mod settings;
 pub mod sql;
+mod upsert;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use hopper_core::{Clock, Error, Lease, NewJob, Result, SystemClock};
+use hopper_core::{Clock, Error, InsertOutcome, Lease, NewJob, Result, SystemClock, Wakeup};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, NoTls, Transaction};
@@ -65,6 +69,11 @@ struct Inner {
     queries: Queries,
     clock: Arc<dyn Clock>,
     state_type: OnceCell<Type>,
+    /// Queue settings, which pick each queue's claim statement (`settings.rs`).
+    settings: settings::Cache,
+    /// Wake-ups this process sends itself (a limited queue has room again), merged into
+    /// every [`hopper_core::Backend::subscribe`] stream.
+    local_wake: tokio::sync::broadcast::Sender<Wakeup>,
 }
 
 impl PgBackend {
@@ -93,6 +102,7 @@ impl PgBackend {
             .map_err(Error::database)?;
         // Fail now, with the driver's reason, if the database cannot be reached.
         drop(pool.get().await.map_err(error::map_pool)?);
+        let (local_wake, _) = tokio::sync::broadcast::channel(256);
         Ok(PgBackend {
             inner: Arc::new(Inner {
                 pool,
@@ -101,6 +111,8 @@ impl PgBackend {
                 schema: options.schema,
                 clock: options.clock,
                 state_type: OnceCell::new(),
+                settings: settings::Cache::new(local_wake.clone()),
+                local_wake,
             }),
         })
     }
@@ -118,7 +130,21 @@ impl PgBackend {
     /// Inserts one job using the caller's client or transaction: the job commits or rolls
     /// back with the caller's own writes.
     pub async fn insert_in(&self, client: &impl GenericClient, job: &NewJob) -> Result<()> {
+        self.upsert_in(client, job).await.map(|_| ())
+    }
+
+    /// Inserts one job using the caller's client or transaction, honouring its group and
+    /// unique key, and says what became of it (see [`InsertOutcome`]).
+    pub async fn upsert_in(
+        &self,
+        client: &impl GenericClient,
+        job: &NewJob,
+    ) -> Result<InsertOutcome> {
         job.validate()?;
+        self.refresh_settings().await?;
+        if self.needs_full_insert(job) {
+            return self.upsert_one_in(client, job).await;
+        }
         let q = &self.inner.queries;
         let now = self.inner.clock.now();
         let timeout_ms = job.timeout_ms();
@@ -139,14 +165,43 @@ impl PgBackend {
             )
             .await
             .map_err(map_pg)?;
-        Ok(())
+        Ok(InsertOutcome::Inserted)
     }
 
-    /// Inserts many jobs with binary COPY inside the caller's transaction.
+    /// Inserts many jobs with binary COPY inside the caller's transaction. Jobs with a
+    /// group or a unique key (which COPY cannot honour) go through `INSERT … ON CONFLICT`
+    /// instead, in the same transaction.
     pub async fn insert_many_in(&self, tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<()> {
+        self.upsert_many(tx, jobs).await.map(|_| ())
+    }
+
+    /// [`PgBackend::insert_many_in`], saying what became of each job (in order).
+    pub async fn upsert_many(
+        &self,
+        tx: &Transaction<'_>,
+        jobs: &[NewJob],
+    ) -> Result<Vec<InsertOutcome>> {
         for job in jobs {
             job.validate()?;
         }
+        self.refresh_settings().await?;
+        let mut queues: Vec<&str> = Vec::new();
+        for job in jobs {
+            if !queues.contains(&job.queue.as_str()) {
+                queues.push(&job.queue);
+            }
+        }
+        if jobs.iter().any(NewJob::needs_upsert)
+            || queues.iter().any(|q| self.inner.settings.is_grouped(q))
+        {
+            return self.upsert_many_in(tx, jobs).await;
+        }
+        self.copy_in(tx, jobs).await?;
+        Ok(vec![InsertOutcome::Inserted; jobs.len()])
+    }
+
+    /// Binary COPY of jobs already validated.
+    async fn copy_in(&self, tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<()> {
         let state_type = self
             .inner
             .state_type

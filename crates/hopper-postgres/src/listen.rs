@@ -2,7 +2,12 @@
 //!
 //! Notifications sent while the connection was down are lost, so after every reconnect the
 //! stream yields [`Wakeup::Resync`] and the runtime re-polls.
+//!
+//! A `q:<queue>` payload says a queue's settings changed (paused, resumed, limited,
+//! grouped): the listener calls its `on_settings` hook (which marks the settings cache
+//! stale) and yields [`Wakeup::Jobs`] for the queue, so a resumed queue is claimed at once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -10,11 +15,14 @@ use hopper_core::{Error, Result, Wakeup, WakeupStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
 
-/// Parses a payload of the wake channel: `a:<queue>` or `c:<job id>`.
+/// Called when a queue's settings changed.
+pub type OnSettings = Arc<dyn Fn() + Send + Sync>;
+
+/// Parses a payload of the wake channel: `a:<queue>`, `q:<queue>` or `c:<job id>`.
 fn parse(payload: &str) -> Option<Wakeup> {
     let (tag, rest) = payload.split_once(':')?;
     match tag {
-        "a" => Some(Wakeup::Jobs(rest.to_owned())),
+        "a" | "q" => Some(Wakeup::Jobs(rest.to_owned())),
         "c" => rest.parse().ok().map(Wakeup::Cancelled),
         _ => None,
     }
@@ -22,9 +30,13 @@ fn parse(payload: &str) -> Option<Wakeup> {
 
 /// Starts listening on `channel`. The first connection is made before returning, so a bad
 /// URL is reported here; later losses are retried in the background with backoff.
-pub async fn subscribe(config: Config, channel: String) -> Result<WakeupStream> {
+pub async fn subscribe(
+    config: Config,
+    channel: String,
+    on_settings: OnSettings,
+) -> Result<WakeupStream> {
     let (tx, rx) = mpsc::channel(1024);
-    let first = listen_once(&config, &channel, tx.clone()).await?;
+    let first = listen_once(&config, &channel, tx.clone(), on_settings.clone()).await?;
     tokio::spawn(async move {
         // Holding the client keeps the session (and its LISTEN) open.
         let (mut _client, mut ended) = first;
@@ -40,11 +52,13 @@ pub async fn subscribe(config: Config, channel: String) -> Result<WakeupStream> 
                     _ = tx.closed() => return,
                     _ = tokio::time::sleep(backoff) => {}
                 }
-                match listen_once(&config, &channel, tx.clone()).await {
+                match listen_once(&config, &channel, tx.clone(), on_settings.clone()).await {
                     Ok((client, next)) => {
                         _client = client;
                         ended = next;
                         backoff = Duration::from_millis(100);
+                        // Settings may have changed while nobody listened.
+                        on_settings();
                         let _ = tx.send(Wakeup::Resync).await;
                         break;
                     }
@@ -67,6 +81,7 @@ async fn listen_once(
     config: &Config,
     channel: &str,
     tx: mpsc::Sender<Wakeup>,
+    on_settings: OnSettings,
 ) -> Result<(Client, oneshot::Receiver<()>)> {
     let (client, mut connection) = config.connect(NoTls).await.map_err(Error::database)?;
     let (ended_tx, ended_rx) = oneshot::channel();
@@ -75,6 +90,9 @@ async fn listen_once(
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => {
+                    if n.payload().starts_with("q:") {
+                        on_settings();
+                    }
                     if let Some(wakeup) = parse(n.payload())
                         && tx.send(wakeup).await.is_err()
                     {

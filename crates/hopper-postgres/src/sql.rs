@@ -30,11 +30,18 @@ pub fn bind(sql: &str, schema: &str) -> String {
 }
 
 /// The migrations, in order: (version, name, SQL).
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "create_jobs",
-    include_str!("../migrations/0001_create_jobs.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "create_jobs",
+        include_str!("../migrations/0001_create_jobs.sql"),
+    ),
+    (
+        2,
+        "scheduling_and_control",
+        include_str!("../migrations/0002_scheduling_and_control.sql"),
+    ),
+];
 
 macro_rules! queries {
     ($($name:ident),* $(,)?) => {
@@ -57,8 +64,13 @@ macro_rules! queries {
 }
 
 queries!(
+    cron_advance,
+    cron_list,
+    cron_register,
     job_cancel,
     job_claim,
+    job_claim_fair,
+    job_claim_limited,
     job_clear,
     job_complete_many,
     job_delete,
@@ -66,10 +78,13 @@ queries!(
     job_fail_many,
     job_get,
     job_insert,
+    job_insert_full,
     job_insert_many_copy,
+    job_insert_many_full,
     job_list,
     job_notify_queues,
     job_promote_scheduled,
+    job_replace,
     job_rescue_expired,
     job_retry,
     job_retry_many,
@@ -77,10 +92,15 @@ queries!(
     job_state_type,
     job_stats_per_minute,
     job_snooze_many,
+    job_unique_holder,
     node_deregister,
     node_heartbeat,
     node_release_dead,
+    queue_lock,
+    queue_mark_grouped,
+    queue_settings_all,
     queue_stats,
+    queue_update,
 );
 
 #[cfg(test)]

@@ -39,7 +39,9 @@ pub async fn connect(url: &str, options: PgOptions) -> Result<Arc<dyn Backend>> 
     } else if url.starts_with("tcp://") {
         // A `hopper serve` server: `tcp://host:port?token=…` (see `crate::remote`).
         let remote = crate::remote::RemoteOptions::from_url(url)?;
-        Ok(Arc::new(crate::remote::RemoteBackend::connect(remote).await?))
+        Ok(Arc::new(
+            crate::remote::RemoteBackend::connect(remote).await?,
+        ))
     } else {
         Err(Error::InvalidInput(format!(
             "unsupported database URL {:?}: expected postgres://, postgresql://, sqlite:// (or sqlite::memory:) or tcp://",
@@ -75,18 +77,31 @@ impl Client {
     }
 
     /// Inserts a job built with [`NewJob`] (any options). Returns its id.
+    ///
+    /// A job with a unique key whose key is taken answers the holder's id under the
+    /// `ignore` policy, fails with [`Error::Conflict`] under `reject` (see
+    /// [`Client::upsert`] for the full outcome).
     pub async fn insert(&self, job: NewJob) -> Result<JobId> {
         job.validate()?;
+        if job.needs_upsert() {
+            let id = job.id;
+            return Ok(self.upsert(job).await?.id(id));
+        }
         self.backend.job_insert(&job).await?;
         metrics::enqueued(&job.queue, &job.kind, 1);
         Ok(job.id)
     }
 
     /// Inserts many jobs in one transaction with binary COPY: all or nothing. Every job is
-    /// validated first, so one bad job writes nothing.
+    /// validated first, so one bad job writes nothing. Jobs with unique keys are honoured
+    /// (see [`Client::upsert_many`] for what became of each).
     pub async fn insert_many(&self, jobs: &[NewJob]) -> Result<()> {
         for job in jobs {
             job.validate()?;
+        }
+        if jobs.iter().any(NewJob::needs_upsert) {
+            self.upsert_many(jobs).await?;
+            return Ok(());
         }
         self.backend.job_insert_many(jobs).await?;
         count_enqueued(jobs);

@@ -51,7 +51,9 @@
 
 mod client;
 mod context;
+mod control;
 pub mod metrics;
+mod periodic;
 mod registry;
 pub mod remote;
 mod runtime;
@@ -66,8 +68,12 @@ pub use hopper_core::{
     Lease, MinuteStats, NewJob, NodeInfo, Outcome, Priority, QueueStats, Result, SystemClock,
     TestClock, Wakeup,
 };
+pub use hopper_core::{
+    CronEntry, InsertOutcome, QueueSettings, QueueUpdate, RateLimit, UniquePolicy,
+};
 pub use hopper_postgres::{PgBackend, PgOptions};
 pub use hopper_sqlite::{SqliteBackend, SqliteOptions};
+pub use periodic::PeriodicJob;
 pub use registry::Workers;
 pub use remote::{RemoteBackend, RemoteOptions};
 pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle};

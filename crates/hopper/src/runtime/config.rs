@@ -1,12 +1,18 @@
 //! The runtime's settings, with documented defaults.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// How a [`crate::Runtime`] runs. Every field has a default; see [`RuntimeConfig::default`].
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// Queues to claim from, served round-robin. Default: `["default"]`.
+    /// Queues to claim from. Default: `["default"]`.
     pub queues: Vec<String>,
+    /// How this runtime's slots are shared between its queues when several have work:
+    /// each queue's share is its weight over the sum of the weights (a queue not listed
+    /// weighs 1). Work-conserving: slots a queue leaves unused go to the others. Default:
+    /// empty (equal shares).
+    pub queue_weights: HashMap<String, u32>,
     /// Jobs run at once at most. Default: 10.
     pub concurrency: usize,
     /// Lease granted per claim (capped by each job's timeout) and renewed while a job runs.
@@ -39,6 +45,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             queues: vec![hopper_core::DEFAULT_QUEUE.to_owned()],
+            queue_weights: HashMap::new(),
             concurrency: 10,
             lease: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
@@ -55,6 +62,11 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// The weight of `queue` (1 when not listed, at least 1).
+    pub(crate) fn weight(&self, queue: &str) -> u32 {
+        self.queue_weights.get(queue).copied().unwrap_or(1).max(1)
+    }
+
     /// The heartbeat period actually used: never more than a third of the lease.
     pub(crate) fn effective_heartbeat(&self) -> Duration {
         self.heartbeat_interval

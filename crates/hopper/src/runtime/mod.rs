@@ -106,6 +106,7 @@ pub struct Runtime {
     backend: Arc<dyn Backend>,
     workers: Workers,
     config: RuntimeConfig,
+    periodic: Vec<crate::PeriodicJob>,
 }
 
 impl Runtime {
@@ -115,7 +116,16 @@ impl Runtime {
             backend,
             workers,
             config,
+            periodic: Vec::new(),
         }
+    }
+
+    /// Registers a periodic job: this runtime enqueues its ticks (once per tick however
+    /// many runtimes registered it), and `hopper cron list` shows it.
+    pub fn periodic(mut self, job: crate::PeriodicJob) -> Self {
+        self.periodic.retain(|p| p.name() != job.name());
+        self.periodic.push(job);
+        self
     }
 
     /// Registers the node and starts claiming. Fails (with the backend's reason) if the
@@ -158,12 +168,19 @@ impl Runtime {
             shared.config.complete_batch.max(1),
             shared.promote.clone(),
         ));
-        let services = vec![
+        let mut services = vec![
             tokio::spawn(maintenance::listener(shared.clone())),
             tokio::spawn(maintenance::heartbeat(shared.clone())),
             tokio::spawn(maintenance::rescuer(shared.clone())),
             tokio::spawn(maintenance::promoter(shared.clone())),
         ];
+        if !self.periodic.is_empty() {
+            services.push(tokio::spawn(crate::periodic::run(
+                shared.backend.clone(),
+                self.periodic,
+                shared.stop_services.clone(),
+            )));
+        }
         let producer = tokio::spawn(producer::run(shared.clone()));
         tracing::info!(node = %shared.node.id, name = %shared.node.name, queues = ?shared.node.queues, concurrency, "runtime started");
         Ok(RuntimeHandle {

@@ -1,0 +1,284 @@
+//! Periodic jobs: a cron expression with a time zone, and the job each tick enqueues.
+//!
+//! Register them on the runtime ([`crate::Runtime::periodic`]). Every runtime that
+//! registered an entry runs the enqueuer; each tick is enqueued exactly once however many
+//! run it (see `hopper_postgres`'s `cron.rs`: a compare-and-set on the entry's
+//! `next_run_at` plus a unique key per tick). After downtime, only the latest missed tick
+//! is enqueued, unless the entry asks to catch up ([`PeriodicJob::with_catch_up`]).
+//!
+//! ```
+//! use hopper::{NewJob, PeriodicJob};
+//!
+//! let nightly = PeriodicJob::new("nightly-report", "0 3 * * *", NewJob::new("report", serde_json::json!({})))?
+//!     .with_timezone("Europe/Paris")?;
+//! # Ok::<(), hopper::Error>(())
+//! ```
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use croner::Cron;
+use hopper_core::{Backend, CronAdvance, CronEntry, Error, NewJob, Result};
+use tokio_util::sync::CancellationToken;
+
+/// The most missed ticks a catching-up entry enqueues at once.
+pub const MAX_CATCH_UP: usize = 1000;
+
+/// Longest sleep of the enqueuer between two looks at the table (entries registered by
+/// other nodes may have moved).
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+/// A job enqueued on a schedule. See the module docs.
+#[derive(Debug, Clone)]
+pub struct PeriodicJob {
+    name: String,
+    schedule: String,
+    cron: Cron,
+    timezone: Tz,
+    job: NewJob,
+    catch_up: bool,
+}
+
+impl PeriodicJob {
+    /// Enqueues a copy of `job` (with a fresh id) at every tick of `schedule`: five cron
+    /// fields (`minute hour day-of-month month day-of-week`), or six with seconds first.
+    /// Times are read in UTC unless [`PeriodicJob::with_timezone`] says otherwise.
+    pub fn new(name: impl Into<String>, schedule: &str, job: NewJob) -> Result<Self> {
+        let name = name.into();
+        hopper_core::job::validate_name("periodic job", &name)?;
+        job.validate()?;
+        let cron = Cron::from_str(schedule).map_err(|e| {
+            Error::InvalidInput(format!("periodic job {name}: schedule {schedule:?}: {e}"))
+        })?;
+        Ok(PeriodicJob {
+            name,
+            schedule: schedule.to_owned(),
+            cron,
+            timezone: Tz::UTC,
+            job,
+            catch_up: false,
+        })
+    }
+
+    /// Reads the schedule in an IANA time zone (`Europe/Paris`, `America/New_York`):
+    /// `0 9 * * *` runs at 09:00 local time, summer and winter.
+    pub fn with_timezone(mut self, timezone: &str) -> Result<Self> {
+        self.timezone = Tz::from_str(timezone).map_err(|_| {
+            Error::InvalidInput(format!(
+                "periodic job {}: unknown time zone {timezone:?}",
+                self.name
+            ))
+        })?;
+        Ok(self)
+    }
+
+    /// After downtime, enqueue every missed tick (at most [`MAX_CATCH_UP`]) instead of
+    /// only the latest one.
+    pub fn with_catch_up(mut self, catch_up: bool) -> Self {
+        self.catch_up = catch_up;
+        self
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The first tick strictly after `t`.
+    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.cron
+            .find_next_occurrence(&t.with_timezone(&self.timezone), false)
+            .ok()
+            .map(|d| d.with_timezone(&Utc))
+    }
+
+    /// The entry to register, with its first tick after `now`.
+    fn entry(&self, now: DateTime<Utc>) -> Result<CronEntry> {
+        let next_run_at = self.next_after(now).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "periodic job {}: schedule {:?} never fires",
+                self.name, self.schedule
+            ))
+        })?;
+        Ok(CronEntry {
+            name: self.name.clone(),
+            schedule: self.schedule.clone(),
+            timezone: self.timezone.name().to_owned(),
+            queue: self.job.queue.clone(),
+            kind: self.job.kind.clone(),
+            args: self.job.args.clone(),
+            priority: self.job.priority,
+            max_attempts: self.job.max_attempts,
+            timeout_ms: self.job.timeout_ms(),
+            catch_up: self.catch_up,
+            next_run_at,
+            last_run_at: None,
+            last_job_id: None,
+        })
+    }
+
+    /// What to do with the stored entry at `now`: the ticks to enqueue and the next one.
+    /// `None` when it is not due.
+    pub fn plan(
+        &self,
+        stored_next: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Option<(Vec<DateTime<Utc>>, DateTime<Utc>)> {
+        if stored_next > now {
+            return None;
+        }
+        let mut ticks = vec![stored_next];
+        let mut t = stored_next;
+        while let Some(next) = self.next_after(t) {
+            if next > now {
+                break;
+            }
+            if self.catch_up {
+                if ticks.len() >= MAX_CATCH_UP {
+                    break;
+                }
+                ticks.push(next);
+            } else {
+                // Only the latest missed tick: no burst after downtime.
+                ticks[0] = next;
+            }
+            t = next;
+        }
+        let next = self.next_after(now.max(t))?;
+        Some((ticks, next))
+    }
+
+    fn advance(&self, stored_next: DateTime<Utc>, now: DateTime<Utc>) -> Option<CronAdvance> {
+        let (ticks, next) = self.plan(stored_next, now)?;
+        let jobs = ticks
+            .into_iter()
+            .map(|tick| {
+                let mut job = self.job.clone();
+                job.id = uuid::Uuid::now_v7();
+                (tick, job)
+            })
+            .collect();
+        Some(CronAdvance {
+            name: self.name.clone(),
+            expected_next_run_at: stored_next,
+            next_run_at: next,
+            jobs,
+        })
+    }
+}
+
+/// The enqueuer: registers `entries`, then enqueues their due ticks until `stop`.
+pub(crate) async fn run(
+    backend: Arc<dyn Backend>,
+    entries: Vec<PeriodicJob>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let now = Utc::now();
+        let registered: Result<Vec<CronEntry>> = entries.iter().map(|e| e.entry(now)).collect();
+        let result = match registered {
+            Ok(registered) => backend.cron_register(&registered).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "registering periodic jobs failed");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    loop {
+        let wait = match tick(&*backend, &entries).await {
+            Ok(wait) => wait,
+            Err(e) => {
+                tracing::warn!(error = %e, "enqueuing periodic jobs failed");
+                MAX_SLEEP
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Enqueues what is due; returns how long to sleep before the next tick.
+async fn tick(backend: &dyn Backend, entries: &[PeriodicJob]) -> Result<Duration> {
+    let stored = backend.cron_list().await?;
+    let now = Utc::now();
+    let mut wait = MAX_SLEEP;
+    for entry in entries {
+        let Some(row) = stored.iter().find(|r| r.name == entry.name) else {
+            continue;
+        };
+        let next = match entry.advance(row.next_run_at, now) {
+            Some(advance) => {
+                let next = advance.next_run_at;
+                if backend.cron_advance(&advance).await? {
+                    tracing::debug!(name = %entry.name, ticks = advance.jobs.len(), "enqueued periodic job");
+                }
+                next
+            }
+            None => row.next_run_at,
+        };
+        let until = (next - now).to_std().unwrap_or(Duration::ZERO);
+        wait = wait.min(until + Duration::from_millis(1));
+    }
+    Ok(wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn at(h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 3, 28, h, m, 0)
+            .single()
+            .expect("valid")
+    }
+
+    fn hourly(catch_up: bool) -> PeriodicJob {
+        PeriodicJob::new(
+            "hourly",
+            "0 * * * *",
+            NewJob::new("k", serde_json::json!({})),
+        )
+        .expect("valid")
+        .with_catch_up(catch_up)
+    }
+
+    #[test]
+    fn downtime_enqueues_only_the_latest_tick_unless_catching_up() {
+        let (ticks, next) = hourly(false).plan(at(1, 0), at(4, 30)).expect("due");
+        assert_eq!((ticks, next), (vec![at(4, 0)], at(5, 0)));
+        let (ticks, _) = hourly(true).plan(at(1, 0), at(4, 30)).expect("due");
+        assert_eq!(ticks, vec![at(1, 0), at(2, 0), at(3, 0), at(4, 0)]);
+        assert!(hourly(false).plan(at(5, 0), at(4, 30)).is_none());
+    }
+
+    #[test]
+    fn time_zones_follow_daylight_saving() {
+        let job = PeriodicJob::new("nine", "0 9 * * *", NewJob::new("k", serde_json::json!({})))
+            .expect("valid")
+            .with_timezone("Europe/Paris")
+            .expect("zone");
+        // Paris switches to summer time on 2026-03-29: 09:00 is 08:00 UTC before, 07:00 after.
+        assert_eq!(job.next_after(at(0, 0)), Some(at(8, 0)));
+        let next_day = Utc.with_ymd_and_hms(2026, 3, 29, 7, 0, 0).single();
+        assert_eq!(job.next_after(at(9, 0)), next_day);
+        assert!(job.clone().with_timezone("Mars/Olympus").is_err());
+        assert!(
+            PeriodicJob::new("bad", "61 * * * *", NewJob::new("k", serde_json::json!({}))).is_err()
+        );
+    }
+}

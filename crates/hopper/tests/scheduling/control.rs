@@ -1,0 +1,188 @@
+//! Pause and resume, cancellation across nodes, periodic jobs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hopper::testing::TestDatabase;
+use hopper::{
+    Client, JobArgs, JobContext, JobError, JobListParams, NewJob, PeriodicJob, Runtime, Worker,
+    Workers,
+};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::common::{Log, config, node, probe, start};
+
+/// Pausing stops claims on every node within a second; resuming restarts them.
+#[tokio::test]
+async fn pause_stops_claims_within_a_second_and_resume_restarts_them() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let log = Log::default();
+    let a = start(&db, &log, config(&["ctl"], 4)).await?;
+    let b = start(&db, &log, config(&["ctl"], 4)).await?;
+    let admin = Client::new(node(&db).await?);
+    admin.insert(probe("ctl", "before", 0)).await?;
+    log.wait_until(Duration::from_secs(10), |r| r.len() == 1)
+        .await?;
+
+    admin.pause("ctl").await?;
+    let paused_at = Instant::now();
+    // Keep enqueueing for 1.5 s after the pause, one job every 10 ms.
+    while paused_at.elapsed() < Duration::from_millis(1500) {
+        admin.insert(probe("ctl", "during", 0)).await?;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let late: Vec<_> = log
+        .runs()
+        .into_iter()
+        .filter(|r| r.started > paused_at + Duration::from_secs(1))
+        .collect();
+    println!(
+        "runs after the pause: {} (none later than 1 s)",
+        log.len() - 1
+    );
+    assert!(
+        late.is_empty(),
+        "{} jobs started over 1 s after the pause",
+        late.len()
+    );
+    let waiting = db.queue_stats("ctl").await?.available;
+    assert!(waiting >= 10, "only {waiting} jobs waited");
+
+    let resumed_at = Instant::now();
+    admin.resume("ctl").await?;
+    log.wait_until(Duration::from_secs(1), |runs| {
+        runs.iter().any(|r| r.started > resumed_at)
+    })
+    .await?;
+    db.wait_for("ctl", Duration::from_secs(30), |s| s.available == 0)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    a.shutdown().await;
+    b.shutdown().await;
+    Ok(())
+}
+
+#[derive(Serialize, Deserialize)]
+struct Wait {}
+
+impl JobArgs for Wait {
+    const KIND: &'static str = "wait";
+}
+
+/// Runs until cancelled, then says so.
+struct Waiter {
+    started: Arc<AtomicBool>,
+    cancelled: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl Worker for Waiter {
+    type Args = Wait;
+    async fn process(&self, ctx: &JobContext, _args: Wait) -> Result<(), JobError> {
+        self.started.store(true, Ordering::SeqCst);
+        tokio::select! {
+            _ = ctx.cancellation().cancelled() => {
+                self.cancelled.notify_one();
+                Err(JobError::permanent("cancelled"))
+            }
+            _ = tokio::time::sleep(Duration::from_secs(60)) => Ok(()),
+        }
+    }
+}
+
+/// Cancelling a running job from another node reaches its handler (by NOTIFY) at once.
+#[tokio::test]
+async fn cancel_reaches_a_handler_on_another_node() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let started = Arc::new(AtomicBool::new(false));
+    let cancelled = Arc::new(tokio::sync::Notify::new());
+    let mut workers = Workers::new();
+    workers.register(Waiter {
+        started: started.clone(),
+        cancelled: cancelled.clone(),
+    });
+    let runner = Runtime::new(node(&db).await?, workers, config(&["default"], 2))
+        .start()
+        .await?;
+    // The other node: its own backend, pool and listener, with a runtime of its own.
+    let other_log = Log::default();
+    let other = start(&db, &other_log, config(&["elsewhere"], 2)).await?;
+    let other_client = Client::new(node(&db).await?);
+
+    let id = other_client.insert(NewJob::of(&Wait {})?).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !started.load(Ordering::SeqCst) {
+        anyhow::ensure!(Instant::now() < deadline, "the job never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let asked = Instant::now();
+    let record = other_client.cancel(id).await?;
+    assert_eq!(record.state, hopper::JobState::Cancelled);
+    tokio::time::timeout(Duration::from_secs(2), cancelled.notified()).await?;
+    println!("cancellation reached the handler in {:?}", asked.elapsed());
+    runner.shutdown().await;
+    other.shutdown().await;
+    Ok(())
+}
+
+/// Two runtimes registering the same every-second schedule enqueue each tick once; the
+/// entry is listed.
+#[tokio::test]
+async fn periodic_ticks_are_enqueued_once_across_runtimes() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let every_second =
+        || PeriodicJob::new("tick", "* * * * * *", probe("cron", "tick", 0)).expect("valid");
+    let log = Log::default();
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let mut workers = Workers::new();
+        workers.register(NoopProbe);
+        handles.push(
+            Runtime::new(node(&db).await?, workers, config(&["other"], 1))
+                .periodic(every_second())
+                .start()
+                .await?,
+        );
+    }
+    let client = Client::new(db.backend());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(3_500) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for handle in handles {
+        handle.shutdown().await;
+    }
+    drop(log);
+    let jobs = client
+        .jobs(&JobListParams {
+            queue: Some("cron".into()),
+            limit: 1000,
+            ..JobListParams::default()
+        })
+        .await?;
+    let mut ticks: Vec<_> = jobs.iter().map(|j| j.run_at).collect();
+    ticks.sort();
+    let n = ticks.len();
+    ticks.dedup();
+    println!("{n} jobs for {} ticks", ticks.len());
+    assert_eq!(n, ticks.len(), "a tick was enqueued twice");
+    assert!((2..=5).contains(&n), "{n} ticks in 3.5 s");
+    let entries = client.cron_jobs().await?;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].schedule, "* * * * * *");
+    Ok(())
+}
+
+/// Registered so the cron test's runtimes have a worker; the ticks land on a queue they
+/// do not serve, so they stay in the table to be counted.
+struct NoopProbe;
+
+#[async_trait::async_trait]
+impl Worker for NoopProbe {
+    type Args = super::common::Probe;
+    async fn process(&self, _ctx: &JobContext, _args: Self::Args) -> Result<(), JobError> {
+        Ok(())
+    }
+}

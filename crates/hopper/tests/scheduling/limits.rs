@@ -1,0 +1,96 @@
+//! Global limits per queue, across runtimes: concurrency and rate.
+
+use std::time::Duration;
+
+use hopper::testing::TestDatabase;
+use hopper::{Client, NewJob, RateLimit};
+use tokio::time::Instant;
+
+use super::common::{Log, config, probe, start};
+
+/// A queue limited to 5 running jobs never runs more than 5 at once across 4 runtimes of
+/// 4 slots each, and does use all 5.
+#[tokio::test]
+async fn concurrency_limit_holds_across_four_runtimes() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    client.limit("capped", Some(5), None).await?;
+    let jobs: Vec<NewJob> = (0..300).map(|_| probe("capped", "x", 10)).collect();
+    client.insert_many(&jobs).await?;
+
+    let log = Log::default();
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        handles.push(start(&db, &log, config(&["capped"], 4)).await?);
+    }
+    // Sample the database's own count of running jobs while the runtimes work.
+    let mut max_sampled = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while log.len() < 300 && Instant::now() < deadline {
+        let running = db.queue_stats("capped").await?.running;
+        max_sampled = max_sampled.max(running);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    for handle in handles {
+        handle.shutdown().await;
+    }
+    let overlap = log.max_overlap();
+    println!(
+        "runs: {}, max overlap of handlers: {overlap}, max running sampled: {max_sampled}",
+        log.len()
+    );
+    assert_eq!(log.len(), 300);
+    assert!(overlap <= 5, "{overlap} handlers ran at once");
+    assert!(max_sampled <= 5, "{max_sampled} jobs were running at once");
+    assert!(
+        overlap >= 4,
+        "the limit was not used: at most {overlap} at once"
+    );
+    Ok(())
+}
+
+/// A rate limit of 100 jobs/s holds within 10% over 10 s, across two runtimes.
+#[tokio::test]
+async fn rate_limit_holds_over_ten_seconds() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    client
+        .limit(
+            "paced",
+            None,
+            Some(RateLimit::new(100, Duration::from_secs(1))),
+        )
+        .await?;
+    let jobs: Vec<NewJob> = (0..3_000).map(|_| probe("paced", "x", 0)).collect();
+    client.insert_many(&jobs).await?;
+
+    let log = Log::default();
+    let a = start(&db, &log, config(&["paced"], 20)).await?;
+    let b = start(&db, &log, config(&["paced"], 20)).await?;
+    log.wait_until(Duration::from_secs(30), |runs| !runs.is_empty())
+        .await?;
+    let first = log.runs().iter().map(|r| r.started).min().expect("one run");
+    tokio::time::sleep_until(first + Duration::from_millis(10_500)).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    let runs = log.runs();
+    let window = |from: u64, to: u64| {
+        runs.iter()
+            .filter(|r| {
+                r.started >= first + Duration::from_millis(from)
+                    && r.started < first + Duration::from_millis(to)
+            })
+            .count()
+    };
+    let ten_seconds = window(0, 10_000);
+    let worst_second = (0..10).map(|s| window(s * 1000, (s + 1) * 1000)).max();
+    println!("started in 10 s: {ten_seconds}; busiest second: {worst_second:?}");
+    assert!(
+        (900..=1_100).contains(&ten_seconds),
+        "{ten_seconds} jobs started in 10 s at 100/s"
+    );
+    // The bucket holds a tenth of a second's worth: no second sees more than 110 starts
+    // claimed, plus the jitter between a claim and its handler starting on a busy machine.
+    assert!(worst_second.is_some_and(|n| n <= 125), "{worst_second:?}");
+    Ok(())
+}
