@@ -12,7 +12,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use hopper_core::{ClaimParams, ClaimedJob, Finish, Lease, Outcome, Result};
+use hopper_core::{
+    ClaimParams, ClaimedJob, Finish, JobListParams, JobState, Lease, Outcome, Result,
+};
 use hopper_protocol::Reply;
 use tokio::time::Instant;
 
@@ -88,6 +90,9 @@ impl Core {
             self.hot.insert(queue, false);
         }
         let now = Instant::now();
+        for job in &jobs {
+            self.saw(job.lease.job_id);
+        }
         for job in jobs {
             let target = self
                 .peers
@@ -168,6 +173,10 @@ impl Core {
                 );
             }
         }
+        if self.inherit_at.is_some_and(|at| now >= at) {
+            self.inherit_at = None;
+            self.find_inherited();
+        }
         let node = tasks::node_info(&self.config, &self.peers);
         let backend = self.backend.clone();
         tokio::spawn(async move {
@@ -182,5 +191,77 @@ impl Core {
             .flat_map(|p| p.queues.iter().map(|q| (q.as_str(), ())))
             .collect();
         self.hot.retain(|q, _| served.contains_key(q.as_str()));
+    }
+
+    /// Lists the jobs still leased under this node id: after a restart, those held by an
+    /// earlier run of this server.
+    fn find_inherited(&self) {
+        let backend = self.backend.clone();
+        let events = self.events.clone();
+        let node = self.config.node_id;
+        tokio::spawn(async move {
+            let mut leases = Vec::new();
+            let mut before = None;
+            loop {
+                let params = JobListParams {
+                    state: Some(JobState::Running),
+                    before,
+                    limit: 1000,
+                    ..JobListParams::default()
+                };
+                let page = match backend.job_list(&params).await {
+                    Ok(page) => page,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "listing inherited leases failed; they will expire");
+                        return;
+                    }
+                };
+                before = page.last().map(|j| j.id);
+                leases.extend(
+                    page.iter()
+                        .filter(|j| j.node_id == Some(node))
+                        .map(|j| Lease {
+                            job_id: j.id,
+                            attempt: j.attempt,
+                        }),
+                );
+                if page.len() < 1000 {
+                    break;
+                }
+            }
+            let _ = events.send(Event::Inherited(leases)).await;
+        });
+    }
+
+    /// Releases (no penalty) inherited leases that no worker has listed in a heartbeat since
+    /// the restart: orders that were on the wire when the server stopped, or whose workers
+    /// did not come back. Without this they would wait for their lease to expire.
+    pub(crate) fn on_inherited(&mut self, leases: Vec<Lease>) {
+        let seen = self.seen.take().unwrap_or_default();
+        let held: std::collections::HashSet<hopper_core::JobId> = self
+            .peers
+            .values()
+            .flat_map(|p| p.held.keys().copied())
+            .collect();
+        let orphans: Vec<Lease> = leases
+            .into_iter()
+            .filter(|l| !held.contains(&l.job_id) && !seen.contains(&l.job_id))
+            .collect();
+        if orphans.is_empty() {
+            return;
+        }
+        tracing::info!(
+            jobs = orphans.len(),
+            "releasing jobs leased by an earlier run of this server that no worker claimed"
+        );
+        for lease in orphans {
+            self.queue_finish(
+                Finish {
+                    lease,
+                    outcome: Outcome::Released,
+                },
+                None,
+            );
+        }
     }
 }

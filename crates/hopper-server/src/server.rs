@@ -41,6 +41,8 @@ pub(crate) enum Event {
     },
     /// A database notification.
     Wakeup(Wakeup),
+    /// Jobs leased under this server's node id when it started (by an earlier run of it).
+    Inherited(Vec<Lease>),
 }
 
 /// An order a worker holds.
@@ -95,6 +97,11 @@ pub(crate) struct Core {
     /// A claim is under way (one at a time, so no worker's credit is promised twice).
     pub claiming: bool,
     pub next_queue: usize,
+    /// When to release inherited leases that no reconnected worker has claimed.
+    pub inherit_at: Option<Instant>,
+    /// Until then, every job this run has claimed, seen in a heartbeat or had reported:
+    /// none of those is inherited.
+    pub seen: Option<HashSet<JobId>>,
 }
 
 pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
@@ -126,6 +133,8 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         hot: HashMap::new(),
         claiming: false,
         next_queue: 0,
+        inherit_at: Some(Instant::now() + config.heartbeat * 5),
+        seen: Some(HashSet::new()),
         config,
     };
     let tasks = vec![
@@ -193,6 +202,7 @@ impl Core {
                 }
             }
             Event::Wakeup(Wakeup::Cancelled(id)) => self.on_cancelled(id),
+            Event::Inherited(leases) => self.on_inherited(leases),
             Event::Wakeup(Wakeup::Resync) => {
                 for hot in self.hot.values_mut() {
                     *hot = true;
@@ -489,6 +499,7 @@ impl Core {
         attempt: i32,
         outcome: impl FnOnce(i32) -> Outcome,
     ) {
+        self.saw(id);
         let counted = self
             .peers
             .get_mut(&peer)
@@ -504,6 +515,13 @@ impl Core {
         self.queue_finish(finish, Some((peer, req)));
     }
 
+    /// Notes a job as this run's (not inherited), while inherited leases are pending.
+    pub fn saw(&mut self, id: JobId) {
+        if let Some(seen) = &mut self.seen {
+            seen.insert(id);
+        }
+    }
+
     /// Hands an outcome to the batching writer.
     pub fn queue_finish(&self, finish: Finish, reply_to: Option<(PeerId, u64)>) {
         let finisher = self.finisher.clone();
@@ -517,6 +535,9 @@ impl Core {
 
     fn on_heartbeat(&mut self, peer: PeerId, req: u64, leases: Vec<LeaseRef>, now: Instant) {
         let stale_after = self.config.heartbeat * 2;
+        for l in &leases {
+            self.saw(l.id);
+        }
         let Some(p) = self.peers.get_mut(&peer) else {
             return;
         };
