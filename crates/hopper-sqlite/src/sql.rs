@@ -181,4 +181,48 @@ mod tests {
         }
         Ok(())
     }
+
+    /// The plans the comments in the `.sql` files promise: claims walk the partial claim
+    /// index without sorting, outcomes probe the primary key.
+    #[test]
+    fn hot_statements_use_their_indexes() -> rusqlite::Result<()> {
+        let conn = rusqlite::Connection::open_in_memory()?;
+        for (_, _, sql) in MIGRATIONS {
+            conn.execute_batch(sql)?;
+        }
+        let queries = Queries::new("hopper");
+        let plan = |sql: &str| -> rusqlite::Result<String> {
+            let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+            // Parameters stay unbound (NULL): the plan does not depend on their values.
+            let mut rows = statement.raw_query();
+            let mut details = Vec::new();
+            while let Some(row) = rows.next()? {
+                details.push(row.get::<_, String>(3)?);
+            }
+            Ok(details.join("\n"))
+        };
+        let claim = plan(&queries.job_claim[0])?;
+        assert!(
+            claim.contains("INDEX hopper_jobs_claim_idx (queue=?)"),
+            "{claim}"
+        );
+        assert!(!claim.contains("TEMP B-TREE"), "{claim}");
+        let promote = plan(&queries.job_promote_scheduled[0])?;
+        assert!(promote.contains("hopper_jobs_scheduled_idx"), "{promote}");
+        let rescue = plan(&queries.job_rescue_expired[0])?;
+        assert!(rescue.contains("hopper_jobs_running_idx"), "{rescue}");
+        for sql in [
+            &queries.job_complete_many[0],
+            &queries.job_fail_many[0],
+            &queries.job_snooze_many[0],
+            &queries.job_extend_many[0],
+        ] {
+            let outcome = plan(sql)?;
+            assert!(
+                outcome.contains("sqlite_autoindex_hopper_jobs_1 (id=?)"),
+                "{outcome}"
+            );
+        }
+        Ok(())
+    }
 }

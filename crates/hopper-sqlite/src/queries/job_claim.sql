@@ -4,8 +4,10 @@
 -- Index: hopper_jobs_claim_idx (queue, priority, run_at, id) WHERE state = 'available'.
 -- The subquery walks that index from its start for one queue and stops after :limit
 -- entries, so its cost depends on the batch size, not on the backlog: scheduled, running
--- and finished jobs are not in the index at all (EXPLAIN QUERY PLAN: "SEARCH hopper_jobs
--- USING COVERING INDEX hopper_jobs_claim_idx (queue=?)", no sort step).
+-- and finished jobs are not in the index at all. EXPLAIN QUERY PLAN: the subquery is
+-- "SEARCH hopper_jobs USING COVERING INDEX hopper_jobs_claim_idx (queue=?)" with no sort
+-- step, the update "SEARCH … USING COVERING INDEX sqlite_autoindex_hopper_jobs_1 (id=?)"
+-- per pick (checked by a test in src/sql.rs).
 --
 -- Locking: SQLite has no row locks and no SKIP LOCKED; it has one writer at a time. This
 -- statement runs inside `BEGIN IMMEDIATE`, which takes the database's write lock before
