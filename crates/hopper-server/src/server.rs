@@ -20,6 +20,9 @@ use crate::convert::{self, error_code};
 use crate::tasks::{self, FinishItem};
 use crate::{ServeConfig, ServeError, ServerHandle};
 
+/// Database requests of peers in flight at once; more get `internal` ("busy").
+const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
+
 /// A peer's ROUTER routing id.
 pub(crate) type PeerId = Bytes;
 
@@ -102,6 +105,9 @@ pub(crate) struct Core {
     /// Until then, every job this run has claimed, seen in a heartbeat or had reported:
     /// none of those is inherited.
     pub seen: Option<HashSet<JobId>>,
+    /// Bounds the database requests in flight for peers (submit, status, cancel, extend), so
+    /// a flood from one peer cannot pile up tasks without end.
+    pub requests: Arc<tokio::sync::Semaphore>,
 }
 
 pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
@@ -135,6 +141,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         next_queue: 0,
         inherit_at: Some(Instant::now() + config.heartbeat * 5),
         seen: Some(HashSet::new()),
+        requests: Arc::new(tokio::sync::Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
         config,
     };
     let tasks = vec![
@@ -474,8 +481,13 @@ impl Core {
     where
         F: Future<Output = Result<Reply>> + Send + 'static,
     {
+        let Ok(permit) = self.requests.clone().try_acquire_owned() else {
+            let message = "the server is busy (too many requests in flight); retry later";
+            return self.reply(&peer, Reply::error(Some(req), ErrorCode::Internal, message));
+        };
         let out = self.out.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let reply = match work.await {
                 Ok(reply) => reply,
                 Err(e) => {
