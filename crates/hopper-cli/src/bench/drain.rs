@@ -15,7 +15,7 @@ use super::report::progress;
 use super::{Bench, QUEUE, Report, db};
 
 /// How often the drain counts unfinished jobs.
-pub const POLL: Duration = Duration::from_millis(20);
+pub const POLL: Duration = Duration::from_millis(50);
 
 /// How often a visible progress bar is updated.
 const COUNT_EVERY: Duration = Duration::from_millis(500);
