@@ -46,6 +46,14 @@ pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
         })?;
         job = job.with_run_at(at.with_timezone(&Utc));
     }
+    if let Some(group) = &args.group {
+        job = job.with_group(group);
+    }
+    if let Some(key) = &args.unique_key {
+        job = job
+            .with_unique_key(key)
+            .with_unique_policy(args.unique_policy.parse()?);
+    }
     job.validate()?;
     Ok(job)
 }
@@ -213,7 +221,7 @@ fn parse_id(text: &str) -> anyhow::Result<JobId> {
     })
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
@@ -309,7 +317,7 @@ fn print_job(j: &JobRecord) {
 
 /// Prints `rows` under `headers`, each column as wide as its widest cell, every line
 /// starting with `indent`.
-fn print_table(indent: &str, headers: &[&str], rows: Vec<Vec<String>>) {
+pub(crate) fn print_table(indent: &str, headers: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {

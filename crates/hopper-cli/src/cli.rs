@@ -35,6 +35,12 @@ pub enum Command {
     Jobs(JobsCommand),
     /// Counts by queue and state, and the oldest available job's age.
     Stats,
+    /// Queue settings: list, pause, resume, global limits.
+    #[command(subcommand)]
+    Queues(crate::queues::QueuesCommand),
+    /// Periodic jobs registered by runtimes.
+    #[command(subcommand)]
+    Cron(crate::queues::CronCommand),
     /// Run the demo: 500 jobs, mixed priorities, every 12th fails; prints a summary.
     Demo(DemoArgs),
     /// Run the standard benchmark workloads.
@@ -70,6 +76,15 @@ pub struct EnqueueArgs {
     /// How long one run may take (e.g. 30s, 30m).
     #[arg(long, default_value = "30m")]
     pub timeout: String,
+    /// The group (tenant): groups of a queue take turns.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// A unique key: no second job with it while one is waiting or running.
+    #[arg(long)]
+    pub unique_key: Option<String>,
+    /// What to do when the key is taken: ignore (print the holder's id), reject, replace.
+    #[arg(long, default_value = "ignore", requires = "unique_key")]
+    pub unique_policy: String,
 }
 
 /// `hopper jobs …`.

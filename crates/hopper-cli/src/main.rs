@@ -4,6 +4,7 @@ mod admin;
 mod bench;
 mod cli;
 mod demo;
+mod queues;
 mod serve;
 
 use std::process::ExitCode;
@@ -64,6 +65,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             admin::jobs(&open(url, schema).await?, action, json).await
         }
         Command::Stats => admin::stats(&open(url, schema).await?, json).await,
+        Command::Queues(cmd) => {
+            let action = queues::QueuesAction::parse(cmd)?;
+            queues::queues(&open(url, schema).await?, action, json).await
+        }
+        Command::Cron(cmd) => queues::cron(&open(url, schema).await?, cmd, json).await,
         Command::Demo(args) => demo::run(open(url, schema).await?, args, json).await,
         Command::Bench(args) => bench::run(open(url, schema).await?, args, json).await,
         Command::Serve(args) => serve::run(url, schema, args).await,
