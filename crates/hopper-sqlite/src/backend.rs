@@ -27,6 +27,17 @@ use crate::{SqliteBackend, migrate, wake};
 /// Rows a promotion batch takes at most (`LIMIT` in `job_promote_scheduled.sql`).
 const PROMOTE_BATCH: usize = 1000;
 
+/// Group keys and unique keys are not offered by this backend yet (see the crate docs):
+/// refuse such jobs plainly rather than insert them without what they ask for.
+fn refuse_upsert(jobs: &[NewJob]) -> Result<()> {
+    if jobs.iter().any(NewJob::needs_upsert) {
+        return Err(Error::Unsupported(
+            "group keys and unique keys (sqlite backend): not offered by the SQLite backend yet; use PostgreSQL for tenant fairness and unique jobs".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl SqliteBackend {
     /// Sends a wake-up to this process's subscribers.
     fn wake(&self, wakeup: Wakeup) {
@@ -59,6 +70,7 @@ impl Backend for SqliteBackend {
 
     async fn job_insert(&self, job: &NewJob) -> Result<()> {
         job.validate()?;
+        refuse_upsert(std::slice::from_ref(job))?;
         let inner = self.inner.clone();
         let now = micros(self.now());
         let owned = job.clone();
@@ -89,6 +101,7 @@ impl Backend for SqliteBackend {
                 for job in &jobs {
                     job.validate()?;
                 }
+                refuse_upsert(&jobs)?;
                 let tx = conn
                     .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                     .map_err(map_sqlite)?;
