@@ -110,6 +110,92 @@ async fn cancelling_a_running_job_fires_its_token_promptly() -> anyhow::Result<(
     Ok(())
 }
 
+/// A handler that runs until its token is cancelled, then says so and fails, as a handler
+/// that cleans up and gives up would.
+fn watcher(
+    started: mpsc::UnboundedSender<JobId>,
+    saw: mpsc::UnboundedSender<JobId>,
+) -> FnWorker<Signal> {
+    FnWorker::new(move |ctx, _: Signal| {
+        let (started, saw) = (started.clone(), saw.clone());
+        async move {
+            let _ = started.send(ctx.id());
+            tokio::select! {
+                _ = ctx.cancellation().cancelled() => {
+                    let _ = saw.send(ctx.id());
+                    Err(JobError::permanent("stopped: the token was cancelled"))
+                }
+                _ = tokio::time::sleep(Duration::from_secs(600)) => Ok(()),
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_watching_its_token_gets_to_react_to_a_cancellation() -> anyhow::Result<()> {
+    const JOBS: u64 = 6;
+    let db = TestDatabase::new().await?;
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (saw_tx, mut saw) = mpsc::unbounded_channel();
+    let mut workers = Workers::new();
+    workers.register(watcher(started_tx, saw_tx));
+    let mut ids = Vec::new();
+    for n in 0..JOBS {
+        ids.push(insert(&db, n).await?);
+    }
+    let handle = start(&db, workers, quiet_config(JOBS as usize)).await;
+    for _ in 0..JOBS {
+        tokio::time::timeout(Duration::from_secs(10), started.recv()).await?;
+    }
+    wait_listening(&db, 1).await?;
+    let client = Client::new(db.backend());
+    for id in &ids {
+        client.cancel(*id).await?;
+    }
+    // Each handler sees its token fire and runs its reaction: none is dropped unawares.
+    let mut reacted = Vec::new();
+    for _ in 0..JOBS {
+        let id = tokio::time::timeout(Duration::from_secs(2), saw.recv()).await?;
+        reacted.extend(id);
+    }
+    reacted.sort();
+    ids.sort();
+    assert_eq!(reacted, ids);
+    handle.shutdown().await;
+    for id in ids {
+        let job = get(&db, id).await?;
+        assert_eq!(job.state, JobState::Cancelled);
+        assert!(job.errors.is_empty(), "{:?}", job.errors);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_giving_up_at_shutdown_is_released_not_failed() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (saw_tx, mut saw) = mpsc::unbounded_channel();
+    let mut workers = Workers::new();
+    workers.register(watcher(started_tx, saw_tx));
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(insert(&db, n).await?);
+    }
+    let handle = start(&db, workers, quiet_config(4)).await;
+    for _ in 0..4 {
+        tokio::time::timeout(Duration::from_secs(10), started.recv()).await?;
+    }
+    handle.shutdown_within(Duration::from_millis(100)).await;
+    for id in ids {
+        let job = get(&db, id).await?;
+        assert_eq!(job.state, JobState::Available, "released, not failed");
+        assert_eq!(job.uncounted, 1);
+        assert!(job.errors.is_empty(), "no penalty: {:?}", job.errors);
+    }
+    assert!(saw.try_recv().is_ok(), "the handlers saw their tokens");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_short_jobs_finish_and_releases_long_ones() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;

@@ -93,6 +93,10 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                 let result = loop {
                     let deadline = *run.deadline.lock().await;
                     tokio::select! {
+                        // The handler first: one that watches its token reacts in the poll
+                        // that sees it fire, and its reaction runs; one that does not is
+                        // dropped by the next branch.
+                        biased;
                         r = &mut handler => break Some(r),
                         _ = run.token.cancelled() => break None,
                         _ = tokio::time::sleep_until(deadline) => {
@@ -106,6 +110,14 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                     }
                 };
                 let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+                // A stopped run ends by its reason, whatever a handler that reacted to its
+                // token returned: a shutdown hands the job back without penalty (unless the
+                // work got done), and a cancelled or lost job is no longer ours to report on.
+                let result = match (run.reason(), result) {
+                    (StopReason::None, result) => result,
+                    (StopReason::Shutdown, Some(Ok(Ok(())))) => Some(Ok(Ok(()))),
+                    (_, _) => None,
+                };
                 match result {
                     None => match run.reason() {
                         StopReason::Shutdown => Some(Outcome::Released),
