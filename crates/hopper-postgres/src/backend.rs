@@ -494,14 +494,12 @@ impl Backend for PgBackend {
         // Wake-ups this process arms for itself (a limited queue has room again).
         let local =
             futures_util::stream::unfold(self.inner.local_wake.subscribe(), |mut rx| async move {
-                loop {
-                    match rx.recv().await {
-                        Ok(wakeup) => return Some((wakeup, rx)),
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                            return Some((Wakeup::Resync, rx));
-                        }
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                match rx.recv().await {
+                    Ok(wakeup) => Some((wakeup, rx)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        Some((Wakeup::Resync, rx))
                     }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
                 }
             });
         Ok(Box::pin(futures_util::stream::select(remote, local)))
