@@ -243,24 +243,40 @@
           td.append(n ? el("a", { href: "#/jobs?" + query, text: fmtNumber(n) }) : "0");
           return td;
         };
+        const admin = role === "admin";
         const retry =
-          role === "admin" && q.failed > 0
+          admin && q.failed > 0
             ? el("button", {
                 type: "button",
                 class: "small secondary",
                 "data-action": "retry-failed",
                 "data-queue": q.queue,
                 text: "Retry failed",
-                onclick: () => retryFailed(q.queue, q.failed),
+                onclick: () => retryFailed(q.queue),
               })
             : null;
+        const toggle = admin
+          ? el("button", {
+              type: "button",
+              class: "small secondary",
+              "data-action": q.paused ? "resume" : "pause",
+              "data-queue": q.queue,
+              text: q.paused ? "Resume" : "Pause",
+              onclick: () => setPaused(q.queue, !q.paused),
+            })
+          : null;
         return el(
           "tr",
-          { "data-queue": q.queue },
-          el("td", {}, el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.queue), text: q.queue })),
+          { "data-queue": q.queue, "data-paused": q.paused ? "yes" : "no" },
+          el(
+            "td",
+            {},
+            el("a", { href: "#/jobs?queue=" + encodeURIComponent(q.queue), text: q.queue }),
+            q.paused ? el("span", { class: "state paused", text: "paused" }) : null
+          ),
           ...STATES.map((s) => link(s, q[s])),
           el("td", { class: "num", text: q.available ? fmtMs(q.oldest_available_secs * 1000) : "–" }),
-          el("td", {}, retry)
+          el("td", { class: "row-actions" }, toggle, retry)
         );
       })
     );
@@ -273,7 +289,18 @@
     }
   }
 
-  async function retryFailed(queue, n) {
+  async function setPaused(queue, paused) {
+    const action = paused ? "pause" : "resume";
+    try {
+      await api("queues/" + encodeURIComponent(queue) + "/" + action, { method: "POST" });
+      flash("Queue " + queue + (paused ? " paused." : " resumed."));
+    } catch (e) {
+      flash("Could not " + action + " " + queue + ": " + e.message, true);
+    }
+    refresh();
+  }
+
+  async function retryFailed(queue) {
     try {
       const r = await api("jobs/retry-failed", { method: "POST", body: { queue } });
       statsAt = 0;

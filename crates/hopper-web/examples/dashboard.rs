@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Jobs live in the schema `hopper_web_demo` of `DATABASE_URL` (default: the local
-//! PostgreSQL), which is cleared at start.
+//! PostgreSQL), which is cleared (and its queues resumed) at start.
 
 use std::time::Duration;
 
@@ -63,6 +63,10 @@ async fn main() -> anyhow::Result<()> {
     client.clear(None).await?;
 
     let queues = ["default", "mail", "images"];
+    for queue in queues {
+        // A queue paused from the dashboard in an earlier run starts resumed.
+        client.resume(queue).await?;
+    }
     let mut workers = Workers::new();
     workers.register(Worky);
     let runtime = Runtime::new(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hopper::core::job::validate_name;
-use hopper::{JobId, JobListParams, JobState, NewJob, Priority};
+use hopper::{JobId, JobListParams, JobState, NewJob, Priority, UniquePolicy};
 use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
@@ -48,6 +48,18 @@ pub(crate) struct EnqueueRequest {
     /// second gets 409).
     #[serde(default)]
     id: Option<Uuid>,
+    /// The group (tenant) within the queue; groups take turns.
+    #[serde(default)]
+    group: Option<String>,
+    /// At most one unfinished job (or one per window) with this key.
+    #[serde(default)]
+    unique_key: Option<String>,
+    /// `ignore` (default), `reject` or `replace`: what happens when the key is taken.
+    #[serde(default)]
+    unique_policy: Option<String>,
+    /// Keeps the key taken for the rest of a window of this many milliseconds.
+    #[serde(default)]
+    unique_window_ms: Option<u64>,
 }
 
 impl EnqueueRequest {
@@ -76,6 +88,18 @@ impl EnqueueRequest {
         if let Some(ms) = self.timeout_ms {
             job = job.with_timeout(Duration::from_millis(ms));
         }
+        if let Some(group) = self.group {
+            job = job.with_group(group);
+        }
+        if let Some(key) = self.unique_key {
+            job = job.with_unique_key(key);
+        }
+        if let Some(policy) = self.unique_policy {
+            job = job.with_unique_policy(policy.parse::<UniquePolicy>().map_err(message)?);
+        }
+        if let Some(ms) = self.unique_window_ms {
+            job = job.with_unique_window(Duration::from_millis(ms));
+        }
         if let Some(id) = self.id {
             if id.get_version_num() != 7 {
                 return Err(format!(
@@ -84,10 +108,7 @@ impl EnqueueRequest {
             }
             job.id = id;
         }
-        job.validate().map_err(|e| match e {
-            hopper::Error::InvalidInput(m) => m,
-            other => other.to_string(),
-        })?;
+        job.validate().map_err(message)?;
         Ok(job)
     }
 }
@@ -110,6 +131,14 @@ pub(crate) struct RetryFailedRequest {
     /// Only this kind.
     #[serde(default)]
     pub kind: Option<String>,
+}
+
+/// The message of a validation error, without the "invalid input:" prefix.
+fn message(e: hopper::Error) -> String {
+    match e {
+        hopper::Error::InvalidInput(m) => m,
+        other => other.to_string(),
+    }
 }
 
 fn parse_priority(value: &Value) -> Result<Priority, String> {
@@ -256,6 +285,14 @@ mod tests {
             request(json!({"kind": "k", "priority": -4}))?.priority,
             Priority(-4)
         );
+        let unique = request(json!({
+            "kind": "k", "group": "tenant-7", "unique_key": "user:42/welcome mail",
+            "unique_policy": "replace", "unique_window_ms": 60000,
+        }))?;
+        assert_eq!(unique.group.as_deref(), Some("tenant-7"));
+        assert_eq!(unique.unique_key.as_deref(), Some("user:42/welcome mail"));
+        assert_eq!(unique.unique_policy, UniquePolicy::Replace);
+        assert_eq!(unique.unique_window, Some(Duration::from_secs(60)));
         Ok(())
     }
 
@@ -272,5 +309,11 @@ mod tests {
         assert!(err(json!({"kind": "k", "id": Uuid::new_v4()})).contains("UUIDv7"));
         assert!(err(json!({"kind": "k", "delay": 5})).contains("unknown field"));
         assert!(err(json!({"kind": "k", "max_attempts": 0})).contains("max_attempts"));
+        assert!(
+            err(json!({"kind": "k", "unique_key": "a", "unique_policy": "maybe"}))
+                .contains("unique policy")
+        );
+        assert!(err(json!({"kind": "k", "unique_window_ms": 5})).contains("unique key"));
+        assert!(err(json!({"kind": "k", "group": "a b"})).contains("group name"));
     }
 }

@@ -6,7 +6,7 @@ use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hopper::core::job::validate_name;
-use hopper::{JobId, JobRecord, JobRetryManyParams, JobSearchParams};
+use hopper::{InsertOutcome, JobId, JobRecord, JobRetryManyParams, JobSearchParams, NewJob};
 use serde::Serialize;
 use serde_json::json;
 
@@ -33,6 +33,23 @@ impl From<JobRecord> for JobView {
     }
 }
 
+/// The answer to an enqueue: the job that now stands for the request, and what happened.
+#[derive(Debug, Serialize)]
+pub(crate) struct Enqueued {
+    #[serde(flatten)]
+    job: JobView,
+    /// `inserted`, or `duplicate` / `replaced` when a unique key was taken.
+    outcome: &'static str,
+}
+
+fn outcome_name(outcome: InsertOutcome) -> &'static str {
+    match outcome {
+        InsertOutcome::Inserted => "inserted",
+        InsertOutcome::Duplicate { .. } => "duplicate",
+        InsertOutcome::Replaced { .. } => "replaced",
+    }
+}
+
 /// A page of jobs, newest first.
 #[derive(Debug, Serialize)]
 pub(crate) struct JobPage {
@@ -47,20 +64,37 @@ fn path_id(id: Result<Path<String>, PathRejection>) -> Result<JobId, ApiError> {
     parse_id(&id)
 }
 
-/// `POST /api/v1/jobs`: enqueue one job; 201 with the job.
+/// `POST /api/v1/jobs`: enqueue one job; 201 with the job, or 200 with the job holding its
+/// unique key when nothing was inserted.
 pub(crate) async fn enqueue(
     State(state): State<WebState>,
     OriginalUri(uri): OriginalUri,
     ApiJson(request): ApiJson<EnqueueRequest>,
 ) -> Result<Response, ApiError> {
     let job = request.into_job().map_err(ApiError::bad_request)?;
-    let id = state.client().insert(job).await?;
+    let own = job.id;
+    let outcome = if job.needs_upsert() {
+        state.client().upsert(job).await?
+    } else {
+        state.client().insert(job).await?;
+        InsertOutcome::Inserted
+    };
+    let id = outcome.id(own);
     let record = state
         .backend()
         .job_get(id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("job {id} was enqueued, then deleted")))?;
-    let mut response = (StatusCode::CREATED, Json(JobView::from(record))).into_response();
+    let status = if outcome == InsertOutcome::Inserted {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let body = Enqueued {
+        job: record.into(),
+        outcome: outcome_name(outcome),
+    };
+    let mut response = (status, Json(body)).into_response();
     // The job's URL, relative to where this API is mounted.
     let location = format!("{}/{id}", uri.path().trim_end_matches('/'));
     if let Ok(value) = HeaderValue::from_str(&location) {
@@ -69,7 +103,8 @@ pub(crate) async fn enqueue(
     Ok(response)
 }
 
-/// `POST /api/v1/jobs/batch`: enqueue many jobs in one transaction; 201 with their ids.
+/// `POST /api/v1/jobs/batch`: enqueue many jobs in one transaction; 201 with the id that
+/// stands for each (its own, or the holder of its unique key) and what became of it.
 pub(crate) async fn enqueue_batch(
     State(state): State<WebState>,
     ApiJson(request): ApiJson<BatchRequest>,
@@ -90,11 +125,25 @@ pub(crate) async fn enqueue_batch(
                 .map_err(|m| ApiError::bad_request(format!("jobs[{i}]: {m}")))?,
         );
     }
-    state.client().insert_many(&jobs).await?;
-    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let outcomes = if jobs.iter().any(NewJob::needs_upsert) {
+        state.client().upsert_many(&jobs).await?
+    } else {
+        state.client().insert_many(&jobs).await?;
+        vec![InsertOutcome::Inserted; jobs.len()]
+    };
+    let ids: Vec<JobId> = jobs
+        .iter()
+        .zip(&outcomes)
+        .map(|(job, outcome)| outcome.id(job.id))
+        .collect();
+    let inserted = outcomes
+        .iter()
+        .filter(|o| **o == InsertOutcome::Inserted)
+        .count();
+    let names: Vec<&str> = outcomes.iter().map(|o| outcome_name(*o)).collect();
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "count": ids.len(), "ids": ids })),
+        Json(json!({ "count": ids.len(), "inserted": inserted, "ids": ids, "outcomes": names })),
     )
         .into_response())
 }

@@ -36,6 +36,8 @@ pub(crate) fn routes() -> Router<WebState> {
         .route("/api/v1/jobs/{id}/retry", post(jobs::retry))
         .route("/api/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/api/v1/queues", get(queues::list))
+        .route("/api/v1/queues/{queue}/pause", post(queues::pause))
+        .route("/api/v1/queues/{queue}/resume", post(queues::resume))
         .route("/api/v1/stats", get(queues::stats))
 }
 

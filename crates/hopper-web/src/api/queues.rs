@@ -1,11 +1,13 @@
 //! `/api/v1/queues` and `/api/v1/stats`: counts, throughput and latency.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Query, State};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use hopper::{Error, JobStatsParams, MinuteStats, QueueStats};
+use hopper::{Error, JobStatsParams, MinuteStats, QueueSettings, QueueStats};
 use serde::{Deserialize, Serialize};
 
 use crate::WebState;
@@ -16,12 +18,79 @@ const DEFAULT_MINUTES: u32 = 60;
 /// The longest span of `/api/v1/stats`, in minutes (a day).
 const MAX_MINUTES: u32 = 1440;
 
-/// `GET /api/v1/queues`: every queue with its counts by state.
+/// A queue: its counts by state and its settings.
+#[derive(Debug, Serialize)]
+pub(crate) struct QueueView {
+    #[serde(flatten)]
+    stats: QueueStats,
+    /// No job of this queue is claimed while paused.
+    paused: bool,
+    /// Its settings (pause, limits), or `null` when it has none (or the backend keeps none).
+    settings: Option<QueueSettings>,
+}
+
+/// `GET /api/v1/queues`: every queue with its counts by state and its settings, by name.
+/// A queue with settings and no job is listed too (with zero counts).
 pub(crate) async fn list(
     State(state): State<WebState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let queues = state.backend().queue_stats().await?;
+    let stats = state.backend().queue_stats().await?;
+    let settings = match state.backend().queue_list().await {
+        Ok(settings) => settings,
+        Err(Error::Unsupported(_)) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut settings: BTreeMap<String, QueueSettings> =
+        settings.into_iter().map(|s| (s.queue.clone(), s)).collect();
+    let mut queues: BTreeMap<String, QueueView> = BTreeMap::new();
+    for s in stats {
+        let own = settings.remove(&s.queue);
+        queues.insert(
+            s.queue.clone(),
+            QueueView {
+                paused: own.as_ref().is_some_and(|o| o.paused),
+                settings: own,
+                stats: s,
+            },
+        );
+    }
+    for (name, own) in settings {
+        queues.insert(
+            name.clone(),
+            QueueView {
+                stats: QueueStats {
+                    queue: name,
+                    ..QueueStats::default()
+                },
+                paused: own.paused,
+                settings: Some(own),
+            },
+        );
+    }
+    let queues: Vec<QueueView> = queues.into_values().collect();
     Ok(Json(serde_json::json!({ "queues": queues })))
+}
+
+/// `POST /api/v1/queues/{queue}/pause`: no node claims the queue's jobs until resumed.
+pub(crate) async fn pause(
+    State(state): State<WebState>,
+    queue: Result<Path<String>, PathRejection>,
+) -> Result<Json<QueueSettings>, ApiError> {
+    let Path(queue) = queue.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let settings = state.client().pause(&queue).await?;
+    tracing::info!(%queue, "queue paused through the API");
+    Ok(Json(settings))
+}
+
+/// `POST /api/v1/queues/{queue}/resume`.
+pub(crate) async fn resume(
+    State(state): State<WebState>,
+    queue: Result<Path<String>, PathRejection>,
+) -> Result<Json<QueueSettings>, ApiError> {
+    let Path(queue) = queue.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let settings = state.client().resume(&queue).await?;
+    tracing::info!(%queue, "queue resumed through the API");
+    Ok(Json(settings))
 }
 
 /// Counts by state, summed over queues.

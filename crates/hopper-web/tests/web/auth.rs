@@ -28,6 +28,8 @@ fn mutations(id: &str) -> Vec<(Method, String, Option<serde_json::Value>)> {
             "/api/v1/jobs/retry-failed".into(),
             Some(json!({})),
         ),
+        (Method::POST, "/api/v1/queues/default/pause".into(), None),
+        (Method::POST, "/api/v1/queues/default/resume".into(), None),
     ]
 }
 

@@ -86,6 +86,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/jobs/{id}/retry"),
     ("post", "/api/v1/jobs/{id}/cancel"),
     ("get", "/api/v1/queues"),
+    ("post", "/api/v1/queues/{queue}/pause"),
+    ("post", "/api/v1/queues/{queue}/resume"),
     ("get", "/api/v1/stats"),
     ("get", "/metrics"),
 ];
@@ -125,7 +127,7 @@ async fn openapi_document_matches_the_router() -> anyhow::Result<()> {
                 ROUTES.contains(&(method.as_str(), path.as_str())),
                 "{method} {path} not in ROUTES"
             );
-            let uri = path.replace("{id}", &id);
+            let uri = path.replace("{id}", &id).replace("{queue}", "default");
             let m = Method::from_bytes(method.to_uppercase().as_bytes())?;
             let body = (m == Method::POST).then(|| json!({"jobs": [{"kind": "k"}], "kind": "k"}));
             let answer = web.call(m, &uri, Some(ADMIN), body).await?;

@@ -37,6 +37,7 @@ async fn enqueue_with_every_option_then_read_it_back() -> anyhow::Result<()> {
     assert_eq!(job["max_attempts"], 3);
     assert_eq!(job["timeout_ms"], 5000);
     assert_eq!(job["attempts_used"], 0);
+    assert_eq!(job["outcome"], "inserted");
 
     let read = web.get(&format!("/api/v1/jobs/{id}")).await?;
     assert_eq!(read.status, StatusCode::OK);
@@ -183,6 +184,7 @@ async fn batch_enqueue_is_all_or_nothing() -> anyhow::Result<()> {
         .await?;
     assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
     assert_eq!(answer.json["count"], 250);
+    assert_eq!(answer.json["inserted"], 250);
     assert_eq!(answer.json["ids"].as_array().map(Vec::len), Some(250));
     let stats = web.db.queue_stats("batch").await?;
     assert_eq!(stats.available, 250);
@@ -341,5 +343,51 @@ async fn bulk_retry_of_failed_jobs_by_queue() -> anyhow::Result<()> {
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     let all = web.post("/api/v1/jobs/retry-failed", json!({})).await?;
     assert_eq!(all.json["retried"], 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn unique_keys_answer_with_the_holder() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    let body = json!({"kind": "welcome", "queue": "mail", "unique_key": "user:42/welcome"});
+    let first = web.post("/api/v1/jobs", body.clone()).await?;
+    assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
+    assert_eq!(first.json["outcome"], "inserted");
+    let again = web.post("/api/v1/jobs", body).await?;
+    assert_eq!(again.status, StatusCode::OK, "{again:?}");
+    assert_eq!(again.json["outcome"], "duplicate");
+    assert_eq!(again.json["id"], first.json["id"], "the holder's id");
+
+    let reject = json!({"kind": "welcome", "queue": "mail", "unique_key": "user:42/welcome",
+                        "unique_policy": "reject"});
+    let refused = web.post("/api/v1/jobs", reject).await?;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{refused:?}");
+
+    let replace = json!({"kind": "welcome", "queue": "mail", "unique_key": "user:42/welcome",
+                         "unique_policy": "replace", "args": {"v": 2}, "group": "tenant-1"});
+    let replaced = web.post("/api/v1/jobs", replace).await?;
+    assert_eq!(replaced.status, StatusCode::OK, "{replaced:?}");
+    assert_eq!(replaced.json["outcome"], "replaced");
+    assert_eq!(replaced.json["args"], json!({"v": 2}));
+    assert_eq!(web.job_count().await?, 1);
+
+    let batch = web
+        .post(
+            "/api/v1/jobs/batch",
+            json!({"jobs": [
+                {"kind": "welcome", "queue": "mail", "unique_key": "user:42/welcome"},
+                {"kind": "welcome", "queue": "mail", "unique_key": "user:43/welcome"},
+                {"kind": "plain", "queue": "mail"},
+            ]}),
+        )
+        .await?;
+    assert_eq!(batch.status, StatusCode::CREATED, "{batch:?}");
+    assert_eq!(batch.json["inserted"], 2);
+    assert_eq!(
+        batch.json["outcomes"],
+        json!(["duplicate", "inserted", "inserted"])
+    );
+    assert_eq!(batch.json["ids"][0], first.json["id"]);
+    assert_eq!(web.job_count().await?, 3);
     Ok(())
 }

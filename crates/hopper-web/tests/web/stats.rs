@@ -35,6 +35,35 @@ async fn queues_list_counts_by_state() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn queues_pause_and_resume() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    web.enqueue(json!({"kind": "k", "queue": "busy"})).await?;
+    let paused = web.post("/api/v1/queues/busy/pause", json!({})).await?;
+    assert_eq!(paused.status, StatusCode::OK, "{paused:?}");
+    assert_eq!(paused.json["paused"], true);
+    // A queue with no job can be paused ahead of time; it is listed.
+    web.post("/api/v1/queues/later/pause", json!({})).await?;
+    let queues = web.get("/api/v1/queues").await?.json["queues"].clone();
+    assert_eq!(queues[0]["queue"], "busy");
+    assert_eq!(queues[0]["paused"], true);
+    assert_eq!(queues[0]["available"], 1);
+    assert_eq!(queues[1]["queue"], "later");
+    assert_eq!(queues[1]["paused"], true);
+    assert_eq!(queues[1]["available"], 0);
+    // Paused: nothing is claimed.
+    assert_eq!(web.work("busy", completed()).await?, 0);
+
+    let resumed = web.post("/api/v1/queues/busy/resume", json!({})).await?;
+    assert_eq!(resumed.json["paused"], false);
+    let queues = web.get("/api/v1/queues").await?.json["queues"].clone();
+    assert_eq!(queues[0]["paused"], false);
+
+    let bad = web.post("/api/v1/queues/a%20b/pause", json!({})).await?;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{bad:?}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn stats_give_totals_throughput_and_latency() -> anyhow::Result<()> {
     let web = Web::new().await?;
     for _ in 0..4 {
