@@ -50,6 +50,14 @@ impl Log {
         self.runs.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// A log of the runs that match `keep`.
+    pub fn filtered(&self, keep: impl Fn(&Run) -> bool) -> Log {
+        let runs = self.runs().into_iter().filter(|r| keep(r)).collect();
+        Log {
+            runs: Arc::new(Mutex::new(runs)),
+        }
+    }
+
     /// The most runs that overlapped in time.
     pub fn max_overlap(&self) -> usize {
         let mut events: Vec<(Instant, i32)> = Vec::new();

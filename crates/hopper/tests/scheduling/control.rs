@@ -186,3 +186,30 @@ impl Worker for NoopProbe {
         Ok(())
     }
 }
+
+/// The SQL API: enqueue with a group and a unique key, pause and resume a queue.
+#[tokio::test]
+async fn sql_api_enqueues_unique_jobs_and_pauses_queues() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let conn = db.pg().pool().get().await?;
+    let s = db.schema();
+    let enqueue = format!(
+        "SELECT {s}.enqueue('sql', '{{}}', queue => 'sqlq', group_key => 'acme', unique_key => 'once')"
+    );
+    let first: uuid::Uuid = conn.query_one(enqueue.as_str(), &[]).await?.get(0);
+    let second: uuid::Uuid = conn.query_one(enqueue.as_str(), &[]).await?.get(0);
+    assert_eq!(first, second);
+    conn.batch_execute(&format!("SELECT {s}.pause_queue('sqlq')"))
+        .await?;
+    let client = Client::new(db.backend());
+    let queues = client.queues().await?;
+    assert!(
+        queues
+            .iter()
+            .any(|q| q.queue == "sqlq" && q.paused && q.grouped)
+    );
+    conn.batch_execute(&format!("SELECT {s}.resume_queue('sqlq')"))
+        .await?;
+    assert!(client.queues().await?.iter().all(|q| !q.paused));
+    Ok(())
+}

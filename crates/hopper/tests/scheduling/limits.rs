@@ -94,3 +94,38 @@ async fn rate_limit_holds_over_ten_seconds() -> anyhow::Result<()> {
     assert!(worst_second.is_some_and(|n| n <= 125), "{worst_second:?}");
     Ok(())
 }
+
+/// A per-group limit of 2 holds for each group across two runtimes, while the groups
+/// together use more than 2 slots.
+#[tokio::test]
+async fn per_group_limit_holds_for_every_group() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    client
+        .update_queue(&hopper::QueueUpdate {
+            max_running_per_group: Some(Some(2)),
+            ..hopper::QueueUpdate::new("tenants")
+        })
+        .await?;
+    let jobs: Vec<NewJob> = (0..150)
+        .map(|i| {
+            let group = ["a", "b", "c"][i % 3];
+            probe("tenants", group, 10).with_group(group)
+        })
+        .collect();
+    client.insert_many(&jobs).await?;
+    let log = Log::default();
+    let one = start(&db, &log, config(&["tenants"], 8)).await?;
+    let two = start(&db, &log, config(&["tenants"], 8)).await?;
+    log.wait_until(Duration::from_secs(60), |runs| runs.len() == 150)
+        .await?;
+    one.shutdown().await;
+    two.shutdown().await;
+    for group in ["a", "b", "c"] {
+        let overlap = log.filtered(|r| r.label == group).max_overlap();
+        println!("group {group}: at most {overlap} at once");
+        assert!(overlap <= 2, "group {group} ran {overlap} at once");
+    }
+    assert!(log.max_overlap() > 2, "the groups did not run side by side");
+    Ok(())
+}
