@@ -259,7 +259,7 @@ impl PgBackend {
         let n = u32::try_from(claimed.jobs.len()).unwrap_or(u32::MAX);
         let running = claimed.running.unwrap_or(0);
         let capped = max_running.is_some_and(|max| running + i64::from(n) >= i64::from(max))
-            || (per_group.is_some() && n < allowed);
+            || (fair && per_group.is_some() && n < allowed);
         if let Some(bucket) = bucket
             && n == allowed
             && allowed < params.limit
