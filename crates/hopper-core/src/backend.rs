@@ -147,6 +147,40 @@ pub struct JobRetryManyParams {
     pub kind: Option<String>,
 }
 
+/// Parameters of [`Backend::job_prune`]: how long finished jobs are kept.
+#[derive(Debug, Clone)]
+pub struct JobPruneParams {
+    /// `completed` and `cancelled` jobs that finished longer ago than this are deleted.
+    pub completed_retention: Duration,
+    /// `failed` (dead-lettered) jobs that finished longer ago than this are deleted.
+    pub failed_retention: Duration,
+    /// Most jobs deleted by one call (one statement). Ignored by a dry run.
+    pub limit: u32,
+    /// Count what would be deleted (every such job, not one batch) and delete nothing.
+    pub dry_run: bool,
+}
+
+/// What one [`Backend::job_prune`] call deleted (or, in a dry run, would delete).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPruneOutcome {
+    /// False when another node was pruning at that moment: nothing was done, and a full
+    /// batch is not to be expected from this node now.
+    pub elected: bool,
+    /// `completed` jobs.
+    pub completed: u64,
+    /// `cancelled` jobs.
+    pub cancelled: u64,
+    /// `failed` jobs.
+    pub failed: u64,
+}
+
+impl JobPruneOutcome {
+    /// Jobs in every state.
+    pub fn total(&self) -> u64 {
+        self.completed + self.cancelled + self.failed
+    }
+}
+
 /// Parameters of [`Backend::job_stats_per_minute`].
 #[derive(Debug, Clone)]
 pub struct JobStatsParams {
@@ -402,6 +436,19 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         let _ = advance;
         Err(Error::Unsupported(format!(
             "periodic jobs ({} backend)",
+            self.name()
+        )))
+    }
+
+    /// Retention: deletes up to `params.limit` finished jobs older than their state's
+    /// retention (by `finished_at` and the backend's "now"), oldest first, in one
+    /// statement. Only one node prunes at a time: a call made while another node's is
+    /// running returns at once with `elected: false`. Running and waiting jobs are never
+    /// touched. Callers repeat while a call deletes a full batch.
+    async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {
+        let _ = params;
+        Err(Error::Unsupported(format!(
+            "pruning finished jobs ({} backend)",
             self.name()
         )))
     }

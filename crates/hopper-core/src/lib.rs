@@ -20,9 +20,9 @@ pub mod lease;
 pub mod scheduling;
 
 pub use backend::{
-    Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams, JobRetryManyParams,
-    JobSearchParams, JobStatsParams, MinuteStats, NodeInfo, Outcome, QueueStats, Wakeup,
-    WakeupStream,
+    Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams, JobPruneOutcome,
+    JobPruneParams, JobRetryManyParams, JobSearchParams, JobStatsParams, MinuteStats, NodeInfo,
+    Outcome, QueueStats, Wakeup, WakeupStream,
 };
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{Error, Result};

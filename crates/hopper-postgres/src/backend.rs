@@ -535,6 +535,13 @@ impl Backend for PgBackend {
     async fn cron_advance(&self, advance: &CronAdvance) -> Result<bool> {
         self.cron_entry_advance(advance).await
     }
+
+    async fn job_prune(
+        &self,
+        params: &hopper_core::JobPruneParams,
+    ) -> Result<hopper_core::JobPruneOutcome> {
+        self.jobs_prune(params).await
+    }
 }
 
 /// Reads `(id, state, queue, attempt)` rows returned by an outcome statement into

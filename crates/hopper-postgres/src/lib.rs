@@ -16,6 +16,7 @@ mod cron;
 mod error;
 mod listen;
 mod migrate;
+mod prune;
 mod rows;
 mod scheduling;
 mod settings;

@@ -84,6 +84,8 @@ queries!(
     job_list,
     job_notify_queues,
     job_promote_scheduled,
+    job_prune,
+    job_prune_count,
     job_replace,
     job_rescue_expired,
     job_retry,

@@ -69,7 +69,8 @@ pub use hopper_core::{
     TestClock, Wakeup,
 };
 pub use hopper_core::{
-    CronEntry, InsertOutcome, QueueSettings, QueueUpdate, RateLimit, UniquePolicy,
+    CronEntry, InsertOutcome, JobPruneOutcome, JobPruneParams, QueueSettings, QueueUpdate,
+    RateLimit, UniquePolicy,
 };
 pub use hopper_postgres::{PgBackend, PgOptions};
 pub use hopper_sqlite::{SqliteBackend, SqliteOptions};

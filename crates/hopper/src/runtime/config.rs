@@ -39,6 +39,21 @@ pub struct RuntimeConfig {
     pub shutdown_timeout: Duration,
     /// A human name for this node. Default: `host:pid`.
     pub node_name: Option<String>,
+    /// How long `completed` and `cancelled` jobs are kept after they finished. Default:
+    /// 24 h.
+    pub completed_retention: Duration,
+    /// How long `failed` (dead-lettered) jobs are kept after they finished, for
+    /// inspection and retry. Default: 7 days.
+    pub failed_retention: Duration,
+    /// How often the pruner deletes the finished jobs whose retention ran out; `None`
+    /// turns pruning off on this node. Every node runs the pruner, and one at a time
+    /// prunes (an advisory lock per statement). Default: every 60 s.
+    pub prune_interval: Option<Duration>,
+    /// Most jobs deleted by one pruning statement. Default: 1,000.
+    pub prune_batch: u32,
+    /// The pause between two pruning statements of one pass, so that a large backlog is
+    /// deleted at a pace the hot path does not feel. Default: 20 ms.
+    pub prune_pause: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -57,6 +72,11 @@ impl Default for RuntimeConfig {
             blocking_threads: 16,
             shutdown_timeout: Duration::from_secs(30),
             node_name: None,
+            completed_retention: Duration::from_secs(24 * 3600),
+            failed_retention: Duration::from_secs(7 * 24 * 3600),
+            prune_interval: Some(Duration::from_secs(60)),
+            prune_batch: 1000,
+            prune_pause: Duration::from_millis(20),
         }
     }
 }
@@ -65,6 +85,16 @@ impl RuntimeConfig {
     /// The weight of `queue` (1 when not listed, at least 1).
     pub(crate) fn weight(&self, queue: &str) -> u32 {
         self.queue_weights.get(queue).copied().unwrap_or(1).max(1)
+    }
+
+    /// What one pruning statement is asked to do.
+    pub(crate) fn prune_params(&self) -> hopper_core::JobPruneParams {
+        hopper_core::JobPruneParams {
+            completed_retention: self.completed_retention,
+            failed_retention: self.failed_retention,
+            limit: self.prune_batch.max(1),
+            dry_run: false,
+        }
     }
 
     /// The heartbeat period actually used: never more than a third of the lease.

@@ -4,10 +4,13 @@
 //! - heartbeat: keeps the node registered and renews the leases of running jobs;
 //! - rescuer: takes back jobs whose lease expired and releases dead nodes' jobs;
 //! - promoter: makes scheduled jobs available when due, sleeping until the next one;
-//! - listener: turns LISTEN/NOTIFY wake-ups into producer wake-ups and cancellations.
+//! - listener: turns LISTEN/NOTIFY wake-ups into producer wake-ups and cancellations;
+//! - pruner: deletes finished jobs whose retention ran out, in batches.
 //!
 //! Every node runs them; the statements use `SKIP LOCKED` and are idempotent, so several
-//! nodes running them at once only share the work.
+//! nodes running them at once only share the work. The pruner is also elected: each of
+//! its statements first takes an advisory lock, and a node that does not get it skips
+//! that pass, so one node at a time deletes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,6 +131,42 @@ pub(crate) async fn listener(shared: Arc<Shared>) {
                 Some(Wakeup::Resync) => shared.wake.notify_one(),
                 None => break,
             }
+        }
+    }
+}
+
+pub(crate) async fn pruner(shared: Arc<Shared>) {
+    let Some(period) = shared.config.prune_interval else {
+        return;
+    };
+    let params = shared.config.prune_params();
+    while tick(&shared, period).await {
+        // One pass: batches until one comes back short (or another node holds the lock),
+        // with a pause between them so a large backlog never monopolises the database.
+        let mut pruned = 0u64;
+        loop {
+            match shared.backend.job_prune(&params).await {
+                Ok(outcome) => {
+                    pruned += outcome.total();
+                    if !outcome.elected || outcome.total() < u64::from(params.limit) {
+                        break;
+                    }
+                    if !tick(&shared, shared.config.prune_pause).await {
+                        return;
+                    }
+                }
+                Err(hopper_core::Error::Unsupported(m)) => {
+                    tracing::debug!(reason = %m, "pruning is not offered by this backend; the pruner stops");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning finished jobs failed");
+                    break;
+                }
+            }
+        }
+        if pruned > 0 {
+            tracing::info!(jobs = pruned, "pruned finished jobs past their retention");
         }
     }
 }

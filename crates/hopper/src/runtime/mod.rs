@@ -173,6 +173,7 @@ impl Runtime {
             tokio::spawn(maintenance::heartbeat(shared.clone())),
             tokio::spawn(maintenance::rescuer(shared.clone())),
             tokio::spawn(maintenance::promoter(shared.clone())),
+            tokio::spawn(maintenance::pruner(shared.clone())),
         ];
         if !self.periodic.is_empty() {
             services.push(tokio::spawn(crate::periodic::run(

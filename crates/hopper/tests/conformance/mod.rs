@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod leases;
 pub mod nodes;
 pub mod operations;
+pub mod retention;
 pub mod scheduling;
 
 use std::sync::Arc;
@@ -252,6 +253,11 @@ macro_rules! conformance_suite {
                 delete_removes_a_job_unless_it_runs,
                 retry_many_retries_failed_jobs_only,
                 stats_per_minute_count_and_time_finished_jobs,
+            }
+            retention {
+                prune_deletes_finished_jobs_past_their_state_retention,
+                prune_deletes_at_most_the_limit_per_call,
+                prune_takes_the_oldest_first,
             }
             input {
                 scalar_args_are_refused_and_nothing_is_written,

@@ -1,0 +1,153 @@
+//! Retention ([`hopper::Backend::job_prune`]): finished jobs are deleted once their state's
+//! retention ran out, by the backend's clock, in batches; nothing else is touched.
+//!
+//! The method has a default body: a backend that does not offer it says so with
+//! [`Error::Unsupported`], and the cases accept that.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use hopper::{Error, JobPruneOutcome, JobPruneParams, JobState, Outcome};
+
+use super::{Harness, completed, job};
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn params(limit: u32, dry_run: bool) -> JobPruneParams {
+    JobPruneParams {
+        completed_retention: DAY,
+        failed_retention: DAY * 7,
+        limit,
+        dry_run,
+    }
+}
+
+/// `Ok(None)` when the backend says it does not prune.
+async fn prune(h: &Harness, params: &JobPruneParams) -> anyhow::Result<Option<JobPruneOutcome>> {
+    match h.backend.job_prune(params).await {
+        Ok(outcome) => Ok(Some(outcome)),
+        Err(Error::Unsupported(m)) => {
+            eprintln!("skipped: unsupported by this backend: {m}");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn prune_deletes_finished_jobs_past_their_state_retention(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let done = h.insert(job("done", "default")).await?;
+    let lease = h.claim_one("default").await?.lease;
+    h.finish(lease, completed()).await?;
+    let dead = h.insert(job("dead", "default")).await?;
+    let lease = h.claim_one("default").await?.lease;
+    let failed = Outcome::Failed {
+        error: "no".into(),
+        duration_ms: 1,
+    };
+    h.finish(lease, failed).await?;
+    let cancelled = h.insert(job("cancelled", "default")).await?;
+    h.backend.job_cancel(cancelled).await?;
+    let running = h.insert(job("running", "default")).await?;
+    let lease = h.claim_one("default").await?.lease;
+    ensure!(lease.job_id == running);
+    let waiting = h.insert(job("waiting", "default")).await?;
+
+    // Within every retention: nothing goes.
+    h.advance(DAY - Duration::from_secs(1));
+    let Some(outcome) = prune(h, &params(1000, false)).await? else {
+        return Ok(());
+    };
+    assert_eq!(
+        outcome,
+        JobPruneOutcome {
+            elected: true,
+            ..JobPruneOutcome::default()
+        }
+    );
+
+    // Past a day: completed and cancelled jobs go; failed, running and waiting ones stay.
+    h.advance(Duration::from_secs(2));
+    let dry = prune(h, &params(1000, true)).await?.expect("offered");
+    let expected = JobPruneOutcome {
+        elected: true,
+        completed: 1,
+        cancelled: 1,
+        failed: 0,
+    };
+    assert_eq!(dry, expected, "a dry run counts what would go");
+    ensure!(
+        h.backend.job_get(done).await?.is_some(),
+        "a dry run deletes nothing"
+    );
+    let outcome = prune(h, &params(1000, false)).await?.expect("offered");
+    assert_eq!(outcome, expected);
+    for gone in [done, cancelled] {
+        ensure!(
+            h.backend.job_get(gone).await?.is_none(),
+            "{gone} was pruned"
+        );
+    }
+    assert_eq!(h.get(dead).await?.state, JobState::Failed);
+    assert_eq!(h.get(running).await?.state, JobState::Running);
+    assert_eq!(h.get(waiting).await?.state, JobState::Available);
+
+    // Past a week: the failed job goes too; the others still stay.
+    h.advance(DAY * 6);
+    let outcome = prune(h, &params(1000, false)).await?.expect("offered");
+    assert_eq!(outcome.failed, 1);
+    assert_eq!(outcome.total(), 1);
+    ensure!(h.backend.job_get(dead).await?.is_none());
+    assert_eq!(h.get(running).await?.state, JobState::Running);
+    assert_eq!(h.get(waiting).await?.state, JobState::Available);
+    Ok(())
+}
+
+pub async fn prune_deletes_at_most_the_limit_per_call(h: &Harness) -> anyhow::Result<()> {
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(h.insert(job("k", "default")).await?);
+    }
+    for claimed in h.claim("default", 5).await? {
+        h.finish(claimed.lease, completed()).await?;
+    }
+    h.advance(DAY * 2);
+    let mut batches = Vec::new();
+    loop {
+        let Some(outcome) = prune(h, &params(2, false)).await? else {
+            return Ok(());
+        };
+        batches.push(outcome.completed);
+        if outcome.total() < 2 {
+            break;
+        }
+    }
+    assert_eq!(batches, vec![2, 2, 1], "full batches, then the rest");
+    for id in ids {
+        ensure!(h.backend.job_get(id).await?.is_none(), "{id} was pruned");
+    }
+    Ok(())
+}
+
+pub async fn prune_takes_the_oldest_first(h: &Harness) -> anyhow::Result<()> {
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(h.insert(job("k", "default")).await?);
+    }
+    for claimed in h.claim("default", 3).await? {
+        h.finish(claimed.lease, completed()).await?;
+    }
+    h.advance(DAY * 2);
+    let Some(outcome) = prune(h, &params(2, false)).await? else {
+        return Ok(());
+    };
+    assert_eq!(outcome.completed, 2);
+    ensure!(h.backend.job_get(ids[0]).await?.is_none());
+    ensure!(h.backend.job_get(ids[1]).await?.is_none());
+    ensure!(
+        h.backend.job_get(ids[2]).await?.is_some(),
+        "the newest is kept"
+    );
+    Ok(())
+}
