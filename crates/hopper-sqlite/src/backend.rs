@@ -11,34 +11,55 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hopper_core::{
-    Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
-    JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Lease, MinuteStats, NewJob,
-    NodeId, NodeInfo, QueueStats, Result, Wakeup, WakeupStream,
+    Backend, ClaimParams, ClaimedJob, CronAdvance, CronEntry, Error, Finish, FinishResult,
+    InsertOutcome, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, JobState,
+    JobStatsParams, Lease, MinuteStats, NewJob, NodeId, NodeInfo, QueueSettings, QueueStats,
+    QueueUpdate, Result, Wakeup, WakeupStream,
 };
 use rusqlite::{OptionalExtension, named_params};
 
 use crate::error::map_sqlite;
 use crate::minute_stats::{self, Finished};
 use crate::outcome::{finish_one, released_rows};
-use crate::query::{Inserter, get, records};
+use crate::query::{claimed_job, get, records};
 use crate::rows::{self, col, delay_us, micros, rfc3339};
-use crate::{SqliteBackend, migrate, wake};
+use crate::{SqliteBackend, migrate, scheduling, wake};
 
 /// Rows a promotion batch takes at most (`LIMIT` in `job_promote_scheduled.sql`).
 const PROMOTE_BATCH: usize = 1000;
 
-/// Group keys and unique keys are not offered by this backend yet (see the crate docs):
-/// refuse such jobs plainly rather than insert them without what they ask for.
-fn refuse_upsert(jobs: &[NewJob]) -> Result<()> {
-    if jobs.iter().any(NewJob::needs_upsert) {
-        return Err(Error::Unsupported(
-            "group keys and unique keys (sqlite backend): not offered by the SQLite backend yet; use PostgreSQL for tenant fairness and unique jobs".into(),
-        ));
-    }
-    Ok(())
-}
-
 impl SqliteBackend {
+    /// Inserts jobs in one transaction honouring their group and unique keys (the body of
+    /// `job_insert`, `job_insert_many` and `job_upsert_many`: plain jobs take the same
+    /// prepared statement, so they lose nothing to the extra columns).
+    async fn upsert(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.clone();
+        let now = self.now();
+        let jobs = jobs.to_vec();
+        let (outcomes, woken) = self
+            .inner
+            .pool
+            .write(move |conn| {
+                // Every job is checked before the transaction starts: one bad job writes
+                // nothing, and the write lock is not held while checking.
+                for job in &jobs {
+                    job.validate()?;
+                }
+                let tx = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(map_sqlite)?;
+                let out = scheduling::upsert(&tx, &inner.queries, &jobs, now)?;
+                tx.commit().map_err(map_sqlite)?;
+                Ok(out)
+            })
+            .await?;
+        self.wake_queues(&woken);
+        Ok(outcomes)
+    }
+
     /// Sends a wake-up to this process's subscribers.
     fn wake(&self, wakeup: Wakeup) {
         wake::send(&self.inner.wake, wakeup);
@@ -69,56 +90,15 @@ impl Backend for SqliteBackend {
     }
 
     async fn job_insert(&self, job: &NewJob) -> Result<()> {
-        job.validate()?;
-        refuse_upsert(std::slice::from_ref(job))?;
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let owned = job.clone();
-        let due = self
-            .inner
-            .pool
-            .write_tx(move |tx| Inserter::new(tx, &inner.queries)?.insert(&owned, now))
-            .await?;
-        if due {
-            self.wake(Wakeup::Jobs(job.queue.clone()));
-        }
-        Ok(())
+        self.upsert(std::slice::from_ref(job)).await.map(drop)
     }
 
     async fn job_insert_many(&self, jobs: &[NewJob]) -> Result<()> {
-        if jobs.is_empty() {
-            return Ok(());
-        }
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let jobs = jobs.to_vec();
-        let due_queues = self
-            .inner
-            .pool
-            .write(move |conn| {
-                // Every job is checked before the transaction starts: one bad job writes
-                // nothing, and the write lock is not held while checking.
-                for job in &jobs {
-                    job.validate()?;
-                }
-                refuse_upsert(&jobs)?;
-                let tx = conn
-                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                    .map_err(map_sqlite)?;
-                let mut due_queues: Vec<String> = Vec::new();
-                let mut inserter = Inserter::new(&tx, &inner.queries)?;
-                for job in &jobs {
-                    if inserter.insert(job, now)? && !due_queues.contains(&job.queue) {
-                        due_queues.push(job.queue.clone());
-                    }
-                }
-                drop(inserter);
-                tx.commit().map_err(map_sqlite)?;
-                Ok(due_queues)
-            })
-            .await?;
-        self.wake_queues(&due_queues);
-        Ok(())
+        self.upsert(jobs).await.map(drop)
+    }
+
+    async fn job_upsert_many(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
+        self.upsert(jobs).await
     }
 
     async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
@@ -157,10 +137,29 @@ impl Backend for SqliteBackend {
         let inner = self.inner.clone();
         let now = micros(self.now());
         let params = params.clone();
-        let mut claimed = self
-            .inner
+        self.inner
             .pool
             .write_tx(move |tx| {
+                // A queue with settings (paused, grouped, limited) takes the controlled
+                // claim; every other queue the plain one. The settings row is read inside
+                // this transaction: a primary-key probe, always current, no cache.
+                if let Some(queue) = scheduling::settings(tx, &inner.queries, Some(&params.queue))?
+                    .into_iter()
+                    .next()
+                    .filter(|s| !s.settings.is_plain())
+                {
+                    let cursor = inner.cursor(&params.queue);
+                    let (claimed, cursor) = scheduling::claim(
+                        tx,
+                        &inner.queries,
+                        &params,
+                        &queue,
+                        now,
+                        cursor.as_deref(),
+                    )?;
+                    inner.set_cursor(&params.queue, cursor);
+                    return Ok(claimed);
+                }
                 let mut statement = tx
                     .prepare_cached(&inner.queries.job_claim[0])
                     .map_err(map_sqlite)?;
@@ -175,31 +174,19 @@ impl Backend for SqliteBackend {
                     .map_err(map_sqlite)?;
                 let mut claimed = Vec::new();
                 while let Some(row) = found.next().map_err(map_sqlite)? {
-                    let timeout_ms: i64 = col(row, 8)?;
-                    claimed.push(ClaimedJob {
-                        lease: Lease {
-                            job_id: rows::uuid(&col::<String>(row, 0)?)?,
-                            attempt: rows::int(col(row, 1)?, "attempt")?,
-                        },
-                        queue: col(row, 2)?,
-                        kind: col(row, 3)?,
-                        args: serde_json::from_str(&col::<String>(row, 4)?)?,
-                        priority: rows::priority(col(row, 5)?)?,
-                        counted_attempt: rows::int(col(row, 6)?, "attempt")?,
-                        max_attempts: rows::int(col(row, 7)?, "max_attempts")?,
-                        timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
-                        created_at: rows::time(col(row, 9)?)?,
-                        run_at: rows::time(col(row, 10)?)?,
-                    });
+                    claimed.push(claimed_job(row)?);
                 }
+                // RETURNING gives no order; hand jobs out in the order they were picked.
+                claimed.sort_by(|a, b| {
+                    (a.priority, a.run_at, a.lease.job_id).cmp(&(
+                        b.priority,
+                        b.run_at,
+                        b.lease.job_id,
+                    ))
+                });
                 Ok(claimed)
             })
-            .await?;
-        // RETURNING gives no order; hand jobs out in the order they were picked.
-        claimed.sort_by(|a, b| {
-            (a.priority, a.run_at, a.lease.job_id).cmp(&(b.priority, b.run_at, b.lease.job_id))
-        });
-        Ok(claimed)
+            .await
     }
 
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
@@ -624,6 +611,63 @@ impl Backend for SqliteBackend {
             })
             .await?;
         minute_stats::per_minute(&finished)
+    }
+
+    async fn queue_list(&self) -> Result<Vec<QueueSettings>> {
+        let inner = self.inner.clone();
+        let all = self
+            .inner
+            .pool
+            .read(move |conn| scheduling::settings(conn, &inner.queries, None))
+            .await?;
+        Ok(all.into_iter().map(|s| s.settings).collect())
+    }
+
+    async fn queue_update(&self, update: &QueueUpdate) -> Result<QueueSettings> {
+        update.validate()?;
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let owned = update.clone();
+        let settings = self
+            .inner
+            .pool
+            .write_tx(move |tx| scheduling::update(tx, &inner.queries, &owned, now))
+            .await?;
+        // Claims read the settings in their own transaction, so there is no cache to
+        // refresh; a resumed or loosened queue is worth an immediate claim, though.
+        self.wake(Wakeup::Jobs(settings.queue.clone()));
+        Ok(settings)
+    }
+
+    async fn cron_register(&self, entries: &[CronEntry]) -> Result<()> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let entries = entries.to_vec();
+        self.inner
+            .pool
+            .write_tx(move |tx| scheduling::cron_register(tx, &inner.queries, &entries, now))
+            .await
+    }
+
+    async fn cron_list(&self) -> Result<Vec<CronEntry>> {
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .read(move |conn| scheduling::cron_list(conn, &inner.queries))
+            .await
+    }
+
+    async fn cron_advance(&self, advance: &CronAdvance) -> Result<bool> {
+        let inner = self.inner.clone();
+        let now = self.now();
+        let advance = advance.clone();
+        let (moved, woken) = self
+            .inner
+            .pool
+            .write_tx(move |tx| scheduling::cron_advance(tx, &inner.queries, &advance, now))
+            .await?;
+        self.wake_queues(&woken);
+        Ok(moved)
     }
 
     async fn subscribe(&self) -> Result<WakeupStream> {

@@ -8,6 +8,7 @@ mod outcome;
 mod pool;
 mod query;
 mod rows;
+mod scheduling;
 pub mod sql;
 mod wake;
 
@@ -91,6 +92,24 @@ struct Inner {
     queries: Queries,
     clock: Arc<dyn Clock>,
     wake: broadcast::Sender<Wakeup>,
+    /// Per grouped queue, the group this backend's claims served last: where the next
+    /// claim's round-robin starts.
+    cursors: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl Inner {
+    fn cursor(&self, queue: &str) -> Option<String> {
+        let cursors = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
+        cursors.get(queue).cloned()
+    }
+
+    fn set_cursor(&self, queue: &str, cursor: Option<String>) {
+        let mut cursors = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
+        match cursor {
+            Some(group) => cursors.insert(queue.to_owned(), group),
+            None => cursors.remove(queue),
+        };
+    }
 }
 
 /// Reads a SQLite URL: `sqlite://relative/path.db`, `sqlite:///absolute/path.db`,
@@ -150,6 +169,7 @@ impl SqliteBackend {
                 prefix: options.prefix,
                 clock: options.clock,
                 wake: wake::channel(),
+                cursors: Default::default(),
             }),
         })
     }

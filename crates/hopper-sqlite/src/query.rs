@@ -1,11 +1,13 @@
 //! Statements shared by several methods: inserting jobs, reading one job, reading a page of
 //! jobs.
 
-use hopper_core::{Error, JobId, JobRecord, NewJob, Result};
-use rusqlite::{Connection, ToSql, named_params};
+use std::time::Duration;
+
+use hopper_core::{ClaimedJob, Error, JobId, JobRecord, Lease, NewJob, Result};
+use rusqlite::{Connection, Row, ToSql, named_params};
 
 use crate::error::map_sqlite;
-use crate::rows::{self, micros};
+use crate::rows::{self, col, micros};
 use crate::sql::Queries;
 
 /// Inserts validated jobs inside the caller's transaction with one prepared statement.
@@ -14,27 +16,43 @@ use crate::sql::Queries;
 /// binding by name costs more than the insert itself over a 100,000-job batch.
 pub struct Inserter<'c> {
     statement: rusqlite::CachedStatement<'c>,
-    /// Positions of :id, :queue, :kind, :args, :priority, :run_at, :max_attempts,
-    /// :timeout_ms, :now.
-    at: [usize; 9],
+    /// Positions of the parameters, in the order of [`PARAMS`].
+    at: [usize; 12],
+}
+
+/// The parameters of `job_insert.sql`.
+const PARAMS: [&str; 12] = [
+    ":id",
+    ":queue",
+    ":kind",
+    ":args",
+    ":priority",
+    ":run_at",
+    ":max_attempts",
+    ":timeout_ms",
+    ":now",
+    ":group_key",
+    ":unique_key",
+    ":unique_window",
+];
+
+/// What became of one insert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// Written; `due` when it is `available` now.
+    Yes {
+        /// Available now (else scheduled).
+        due: bool,
+    },
+    /// Nothing written: its id or unique key is taken.
+    Taken,
 }
 
 impl<'c> Inserter<'c> {
     pub fn new(conn: &'c Connection, q: &Queries) -> Result<Self> {
         let statement = conn.prepare_cached(&q.job_insert[0]).map_err(map_sqlite)?;
-        let mut at = [0usize; 9];
-        let names = [
-            ":id",
-            ":queue",
-            ":kind",
-            ":args",
-            ":priority",
-            ":run_at",
-            ":max_attempts",
-            ":timeout_ms",
-            ":now",
-        ];
-        for (slot, name) in at.iter_mut().zip(names) {
+        let mut at = [0usize; 12];
+        for (slot, name) in at.iter_mut().zip(PARAMS) {
             *slot = statement
                 .parameter_index(name)
                 .map_err(map_sqlite)?
@@ -43,40 +61,42 @@ impl<'c> Inserter<'c> {
         Ok(Inserter { statement, at })
     }
 
-    /// Inserts one job. Returns whether it is due now (and so `available`).
-    pub fn insert(&mut self, job: &NewJob, now: i64) -> Result<bool> {
+    /// Inserts one job into `group` (its own, or '' in a grouped queue), with its unique
+    /// key and the start of its unique window, if any.
+    pub fn insert(
+        &mut self,
+        job: &NewJob,
+        now: i64,
+        group: Option<&str>,
+        window: Option<i64>,
+    ) -> Result<Inserted> {
         let run_at = job.run_at.map_or(now, micros);
         let args = serde_json::to_string(&job.args)?;
         let mut id = uuid::Uuid::encode_buffer();
         let id = job.id.hyphenated().encode_lower(&mut id);
-        let [
-            a_id,
-            a_queue,
-            a_kind,
-            a_args,
-            a_priority,
-            a_run_at,
-            a_max,
-            a_timeout,
-            a_now,
-        ] = self.at;
-        let s = &mut self.statement;
-        s.raw_bind_parameter(a_id, &*id).map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_queue, &job.queue)
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_kind, &job.kind)
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_args, &args).map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_priority, job.priority.0)
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_run_at, run_at).map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_max, job.max_attempts)
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_timeout, job.timeout_ms())
-            .map_err(map_sqlite)?;
-        s.raw_bind_parameter(a_now, now).map_err(map_sqlite)?;
-        s.raw_execute().map_err(map_sqlite)?;
-        Ok(run_at <= now)
+        let values: [&dyn ToSql; 12] = [
+            &&*id,
+            &job.queue,
+            &job.kind,
+            &args,
+            &job.priority.0,
+            &run_at,
+            &job.max_attempts,
+            &job.timeout_ms(),
+            &now,
+            &group,
+            &job.unique_key,
+            &window,
+        ];
+        for (at, value) in self.at.into_iter().zip(values) {
+            self.statement
+                .raw_bind_parameter(at, value)
+                .map_err(map_sqlite)?;
+        }
+        match self.statement.raw_execute().map_err(map_sqlite)? {
+            0 => Ok(Inserted::Taken),
+            _ => Ok(Inserted::Yes { due: run_at <= now }),
+        }
     }
 }
 
@@ -105,4 +125,24 @@ pub fn records(
         jobs.push(rows::job_record(row)?);
     }
     Ok(jobs)
+}
+
+/// Reads a row returned by a claim (`job_claim.sql`, `job_claim_controlled.sql`).
+pub fn claimed_job(row: &Row<'_>) -> Result<ClaimedJob> {
+    let timeout_ms: i64 = col(row, 8)?;
+    Ok(ClaimedJob {
+        lease: Lease {
+            job_id: rows::uuid(&col::<String>(row, 0)?)?,
+            attempt: rows::int(col(row, 1)?, "attempt")?,
+        },
+        queue: col(row, 2)?,
+        kind: col(row, 3)?,
+        args: serde_json::from_str(&col::<String>(row, 4)?)?,
+        priority: rows::priority(col(row, 5)?)?,
+        counted_attempt: rows::int(col(row, 6)?, "attempt")?,
+        max_attempts: rows::int(col(row, 7)?, "max_attempts")?,
+        timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
+        created_at: rows::time(col(row, 9)?)?,
+        run_at: rows::time(col(row, 10)?)?,
+    })
 }

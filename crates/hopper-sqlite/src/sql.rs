@@ -63,11 +63,18 @@ pub fn statements(sql: &str) -> Vec<String> {
 }
 
 /// The migrations, in order: (version, name, SQL).
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "create_jobs",
-    include_str!("../migrations/0001_create_jobs.sql"),
-)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "create_jobs",
+        include_str!("../migrations/0001_create_jobs.sql"),
+    ),
+    (
+        2,
+        "scheduling_and_control",
+        include_str!("../migrations/0002_scheduling_and_control.sql"),
+    ),
+];
 
 macro_rules! queries {
     ($($name:ident: $count:literal),* $(,)?) => {
@@ -100,8 +107,12 @@ macro_rules! queries {
 }
 
 queries!(
+    cron_advance: 1,
+    cron_list: 1,
+    cron_register: 1,
     job_cancel: 1,
     job_claim: 1,
+    job_claim_controlled: 7,
     job_clear: 1,
     job_complete_many: 1,
     job_delete: 1,
@@ -111,17 +122,22 @@ queries!(
     job_insert: 1,
     job_list: 1,
     job_promote_scheduled: 2,
+    job_replace: 1,
     job_rescue_expired: 1,
     job_retry: 1,
     job_retry_many: 1,
     job_search: 1,
     job_snooze_many: 1,
     job_stats_per_minute: 1,
+    job_unique_holder: 1,
     migrate: 3,
     node_deregister: 1,
     node_heartbeat: 1,
     node_release_dead: 2,
+    queue_list: 1,
+    queue_mark_grouped: 2,
     queue_stats: 1,
+    queue_update: 1,
 );
 
 #[cfg(test)]
