@@ -106,3 +106,25 @@ def test_server_restart_loses_nothing(server):
         worker.stop()
         thread.join(timeout=30)
     assert set(runs) == set(ids)
+
+
+def test_server_enforces_timeouts_on_workers_that_cannot(server):
+    cancelled = threading.Event()
+
+    def hang(job):
+        if job.counted_attempt == 1:
+            # A Python thread cannot be stopped: the server cancels and retries the job.
+            if job.cancelled.wait(timeout=20):
+                cancelled.set()
+            return
+
+    with Client(server.endpoint, token=server.token) as client:
+        job_id = client.submit("hang", {}, timeout_ms=300)
+        worker, thread = start_worker(server, {"hang": hang})
+        server.wait_for(lambda c: c.get("completed") == 1, timeout=60)
+        job = client.status(job_id)
+    worker.stop()
+    thread.join(timeout=30)
+    assert cancelled.is_set()
+    assert job["attempts_used"] == 2
+    assert "timed out" in job["errors"][0]["error"]

@@ -107,6 +107,7 @@ impl Core {
                             attempt: job.lease.attempt,
                             counted_attempt: job.counted_attempt,
                             sent_at: now,
+                            deadline: Some(now + job.timeout + self.config.heartbeat * 2),
                         },
                     );
                     let peer = peer.clone();
@@ -173,10 +174,14 @@ impl Core {
                 );
             }
         }
-        if self.inherit_at.is_some_and(|at| now >= at) {
+        // Listed while no claim is under way (and none starts until the list is back), so
+        // every running job of this node the list shows is either seen or inherited.
+        if self.inherit_at.is_some_and(|at| now >= at) && !self.claiming {
             self.inherit_at = None;
+            self.claiming = true;
             self.find_inherited();
         }
+        self.enforce_timeouts(now);
         let node = tasks::node_info(&self.config, &self.peers);
         let backend = self.backend.clone();
         tokio::spawn(async move {
@@ -213,6 +218,7 @@ impl Core {
                     Ok(page) => page,
                     Err(e) => {
                         tracing::warn!(error = %e, "listing inherited leases failed; they will expire");
+                        let _ = events.send(Event::Inherited(Vec::new())).await;
                         return;
                     }
                 };
@@ -237,6 +243,7 @@ impl Core {
     /// the restart: orders that were on the wire when the server stopped, or whose workers
     /// did not come back. Without this they would wait for their lease to expire.
     pub(crate) fn on_inherited(&mut self, leases: Vec<Lease>) {
+        self.claiming = false;
         let seen = self.seen.take().unwrap_or_default();
         let held: std::collections::HashSet<hopper_core::JobId> = self
             .peers
@@ -259,6 +266,49 @@ impl Core {
                 Finish {
                     lease,
                     outcome: Outcome::Released,
+                },
+                None,
+            );
+        }
+    }
+
+    /// Fails the orders held past their timeout (plus grace): the worker is told to stop
+    /// (`cancel`) and the attempt is recorded as timed out and retried. Workers that enforce
+    /// timeouts themselves (the Rust runtime) report first; this catches those that cannot
+    /// (a Python thread cannot be stopped) or hang.
+    fn enforce_timeouts(&mut self, now: Instant) {
+        let mut late = Vec::new();
+        for (peer, p) in &mut self.peers {
+            let ids: Vec<_> = p
+                .held
+                .iter()
+                .filter(|(_, h)| h.deadline.is_some_and(|d| d <= now))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ids {
+                if let Some(h) = p.held.remove(&id) {
+                    late.push((peer.clone(), id, h));
+                }
+            }
+        }
+        for (peer, job_id, h) in late {
+            let ran = now.duration_since(h.sent_at);
+            tracing::warn!(%job_id, attempt = h.attempt, ?ran, "job timed out on its worker; cancelling and retrying it");
+            self.reply(&peer, Reply::Cancel { id: job_id });
+            self.queue_finish(
+                Finish {
+                    lease: Lease {
+                        job_id,
+                        attempt: h.attempt,
+                    },
+                    outcome: Outcome::Retry {
+                        error: format!(
+                            "timed out: still running {} ms after it was sent, past its timeout (enforced by the server)",
+                            ran.as_millis()
+                        ),
+                        retry_in: convert::default_backoff(h.counted_attempt),
+                        duration_ms: i64::try_from(ran.as_millis()).unwrap_or(i64::MAX),
+                    },
                 },
                 None,
             );

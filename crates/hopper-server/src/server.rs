@@ -54,6 +54,9 @@ pub(crate) struct Held {
     pub attempt: i32,
     pub counted_attempt: i32,
     pub sent_at: Instant,
+    /// When the server stops waiting: the job's timeout (moved by `extend`) plus a grace of
+    /// two heartbeat periods. `None` for leases adopted after a restart (timeout unknown).
+    pub deadline: Option<Instant>,
 }
 
 /// A peer that said hello.
@@ -445,21 +448,21 @@ impl Core {
                 id,
                 attempt,
                 by_ms,
-            } => self.spawn_reply(peer, req, async move {
-                let lease = Lease {
-                    job_id: id,
-                    attempt,
-                };
-                let lost = backend
-                    .job_extend_many(&[lease], Duration::from_millis(by_ms))
-                    .await?;
-                let result = if lost.is_empty() {
-                    FinishResult::Recorded
-                } else {
-                    FinishResult::LeaseLost
-                };
-                Ok(Reply::Ack { req, result })
-            }),
+            } => {
+                let grace = self.config.heartbeat * 2;
+                if let Some(held) = self.peers.get_mut(&peer).and_then(|p| p.held.get_mut(&id)) {
+                    held.deadline = Some(now + Duration::from_millis(by_ms) + grace);
+                }
+                self.extend(
+                    peer,
+                    req,
+                    Lease {
+                        job_id: id,
+                        attempt,
+                    },
+                    by_ms,
+                );
+            }
             Request::Bye { req } => {
                 if let Some(p) = self.peers.get_mut(&peer) {
                     p.leaving = true;
@@ -474,6 +477,22 @@ impl Core {
                 );
             }
         }
+    }
+
+    /// Extends one lease in the database and acknowledges it.
+    fn extend(&self, peer: PeerId, req: u64, lease: Lease, by_ms: u64) {
+        let backend = self.backend.clone();
+        self.spawn_reply(peer, req, async move {
+            let lost = backend
+                .job_extend_many(&[lease], Duration::from_millis(by_ms))
+                .await?;
+            let result = if lost.is_empty() {
+                FinishResult::Recorded
+            } else {
+                FinishResult::LeaseLost
+            };
+            Ok(Reply::Ack { req, result })
+        });
     }
 
     /// Runs `work` in a task and sends its reply, or an error reply, to `peer`.
@@ -560,6 +579,7 @@ impl Core {
                 attempt: l.attempt,
                 counted_attempt: 1,
                 sent_at: now,
+                deadline: None,
             });
             held.attempt = l.attempt;
         }
