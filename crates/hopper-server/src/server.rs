@@ -565,7 +565,8 @@ impl Core {
     }
 
     fn on_heartbeat(&mut self, peer: PeerId, req: u64, leases: Vec<LeaseRef>, now: Instant) {
-        let stale_after = self.config.heartbeat * 2;
+        // Generous, so an order merely slow to arrive on a loaded machine is not taken back.
+        let stale_after = (self.config.heartbeat * 3).max(Duration::from_secs(5));
         for l in &leases {
             self.saw(l.id);
         }
