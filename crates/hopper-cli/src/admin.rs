@@ -80,6 +80,8 @@ pub enum JobsAction {
     Retry(JobId),
     /// Cancel one unfinished job.
     Cancel(JobId),
+    /// Delete finished jobs past their retention.
+    Prune(crate::prune::Prune),
 }
 
 impl JobsAction {
@@ -101,6 +103,7 @@ impl JobsAction {
             JobsCommand::Show { id } => JobsAction::Show(parse_id(&id)?),
             JobsCommand::Retry { id } => JobsAction::Retry(parse_id(&id)?),
             JobsCommand::Cancel { id } => JobsAction::Cancel(parse_id(&id)?),
+            JobsCommand::Prune(args) => JobsAction::Prune(crate::prune::Prune::parse(&args)?),
         })
     }
 }
@@ -136,6 +139,7 @@ pub async fn jobs(
         }
         JobsAction::Retry(id) => print_new_state(&client.retry(id).await?, json),
         JobsAction::Cancel(id) => print_new_state(&client.cancel(id).await?, json),
+        JobsAction::Prune(prune) => prune.run(backend, json).await,
     }
 }
 
@@ -172,7 +176,7 @@ pub async fn stats(backend: &Arc<dyn Backend>, json: bool) -> anyhow::Result<()>
     Ok(())
 }
 
-fn stats_row(s: &QueueStats) -> Vec<String> {
+pub(crate) fn stats_row(s: &QueueStats) -> Vec<String> {
     let oldest = if s.available == 0 {
         "-".to_owned()
     } else {
@@ -208,7 +212,7 @@ fn read_args(spec: &str) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(&text).with_context(|| format!("{source} is not valid JSON"))
 }
 
-fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
+pub(crate) fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
     humantime::parse_duration(text)
         .with_context(|| format!("{flag} {text:?} is not a duration such as 10s, 5m or 1h30m"))
 }

@@ -34,7 +34,7 @@ pub enum Command {
     #[command(subcommand)]
     Jobs(JobsCommand),
     /// Counts by queue and state, and the oldest available job's age.
-    Stats,
+    Stats(StatsArgs),
     /// Queue settings: list, pause, resume, global limits.
     #[command(subcommand)]
     Queues(crate::queues::QueuesCommand),
@@ -120,6 +120,40 @@ pub enum JobsCommand {
         /// The job's id.
         id: String,
     },
+    /// Delete finished jobs past their retention now, as the runtime's pruner does.
+    Prune(PruneArgs),
+}
+
+/// `hopper stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Keep refreshing (a live view, every `--interval`) until Ctrl-C. With `--json`, one
+    /// JSON line per refresh.
+    #[arg(long)]
+    pub watch: bool,
+    /// The refresh period of `--watch` (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", requires = "watch")]
+    pub interval: String,
+}
+
+/// `hopper jobs prune`: what to delete.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Delete completed and cancelled jobs that finished longer ago than this.
+    #[arg(long, default_value = "24h")]
+    pub completed_older_than: String,
+    /// Delete failed (dead-lettered) jobs that finished longer ago than this.
+    #[arg(long, default_value = "7days")]
+    pub failed_older_than: String,
+    /// Most jobs deleted per statement.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch: u32,
+    /// Pause between statements (e.g. 20ms), so the hot path does not feel the pruning.
+    #[arg(long, default_value = "20ms")]
+    pub pause: String,
 }
 
 /// `hopper demo`.

@@ -4,8 +4,11 @@ mod admin;
 mod bench;
 mod cli;
 mod demo;
+mod http;
+mod prune;
 mod queues;
 mod serve;
+mod watch;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -64,7 +67,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let action = admin::JobsAction::parse(cmd)?;
             admin::jobs(&open(url, schema).await?, action, json).await
         }
-        Command::Stats => admin::stats(&open(url, schema).await?, json).await,
+        Command::Stats(args) if args.watch => {
+            let interval = admin::parse_duration("--interval", &args.interval)?;
+            watch::run(&open(url, schema).await?, interval, json).await
+        }
+        Command::Stats(_) => admin::stats(&open(url, schema).await?, json).await,
         Command::Queues(cmd) => {
             let action = queues::QueuesAction::parse(cmd)?;
             queues::queues(&open(url, schema).await?, action, json).await

@@ -3,6 +3,9 @@
 //! Security is on by default: with no `--token-file` and no `--insecure-no-auth`, the
 //! server reads its tokens from the default token file, and if there is none it generates
 //! a token, writes it there readable by this user only (mode 0600) and says where.
+//!
+//! With `--http ADDR` it also serves the HTTP API, the dashboard and `/metrics`
+//! ([`crate::http`]); with `--http` and no `--listen`, it serves HTTP only.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,8 +19,10 @@ use hopper_server::{Auth, ServeConfig, Server};
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The ZeroMQ endpoint to bind (port 0 picks a free port; the bound one is printed).
-    #[arg(long, env = "HOPPER_LISTEN", default_value = "tcp://127.0.0.1:7010")]
-    pub listen: String,
+    /// Default: tcp://127.0.0.1:7010, unless --http is given without --listen, which
+    /// serves HTTP only.
+    #[arg(long, env = "HOPPER_LISTEN")]
+    pub listen: Option<String>,
     /// The file of accepted tokens, one per line (`#` comments allowed). Created with a
     /// new token (mode 0600) if it does not exist. Default: ~/.config/hopper/serve.token.
     #[arg(long, env = "HOPPER_TOKEN_FILE", conflicts_with = "insecure_no_auth")]
@@ -43,7 +48,13 @@ pub struct ServeArgs {
     /// released.
     #[arg(long, default_value = "30s")]
     pub node_dead_after: String,
+    /// The HTTP API and dashboard.
+    #[command(flatten)]
+    pub http: crate::http::HttpArgs,
 }
+
+/// The ZeroMQ endpoint when none is given and HTTP is not asked for.
+pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7010";
 
 fn duration(what: &str, text: &str) -> anyhow::Result<Duration> {
     humantime::parse_duration(text).with_context(|| format!("--{what} {text:?}"))
@@ -57,7 +68,16 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
     if heartbeat < Duration::from_millis(10) || lease < heartbeat * 2 {
         anyhow::bail!("--heartbeat must be at least 10ms and --lease at least twice it");
     }
-    let auth = auth(&args)?;
+    // --http without --listen: HTTP only. Neither: ZeroMQ on the default endpoint.
+    let listen = args
+        .listen
+        .clone()
+        .or_else(|| args.http.http.is_none().then(|| DEFAULT_LISTEN.to_owned()));
+    let auth = if listen.is_some() {
+        Some(auth(&args)?)
+    } else {
+        None
+    };
     let Some(url) = url else {
         anyhow::bail!("no database: set DATABASE_URL or pass --database-url postgres://…");
     };
@@ -73,20 +93,34 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
         .migrate()
         .await
         .map_err(|e| anyhow::Error::new(e).context("migrating the database"))?;
-    let mut config = ServeConfig::new(backend, args.listen.clone(), auth);
-    config.node_id = args
-        .node_id
-        .unwrap_or_else(|| hopper_server::stable_node_id(&[&host_name(), schema, &args.listen]));
-    config.heartbeat = heartbeat;
-    config.lease = lease;
-    config.node_dead_after = node_dead_after;
-    let server = Server::start(config).await?;
-    eprintln!(
-        "hopper serve: listening on {} (node {}, schema {schema})",
-        server.endpoint(),
-        server.node_id()
-    );
-    server.run_until_signal().await;
+    // The recorder goes in before the server starts, so its metrics are all recorded.
+    let prometheus = crate::http::install_metrics(&args.http)?;
+    let mut server = None;
+    if let (Some(listen), Some(auth)) = (listen, auth) {
+        let mut config = ServeConfig::new(backend.clone(), listen.clone(), auth);
+        config.node_id = args
+            .node_id
+            .unwrap_or_else(|| hopper_server::stable_node_id(&[&host_name(), schema, &listen]));
+        config.heartbeat = heartbeat;
+        config.lease = lease;
+        config.node_dead_after = node_dead_after;
+        let started = Server::start(config).await?;
+        eprintln!(
+            "hopper serve: listening on {} (node {}, schema {schema})",
+            started.endpoint(),
+            started.node_id()
+        );
+        server = Some(started);
+    }
+    let http = crate::http::start(&args.http, backend, prometheus).await?;
+    crate::http::wait_for_signal().await;
+    tracing::info!("signal received; stopping");
+    if let Some(server) = server {
+        server.shutdown().await;
+    }
+    if let Some(http) = http {
+        http.shutdown().await?;
+    }
     Ok(())
 }
 

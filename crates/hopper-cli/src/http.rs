@@ -1,0 +1,178 @@
+//! `hopper serve --http ADDR`: the HTTP JSON API, the dashboard and `/metrics`
+//! (`hopper-web`) served by the binary, beside the ZeroMQ server or alone.
+//!
+//! Authentication is on by default, as for the ZeroMQ server:
+//!
+//! 1. tokens from `HOPPER_HTTP_ADMIN_TOKENS` / `HOPPER_HTTP_READ_TOKENS` when either is set;
+//! 2. else the admin tokens in the HTTP token file (`--http-token-file`, default
+//!    `$XDG_CONFIG_HOME/hopper/http.token` or `~/.config/hopper/http.token`);
+//! 3. else a new admin token is generated into that file, readable by this user only
+//!    (mode 0600), and the path is printed.
+//!
+//! `--http-open` turns authentication off, and is refused on any address but loopback.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use hopper::Backend;
+use hopper_web::{AuthConfig, WebState};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The HTTP options of `hopper serve`.
+#[derive(Debug, Args)]
+pub struct HttpArgs {
+    /// Also serve the HTTP API, the dashboard and /metrics on this address (e.g.
+    /// 127.0.0.1:7011; port 0 picks a free port, printed). Without --listen, only HTTP is
+    /// served.
+    #[arg(long, env = "HOPPER_HTTP", value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// Serve the HTTP side without authentication (loopback addresses only).
+    #[arg(long, requires = "http", conflicts_with = "http_token_file")]
+    pub http_open: bool,
+    /// The file of HTTP admin tokens, one per line (`#` comments allowed), used when
+    /// HOPPER_HTTP_ADMIN_TOKENS and HOPPER_HTTP_READ_TOKENS are unset. Created with a new
+    /// token (mode 0600) if it does not exist. Default: ~/.config/hopper/http.token.
+    #[arg(long, env = "HOPPER_HTTP_TOKEN_FILE", requires = "http")]
+    pub http_token_file: Option<PathBuf>,
+}
+
+/// The running HTTP server.
+#[derive(Debug)]
+pub struct HttpServer {
+    stop: CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+    _upkeep: hopper_web::metrics::Upkeep,
+}
+
+impl HttpServer {
+    /// Stops accepting, lets in-flight requests finish, and returns the serve loop's error
+    /// if it failed.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.task
+            .await
+            .context("the HTTP server task panicked")?
+            .context("serving HTTP")
+    }
+}
+
+/// Installs the Prometheus recorder when HTTP is asked for. Call before any runtime or
+/// server starts, so their metrics are recorded from the first job.
+pub fn install_metrics(args: &HttpArgs) -> anyhow::Result<Option<PrometheusHandle>> {
+    if args.http.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(
+        hopper_web::metrics::install_recorder().context("installing the metrics recorder")?,
+    ))
+}
+
+/// Binds and serves the HTTP side in the background when `--http` was given.
+pub async fn start(
+    args: &HttpArgs,
+    backend: Arc<dyn Backend>,
+    prometheus: Option<PrometheusHandle>,
+) -> anyhow::Result<Option<HttpServer>> {
+    let Some(addr) = args.http else {
+        return Ok(None);
+    };
+    let auth = auth(args, addr)?;
+    let open = auth.is_open();
+    let mut state = WebState::new(backend, auth);
+    let prometheus = prometheus.context("the metrics recorder was not installed")?;
+    state = state.with_prometheus(prometheus.clone());
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the HTTP address {addr}"))?;
+    let local = listener.local_addr()?;
+    let stop = CancellationToken::new();
+    let shutdown = stop.clone().cancelled_owned();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, hopper_web::router(state))
+            .with_graceful_shutdown(shutdown)
+            .await
+    });
+    eprintln!(
+        "hopper serve: HTTP API on http://{local}/api/v1, dashboard on http://{local}/, metrics on http://{local}/metrics{}",
+        if open { " (NO authentication)" } else { "" }
+    );
+    Ok(Some(HttpServer {
+        stop,
+        task,
+        _upkeep: hopper_web::metrics::spawn_upkeep(prometheus),
+    }))
+}
+
+/// The authentication in force, from the flags, the environment or the token file.
+fn auth(args: &HttpArgs, addr: SocketAddr) -> anyhow::Result<AuthConfig> {
+    if args.http_open {
+        if !addr.ip().is_loopback() {
+            anyhow::bail!(
+                "--http-open is allowed on loopback addresses only (127.0.0.1, [::1]), not {addr}"
+            );
+        }
+        eprintln!(
+            "hopper serve: WARNING: --http-open: the HTTP API and dashboard accept anyone who can reach {addr}"
+        );
+        return Ok(AuthConfig::open());
+    }
+    let configured = [
+        hopper_web::auth::ENV_ADMIN_TOKENS,
+        hopper_web::auth::ENV_READ_TOKENS,
+    ]
+    .iter()
+    .any(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()));
+    if configured {
+        return AuthConfig::from_env().context("the HTTP tokens from the environment");
+    }
+    let path = args
+        .http_token_file
+        .clone()
+        .unwrap_or_else(default_token_path);
+    if path.exists() {
+        let tokens = hopper_server::read_tokens(&path)
+            .with_context(|| format!("reading the HTTP token file {}", path.display()))?;
+        return AuthConfig::tokens(tokens, Vec::<String>::new())
+            .with_context(|| format!("the HTTP token file {}", path.display()));
+    }
+    let token = hopper_server::write_new_token(&path)
+        .with_context(|| format!("writing a new HTTP token to {}", path.display()))?;
+    eprintln!(
+        "hopper serve: no HTTP token configured; generated an admin token in {} (readable by \
+         this user only). Send it as Authorization: Bearer <token>, or paste it into the \
+         dashboard.",
+        path.display()
+    );
+    Ok(AuthConfig::tokens([token], Vec::<String>::new())?)
+}
+
+/// `$XDG_CONFIG_HOME/hopper/http.token`, else `~/.config/hopper/http.token`.
+fn default_token_path() -> PathBuf {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("hopper")
+        .join("http.token")
+}
+
+/// Waits for SIGINT or SIGTERM.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
