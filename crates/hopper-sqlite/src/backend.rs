@@ -12,9 +12,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hopper_core::{
     Backend, ClaimParams, ClaimedJob, CronAdvance, CronEntry, Error, Finish, FinishResult,
-    InsertOutcome, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, JobState,
-    JobStatsParams, Lease, MinuteStats, NewJob, NodeId, NodeInfo, QueueSettings, QueueStats,
-    QueueUpdate, Result, Wakeup, WakeupStream,
+    InsertOutcome, JobId, JobListParams, JobPruneOutcome, JobPruneParams, JobRecord,
+    JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Lease, MinuteStats, NewJob,
+    NodeId, NodeInfo, QueueSettings, QueueStats, QueueUpdate, Result, Wakeup, WakeupStream,
 };
 use rusqlite::{OptionalExtension, named_params};
 
@@ -668,6 +668,75 @@ impl Backend for SqliteBackend {
             .await?;
         self.wake_queues(&woken);
         Ok(moved)
+    }
+
+    async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let params = params.clone();
+        let done_before = now.saturating_sub(delay_us(params.completed_retention));
+        let failed_before = now.saturating_sub(delay_us(params.failed_retention));
+        let below_id = rows::smallest_uuid_v7(done_before.max(failed_before));
+        let bounds = move |s: &mut rusqlite::CachedStatement<'_>| -> rusqlite::Result<()> {
+            for (name, value) in [
+                (":below_id", &below_id as &dyn rusqlite::ToSql),
+                (":done_before", &done_before),
+                (":failed_before", &failed_before),
+            ] {
+                if let Some(at) = s.parameter_index(name)? {
+                    s.raw_bind_parameter(at, value)?;
+                }
+            }
+            Ok(())
+        };
+        if params.dry_run {
+            return self
+                .inner
+                .pool
+                .read(move |conn| {
+                    let mut s = conn
+                        .prepare_cached(&inner.queries.job_prune[1])
+                        .map_err(map_sqlite)?;
+                    bounds(&mut s).map_err(map_sqlite)?;
+                    let mut rows = s.raw_query();
+                    let row = rows
+                        .next()
+                        .map_err(map_sqlite)?
+                        .ok_or_else(|| Error::Schema("job_prune.sql counted no row".into()))?;
+                    let count = |i| col::<i64>(row, i).map(|n| u64::try_from(n).unwrap_or(0));
+                    Ok(JobPruneOutcome {
+                        elected: true,
+                        completed: count(0)?,
+                        cancelled: count(1)?,
+                        failed: count(2)?,
+                    })
+                })
+                .await;
+        }
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                let mut s = tx
+                    .prepare_cached(&inner.queries.job_prune[0])
+                    .map_err(map_sqlite)?;
+                bounds(&mut s).map_err(map_sqlite)?;
+                s.raw_bind_parameter(":limit", i64::from(params.limit))
+                    .map_err(map_sqlite)?;
+                let mut rows = s.raw_query();
+                let mut outcome = JobPruneOutcome {
+                    elected: true,
+                    ..JobPruneOutcome::default()
+                };
+                while let Some(row) = rows.next().map_err(map_sqlite)? {
+                    match col::<String>(row, 0)?.as_str() {
+                        "completed" => outcome.completed += 1,
+                        "cancelled" => outcome.cancelled += 1,
+                        _ => outcome.failed += 1,
+                    }
+                }
+                Ok(outcome)
+            })
+            .await
     }
 
     async fn subscribe(&self) -> Result<WakeupStream> {

@@ -45,6 +45,15 @@ pub fn opt_time(us: Option<i64>) -> Result<Option<DateTime<Utc>>> {
     us.map(time).transpose()
 }
 
+/// The smallest UUIDv7 of the millisecond `at_us` falls in, as stored (hyphenated
+/// lowercase text, which sorts like the 16 bytes): 48 bits of Unix milliseconds, then
+/// zeros. Every UUIDv7 made in that millisecond or later is at least this.
+pub fn smallest_uuid_v7(at_us: i64) -> String {
+    let ms = u64::try_from(at_us.div_euclid(1000)).unwrap_or(0) & 0xffff_ffff_ffff;
+    let hex = format!("{ms:012x}");
+    format!("{}-{}-0000-0000-000000000000", &hex[..8], &hex[8..])
+}
+
 /// A stored id.
 pub fn uuid(text: &str) -> Result<Uuid> {
     Uuid::parse_str(text).map_err(|e| Error::Schema(format!("stored id {text:?}: {e}")))
@@ -109,6 +118,16 @@ mod tests {
         assert_eq!(time(stored)?, truncate(at));
         assert_eq!(rfc3339(truncate(at)), "2026-03-04T05:06:07.123456Z");
         Ok(())
+    }
+
+    #[test]
+    fn the_smallest_uuid_v7_of_a_millisecond_bounds_its_ids() {
+        let id = Uuid::now_v7();
+        let text = id.hyphenated().to_string();
+        let ms = i64::from_str_radix(&id.simple().to_string()[..12], 16).unwrap_or(0);
+        assert!(smallest_uuid_v7(ms * 1000) <= text);
+        assert!(smallest_uuid_v7((ms + 1) * 1000) > text);
+        assert_eq!(smallest_uuid_v7(0), "00000000-0000-0000-0000-000000000000");
     }
 
     #[test]

@@ -122,6 +122,7 @@ queries!(
     job_insert: 1,
     job_list: 1,
     job_promote_scheduled: 2,
+    job_prune: 2,
     job_replace: 1,
     job_rescue_expired: 1,
     job_retry: 1,
