@@ -17,14 +17,23 @@ WITH running AS (
       AND queue = $1
       AND $6::integer IS NOT NULL
 ),
+-- The scan's LIMIT is the plain parameter $3, so the planner sees a small ordered scan of
+-- jobs_claim_idx (a LIMIT computed by a subquery is unknown at planning time and was
+-- planned as a sort of the whole backlog). The concurrency cap is applied to those rows
+-- afterwards; rows locked but not claimed are unlocked at commit, and no other claimer of
+-- this queue runs meanwhile (they wait for the settings row).
 picked AS (
     SELECT id
-    FROM hopper.jobs
-    WHERE state = 'available'
-      AND queue = $1
-    ORDER BY priority, run_at, id
+    FROM (
+        SELECT id
+        FROM hopper.jobs
+        WHERE state = 'available'
+          AND queue = $1
+        ORDER BY priority, run_at, id
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) AS head
     LIMIT greatest(0, least($3, coalesce($6::integer - (SELECT n FROM running), $3)))
-    FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE hopper.jobs AS j
