@@ -350,3 +350,25 @@ async fn per_group_limit_caps_each_group() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_job_running_when_its_queue_became_grouped_is_claimed_after_a_retry() -> anyhow::Result<()>
+{
+    let s = Store::new().await?;
+    s.insert(job("k", "q")).await?;
+    let running = s.claim_one("q").await?;
+    s.insert(job("k", "q").with_group("tenant")).await?;
+    let retry = Outcome::Retry {
+        error: "again".into(),
+        retry_in: Duration::ZERO,
+        duration_ms: 1,
+    };
+    s.finish(running.lease, retry).await?;
+    let claimed = s.claim("q", 10).await?;
+    assert_eq!(
+        claimed.len(),
+        2,
+        "the retried job is not invisible to the fair claim"
+    );
+    Ok(())
+}
