@@ -111,3 +111,42 @@ async fn one_runtime_completes_2000_jobs_exactly_once() -> anyhow::Result<()> {
 async fn two_runtimes_on_one_file_complete_2000_jobs_exactly_once() -> anyhow::Result<()> {
     run(2000, 2).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runtimes_enqueue_each_periodic_tick_once() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let client = hopper::Client::new(backend(&dir).await?);
+    let counter = Counter::default();
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let mut workers = Workers::new();
+        workers.register(counter.clone());
+        let every_second =
+            hopper::PeriodicJob::new("every-second", "* * * * * *", NewJob::of(&Count { n: 0 })?)?;
+        let config = RuntimeConfig {
+            poll_interval: Duration::from_millis(50),
+            ..RuntimeConfig::default()
+        };
+        let runtime = Runtime::new(backend(&dir).await?, workers, config).periodic(every_second);
+        handles.push(runtime.start().await?);
+    }
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    for handle in handles {
+        handle.shutdown().await;
+    }
+    let jobs = client
+        .jobs(&hopper::JobListParams {
+            limit: 100,
+            ..Default::default()
+        })
+        .await?;
+    let mut ticks: Vec<_> = jobs.iter().map(|j| j.run_at).collect();
+    ticks.sort();
+    let before = ticks.len();
+    ticks.dedup();
+    assert_eq!(ticks.len(), before, "a tick enqueued twice: {ticks:?}");
+    assert!((2..=5).contains(&before), "{before} ticks in 3.5 s");
+    let entries = client.backend().cron_list().await?;
+    assert_eq!(entries.len(), 1);
+    Ok(())
+}
