@@ -1,6 +1,7 @@
 """One DEALER socket to the server: hello, request numbering, replies, reconnects."""
 
 import itertools
+import logging
 import os
 import socket
 import time
@@ -9,6 +10,8 @@ import cbor2
 import zmq
 
 VERSION = 1
+
+log = logging.getLogger("hopper_client")
 
 
 class HopperError(Exception):
@@ -114,9 +117,13 @@ class Connection:
         self.last_heard = time.monotonic()
         try:
             message = cbor2.loads(frames[-1])
-        except Exception:  # noqa: BLE001 - a bad frame is logged and skipped, never fatal
+        except Exception as e:  # noqa: BLE001 - a bad frame is logged and skipped, never fatal
+            log.warning("skipped an undecodable frame from the server: %s", e)
             return None
-        return message if isinstance(message, dict) else None
+        if not isinstance(message, dict):
+            log.warning("skipped a frame that is not a map: %r", type(message))
+            return None
+        return message
 
     def call(self, type_, fields=None, timeout=None):
         """Sends a request and waits for its reply. Re-hellos once if the server forgot
