@@ -82,8 +82,9 @@ async fn insert_many_writes_100k_jobs_in_one_transaction_quickly() -> anyhow::Re
     s.backend.job_insert_many(&jobs).await?;
     let took = started.elapsed();
     eprintln!("job_insert_many: {N} jobs in {took:?}");
-    // Debug build on a shared 2-core machine; a release build is several times faster.
-    assert!(took < Duration::from_secs(15), "took {took:?}");
+    // Debug build on a shared, loaded 2-core machine (4.7 to 8.5 s measured); the bound
+    // catches a pathological regression (a transaction per job takes minutes), not noise.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
     let stats = s.backend.queue_stats().await?;
     assert_eq!(stats.len(), 1);
     assert_eq!(stats[0].available, N as i64);
