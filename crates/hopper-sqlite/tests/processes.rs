@@ -62,6 +62,7 @@ async fn child() -> anyhow::Result<()> {
     match mode.as_str() {
         "migrate" => backend.migrate().await?,
         "claim" => {
+            start_together(&db).await?;
             let mut claimed = Vec::new();
             claim_all(&backend, 7, &mut claimed).await?;
             for (id, attempt) in claimed {
@@ -72,6 +73,34 @@ async fn child() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Waits until every claiming child is ready, so they claim at the same time however
+/// slowly each one started: each leaves a file beside the database, then waits for
+/// [`CLAIMERS`] of them.
+async fn start_together(db: &str) -> anyhow::Result<()> {
+    let dir = std::path::Path::new(db)
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("{db} has no directory"))?;
+    std::fs::write(dir.join(format!("ready-{}", std::process::id())), b"")?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("ready-"))
+            .count();
+        if ready >= CLAIMERS {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the other claimer never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How many claiming children run at once.
+const CLAIMERS: usize = 2;
 
 /// Runs `n` children in `mode` on `db` at once; returns each one's stdout.
 async fn children(db: &std::path::Path, mode: &str, n: usize) -> anyhow::Result<Vec<String>> {
@@ -129,7 +158,7 @@ async fn two_processes_claiming_never_get_the_same_job() -> anyhow::Result<()> {
     s.backend.job_insert_many(&jobs).await?;
 
     let started = std::time::Instant::now();
-    let outputs = children(&s.dir.db(), "claim", 2).await?;
+    let outputs = children(&s.dir.db(), "claim", CLAIMERS).await?;
     let took = started.elapsed();
     let mut seen: HashMap<Uuid, usize> = HashMap::new();
     let mut per_child = Vec::new();
@@ -147,7 +176,7 @@ async fn two_processes_claiming_never_get_the_same_job() -> anyhow::Result<()> {
         per_child.push(count);
     }
     eprintln!(
-        "2 processes claimed and completed {N} jobs (batches of 7) in {took:?}, process start included; per process: {per_child:?}"
+        "{CLAIMERS} processes claimed and completed {N} jobs (batches of 7) in {took:?}, process start included; per process: {per_child:?}"
     );
     assert_eq!(seen.len(), N, "every job claimed");
     assert!(seen.values().all(|&n| n == 1), "a job was handed out twice");
