@@ -9,6 +9,7 @@ mod completer;
 mod config;
 mod executor;
 mod maintenance;
+mod prefetch;
 mod producer;
 
 use std::collections::HashMap;

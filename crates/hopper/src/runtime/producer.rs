@@ -5,6 +5,9 @@
 //! means the queues are drained, so it sleeps until a notification, the poll interval, or
 //! shutdown. Database errors back off (100 ms doubling to 5 s) and never stop the loop.
 //!
+//! A runtime serving one queue claims ahead of its free slots instead ([`super::prefetch`],
+//! unless `prefetch` is 0).
+//!
 //! With several queues, the free slots are shared by weight ([`claim_weighted`]): each
 //! queue may fill its share of the concurrency first, the least served (running jobs over
 //! weight) going first; what is left goes to whichever still has work. With one queue
@@ -20,6 +23,12 @@ use super::Shared;
 use super::executor::run_job;
 
 pub(crate) async fn run(shared: Arc<Shared>) {
+    if let [queue] = shared.config.queues.as_slice()
+        && shared.config.effective_prefetch() > 0
+    {
+        let queue = queue.clone();
+        return super::prefetch::run(shared, queue).await;
+    }
     let queues = &shared.config.queues;
     let mut next_queue = 0usize;
     let mut backoff = Duration::from_millis(100);

@@ -1,0 +1,138 @@
+//! Jobs a single-queue runtime claims ahead of its free slots (`RuntimeConfig::prefetch`):
+//! released untouched at shutdown, dropped unstarted when cancelled while on hand.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hopper::testing::TestDatabase;
+use hopper::{
+    Client, JobArgs, JobContext, JobError, JobId, JobListParams, JobState, NewJob, Runtime,
+    RuntimeConfig, Worker, Workers,
+};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+const QUEUE: &str = "prefetch";
+
+#[derive(Serialize, Deserialize)]
+struct Nap {
+    n: u64,
+    ms: u64,
+}
+
+impl JobArgs for Nap {
+    const KIND: &'static str = "nap";
+}
+
+/// Sleeps `ms`, recording which jobs started.
+struct Napper(Arc<Mutex<Vec<u64>>>);
+
+#[async_trait::async_trait]
+impl Worker for Napper {
+    type Args = Nap;
+    async fn process(&self, _ctx: &JobContext, args: Nap) -> Result<(), JobError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(args.n);
+        tokio::time::sleep(Duration::from_millis(args.ms)).await;
+        Ok(())
+    }
+}
+
+async fn insert(client: &Client, n: u64, ms: u64) -> anyhow::Result<JobId> {
+    Ok(client
+        .insert(NewJob::of(&Nap { n, ms })?.with_queue(QUEUE))
+        .await?)
+}
+
+fn config(concurrency: usize, prefetch: usize) -> RuntimeConfig {
+    RuntimeConfig {
+        queues: vec![QUEUE.to_owned()],
+        concurrency,
+        prefetch: Some(prefetch),
+        poll_interval: Duration::from_millis(200),
+        ..RuntimeConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn jobs_on_hand_are_released_at_shutdown_without_using_an_attempt() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    for n in 0..20 {
+        insert(&client, n, 400).await?;
+    }
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let mut workers = Workers::new();
+    workers.register(Napper(started.clone()));
+    let handle = Runtime::new(db.backend(), workers, config(2, 4))
+        .start()
+        .await?;
+    // 2 running and 4 on hand: all 6 are `running` in the database.
+    db.wait_for(QUEUE, Duration::from_secs(10), |s| s.running == 6)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    handle.shutdown().await;
+
+    let jobs = client
+        .jobs(&JobListParams {
+            queue: Some(QUEUE.to_owned()),
+            limit: 100,
+            ..JobListParams::default()
+        })
+        .await?;
+    let ran = started.lock().unwrap_or_else(|e| e.into_inner()).len();
+    let completed = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Completed)
+        .count();
+    assert_eq!(completed, ran, "every started job completed");
+    assert!(
+        ran <= 4,
+        "only the running ones (and any started meanwhile) ran: {ran}"
+    );
+    for job in jobs.iter().filter(|j| j.state != JobState::Completed) {
+        assert_eq!(job.state, JobState::Available, "{job:?}");
+        assert!(job.errors.is_empty(), "released, not failed: {job:?}");
+        assert_eq!(job.attempt, job.uncounted, "no attempt used: {job:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_job_cancelled_while_on_hand_never_starts() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let mut workers = Workers::new();
+    workers.register(Napper(started.clone()));
+    let handle = Runtime::new(db.backend(), workers, config(1, 2))
+        .start()
+        .await?;
+    // Job 0 holds the only slot; jobs 1 and 2 wait on hand.
+    insert(&client, 0, 1500).await?;
+    let on_hand = insert(&client, 1, 0).await?;
+    insert(&client, 2, 0).await?;
+    db.wait_for(QUEUE, Duration::from_secs(10), |s| s.running == 3)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    client.cancel(on_hand).await?;
+    db.wait_for(QUEUE, Duration::from_secs(10), |s| {
+        s.completed == 2 && s.running == 0
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    // Give a wrongly started job time to show up.
+    let until = Instant::now() + Duration::from_millis(200);
+    tokio::time::sleep_until(until).await;
+    handle.shutdown().await;
+    let ran = started.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(ran, vec![0, 2], "the cancelled job must not run");
+    let job = client
+        .job(on_hand)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("gone"))?;
+    assert_eq!(job.state, JobState::Cancelled);
+    Ok(())
+}
