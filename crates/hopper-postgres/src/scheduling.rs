@@ -37,20 +37,35 @@ pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
 }
 
 /// What a fair or limited claim statement returned: the jobs, the running count it saw,
-/// and the last group served.
+/// and the groups served.
 struct Claimed {
     jobs: Vec<ClaimedJob>,
     running: Option<i64>,
-    last_group: Option<(i64, String)>,
+    groups: Vec<String>,
 }
 
-/// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, turn,
-/// group, then the job (NULL when nothing was claimed).
+impl Claimed {
+    /// The group served furthest along the ring that started after `cursor`: groups after
+    /// the cursor come first (in key order), then, wrapped around, the others.
+    fn last_group(&self, cursor: Option<&str>) -> Option<String> {
+        let cursor = cursor.unwrap_or("");
+        self.groups
+            .iter()
+            .max_by(|a, b| {
+                let place = |g: &String| (g.as_str() <= cursor, g.clone());
+                place(a).cmp(&place(b))
+            })
+            .cloned()
+    }
+}
+
+/// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, (a
+/// column kept NULL), group, then the job (NULL when nothing was claimed).
 fn read_claimed(rows: &[Row]) -> Result<Claimed> {
     let mut out = Claimed {
         jobs: Vec::with_capacity(rows.len()),
         running: None,
-        last_group: None,
+        groups: Vec::new(),
     };
     for row in rows {
         out.running = row.try_get(0).map_err(Error::database)?;
@@ -58,12 +73,11 @@ fn read_claimed(rows: &[Row]) -> Result<Claimed> {
         if id.is_none() {
             continue;
         }
-        let turn: Option<i64> = row.try_get(1).map_err(Error::database)?;
         let group: Option<String> = row.try_get(2).map_err(Error::database)?;
-        if let (Some(turn), Some(group)) = (turn, group)
-            && out.last_group.as_ref().is_none_or(|(t, _)| turn > *t)
+        if let Some(group) = group
+            && !out.groups.contains(&group)
         {
-            out.last_group = Some((turn, group));
+            out.groups.push(group);
         }
         out.jobs.push(claimed_job(row, 3)?);
     }
@@ -158,7 +172,7 @@ impl PgBackend {
         let rows = rows.map_err(map_pg)?;
         committed.map_err(map_pg)?;
         let claimed = read_claimed(&rows)?;
-        if let Some((_, group)) = claimed.last_group {
+        if let Some(group) = claimed.last_group(cursor.as_deref()) {
             self.inner.settings.set_cursor(&params.queue, group);
         }
         Ok(claimed.jobs)
@@ -273,7 +287,7 @@ impl PgBackend {
         let rows = rows.map_err(map_pg)?;
         committed.map_err(map_pg)?;
         let claimed = read_claimed(&rows)?;
-        if let Some((_, group)) = claimed.last_group {
+        if let Some(group) = claimed.last_group(cursor.as_deref()) {
             self.inner.settings.set_cursor(&params.queue, group);
         }
         let n = u32::try_from(claimed.jobs.len()).unwrap_or(u32::MAX);

@@ -20,8 +20,12 @@
 --    group exactly as the plain claim does. Groups at their per-group limit get none.
 -- 3. picked: the first job of every group in ring order, then the second of every group,
 --    and so on, up to the allowance: round-robin across groups.
+-- 4. claimed: the picked rows are found by `id = ANY (ARRAY(…))`, a primary-key probe per
+--    row whatever the estimates (as a join, the generic plan hashed a sequential scan).
+--    Each row's group comes back; the caller moves its cursor to the group furthest along
+--    the ring.
 -- Rows locked in step 2 but not picked in step 3 (at most one per group) are unlocked at
--- the end of the statement; a concurrent claimer may skip them meanwhile, nothing else.
+-- the end of the transaction; a concurrent claimer may skip them meanwhile, nothing else.
 -- Cost: about 2 × groups visited index probes, independent of the backlog.
 WITH RECURSIVE ring(g, n, first) AS (
     SELECT s.g, 1, s.g
@@ -102,9 +106,8 @@ claimed AS (
         attempted_at = coalesce($5::timestamptz, now()),
         lease_expires_at = coalesce($5::timestamptz, now())
                            + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
-    FROM picked
-    WHERE j.id = picked.id
-    RETURNING picked.turn::bigint, picked.g,
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING NULL::bigint, j.group_key,
               j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
               j.max_attempts, j.timeout_ms, j.created_at, j.run_at
 ),

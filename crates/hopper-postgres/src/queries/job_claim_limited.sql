@@ -22,6 +22,9 @@ WITH running AS (
 -- planned as a sort of the whole backlog). The concurrency cap is applied to those rows
 -- afterwards; rows locked but not claimed are unlocked at commit, and no other claimer of
 -- this queue runs meanwhile (they wait for the settings row).
+-- The UPDATE finds the picked rows by `id = ANY (ARRAY(…))`, a primary-key probe per row
+-- whatever the estimates: as a join, the generic plan (see GENERIC_PLAN in scheduling.rs)
+-- guessed hundreds of rows and hashed a sequential scan of the whole table.
 picked AS (
     SELECT id
     FROM (
@@ -43,8 +46,7 @@ claimed AS (
         attempted_at = coalesce($5::timestamptz, now()),
         lease_expires_at = coalesce($5::timestamptz, now())
                            + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
-    FROM picked
-    WHERE j.id = picked.id
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
               j.max_attempts, j.timeout_ms, j.created_at, j.run_at
 ),
