@@ -13,7 +13,9 @@
 --    "first group_key > the previous one", so finding the next n groups costs n probes
 --    however many jobs each group has: no scan of the backlog, no DISTINCT over it. It
 --    starts after the cursor and wraps around to the first group, and stops after $3
---    groups (no claim needs more) or when it is back where it started.
+--    groups (no claim needs more) or when it is back where it started. (OFFSET 0 keeps
+--    each step's subquery from being pulled up, which evaluated its probes two or three
+--    times: once for the filter, once for the output.)
 -- 2. candidates: per group, a LATERAL top-k in claim order over the same index (an index
 --    range scan of that group's first entries), k = ceil($3 / groups), locked with
 --    FOR UPDATE SKIP LOCKED, so concurrent claimers skip each other's rows inside each
@@ -36,7 +38,8 @@ WITH RECURSIVE ring(g, n, first) AS (
               ORDER BY group_key LIMIT 1),
             (SELECT group_key FROM hopper.jobs
               WHERE state = 'available' AND queue = $1 AND group_key IS NOT NULL
-              ORDER BY group_key LIMIT 1)) AS g) AS s
+              ORDER BY group_key LIMIT 1)) AS g
+          OFFSET 0) AS s
     WHERE s.g IS NOT NULL
   UNION ALL
     SELECT nx.g, r.n + 1, r.first
@@ -48,7 +51,8 @@ WITH RECURSIVE ring(g, n, first) AS (
               ORDER BY group_key LIMIT 1),
             (SELECT group_key FROM hopper.jobs
               WHERE state = 'available' AND queue = $1 AND group_key IS NOT NULL
-              ORDER BY group_key LIMIT 1)) AS g) AS nx
+              ORDER BY group_key LIMIT 1)) AS g
+          OFFSET 0) AS nx
     WHERE r.n < $3 + (SELECT count(*) FROM busy WHERE busy.n >= $7::integer)
       AND nx.g <> r.first
 ),
