@@ -83,10 +83,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Connects to the configured database.
+/// The database used when none is configured: an embedded SQLite file in the current
+/// directory, so hopper runs on a machine with no database server.
+const DEFAULT_DATABASE_URL: &str = "sqlite://hopper.db";
+
+/// Connects to the configured database (`DATABASE_URL` / `--database-url`), or to the
+/// embedded SQLite default, said in one line on stderr.
 async fn open(url: Option<&str>, schema: &str) -> anyhow::Result<Arc<dyn Backend>> {
-    let Some(url) = url else {
-        anyhow::bail!("no database: set DATABASE_URL or pass --database-url postgres://…");
+    let url = match url {
+        Some(url) => url,
+        None => {
+            eprintln!(
+                "hopper: no DATABASE_URL set; using the embedded SQLite database {DEFAULT_DATABASE_URL} (set DATABASE_URL=postgres://… for PostgreSQL)"
+            );
+            DEFAULT_DATABASE_URL
+        }
     };
     let options = PgOptions {
         schema: schema.to_owned(),

@@ -452,14 +452,27 @@ async fn an_unreachable_database_is_one_clear_line() {
         ],
     )
     .fails_with("unknown priority");
+}
 
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
-    let output = command
-        .arg("stats")
+/// With no `DATABASE_URL`, hopper uses an embedded SQLite file in the current directory and
+/// says so: the demo runs on a machine with no database server.
+#[test]
+fn no_database_url_means_embedded_sqlite() {
+    let dir = std::env::temp_dir().join(format!("hopper-cli-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let output = Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(["demo", "--jobs", "24", "--json"])
+        .current_dir(&dir)
         .env_remove("DATABASE_URL")
+        .env_remove("HOPPER_SCHEMA")
         .output()
         .expect("the hopper binary runs");
-    assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("no database"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("sqlite://hopper.db"), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON summary");
+    assert_eq!(summary["completed"], 22, "{stdout}");
+    assert_eq!(summary["failed"], 2, "{stdout}");
 }

