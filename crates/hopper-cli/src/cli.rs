@@ -151,7 +151,8 @@ pub struct PruneArgs {
     /// Most jobs deleted per statement.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch: u32,
-    /// Pause between statements (e.g. 20ms), so the hot path does not feel the pruning.
+    /// Pause between statements (e.g. 20ms), on top of three times as long as the last
+    /// statement took, so the hot path does not feel the pruning.
     #[arg(long, default_value = "20ms")]
     pub pause: String,
 }

@@ -57,8 +57,11 @@ pub struct RuntimeConfig {
     pub prune_interval: Option<Duration>,
     /// Most jobs deleted by one pruning statement. Default: 1,000.
     pub prune_batch: u32,
-    /// The pause between two pruning statements of one pass, so that a large backlog is
-    /// deleted at a pace the hot path does not feel. Default: 20 ms.
+    /// The pause between two pruning statements of one pass, on top of three times as long
+    /// as the last statement took: the pruner keeps at most a quarter of one connection
+    /// busy, and backs off by itself when the database is loaded, so a large backlog is
+    /// deleted at a pace the hot path does not feel (measured in `docs/benchmarks.md`).
+    /// Default: 20 ms.
     pub prune_pause: Duration,
 }
 

@@ -145,13 +145,15 @@ pub(crate) async fn pruner(shared: Arc<Shared>) {
         // with a pause between them so a large backlog never monopolises the database.
         let mut pruned = 0u64;
         loop {
+            let started = Instant::now();
             match shared.backend.job_prune(&params).await {
                 Ok(outcome) => {
                     pruned += outcome.total();
                     if !outcome.elected || outcome.total() < u64::from(params.limit) {
                         break;
                     }
-                    if !tick(&shared, shared.config.prune_pause).await {
+                    let pause = shared.config.prune_pause + started.elapsed() * 3;
+                    if !tick(&shared, pause).await {
                         return;
                     }
                 }
