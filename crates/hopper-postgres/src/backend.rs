@@ -38,7 +38,18 @@ impl Backend for PgBackend {
 
     async fn job_insert(&self, job: &NewJob) -> Result<()> {
         let client = self.client().await?;
-        self.insert_in(&**client, job).await
+        job.validate()?;
+        self.refresh_settings().await?;
+        if self.needs_full_insert(job) {
+            return self.insert_in(&**client, job).await;
+        }
+        // The plain insert, prepared once per pooled connection: one round trip per job
+        // instead of two (parse, then execute). Measured in docs/benchmarks.md (W2).
+        let statement = client
+            .prepare_cached(&self.inner.queries.job_insert)
+            .await
+            .map_err(map_pg)?;
+        self.insert_plain(&**client, &statement, job).await
     }
 
     async fn job_insert_many(&self, jobs: &[NewJob]) -> Result<()> {

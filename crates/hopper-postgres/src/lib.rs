@@ -146,12 +146,28 @@ impl PgBackend {
         if self.needs_full_insert(job) {
             return self.upsert_one_in(client, job).await;
         }
-        let q = &self.inner.queries;
+        self.insert_plain(client, self.inner.queries.job_insert.as_str(), job)
+            .await?;
+        Ok(InsertOutcome::Inserted)
+    }
+
+    /// Inserts a job that needs no upsert with `statement` (`job_insert.sql`, as text or
+    /// prepared). On a pooled connection [`hopper_core::Backend::job_insert`] passes the
+    /// connection's cached prepared statement, which saves a round trip per job.
+    pub(crate) async fn insert_plain<S>(
+        &self,
+        client: &impl GenericClient,
+        statement: &S,
+        job: &NewJob,
+    ) -> Result<()>
+    where
+        S: tokio_postgres::ToStatement + ?Sized + Sync + Send,
+    {
         let now = self.inner.clock.now();
         let timeout_ms = job.timeout_ms();
         client
             .execute(
-                &q.job_insert,
+                statement,
                 &[
                     &job.id,
                     &job.queue,
@@ -166,7 +182,7 @@ impl PgBackend {
             )
             .await
             .map_err(map_pg)?;
-        Ok(InsertOutcome::Inserted)
+        Ok(())
     }
 
     /// Inserts many jobs with binary COPY inside the caller's transaction. Jobs with a
