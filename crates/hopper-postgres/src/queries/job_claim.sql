@@ -9,6 +9,21 @@
 --
 -- The claimed rows leave the partial index (state changes), so the next claim does not
 -- step over them; their dead index entries are cleaned by index-tuple killing and vacuum.
+--
+-- Strategies measured with `hopper bench --workload drain` (W3: 100,000 no-op jobs, one
+-- runtime, concurrency 50) on a shared, loaded 2-core machine; PostgreSQL's own limits in
+-- the same runs were L3 17-33k and L2 34-43k rows/s (docs/benchmarks.md):
+--   - claim exactly the free slots (<= 50 per claim), outcomes batched by the completer:
+--     769 jobs/s, then 2,556 once the outcome statements stopped using jobs_running_idx
+--     (a nested rescan of the batch per running job: 2,421 ms -> 69 ms per 1,000 outcomes);
+--   - the same, alternated in one run with the next: 2,961 / 2,570 jobs/s;
+--   - prefetch (runtime/prefetch.rs): up to free slots + concurrency per claim, jobs on
+--     hand started while the next claim is in flight: 4,088 / 3,715 jobs/s (+38% / +45%);
+--     3 repetitions beside the limits: 5,929 median (0.23 x L3, 0.14 x L2).
+-- The drain is bound by WAL flushes (WALWrite / WALSync waits dominate both this statement
+-- and the completion), not by this statement's plan (0.3 ms of index work for 50 rows):
+-- what helps is fewer commits per job. Not yet tried: completing the previous batch in the
+-- same statement as the next claim; two claims in flight.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
