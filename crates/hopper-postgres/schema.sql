@@ -68,7 +68,7 @@ BEGIN
         INSERT INTO hopper.queues (name, grouped) VALUES (q, true)
         ON CONFLICT (name) DO UPDATE SET grouped = true, updated_at = now();
         UPDATE hopper.jobs SET group_key = ''
-        WHERE queue = q AND group_key IS NULL AND state IN ('scheduled', 'available');
+        WHERE queue = q AND group_key IS NULL;
         PERFORM pg_notify('hopper_wake', 'q:' || q);
     END LOOP;
 END

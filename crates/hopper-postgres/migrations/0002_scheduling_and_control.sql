@@ -154,9 +154,10 @@ BEGIN
 END
 $$;
 
--- Marks queues as grouped (once): from then on their claims rotate between groups. The
--- jobs already waiting without a group join the "no group" group '' so the fair claim,
--- which reads jobs_group_claim_idx, sees them. Workers hear of it by NOTIFY 'q:<queue>'.
+-- Marks queues as grouped (once): from then on their claims rotate between groups. Every
+-- job of the queue without a group joins the "no group" group '' so the fair claim, which
+-- reads jobs_group_claim_idx, sees it: waiting ones, and also running and finished ones,
+-- which may come back (a retry, a manual retry). Workers hear of it by NOTIFY 'q:<queue>'.
 CREATE FUNCTION hopper.mark_grouped(queues text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -169,7 +170,7 @@ BEGIN
         INSERT INTO hopper.queues (name, grouped) VALUES (q, true)
         ON CONFLICT (name) DO UPDATE SET grouped = true, updated_at = now();
         UPDATE hopper.jobs SET group_key = ''
-        WHERE queue = q AND group_key IS NULL AND state IN ('scheduled', 'available');
+        WHERE queue = q AND group_key IS NULL;
         PERFORM pg_notify('hopper_wake', 'q:' || q);
     END LOOP;
 END

@@ -96,9 +96,34 @@ candidates AS (
          ) AS c
     WHERE c.rn <= t.room
 ),
+-- Stragglers: jobs without a group in this grouped queue (inserted by a process whose
+-- settings cache did not know yet that the queue had become grouped). They are not in
+-- jobs_group_claim_idx; the ones among the first 32 entries of jobs_claim_idx get the first
+-- turn, so they run when they reach the head of the queue instead of never.
+stray AS (
+    SELECT j.id
+    FROM hopper.jobs AS j
+    WHERE j.id IN (
+        SELECT h.id
+        FROM (SELECT id, group_key
+              FROM hopper.jobs
+              WHERE state = 'available'
+                AND queue = $1
+              ORDER BY priority, run_at, id
+              LIMIT 32) AS h
+        WHERE h.group_key IS NULL)
+      AND j.state = 'available'
+    FOR UPDATE SKIP LOCKED
+),
+stragglers AS (
+    SELECT id, 0::bigint AS turn, NULL::text AS g, row_number() OVER () AS rn
+    FROM stray
+),
 picked AS (
     SELECT id, turn, g
-    FROM candidates
+    FROM (SELECT id, turn, g, rn FROM candidates
+          UNION ALL
+          SELECT id, turn, g, rn FROM stragglers) AS c
     ORDER BY rn, turn
     LIMIT (SELECT n FROM allowance)
 ),

@@ -109,3 +109,55 @@ async fn queue_weights_share_a_runtimes_slots() -> anyhow::Result<()> {
     assert!((135..=165).contains(&heavy), "heavy ran {heavy} of 200");
     Ok(())
 }
+
+/// A job without a group that slipped into a grouped queue (its inserter's settings cache
+/// did not know yet) still runs; and every job of a queue becoming grouped joins the group
+/// '', including running ones, so a retry after the change is seen by the fair claim.
+#[tokio::test]
+async fn stragglers_without_a_group_are_still_claimed() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let client = Client::new(backend.clone());
+    let early = client.insert(probe("mixed", "early", 0)).await?;
+    let node = uuid::Uuid::now_v7();
+    let claim = |limit| hopper::ClaimParams {
+        queue: "mixed".into(),
+        node,
+        limit,
+        lease: Duration::from_secs(30),
+    };
+    let running = backend.job_claim(&claim(1)).await?;
+    assert_eq!(running.len(), 1);
+    client
+        .insert(probe("mixed", "grouped", 0).with_group("A"))
+        .await?;
+    let record = client.job(early).await?.expect("exists");
+    assert_eq!(record.state, hopper::JobState::Running);
+    // A straggler: inserted as a stale process would, with no group.
+    let conn = db.pg().pool().get().await?;
+    conn.batch_execute(&format!(
+        "INSERT INTO {}.jobs (id, queue, kind, args) VALUES ('{}', 'mixed', 'probe', '{{\"label\": \"stray\", \"sleep_ms\": 0}}')",
+        db.schema(),
+        uuid::Uuid::now_v7()
+    ))
+    .await?;
+    let claimed = backend.job_claim(&claim(10)).await?;
+    let labels: Vec<&str> = claimed
+        .iter()
+        .filter_map(|j| j.args["label"].as_str())
+        .collect();
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    assert!(
+        labels.contains(&"stray") && labels.contains(&"grouped"),
+        "{labels:?}"
+    );
+    let group: Option<String> = conn
+        .query_one(
+            &format!("SELECT group_key FROM {}.jobs WHERE id = $1", db.schema()),
+            &[&early],
+        )
+        .await?
+        .get(0);
+    assert_eq!(group.as_deref(), Some(""));
+    Ok(())
+}
