@@ -180,10 +180,9 @@ async fn two_processes_claiming_never_get_the_same_job() -> anyhow::Result<()> {
     );
     assert_eq!(seen.len(), N, "every job claimed");
     assert!(seen.values().all(|&n| n == 1), "a job was handed out twice");
-    assert!(
-        per_child.iter().all(|&n| n > 0),
-        "both processes claimed: {per_child:?}"
-    );
+    // How the jobs split between the processes is up to SQLite's file lock, which is not
+    // fair (one process may take all of them on a loaded machine); only exactly-once is
+    // guaranteed, and checked above.
     let stats = s.backend.queue_stats().await?;
     assert_eq!(stats[0].completed, N as i64);
     Ok(())
