@@ -160,19 +160,3 @@ fn default_token_path() -> PathBuf {
         .join("hopper")
         .join("http.token")
 }
-
-/// Waits for SIGINT or SIGTERM.
-pub async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
-}

@@ -113,7 +113,7 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
         server = Some(started);
     }
     let http = crate::http::start(&args.http, backend, prometheus).await?;
-    crate::http::wait_for_signal().await;
+    hopper::shutdown_signal().await;
     tracing::info!("signal received; stopping");
     if let Some(server) = server {
         server.shutdown().await;

@@ -184,7 +184,7 @@ impl ServerHandle {
 
     /// Serves until SIGINT or SIGTERM, then stops.
     pub async fn run_until_signal(self) {
-        wait_for_signal().await;
+        hopper::shutdown_signal().await;
         tracing::info!("signal received; stopping the server");
         self.shutdown().await;
     }
@@ -194,25 +194,4 @@ impl ServerHandle {
 pub async fn serve(config: ServeConfig) -> Result<(), ServeError> {
     Server::start(config).await?.run_until_signal().await;
     Ok(())
-}
-
-#[cfg(unix)]
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() {
-    let _ = tokio::signal::ctrl_c().await;
 }

@@ -77,7 +77,7 @@ pub use hopper_sqlite::{SqliteBackend, SqliteOptions};
 pub use periodic::PeriodicJob;
 pub use registry::Workers;
 pub use remote::{RemoteBackend, RemoteOptions};
-pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle};
+pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle, shutdown_signal};
 pub use worker::{JobError, Worker, default_backoff};
 
 /// The core crate, for backend authors.

@@ -235,7 +235,7 @@ impl RuntimeHandle {
 
     /// Waits for SIGINT or SIGTERM, then shuts down gracefully.
     pub async fn run_until_signal(self) {
-        wait_for_signal().await;
+        shutdown_signal().await;
         tracing::info!("signal received; shutting down");
         self.shutdown().await;
     }
@@ -291,23 +291,19 @@ impl RuntimeHandle {
     }
 }
 
-#[cfg(unix)]
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
+/// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere): the one signal wait shared by the
+/// runtime, `hopper serve` and the HTTP server.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
             }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+            return;
         }
     }
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
