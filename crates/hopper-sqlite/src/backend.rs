@@ -60,6 +60,43 @@ impl SqliteBackend {
         Ok(outcomes)
     }
 
+    /// Runs a one-job state change (`job_retry`, `job_cancel`): the statement returns the
+    /// job's queue when it applied. Answers the job as it is now and that queue, or
+    /// `NotFound`, or `Conflict` saying the job's state and `rule`.
+    async fn transition(
+        &self,
+        id: JobId,
+        query: fn(&crate::sql::Queries) -> &String,
+        rule: &'static str,
+    ) -> Result<(JobRecord, String)> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                let applied: Option<String> = tx
+                    .prepare_cached(query(&inner.queries))
+                    .and_then(|mut s| {
+                        s.query_row(
+                            named_params! { ":id": id.hyphenated().to_string(), ":now": now },
+                            |r| r.get(0),
+                        )
+                        .optional()
+                    })
+                    .map_err(map_sqlite)?;
+                let job = get(tx, &inner.queries, id)?
+                    .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
+                match applied {
+                    Some(queue) => Ok((job, queue)),
+                    None => Err(Error::Conflict(format!(
+                        "job {id} is {}; {rule}",
+                        job.state
+                    ))),
+                }
+            })
+            .await
+    }
+
     /// Sends a wake-up to this process's subscribers.
     fn wake(&self, wakeup: Wakeup) {
         wake::send(&self.inner.wake, wakeup);
@@ -262,64 +299,24 @@ impl Backend for SqliteBackend {
     }
 
     async fn job_retry(&self, id: JobId) -> Result<JobRecord> {
-        let inner = self.inner.clone();
-        let now = micros(self.now());
         let (job, queue) = self
-            .inner
-            .pool
-            .write_tx(move |tx| {
-                let queue: Option<String> = tx
-                    .prepare_cached(&inner.queries.job_retry[0])
-                    .and_then(|mut s| {
-                        s.query_row(
-                            named_params! { ":id": id.hyphenated().to_string(), ":now": now },
-                            |r| r.get(0),
-                        )
-                        .optional()
-                    })
-                    .map_err(map_sqlite)?;
-                let job = get(tx, &inner.queries, id)?
-                    .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
-                match queue {
-                    Some(queue) => Ok((job, queue)),
-                    None => Err(Error::Conflict(format!(
-                        "job {id} is {}; only failed or cancelled jobs can be retried",
-                        job.state
-                    ))),
-                }
-            })
+            .transition(
+                id,
+                |q| &q.job_retry[0],
+                "only failed or cancelled jobs can be retried",
+            )
             .await?;
         self.wake(Wakeup::Jobs(queue));
         Ok(job)
     }
 
     async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let job = self
-            .inner
-            .pool
-            .write_tx(move |tx| {
-                let cancelled: Option<String> = tx
-                    .prepare_cached(&inner.queries.job_cancel[0])
-                    .and_then(|mut s| {
-                        s.query_row(
-                            named_params! { ":id": id.hyphenated().to_string(), ":now": now },
-                            |r| r.get(0),
-                        )
-                        .optional()
-                    })
-                    .map_err(map_sqlite)?;
-                let job = get(tx, &inner.queries, id)?
-                    .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
-                match cancelled {
-                    Some(_) => Ok(job),
-                    None => Err(Error::Conflict(format!(
-                        "job {id} is {}; only scheduled, available or running jobs can be cancelled",
-                        job.state
-                    ))),
-                }
-            })
+        let (job, _) = self
+            .transition(
+                id,
+                |q| &q.job_cancel[0],
+                "only scheduled, available or running jobs can be cancelled",
+            )
             .await?;
         self.wake(Wakeup::Cancelled(id));
         Ok(job)
