@@ -122,7 +122,7 @@ CREATE TABLE hopper.cron_jobs (
     last_job_id uuid,
     registered_at timestamp with time zone DEFAULT now() NOT NULL,
     seen_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT cron_jobs_name_check CHECK ((name ~ '^[A-Za-z0-9_.:-]{1,128}$'::text))
+    CONSTRAINT cron_jobs_name_check CHECK ((((length(name) >= 1) AND (length(name) <= 128)) AND (name !~ '[^A-Za-z0-9_.:-]'::text)))
 );
 
 
@@ -149,10 +149,10 @@ CREATE TABLE hopper.jobs (
     unique_key text,
     unique_window timestamp with time zone,
     CONSTRAINT jobs_args_check CHECK ((jsonb_typeof(args) = ANY (ARRAY['object'::text, 'array'::text]))),
-    CONSTRAINT jobs_group_key_check CHECK ((group_key ~ '^[A-Za-z0-9_.:-]{0,128}$'::text)),
-    CONSTRAINT jobs_kind_check CHECK ((kind ~ '^[A-Za-z0-9_.:-]{1,128}$'::text)),
+    CONSTRAINT jobs_group_key_check CHECK (((length(group_key) <= 128) AND (group_key !~ '[^A-Za-z0-9_.:-]'::text))),
+    CONSTRAINT jobs_kind_check CHECK ((((length(kind) >= 1) AND (length(kind) <= 128)) AND (kind !~ '[^A-Za-z0-9_.:-]'::text))),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts > 0)),
-    CONSTRAINT jobs_queue_check CHECK ((queue ~ '^[A-Za-z0-9_.:-]{1,128}$'::text)),
+    CONSTRAINT jobs_queue_check CHECK ((((length(queue) >= 1) AND (length(queue) <= 128)) AND (queue !~ '[^A-Za-z0-9_.:-]'::text))),
     CONSTRAINT jobs_timeout_ms_check CHECK ((timeout_ms > 0)),
     CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255)))
 );
@@ -214,7 +214,7 @@ CREATE TABLE hopper.queues (
     CONSTRAINT queues_check CHECK (((rate_limit IS NULL) = (rate_interval_ms IS NULL))),
     CONSTRAINT queues_max_running_check CHECK ((max_running > 0)),
     CONSTRAINT queues_max_running_per_group_check CHECK ((max_running_per_group > 0)),
-    CONSTRAINT queues_name_check CHECK ((name ~ '^[A-Za-z0-9_.:-]{1,128}$'::text)),
+    CONSTRAINT queues_name_check CHECK ((((length(name) >= 1) AND (length(name) <= 128)) AND (name !~ '[^A-Za-z0-9_.:-]'::text))),
     CONSTRAINT queues_rate_burst_check CHECK ((rate_burst > 0)),
     CONSTRAINT queues_rate_interval_ms_check CHECK ((rate_interval_ms > 0)),
     CONSTRAINT queues_rate_limit_check CHECK ((rate_limit > 0))

@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "scheduling_and_control",
         include_str!("../migrations/0002_scheduling_and_control.sql"),
     ),
+    (
+        3,
+        "cheaper_name_checks",
+        include_str!("../migrations/0003_cheaper_name_checks.sql"),
+    ),
 ];
 
 macro_rules! queries {
