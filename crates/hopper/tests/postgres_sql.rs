@@ -7,7 +7,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper::testing::TestDatabase;
+use hopper::testing::{
+    ExpectedJob, TestDatabase, require_inserted_in, require_many_inserted, require_not_inserted,
+};
 use hopper::{
     Client, Error, JobArgs, JobListParams, JobState, NewJob, Runtime, TestClock, Workers,
 };
@@ -95,18 +97,24 @@ async fn sql_enqueue_takes_options_and_schedules_future_jobs() -> anyhow::Result
         )
         .await?
         .get(0);
-    let backend = db.backend();
-    let later = backend.job_get(later).await?.expect("exists");
-    assert_eq!(later.state, JobState::Scheduled);
-    assert_eq!(later.priority, hopper::Priority::HIGH);
-    assert_eq!((later.max_attempts, later.timeout_ms), (3, 90_000));
-    assert_eq!(later.args, json!([1, 2]));
-    let past = backend.job_get(past).await?.expect("exists");
-    assert_eq!(past.state, JobState::Available);
-    assert_eq!(
-        (past.queue.as_str(), past.args.clone()),
-        ("default", json!({}))
-    );
+    let jobs = require_many_inserted(
+        &Client::new(db.backend()),
+        &[
+            ExpectedJob::kind("from_sql")
+                .args(json!([1, 2]))
+                .queue("sqlq")
+                .priority(hopper::Priority::HIGH)
+                .max_attempts(3)
+                .state(JobState::Scheduled),
+            ExpectedJob::kind("from_sql")
+                .args(json!({}))
+                .queue("default")
+                .state(JobState::Available),
+        ],
+    )
+    .await?;
+    assert_eq!((jobs[0].id, jobs[0].timeout_ms), (later, 90_000));
+    assert_eq!(jobs[1].id, past);
     // The psql view shows both.
     let rows = client
         .query(
@@ -208,6 +216,16 @@ async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Resu
         .map(|n| NewJob::new("ship", json!({ "n": n })))
         .collect();
     hopper.insert_many_in(&tx, &many).await?;
+    // The transaction sees its own jobs; nobody else does yet.
+    let seen = require_inserted_in(&hopper, &tx, ExpectedJob::of(&FromSql { n: 1 })).await?;
+    assert_eq!(seen.id, typed);
+    require_inserted_in(
+        &hopper,
+        &tx,
+        ExpectedJob::kind("ship").args_containing(json!({ "n": 49 })),
+    )
+    .await?;
+    require_not_inserted(&hopper, ExpectedJob::kind("ship")).await?;
     assert_eq!(
         db.backend().job_get(kept).await?,
         None,
@@ -227,7 +245,18 @@ async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Resu
         .map(|n| NewJob::new("ship", json!({ "n": n })))
         .collect();
     hopper.insert_many_in(&tx, &many).await?;
+    require_inserted_in(
+        &hopper,
+        &tx,
+        ExpectedJob::kind("ship").args(json!({ "order": 2 })),
+    )
+    .await?;
     tx.rollback().await?;
+    require_not_inserted(
+        &hopper,
+        ExpectedJob::kind("ship").args(json!({ "order": 2 })),
+    )
+    .await?;
     assert_eq!(db.backend().job_get(dropped).await?, None);
     assert_eq!(db.backend().job_get(many[0].id).await?, None);
     assert_eq!(job_count(&db).await?, 52);

@@ -1,6 +1,5 @@
-//! Helpers for tests that run against a real PostgreSQL: each [`TestDatabase`] is a fresh
-//! schema, migrated, dropped when the value is dropped, so tests run in parallel without
-//! seeing each other's jobs.
+//! [`TestDatabase`]: a fresh PostgreSQL schema per test, migrated, dropped when the value
+//! is dropped, so tests run in parallel without seeing each other's jobs.
 //!
 //! The database comes from `HOPPER_TEST_DATABASE_URL`, else `DATABASE_URL`, else
 //! `postgres://postgres@127.0.0.1:5432/postgres`.

@@ -1,0 +1,312 @@
+//! Running one job of a worker in a test, without a runtime: [`run_job`], [`run_new_job`],
+//! and the engine they share with [`super::InlineClient`].
+//!
+//! A run is real: the job is inserted, claimed (a lease), run with a [`JobContext`] like
+//! the runtime's (timeout, panics caught, cancellation, `extend`), and its outcome recorded
+//! by the backend, whose answer becomes the [`JobOutcome`].
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{FutureExt, StreamExt};
+use hopper_core::{
+    Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobArgs, JobListParams,
+    JobRecord, JobState, NewJob, NodeInfo, Outcome, Result, Wakeup,
+};
+use hopper_sqlite::{SqliteBackend, SqliteOptions};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::context::{JobContext, RunState, StopReason};
+use crate::registry::{ErasedWorker, Workers};
+use crate::worker::{JobError, Worker};
+
+/// What became of a job run by [`run_job`], [`run_new_job`] or an
+/// [`InlineClient`](super::InlineClient), as recorded by the backend.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum JobOutcome {
+    /// The handler returned `Ok`: the job is `completed`.
+    Completed,
+    /// The attempt failed and the job will be tried again after `retry_in` (it is
+    /// `scheduled`). A panic or a timeout is such a failure too.
+    Retry {
+        /// Why the attempt failed.
+        error: String,
+        /// The delay before the next attempt.
+        retry_in: Duration,
+    },
+    /// The job is dead-lettered (`failed`): the handler failed permanently, or an attempt
+    /// failed and it was the last one.
+    Failed {
+        /// Why the last attempt failed.
+        error: String,
+    },
+    /// The handler snoozed: the job runs again after `retry_in`, the attempt not counted.
+    Snoozed {
+        /// The delay before it runs again.
+        retry_in: Duration,
+    },
+    /// The job was cancelled while it ran (its handler was told through
+    /// [`JobContext::cancellation`]).
+    Cancelled,
+    /// Not run (inline mode only): the job was not available when enqueued, because it is
+    /// scheduled for later or its unique key is held by another unfinished job.
+    NotRun,
+}
+
+/// One job run in a test: its outcome, and the job as stored afterwards.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRun {
+    /// What became of it.
+    pub outcome: JobOutcome,
+    /// The job as stored after the run (state, attempt, errors, …).
+    pub job: JobRecord,
+}
+
+/// Runs one job of `worker` with `args`, as the runtime would run its first attempt, on a
+/// private in-memory SQLite database (no server needed), and returns its outcome.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> hopper::Result<()> {
+/// use hopper::testing::{JobOutcome, run_job};
+/// use hopper::{JobArgs, JobContext, JobError, Worker};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Resize { width: u32 }
+///
+/// impl JobArgs for Resize {
+///     const KIND: &'static str = "resize";
+/// }
+///
+/// struct Resizer;
+///
+/// #[async_trait::async_trait]
+/// impl Worker for Resizer {
+///     type Args = Resize;
+///     async fn process(&self, _ctx: &JobContext, args: Resize) -> Result<(), JobError> {
+///         if args.width == 0 {
+///             return Err(JobError::permanent("width must be positive"));
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// assert_eq!(run_job(Resizer, &Resize { width: 640 }).await?.outcome, JobOutcome::Completed);
+/// let run = run_job(Resizer, &Resize { width: 0 }).await?;
+/// assert_eq!(run.outcome, JobOutcome::Failed { error: "width must be positive".into() });
+/// assert_eq!(run.job.errors.len(), 1);
+/// # Ok(()) }
+/// ```
+pub async fn run_job<W: Worker>(worker: W, args: &W::Args) -> Result<JobRun> {
+    run_new_job(worker, NewJob::of(args)?).await
+}
+
+/// Like [`run_job`], for a job built with [`NewJob`]: its queue, priority, maximum attempts
+/// (1 makes this attempt the last) and timeout are honoured. It must be of the worker's
+/// kind and due now.
+pub async fn run_new_job<W: Worker>(worker: W, job: NewJob) -> Result<JobRun> {
+    if job.kind != W::Args::KIND {
+        return Err(Error::InvalidInput(format!(
+            "the job is of kind {:?}, the worker runs {:?}",
+            job.kind,
+            W::Args::KIND
+        )));
+    }
+    job.validate()?;
+    let backend: Arc<dyn Backend> =
+        Arc::new(SqliteBackend::open_in_memory(SqliteOptions::default()).await?);
+    backend.migrate().await?;
+    backend.job_insert(&job).await?;
+    let Some(claimed) = claim(&backend, &job.queue, job.id).await? else {
+        return Err(Error::InvalidInput(format!(
+            "the job is not due now (run_at {:?}); run_new_job runs jobs that are",
+            job.run_at
+        )));
+    };
+    let mut workers = Workers::new();
+    workers.register(worker);
+    let worker = workers
+        .get(W::Args::KIND)
+        .ok_or_else(|| Error::NotFound(format!("a worker for kind {:?}", W::Args::KIND)))?;
+    run_claimed(&backend, worker.as_ref(), claimed).await
+}
+
+/// Claims the job `id`, which must be the only available one of `queue` (anything else
+/// claimed is handed back and reported). `None` when the job is not available.
+pub(crate) async fn claim(
+    backend: &Arc<dyn Backend>,
+    queue: &str,
+    id: hopper_core::JobId,
+) -> Result<Option<ClaimedJob>> {
+    let others = backend
+        .job_list(&JobListParams {
+            queue: Some(queue.to_owned()),
+            state: Some(JobState::Available),
+            limit: 2,
+            ..JobListParams::default()
+        })
+        .await?;
+    if let Some(other) = others.iter().find(|j| j.id != id) {
+        return Err(Error::Conflict(format!(
+            "queue {queue:?} holds another available job ({} of kind {:?}); a job run at once \
+             must be the only one ready in its queue",
+            other.id, other.kind
+        )));
+    }
+    if others.is_empty() {
+        return Ok(None);
+    }
+    let node = NodeInfo {
+        id: uuid::Uuid::now_v7(),
+        name: format!("hopper-testing-{}", std::process::id()),
+        queues: vec![queue.to_owned()],
+        concurrency: 1,
+    };
+    // Registered, so a rescuer of another node on the same database sees a live node.
+    backend.node_heartbeat(&node).await?;
+    let mut claimed = backend
+        .job_claim(&ClaimParams {
+            queue: queue.to_owned(),
+            node: node.id,
+            limit: 1,
+            lease: Duration::from_secs(3600),
+        })
+        .await?;
+    match claimed.pop() {
+        Some(job) if job.lease.job_id == id => Ok(Some(job)),
+        Some(job) => {
+            let released = Finish {
+                lease: job.lease,
+                outcome: Outcome::Released,
+            };
+            backend.job_finish_many(&[released]).await?;
+            Err(Error::Conflict(format!(
+                "queue {queue:?} got another available job ({}) while {id} was run at once",
+                job.lease.job_id
+            )))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Runs a claimed job to its outcome and records it.
+pub(crate) async fn run_claimed(
+    backend: &Arc<dyn Backend>,
+    worker: &dyn ErasedWorker,
+    job: ClaimedJob,
+) -> Result<JobRun> {
+    let lease = job.lease;
+    let timeout = worker.timeout().unwrap_or(job.timeout);
+    if timeout > job.timeout && !backend.job_extend_many(&[lease], timeout).await?.is_empty() {
+        return Err(Error::LeaseLost(lease));
+    }
+    let mut wakeups = backend.subscribe().await?.fuse();
+    let started = Instant::now();
+    let run = Arc::new(RunState::new(started + timeout));
+    let job = Arc::new(job);
+    let blocking = Arc::new(Semaphore::new(BLOCKING_THREADS));
+    let ctx = JobContext::new(job.clone(), run.clone(), backend.clone(), blocking);
+    let handler = AssertUnwindSafe(worker.process(&ctx, job.args.clone())).catch_unwind();
+    tokio::pin!(handler);
+    let result = loop {
+        let deadline = *run.deadline.lock().await;
+        tokio::select! {
+            biased;
+            r = &mut handler => break Some(r.unwrap_or_else(|panic| {
+                Err(JobError::retry(format!("panicked: {}", panic_message(&*panic))))
+            })),
+            Some(wakeup) = wakeups.next() => {
+                if wakeup == Wakeup::Cancelled(lease.job_id) {
+                    run.stop(StopReason::Cancelled);
+                    break None;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                if *run.deadline.lock().await <= Instant::now() {
+                    run.token.cancel();
+                    break Some(Err(JobError::retry(format!("timed out after {:?}", deadline - started))));
+                }
+            }
+        }
+    };
+    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let answer = match result {
+        None => None,
+        Some(result) => {
+            let outcome = outcome(result, worker, job.counted_attempt, duration_ms);
+            let finish = Finish { lease, outcome };
+            let answers = backend
+                .job_finish_many(std::slice::from_ref(&finish))
+                .await?;
+            Some((finish.outcome, answers.first().copied()))
+        }
+    };
+    let record = backend
+        .job_get(lease.job_id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("job {} after its run", lease.job_id)))?;
+    let outcome = match answer {
+        None => JobOutcome::Cancelled,
+        Some((_, Some(FinishResult::LeaseLost))) => match record.state {
+            JobState::Cancelled => JobOutcome::Cancelled,
+            // Completed inside the handler's own transaction (`JobContext::complete_in`).
+            JobState::Completed => JobOutcome::Completed,
+            _ => return Err(Error::LeaseLost(lease)),
+        },
+        Some((outcome, _)) => recorded(outcome, record.state),
+    };
+    Ok(JobRun {
+        outcome,
+        job: record,
+    })
+}
+
+/// Blocking-pool permits of a test run's context.
+const BLOCKING_THREADS: usize = 4;
+
+/// The outcome the runtime would report for a handler's result.
+fn outcome(
+    result: std::result::Result<(), JobError>,
+    worker: &dyn ErasedWorker,
+    attempt: i32,
+    duration_ms: i64,
+) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Completed { duration_ms },
+        Err(JobError::Retry { message, retry_in }) => Outcome::Retry {
+            error: message,
+            retry_in: retry_in.unwrap_or_else(|| worker.backoff(attempt)),
+            duration_ms,
+        },
+        Err(JobError::Permanent(message)) => Outcome::Failed {
+            error: message,
+            duration_ms,
+        },
+        Err(JobError::Snooze(retry_in)) => Outcome::Snoozed { retry_in },
+    }
+}
+
+/// The test's view of a recorded outcome: a retry on the last attempt is a dead letter.
+fn recorded(outcome: Outcome, state: JobState) -> JobOutcome {
+    match outcome {
+        Outcome::Completed { .. } => JobOutcome::Completed,
+        Outcome::Retry { error, .. } if state == JobState::Failed => JobOutcome::Failed { error },
+        Outcome::Retry {
+            error, retry_in, ..
+        } => JobOutcome::Retry { error, retry_in },
+        Outcome::Failed { error, .. } => JobOutcome::Failed { error },
+        Outcome::Snoozed { retry_in } => JobOutcome::Snoozed { retry_in },
+        Outcome::Released => JobOutcome::NotRun,
+    }
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic.downcast_ref::<&str>().map(|s| (*s).to_owned());
+    text.or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned())
+}
