@@ -11,13 +11,22 @@
 //!
 //! Each workload prints one line of text, or one JSON object per line with `--json`. The
 //! figures and how they compare with PostgreSQL's own limits are in `docs/benchmarks.md`.
+//!
+//! The drain (W3) also reports what it cost the database per job (WAL bytes, WAL records,
+//! commits; `bench/cost.rs`). Two longer workloads are not part of `all`: `claim-scale`
+//! (W5, the claim rate at the head of a 1,000,000-job backlog against a 1,000-job one;
+//! `bench/w5.rs`) and `soak` (W6, `--duration` at 70% of the W3 rate; `bench/soak.rs`).
 
+mod cost;
+mod counting;
 mod db;
 mod drain;
 mod enqueue;
 mod job;
 mod latency;
 mod report;
+mod soak;
+mod w5;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,9 +94,19 @@ pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyh
         Workload::EnqueueSingle => {
             bench.print(&enqueue::single(&bench, jobs.unwrap_or(10_000)).await?)
         }
-        Workload::Drain => bench.print(&drain::run(&bench).await?),
+        Workload::Drain => cost::drain(&bench).await?,
         Workload::Latency => bench.print(&latency::run(&bench, jobs.unwrap_or(2_000)).await?),
         Workload::All => all(&bench, jobs).await?,
+        Workload::ClaimScale => {
+            let report = w5::run(&bench, jobs.unwrap_or(100_000), args.backlog).await?;
+            w5::print(&bench, &report);
+        }
+        Workload::Soak => {
+            let duration = humantime::parse_duration(&args.duration)
+                .context("--duration (e.g. 10m, 90s)")?;
+            let report = soak::run(&bench, duration, args.rate).await?;
+            soak::print(&bench, &report);
+        }
     }
     Ok(())
 }
@@ -98,7 +117,7 @@ async fn all(bench: &Bench, jobs: Option<u64>) -> anyhow::Result<()> {
     clear(bench).await?;
     bench.print(&enqueue::bulk(bench, jobs.unwrap_or(100_000)).await?);
     db::vacuum(&bench.client).await?;
-    bench.print(&drain::run(bench).await?);
+    cost::drain(bench).await?;
     bench.print(&enqueue::single(bench, jobs.map_or(10_000, |n| n / 10).max(1)).await?);
     clear(bench).await?;
     db::vacuum(&bench.client).await?;

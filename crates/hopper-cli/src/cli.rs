@@ -178,6 +178,12 @@ pub enum Workload {
     Latency,
     /// W1, W2, W3 and W4 in turn.
     All,
+    /// W5: the claim rate at the head of a `--backlog` backlog against a 1,000-job one
+    /// (`--jobs` measured starts each, default 100,000).
+    ClaimScale,
+    /// W6: `--duration` at `--rate` (default 70% of a W3 drain measured first); the drift
+    /// between the first and the last half.
+    Soak,
 }
 
 /// `hopper bench`.
@@ -198,4 +204,13 @@ pub struct BenchArgs {
     /// Timeout (and so lease) of the bench jobs a drain runs (e.g. 2s).
     #[arg(long)]
     pub job_timeout: Option<String>,
+    /// The large backlog of claim-scale (W5).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub backlog: u64,
+    /// How long the soak (W6) runs (e.g. 10m, 90s).
+    #[arg(long, default_value = "10m")]
+    pub duration: String,
+    /// Jobs per second the soak (W6) enqueues (default: 70% of a W3 drain measured first).
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
