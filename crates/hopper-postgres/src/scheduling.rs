@@ -14,6 +14,10 @@ use crate::PgBackend;
 use crate::error::map_pg;
 use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
 
+mod fair;
+
+use fair::FairLimits;
+
 /// Reads a claimed job from `row`, whose job columns start at `at` (the columns of
 /// `job_claim.sql`'s RETURNING, in order).
 pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
@@ -37,51 +41,42 @@ pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
 }
 
 /// What a fair or limited claim statement returned: the jobs, the running count it saw,
-/// and the groups served.
+/// and the fair claim's next cursor (the last group it picked).
 struct Claimed {
     jobs: Vec<ClaimedJob>,
     running: Option<i64>,
-    groups: Vec<String>,
+    cursor: Option<String>,
 }
 
-impl Claimed {
-    /// The group served furthest along the ring that started after `cursor`: groups after
-    /// the cursor come first (in key order), then, wrapped around, the others.
-    fn last_group(&self, cursor: Option<&str>) -> Option<String> {
-        let cursor = cursor.unwrap_or("");
-        self.groups
-            .iter()
-            .max_by(|a, b| {
-                let place = |g: &String| (g.as_str() <= cursor, g.clone());
-                place(a).cmp(&place(b))
-            })
-            .cloned()
-    }
-}
-
-/// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, (a
-/// column kept NULL), group, then the job (NULL when nothing was claimed).
+/// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, next
+/// cursor, group, then the job (NULL when nothing was claimed).
 fn read_claimed(rows: &[Row]) -> Result<Claimed> {
     let mut out = Claimed {
         jobs: Vec::with_capacity(rows.len()),
         running: None,
-        groups: Vec::new(),
+        cursor: None,
     };
     for row in rows {
         out.running = row.try_get(0).map_err(Error::database)?;
+        out.cursor = row.try_get(1).map_err(Error::database)?;
         let id: Option<uuid::Uuid> = row.try_get(3).map_err(Error::database)?;
-        if id.is_none() {
-            continue;
+        if id.is_some() {
+            out.jobs.push(claimed_job(row, 3)?);
         }
-        let group: Option<String> = row.try_get(2).map_err(Error::database)?;
-        if let Some(group) = group
-            && !out.groups.contains(&group)
-        {
-            out.groups.push(group);
-        }
-        out.jobs.push(claimed_job(row, 3)?);
     }
     Ok(out)
+}
+
+/// How many groups a fair claim of `limit` jobs offers turns to: `limit` (no claim fills
+/// more), or twice that for a limited queue, where groups at their per-group limit get no
+/// turn (the statement serves `limit` plus as many as are at their limit).
+fn groups_to_serve(limit: u32, limited: bool) -> usize {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    if limited {
+        limit.saturating_mul(2)
+    } else {
+        limit
+    }
 }
 
 /// Reads a `queues` row (`queue_settings_all.sql`, `queue_update.sql`).
@@ -134,50 +129,6 @@ impl PgBackend {
         Ok(self.inner.settings.mode(queue))
     }
 
-    /// Claims from a queue with groups and no limits: `job_claim_fair.sql`, no lock.
-    ///
-    /// Runs in a transaction that forces a generic plan ([`GENERIC_PLAN`]); the three
-    /// requests are pipelined, so this costs one round trip like the plain claim.
-    pub(crate) async fn claim_fair(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&self.inner.queries.job_claim_fair)
-            .await
-            .map_err(map_pg)?;
-        let cursor = self.inner.settings.cursor(&params.queue);
-        let none_i32: Option<i32> = None;
-        let none_f64: Option<f64> = None;
-        let none_at: Option<DateTime<Utc>> = None;
-        let limit = i64::from(params.limit);
-        let lease = lease_ms(params.lease);
-        let now = self.inner.clock.now();
-        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
-            &params.queue,
-            &params.node,
-            &limit,
-            &lease,
-            &now,
-            &cursor,
-            &none_i32,
-            &none_i32,
-            &none_f64,
-            &none_at,
-        ];
-        let (begun, rows, committed) = tokio::join!(
-            client.batch_execute(GENERIC_PLAN),
-            client.query(&statement, &args),
-            client.batch_execute("COMMIT"),
-        );
-        begun.map_err(map_pg)?;
-        let rows = rows.map_err(map_pg)?;
-        committed.map_err(map_pg)?;
-        let claimed = read_claimed(&rows)?;
-        if let Some(group) = claimed.last_group(cursor.as_deref()) {
-            self.inner.settings.set_cursor(&params.queue, group);
-        }
-        Ok(claimed.jobs)
-    }
-
     /// Claims from a limited queue: locks its settings row (`queue_lock.sql`), works out
     /// how many jobs the rate bucket allows, claims (`job_claim_limited.sql` or
     /// `job_claim_fair.sql`) within the concurrency limits, stores the bucket, commits.
@@ -185,36 +136,49 @@ impl PgBackend {
     /// be room again.
     ///
     /// Two round trips: BEGIN and the lock pipelined, then the claim and COMMIT pipelined.
+    /// With groups, the groups come from the process's ring (`fair.rs`); when a claim
+    /// from the cached ring came back empty without a limit cutting it, the ring is
+    /// reloaded and the claim made once more.
     pub(crate) async fn claim_limited(
         &self,
         params: &ClaimParams,
         fair: bool,
     ) -> Result<Vec<ClaimedJob>> {
         let client = self.client().await?;
-        let result = self.claim_limited_on(&client, params, fair).await;
+        let mut result = self.claim_limited_on(&client, params, fair).await;
+        if let Ok((_, true)) = result {
+            result = match self.load_ring(&client, &params.queue).await {
+                Ok(()) => self.claim_limited_on(&client, params, fair).await,
+                Err(e) => Err(e),
+            };
+        }
         if result.is_err() {
             // Never hand a connection back to the pool inside a transaction.
             let _ = client.batch_execute("ROLLBACK").await;
         }
-        result
+        result.map(|(jobs, _)| jobs)
     }
 
+    /// One limited claim; true beside the jobs when nothing was claimed from a cached ring
+    /// although no limit stopped it (the caller reloads the ring and tries again).
     async fn claim_limited_on(
         &self,
         client: &deadpool_postgres::Object,
         params: &ClaimParams,
         fair: bool,
-    ) -> Result<Vec<ClaimedJob>> {
+    ) -> Result<(Vec<ClaimedJob>, bool)> {
+        let turns = if fair {
+            let take = groups_to_serve(params.limit, true);
+            let (turns, loaded) = self.fair_turns(client, &params.queue, take).await?;
+            if turns.unknown {
+                return Ok((Vec::new(), false));
+            }
+            Some((turns, loaded))
+        } else {
+            None
+        };
         let q = &self.inner.queries;
         let lock = client.prepare_cached(&q.queue_lock).await.map_err(map_pg)?;
-        let claim = client
-            .prepare_cached(if fair {
-                &q.job_claim_fair
-            } else {
-                &q.job_claim_limited
-            })
-            .await
-            .map_err(map_pg)?;
         let now = self.inner.clock.now();
         let args: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&params.queue, &now];
         let (begun, row) = tokio::join!(
@@ -226,12 +190,12 @@ impl PgBackend {
             // The settings row is gone (never happens through hopper): nothing limits it.
             client.batch_execute("COMMIT").await.map_err(map_pg)?;
             self.inner.settings.invalidate();
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         };
         let paused: bool = row.try_get(0).map_err(Error::database)?;
         if paused {
             client.batch_execute("COMMIT").await.map_err(map_pg)?;
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
         let max_running: Option<i32> = row.try_get(1).map_err(Error::database)?;
         let per_group: Option<i32> = row.try_get(2).map_err(Error::database)?;
@@ -257,43 +221,43 @@ impl PgBackend {
         let lease = lease_ms(params.lease);
         let tokens_left = bucket.map(|b| b.tokens);
         let refill_at = bucket.map(|_| at);
-        let cursor = self.inner.settings.cursor(&params.queue);
-        let fair_params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
-            &params.queue,
-            &params.node,
-            &allowed_i64,
-            &lease,
-            &now,
-            &cursor,
-            &per_group,
-            &max_running,
-            &tokens_left,
-            &refill_at,
-        ];
-        let plain_params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-            &params.queue,
-            &params.node,
-            &allowed_i64,
-            &lease,
-            &now,
-            &max_running,
-            &tokens_left,
-            &refill_at,
-        ];
-        let query: &[&(dyn tokio_postgres::types::ToSql + Sync)] =
-            if fair { &fair_params } else { &plain_params };
-        let (rows, committed) =
-            tokio::join!(client.query(&claim, query), client.batch_execute("COMMIT"),);
-        let rows = rows.map_err(map_pg)?;
-        committed.map_err(map_pg)?;
-        let claimed = read_claimed(&rows)?;
-        if let Some(group) = claimed.last_group(cursor.as_deref()) {
-            self.inner.settings.set_cursor(&params.queue, group);
-        }
+        let claimed = match &turns {
+            Some((turns, _)) => {
+                let limits = FairLimits {
+                    per_group,
+                    max_running,
+                    tokens: tokens_left,
+                    refill_at,
+                };
+                self.run_fair(client, params, allowed_i64, turns, limits, false)
+                    .await?
+            }
+            None => {
+                let claim = client
+                    .prepare_cached(&q.job_claim_limited)
+                    .await
+                    .map_err(map_pg)?;
+                let args: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+                    &params.queue,
+                    &params.node,
+                    &allowed_i64,
+                    &lease,
+                    &now,
+                    &max_running,
+                    &tokens_left,
+                    &refill_at,
+                ];
+                let (rows, committed) =
+                    tokio::join!(client.query(&claim, &args), client.batch_execute("COMMIT"));
+                let rows = rows.map_err(map_pg)?;
+                committed.map_err(map_pg)?;
+                read_claimed(&rows)?
+            }
+        };
         let n = u32::try_from(claimed.jobs.len()).unwrap_or(u32::MAX);
         let running = claimed.running.unwrap_or(0);
-        let capped = max_running.is_some_and(|max| running + i64::from(n) >= i64::from(max))
-            || (fair && per_group.is_some() && n < allowed);
+        let at_max = max_running.is_some_and(|max| running + i64::from(n) >= i64::from(max));
+        let capped = at_max || (fair && per_group.is_some() && n < allowed);
         if let Some(bucket) = bucket
             && n == allowed
             && allowed < params.limit
@@ -304,7 +268,10 @@ impl PgBackend {
         } else if capped {
             self.inner.settings.arm(&params.queue, LIMIT_RETRY);
         }
-        Ok(claimed.jobs)
+        let look_again = turns
+            .as_ref()
+            .is_some_and(|(_, loaded)| !loaded && n == 0 && allowed > 0 && !at_max);
+        Ok((claimed.jobs, look_again))
     }
 
     /// Every queue that has settings.

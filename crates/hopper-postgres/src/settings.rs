@@ -7,9 +7,11 @@
 //! queue is therefore not claimed from on any node within [`MAX_AGE`] of the change, and
 //! usually within milliseconds.
 //!
-//! The cache also remembers, per queue, the rotation cursor of the fair claim (the group
-//! this process served last) and when a limited queue is worth claiming again (see
-//! [`Cache::arm`]).
+//! The cache also holds, per grouped queue, the fair claim's ring (the groups with ready
+//! jobs, and the rotation cursor: [`ring`]) and remembers when a limited queue is worth
+//! claiming again (see [`Cache::arm`]).
+
+pub mod ring;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -47,7 +49,6 @@ pub enum ClaimMode {
 struct State {
     settings: HashMap<String, QueueSettings>,
     loaded_at: Option<Instant>,
-    cursors: HashMap<String, String>,
     armed: HashMap<String, Instant>,
 }
 
@@ -58,6 +59,8 @@ pub struct Cache {
     stale: AtomicBool,
     reloading: tokio::sync::Mutex<()>,
     local_wake: broadcast::Sender<Wakeup>,
+    /// The fair claim's rings, per grouped queue.
+    pub rings: ring::Rings,
 }
 
 impl Cache {
@@ -68,6 +71,7 @@ impl Cache {
             stale: AtomicBool::new(true),
             reloading: tokio::sync::Mutex::new(()),
             local_wake,
+            rings: ring::Rings::default(),
         }
     }
 
@@ -158,16 +162,6 @@ impl Cache {
         } else {
             ClaimMode::Plain
         }
-    }
-
-    /// The fair claim's rotation cursor for `queue`: the group served last.
-    pub fn cursor(&self, queue: &str) -> Option<String> {
-        self.state().cursors.get(queue).cloned()
-    }
-
-    /// Moves the rotation cursor of `queue`.
-    pub fn set_cursor(&self, queue: &str, group: String) {
-        self.state().cursors.insert(queue.to_owned(), group);
     }
 
     /// Wakes this process's claimers of `queue` after `delay` (a limited queue that will

@@ -103,6 +103,7 @@ queries!(
     node_deregister,
     node_heartbeat,
     node_release_dead,
+    queue_groups_ready,
     queue_lock,
     queue_mark_grouped,
     queue_settings_all,

@@ -8,5 +8,6 @@ mod scheduling {
     mod control;
     mod fairness;
     mod limits;
+    mod ring;
     mod unique;
 }

@@ -1,65 +1,47 @@
 -- Claims from a queue whose jobs carry groups: groups take turns (round-robin), priority
 -- is strict and FIFO holds within a group. Runs alone for a queue without limits, or as
 -- the second statement after queue_lock.sql for a limited one (then $7-$10 are set).
--- $1 queue, $2 node, $3 most jobs, $4 lease ms, $5 now, $6 the group served last by this
--- node (the rotation's cursor; NULL: start), $7 max_running_per_group, $8 max_running,
--- $9 tokens left after refill (NULL: no rate limit), $10 refill instant.
+-- $1 queue, $2 node, $3 most jobs, $4 lease ms, $5 now, $6 the groups to serve, in turn
+-- order (the process's cached ring rotated to start after its cursor, see
+-- src/settings/ring.rs), $7 max_running_per_group, $8 max_running, $9 tokens left after
+-- refill (NULL: no rate limit), $10 refill instant, $11 the ungrouped stragglers the
+-- ring's last load saw at the head of the queue (ids; usually none).
 --
 -- Why this shape (the plain claim's ORDER BY priority, run_at LIMIT n would hand a group
 -- with 10,000 old jobs every slot until its backlog is gone):
 --
--- 1. ring: a loose index scan over jobs_group_claim_idx (queue, group_key, priority,
---    run_at, id) WHERE available AND group_key IS NOT NULL. Each step is one index probe
---    "first group_key > the previous one", so finding the next n groups costs n probes
---    however many jobs each group has: no scan of the backlog, no DISTINCT over it. It
---    starts after the cursor and wraps around to the first group, and stops after $3
---    groups (no claim needs more) or when it is back where it started. (OFFSET 0 keeps
---    each step's subquery from being pulled up, which evaluated its probes two or three
---    times: once for the filter, once for the output.)
--- 2. candidates: per group, a LATERAL top-k in claim order over the same index (an index
---    range scan of that group's first entries), k = ceil($3 / groups), locked with
---    FOR UPDATE SKIP LOCKED, so concurrent claimers skip each other's rows inside each
---    group exactly as the plain claim does. Groups at their per-group limit get none.
--- 3. picked: the first job of every group in ring order, then the second of every group,
---    and so on, up to the allowance: round-robin across groups.
+-- 1. turns: the groups come from the caller, not from the index. Each process keeps the
+--    list of groups with ready jobs (queue_groups_ready.sql, a loose index scan) and
+--    reloads it every 100 ms, pipelined with a claim, at once when it has none, and when
+--    a claim from it came back empty (so a new group is served within 100 ms while others
+--    keep the workers busy, and at once when they do not). Only the first $3 groups are
+--    served (plus those at their per-group limit, which get nothing).
+-- 2. candidates: per group, a LATERAL top-k in claim order over jobs_group_claim_idx
+--    (queue, group_key, priority, run_at, id) WHERE available AND group_key IS NOT NULL:
+--    an index range scan of that group's first entries, k = ceil($3 / groups with room),
+--    capped by the group's room under its limit, locked FOR UPDATE SKIP LOCKED, so
+--    concurrent claimers skip each other's rows inside each group as the plain claim does.
+-- 3. picked: the first job of every group in turn order, then the second of every group,
+--    and so on, up to the allowance: round-robin across groups. The last group picked
+--    comes back as the next cursor, so the groups that got one job more this time come
+--    last next time.
 -- 4. claimed: the picked rows are found by `id = ANY (ARRAY(…))`, a primary-key probe per
 --    row whatever the estimates (as a join, the generic plan hashed a sequential scan).
---    Each row's group comes back; the caller moves its cursor to the group furthest along
---    the ring.
--- Rows locked in step 2 but not picked in step 3 (at most one per group) are unlocked at
--- the end of the transaction; a concurrent claimer may skip them meanwhile, nothing else.
--- Cost: about 2 × groups visited index probes, independent of the backlog.
-WITH RECURSIVE ring(g, n, first) AS (
-    SELECT s.g, 1, s.g
-    FROM (SELECT coalesce(
-            (SELECT group_key FROM hopper.jobs
-              WHERE state = 'available' AND queue = $1 AND group_key IS NOT NULL
-                AND group_key > coalesce($6::text, '')
-              ORDER BY group_key LIMIT 1),
-            (SELECT group_key FROM hopper.jobs
-              WHERE state = 'available' AND queue = $1 AND group_key IS NOT NULL
-              ORDER BY group_key LIMIT 1)) AS g
-          OFFSET 0) AS s
-    WHERE s.g IS NOT NULL
-  UNION ALL
-    SELECT nx.g, r.n + 1, r.first
-    FROM ring AS r,
-         LATERAL (SELECT coalesce(
-            (SELECT group_key FROM hopper.jobs
-              WHERE state = 'available' AND queue = $1 AND group_key IS NOT NULL
-                AND group_key > r.g
-              ORDER BY group_key LIMIT 1),
-            (SELECT group_key FROM hopper.jobs
-              WHERE state = 'available' AND queue = $1 AND group_key IS NOT NULL
-              ORDER BY group_key LIMIT 1)) AS g
-          OFFSET 0) AS nx
-    WHERE r.n < $3 + (SELECT count(*) FROM busy WHERE busy.n >= $7::integer)
-      AND nx.g <> r.first
-),
--- Running jobs per group and in all, counted only when a limit needs them (one-time
--- filters: the statement without limits never reads them). jobs_running_idx holds only
--- running jobs, so this costs the number of running jobs.
-busy AS (
+-- Rows locked in step 2 but not picked in step 3 (fewer than one per group) are unlocked
+-- at the end of the transaction; a concurrent claimer may skip them meanwhile, nothing
+-- else. Cost: one short index range scan per group served, as many as the plain claim's
+-- one scan reads in all.
+--
+-- Measured with scripts/bench_scheduling.sh (W3 drain, 20,000 no-op jobs over 16 groups,
+-- concurrency 50, ratios to the plain queue in the same round; docs/benchmarks.md):
+--   - the ring walked inside every claim (a recursive loose index scan: 2 probes per
+--     group, then the per-group top-k), generic plan: 0.28-0.48;
+--   - the ring cached per process (this file + queue_groups_ready.sql): see
+--     docs/benchmarks.md.
+WITH busy AS (
+    -- Running jobs per group, counted only when a limit needs them (a one-time filter:
+    -- the statement without limits never reads them). jobs_running_idx holds only
+    -- running jobs, so this costs the number of running jobs.
     SELECT group_key AS g, count(*) AS n
     FROM hopper.jobs
     WHERE state = 'running'
@@ -68,14 +50,21 @@ busy AS (
     GROUP BY group_key
 ),
 allowance AS (
-    SELECT greatest(0, least($3, coalesce($8::integer - (SELECT sum(n) FROM busy)::integer,
-                                          $8::integer, $3))) AS n
+    SELECT greatest(0, least($3::bigint,
+                             coalesce($8::integer - (SELECT sum(n) FROM busy)::integer,
+                                      $8::integer, $3::bigint))) AS n
 ),
 turns AS (
-    SELECT ring.g, ring.n AS turn,
-           coalesce($7::integer - b.n::integer, $7::integer, $3) AS room
-    FROM ring
-    LEFT JOIN busy AS b ON b.g = ring.g
+    SELECT r.g, r.turn,
+           greatest(0, coalesce($7::integer - b.n::integer, $7::integer, $3::bigint)) AS room
+    FROM unnest($6::text[]) WITH ORDINALITY AS r(g, turn)
+    LEFT JOIN busy AS b ON b.g = r.g
+    WHERE r.turn <= $3 + (SELECT count(*) FROM busy WHERE busy.n >= $7::integer)
+),
+share AS (
+    SELECT ceil($3::float8 / greatest(1, count(*)))::bigint AS k
+    FROM turns
+    WHERE room > 0
 ),
 candidates AS (
     SELECT c.id, t.turn, t.g, c.rn
@@ -89,30 +78,19 @@ candidates AS (
                   AND queue = $1
                   AND group_key = t.g
                 ORDER BY priority, run_at, id
-                LIMIT (SELECT ceil($3::float8 / greatest(1, count(*)))::bigint
-                       FROM turns WHERE turns.room > 0)
+                LIMIT least(t.room, (SELECT k FROM share))
                 FOR UPDATE SKIP LOCKED
             ) AS j
          ) AS c
-    WHERE c.rn <= t.room
 ),
--- Stragglers: jobs without a group in this grouped queue (inserted by a process whose
--- settings cache did not know yet that the queue had become grouped). They are not in
--- jobs_group_claim_idx; the ones among the first 32 entries of jobs_claim_idx get the first
--- turn, so they run when they reach the head of the queue instead of never.
+-- Stragglers (jobs without a group in this grouped queue, see queue_groups_ready.sql) get
+-- the first turn. Those already claimed elsewhere are no longer available.
 stray AS (
-    SELECT j.id
-    FROM hopper.jobs AS j
-    WHERE j.id IN (
-        SELECT h.id
-        FROM (SELECT id, group_key
-              FROM hopper.jobs
-              WHERE state = 'available'
-                AND queue = $1
-              ORDER BY priority, run_at, id
-              LIMIT 32) AS h
-        WHERE h.group_key IS NULL)
-      AND j.state = 'available'
+    SELECT id
+    FROM hopper.jobs
+    WHERE id = ANY ($11::uuid[])
+      AND state = 'available'
+      AND queue = $1
     FOR UPDATE SKIP LOCKED
 ),
 stragglers AS (
@@ -120,7 +98,7 @@ stragglers AS (
     FROM stray
 ),
 picked AS (
-    SELECT id, turn, g
+    SELECT id, turn, g, rn
     FROM (SELECT id, turn, g, rn FROM candidates
           UNION ALL
           SELECT id, turn, g, rn FROM stragglers) AS c
@@ -136,7 +114,7 @@ claimed AS (
         lease_expires_at = coalesce($5::timestamptz, now())
                            + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-    RETURNING NULL::bigint, j.group_key,
+    RETURNING j.group_key,
               j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
               j.max_attempts, j.timeout_ms, j.created_at, j.run_at
 ),
@@ -147,6 +125,8 @@ bucket AS (
     WHERE name = $1
       AND $9::float8 IS NOT NULL
 )
-SELECT (SELECT sum(n) FROM busy)::bigint, c.*
+SELECT (SELECT sum(n) FROM busy)::bigint,
+       (SELECT g FROM picked WHERE g IS NOT NULL ORDER BY rn DESC, turn DESC LIMIT 1),
+       c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true

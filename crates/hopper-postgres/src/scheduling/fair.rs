@@ -1,0 +1,180 @@
+//! The fair claim (`job_claim_fair.sql`) with the process's cached ring of groups
+//! (`settings/ring.rs`): the groups to serve come from the cache, which is reloaded
+//! (`queue_groups_ready.sql`) in the claim's own pipeline when older than
+//! [`ring::MAX_AGE`], before the claim when nothing is cached, and at once when a claim
+//! from the cached groups came back empty.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Object;
+use hopper_core::{ClaimParams, ClaimedJob, Error, Result};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::{Claimed, GENERIC_PLAN, groups_to_serve, lease_ms, read_claimed};
+use crate::PgBackend;
+use crate::error::map_pg;
+use crate::settings::ring::{self, Turns};
+
+/// The limits a fair claim applies in SQL ($7-$10 of `job_claim_fair.sql`); all `None`
+/// for a queue without limits.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct FairLimits {
+    /// Most running jobs per group.
+    pub per_group: Option<i32>,
+    /// Most running jobs of the queue.
+    pub max_running: Option<i32>,
+    /// Rate tokens left after the refill (the claimed jobs are taken off in SQL).
+    pub tokens: Option<f64>,
+    /// The refill instant to store with them.
+    pub refill_at: Option<DateTime<Utc>>,
+}
+
+impl PgBackend {
+    /// Claims from a queue with groups and no limits: `job_claim_fair.sql`, no lock.
+    ///
+    /// One round trip, like the plain claim (the transaction that forces a generic plan,
+    /// the claim, a ring reload when due and the COMMIT are pipelined), plus one to load
+    /// the ring when this process has none or its groups had nothing left.
+    pub(crate) async fn claim_fair(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        let client = self.client().await?;
+        let take = groups_to_serve(params.limit, false);
+        let (turns, loaded) = self.fair_turns(&client, &params.queue, take).await?;
+        if turns.unknown {
+            return Ok(Vec::new());
+        }
+        let limit = i64::from(params.limit);
+        let none = FairLimits::default();
+        let claimed = self
+            .run_fair(&client, params, limit, &turns, none, true)
+            .await?;
+        if !claimed.jobs.is_empty() || loaded {
+            return Ok(claimed.jobs);
+        }
+        // The cached groups had nothing left: look for groups that appeared since.
+        self.load_ring(&client, &params.queue).await?;
+        let turns = self.inner.settings.rings.turns(&params.queue, take);
+        if turns.unknown {
+            return Ok(Vec::new());
+        }
+        let claimed = self
+            .run_fair(&client, params, limit, &turns, none, true)
+            .await?;
+        Ok(claimed.jobs)
+    }
+
+    /// The turns of a claim of `queue` serving up to `take` groups, loading the ring first
+    /// when nothing is cached or the cache says nothing is ready. True when it loaded.
+    pub(super) async fn fair_turns(
+        &self,
+        client: &Object,
+        queue: &str,
+        take: usize,
+    ) -> Result<(Turns, bool)> {
+        let rings = &self.inner.settings.rings;
+        let turns = rings.turns(queue, take);
+        if !turns.unknown {
+            return Ok((turns, false));
+        }
+        self.load_ring(client, queue).await?;
+        Ok((rings.turns(queue, take), true))
+    }
+
+    /// Loads the ring of `queue` now (`queue_groups_ready.sql`).
+    pub(super) async fn load_ring(&self, client: &Object, queue: &str) -> Result<()> {
+        let statement = client
+            .prepare_cached(&self.inner.queries.queue_groups_ready)
+            .await
+            .map_err(map_pg)?;
+        let cursor = self.inner.settings.rings.cursor(queue);
+        let row = client
+            .query_one(&statement, &[&queue, &cursor, &ring::CAP])
+            .await
+            .map_err(map_pg)?;
+        self.store_ring(queue, &row)
+    }
+
+    fn store_ring(&self, queue: &str, row: &Row) -> Result<()> {
+        let groups: Vec<String> = row.try_get(0).map_err(Error::database)?;
+        let stray: Vec<uuid::Uuid> = row.try_get(1).map_err(Error::database)?;
+        self.inner.settings.rings.store(queue, groups, stray);
+        Ok(())
+    }
+
+    /// Runs `job_claim_fair.sql` for up to `allowed` jobs of the groups in `turns`, with a
+    /// ring reload pipelined behind it when the ring is stale, then COMMIT. `begin` opens
+    /// the transaction (with [`GENERIC_PLAN`]) in the same pipeline; without it the caller
+    /// has opened it (the limited claim, after its lock). Moves the cursor to the last
+    /// group picked; a claim that got fewer jobs than asked marks the ring stale.
+    pub(super) async fn run_fair(
+        &self,
+        client: &Object,
+        params: &ClaimParams,
+        allowed: i64,
+        turns: &Turns,
+        limits: FairLimits,
+        begin: bool,
+    ) -> Result<Claimed> {
+        let q = &self.inner.queries;
+        let claim = client
+            .prepare_cached(&q.job_claim_fair)
+            .await
+            .map_err(map_pg)?;
+        let reload = client
+            .prepare_cached(&q.queue_groups_ready)
+            .await
+            .map_err(map_pg)?;
+        let lease = lease_ms(params.lease);
+        let now = self.inner.clock.now();
+        let args: [&(dyn ToSql + Sync); 11] = [
+            &params.queue,
+            &params.node,
+            &allowed,
+            &lease,
+            &now,
+            &turns.groups,
+            &limits.per_group,
+            &limits.max_running,
+            &limits.tokens,
+            &limits.refill_at,
+            &turns.stray,
+        ];
+        let rings = &self.inner.settings.rings;
+        let cursor = rings.cursor(&params.queue);
+        let reload_args: [&(dyn ToSql + Sync); 3] = [&params.queue, &cursor, &ring::CAP];
+        // Sent in this order when first polled: BEGIN, claim, reload, COMMIT.
+        let (begun, rows, reloaded, committed) = tokio::join!(
+            async {
+                if begin {
+                    client.batch_execute(GENERIC_PLAN).await
+                } else {
+                    Ok(())
+                }
+            },
+            client.query(&claim, &args),
+            async {
+                if turns.stale {
+                    client.query_one(&reload, &reload_args).await.map(Some)
+                } else {
+                    Ok(None)
+                }
+            },
+            client.batch_execute("COMMIT"),
+        );
+        begun.map_err(map_pg)?;
+        let rows = rows.map_err(map_pg)?;
+        let reloaded = reloaded.map_err(map_pg)?;
+        committed.map_err(map_pg)?;
+        let claimed = read_claimed(&rows)?;
+        if let Some(cursor) = &claimed.cursor {
+            rings.set_cursor(&params.queue, cursor.clone());
+        }
+        match reloaded {
+            Some(row) => self.store_ring(&params.queue, &row)?,
+            None if i64::try_from(claimed.jobs.len()).unwrap_or(i64::MAX) < allowed => {
+                rings.mark_stale(&params.queue);
+            }
+            None => {}
+        }
+        Ok(claimed)
+    }
+}

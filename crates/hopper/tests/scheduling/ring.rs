@@ -1,0 +1,86 @@
+//! The fair claim takes its groups from a per-process cache (the ring, reloaded every
+//! 100 ms): groups that appear while it is cached must still be served promptly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper::testing::TestDatabase;
+use hopper::{Backend, ClaimParams, Client, NewJob};
+use tokio::time::Instant;
+
+use super::common::probe;
+
+/// Claims up to `limit` jobs of `queue` and returns their labels.
+async fn claim(backend: &Arc<dyn Backend>, queue: &str, limit: u32) -> anyhow::Result<Vec<String>> {
+    let jobs = backend
+        .job_claim(&ClaimParams {
+            queue: queue.into(),
+            node: uuid::Uuid::now_v7(),
+            limit,
+            lease: Duration::from_secs(30),
+        })
+        .await?;
+    Ok(jobs
+        .iter()
+        .map(|j| j.args["label"].as_str().unwrap_or_default().to_owned())
+        .collect())
+}
+
+/// A schema whose queue `ring` holds `n` jobs of group A.
+async fn group_a(n: usize) -> anyhow::Result<(TestDatabase, Arc<dyn Backend>, Client)> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let client = Client::new(backend.clone());
+    let a: Vec<NewJob> = (0..n)
+        .map(|_| probe("ring", "A", 0).with_group("A"))
+        .collect();
+    client.insert_many(&a).await?;
+    Ok((db, backend, client))
+}
+
+/// When the cached groups have nothing left, a claim looks for new groups at once: the
+/// first claim after a new group's insert gets its job.
+#[tokio::test]
+async fn a_new_group_is_claimed_at_once_when_the_cached_ones_are_empty() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let client = Client::new(backend.clone());
+    let a: Vec<NewJob> = (0..10)
+        .map(|_| probe("ring", "A", 0).with_group("A"))
+        .collect();
+    client.insert_many(&a).await?;
+    // Loads the ring ([A]) and takes all of A.
+    assert_eq!(claim(&backend, "ring", 10).await?.len(), 10);
+    client.insert(probe("ring", "B", 0).with_group("B")).await?;
+    assert_eq!(claim(&backend, "ring", 10).await?, ["B"]);
+    Ok(())
+}
+
+/// While the cached groups keep every claim full, a new group still gets its turn once the
+/// ring is reloaded (every 100 ms), long before the others' backlog is gone.
+#[tokio::test]
+async fn a_new_group_is_served_while_the_others_keep_claims_full() -> anyhow::Result<()> {
+    let (_db, backend, client) = group_a(2_000).await?;
+    assert_eq!(claim(&backend, "ring", 5).await?.len(), 5);
+    client.insert(probe("ring", "B", 0).with_group("B")).await?;
+    let inserted = Instant::now();
+    let mut a_claimed = 0;
+    loop {
+        let labels = claim(&backend, "ring", 5).await?;
+        if labels.iter().any(|l| l == "B") {
+            break;
+        }
+        a_claimed += labels.len();
+        anyhow::ensure!(
+            a_claimed < 1_500,
+            "B not served after {a_claimed} of A's jobs"
+        );
+    }
+    println!(
+        "B served after {a_claimed} of A's jobs, {:?} after its insert",
+        inserted.elapsed()
+    );
+    // The ring is at most 100 ms old; allow for a loaded machine.
+    assert!(inserted.elapsed() < Duration::from_secs(2));
+    Ok(())
+}
