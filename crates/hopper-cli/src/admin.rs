@@ -212,10 +212,7 @@ fn read_args(spec: &str) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(&text).with_context(|| format!("{source} is not valid JSON"))
 }
 
-pub(crate) fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
-    humantime::parse_duration(text)
-        .with_context(|| format!("{flag} {text:?} is not a duration such as 10s, 5m or 1h30m"))
-}
+pub(crate) use hopper_cli::duration::parse_duration;
 
 fn parse_id(text: &str) -> anyhow::Result<JobId> {
     JobId::parse_str(text).map_err(|_| {

@@ -46,6 +46,11 @@ impl DecodeError {
     }
 }
 
+/// The deepest nesting of arrays and maps a frame may hold (the message's own map
+/// included). Deeper frames are refused as `bad_frame` before anything is built from them,
+/// so no input can exhaust the stack.
+pub(crate) const MAX_DEPTH: usize = 256;
+
 /// Encodes a message as one CBOR map. Fails only for values CBOR cannot hold (none of the
 /// protocol's messages).
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
@@ -80,8 +85,16 @@ fn decode<T: DeserializeOwned>(
         ));
     }
     let mut reader = std::io::Cursor::new(frame);
-    let value: Value = ciborium::from_reader(&mut reader)
-        .map_err(|e| DecodeError::new(ErrorCode::BadFrame, None, format!("not CBOR: {e}")))?;
+    let value: Value = ciborium::de::from_reader_with_recursion_limit(&mut reader, MAX_DEPTH)
+        .map_err(|e| {
+            let why = match e {
+                ciborium::de::Error::RecursionLimitExceeded => {
+                    format!("values nested deeper than {MAX_DEPTH} levels")
+                }
+                e => format!("not CBOR: {e}"),
+            };
+            DecodeError::new(ErrorCode::BadFrame, None, why)
+        })?;
     if reader.position() != frame.len() as u64 {
         return Err(DecodeError::new(
             ErrorCode::BadFrame,
@@ -359,6 +372,25 @@ mod tests {
         ]));
         let err = decode_request(&tagged, MAX_FRAME).expect_err("refused");
         assert_eq!(err.code, ErrorCode::Invalid);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_with_a_clear_message() {
+        let mut frame = vec![0x81; 100_000];
+        frame.push(0xa0);
+        let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+        assert_eq!(err.code, ErrorCode::BadFrame);
+        assert!(err.message.contains("nested deeper than 256"), "{err}");
+        // A map inside 254 arrays is 255 levels: within the limit, so it decodes as far
+        // as the message check (a frame must be a map).
+        let mut frame = vec![0x81; 254];
+        frame.push(0xa0);
+        assert!(
+            decode_request(&frame, MAX_FRAME)
+                .expect_err("not a map")
+                .message
+                .contains("one CBOR map")
+        );
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   [`Error::LeaseLost`]. Crashed workers' jobs come back when their lease expires or their
 //!   node stops heartbeating. Failed attempts retry with exponential backoff and jitter,
 //!   then land in the dead letter state `failed`, with every attempt's error kept.
+//! - **Test** with [`testing`]: assert what was enqueued (inside a transaction too), run one
+//!   job of a worker and get its outcome, or run every enqueued job at once (inline mode).
 //!
 //! ```no_run
 //! use hopper::{Client, JobArgs, JobContext, JobError, Runtime, RuntimeConfig, Worker, Workers};

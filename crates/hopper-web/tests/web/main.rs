@@ -8,4 +8,5 @@ mod common;
 mod dashboard;
 mod jobs;
 mod listing;
+mod security;
 mod stats;
