@@ -57,7 +57,7 @@ pub struct ServeArgs {
 pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7010";
 
 fn duration(what: &str, text: &str) -> anyhow::Result<Duration> {
-    humantime::parse_duration(text).with_context(|| format!("--{what} {text:?}"))
+    hopper_cli::duration::parse_duration(&format!("--{what}"), text)
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -65,9 +65,7 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
     let heartbeat = duration("heartbeat", &args.heartbeat)?;
     let lease = duration("lease", &args.lease)?;
     let node_dead_after = duration("node-dead-after", &args.node_dead_after)?;
-    if heartbeat < Duration::from_millis(10) || lease < heartbeat * 2 {
-        anyhow::bail!("--heartbeat must be at least 10ms and --lease at least twice it");
-    }
+    hopper_cli::duration::check_serve_timing(heartbeat, lease)?;
     // --http without --listen: HTTP only. Neither: ZeroMQ on the default endpoint.
     let listen = args
         .listen

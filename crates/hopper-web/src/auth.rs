@@ -234,19 +234,38 @@ pub(crate) async fn require_role(
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let role = state.auth().authenticate(request.headers())?;
+    let role = match state.auth().authenticate(request.headers()) {
+        Ok(role) => role,
+        Err(e) => {
+            log_refusal(&request, &e);
+            return Err(e);
+        }
+    };
     let needed = if matches!(*request.method(), Method::GET | Method::HEAD) {
         Role::Read
     } else {
         Role::Admin
     };
     if role < needed {
-        return Err(ApiError::forbidden(
-            "this token is read-only; an admin token is needed to change jobs",
-        ));
+        let e =
+            ApiError::forbidden("this token is read-only; an admin token is needed to change jobs");
+        log_refusal(&request, &e);
+        return Err(e);
     }
     request.extensions_mut().insert(role);
     Ok(next.run(request).await)
+}
+
+/// Logs a refused request as a warning: the method, the path (not the query, which may
+/// carry anything) and why. Never the credentials: the reasons name no token.
+fn log_refusal(request: &Request, e: &ApiError) {
+    tracing::warn!(
+        method = %request.method(),
+        path = request.uri().path(),
+        status = e.status().as_u16(),
+        "refused an HTTP request: {}",
+        e.message()
+    );
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Timelike, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use hopper_core::{Backend, CronAdvance, CronEntry, Error, NewJob, Result};
@@ -50,9 +50,18 @@ impl PeriodicJob {
         let name = name.into();
         hopper_core::job::validate_name("periodic job", &name)?;
         job.validate()?;
-        let cron = Cron::from_str(schedule).map_err(|e| {
-            Error::InvalidInput(format!("periodic job {name}: schedule {schedule:?}: {e}"))
-        })?;
+        let invalid = |why: String| {
+            Error::InvalidInput(format!("periodic job {name}: schedule {schedule:?}: {why}"))
+        };
+        // croner reads a field of only commas (`,`) as "no value": a schedule that never
+        // fires, found only after searching a year second by second (tens of seconds).
+        if let Some(n) = schedule
+            .split_whitespace()
+            .position(|field| field.split(',').all(|part| part.trim().is_empty()))
+        {
+            return Err(invalid(format!("field {} has no value", n + 1)));
+        }
+        let cron = Cron::from_str(schedule).map_err(|e| invalid(e.to_string()))?;
         Ok(PeriodicJob {
             name,
             schedule: schedule.to_owned(),
@@ -95,6 +104,16 @@ impl PeriodicJob {
             .map(|d| d.with_timezone(&Utc))
     }
 
+    /// The last tick at or before `t`.
+    fn latest_at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Ticks fall on whole seconds; croner keeps the fraction of an inclusive start.
+        let t = t.with_nanosecond(0).unwrap_or(t);
+        self.cron
+            .find_previous_occurrence(&t.with_timezone(&self.timezone), true)
+            .ok()
+            .map(|d| d.with_timezone(&Utc))
+    }
+
     /// The entry to register, with its first tick after `now`.
     fn entry(&self, now: DateTime<Utc>) -> Result<CronEntry> {
         let next_run_at = self.next_after(now).ok_or_else(|| {
@@ -132,20 +151,20 @@ impl PeriodicJob {
         }
         let mut ticks = vec![stored_next];
         let mut t = stored_next;
-        while let Some(next) = self.next_after(t) {
-            if next > now {
-                break;
-            }
-            if self.catch_up {
-                if ticks.len() >= MAX_CATCH_UP {
+        if self.catch_up {
+            while let Some(next) = self.next_after(t) {
+                if next > now || ticks.len() >= MAX_CATCH_UP {
                     break;
                 }
                 ticks.push(next);
-            } else {
-                // Only the latest missed tick: no burst after downtime.
-                ticks[0] = next;
+                t = next;
             }
-            t = next;
+        } else if let Some(latest) = self.latest_at_or_before(now).filter(|l| *l > t) {
+            // Only the latest missed tick: no burst after downtime. Searched back from now,
+            // not stepped to through every missed tick (a year down of a schedule firing
+            // every second would be 31 million steps).
+            ticks[0] = latest;
+            t = latest;
         }
         let next = self.next_after(now.max(t))?;
         Some((ticks, next))
@@ -255,6 +274,42 @@ mod tests {
         )
         .expect("valid")
         .with_catch_up(catch_up)
+    }
+
+    /// Found by the `cron_schedule` fuzz target: a field of only commas parsed as "never",
+    /// and the first next-tick search took over a minute.
+    #[test]
+    fn a_field_of_only_commas_is_refused_at_once() {
+        let job = NewJob::new("k", serde_json::json!({}));
+        for schedule in [", 0 * 20 * 2, ", "0 , * * *", "0 0 * * ,,"] {
+            let started = std::time::Instant::now();
+            let err = PeriodicJob::new("p", schedule, job.clone()).expect_err(schedule);
+            assert!(err.to_string().contains("has no value"), "{err}");
+            assert!(started.elapsed() < Duration::from_secs(1));
+        }
+        PeriodicJob::new("p", "0 9,17 * * 1,", job).expect("a trailing comma is fine");
+    }
+
+    /// Found by the `cron_schedule` fuzz target: after a long downtime, planning stepped
+    /// through every missed tick to reach the latest (a century of seconds).
+    #[test]
+    fn a_long_downtime_is_planned_without_stepping_through_it() {
+        let every_second =
+            PeriodicJob::new("s", "* * * * * *", NewJob::new("k", serde_json::json!({})))
+                .expect("valid");
+        let started = std::time::Instant::now();
+        let from = Utc
+            .with_ymd_and_hms(1971, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid");
+        let now = at(4, 30) + chrono::Duration::milliseconds(500);
+        let (ticks, next) = every_second.plan(from, now).expect("due");
+        assert_eq!(ticks, vec![at(4, 30)]);
+        assert!(
+            next > now && next <= now + chrono::Duration::seconds(1),
+            "{next}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 
     #[test]
