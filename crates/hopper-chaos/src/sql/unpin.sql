@@ -1,0 +1,2 @@
+-- Releases the snapshot of pin.sql.
+COMMIT
