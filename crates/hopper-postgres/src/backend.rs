@@ -1,6 +1,5 @@
 //! [`Backend`] for [`PgBackend`]: each method runs the `.sql` file of its name.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,18 +7,15 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hopper_core::{
     Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
-    JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Lease, MinuteStats, NewJob,
-    NodeId, NodeInfo, Outcome, Priority, QueueStats, Result, WakeupStream,
+    JobRetryManyParams, JobSearchParams, JobStatsParams, Lease, MinuteStats, NewJob, NodeId,
+    NodeInfo, QueueStats, Result, WakeupStream,
 };
 use hopper_core::{CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate, Wakeup};
 
 use crate::error::map_pg;
+use crate::hot::millis;
 use crate::settings::ClaimMode;
 use crate::{PgBackend, listen, migrate, rows};
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 #[async_trait]
 impl Backend for PgBackend {
@@ -96,146 +92,12 @@ impl Backend for PgBackend {
             ClaimMode::Limited { fair } => return self.claim_limited(params, fair).await,
         }
         let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&self.inner.queries.job_claim)
-            .await
-            .map_err(map_pg)?;
-        let limit = i64::from(params.limit);
-        let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
-        let now = self.inner.clock.now();
-        let rows = client
-            .query(
-                &statement,
-                &[&params.queue, &params.node, &limit, &lease_ms, &now],
-            )
-            .await
-            .map_err(map_pg)?;
-        rows.iter()
-            .map(|row| {
-                let timeout_ms: i32 = row.try_get(8).map_err(Error::database)?;
-                Ok(ClaimedJob {
-                    lease: Lease {
-                        job_id: row.try_get(0).map_err(Error::database)?,
-                        attempt: row.try_get(1).map_err(Error::database)?,
-                    },
-                    queue: row.try_get(2).map_err(Error::database)?,
-                    kind: row.try_get(3).map_err(Error::database)?,
-                    args: row.try_get(4).map_err(Error::database)?,
-                    priority: Priority(row.try_get(5).map_err(Error::database)?),
-                    counted_attempt: row.try_get(6).map_err(Error::database)?,
-                    max_attempts: row.try_get(7).map_err(Error::database)?,
-                    timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
-                    created_at: row.try_get(9).map_err(Error::database)?,
-                    run_at: row.try_get(10).map_err(Error::database)?,
-                })
-            })
-            .collect()
+        self.claim_plain(&client, params).await
     }
 
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
         let client = self.client().await?;
-        let q = &self.inner.queries;
-        let now = self.inner.clock.now();
-        let mut recorded: HashMap<(JobId, i32), JobState> = HashMap::new();
-
-        // One statement per kind of outcome present, each over the whole batch.
-        let mut done = (Vec::new(), Vec::new(), Vec::new());
-        let mut failed = (
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-        );
-        let mut snoozed = (Vec::new(), Vec::new(), Vec::new());
-        for f in finishes {
-            let (id, attempt) = (f.lease.job_id, f.lease.attempt);
-            match &f.outcome {
-                Outcome::Completed { duration_ms } => {
-                    done.0.push(id);
-                    done.1.push(attempt);
-                    done.2.push(*duration_ms);
-                }
-                Outcome::Retry {
-                    error,
-                    retry_in,
-                    duration_ms,
-                } => {
-                    failed.0.push(id);
-                    failed.1.push(attempt);
-                    failed.2.push(error.clone());
-                    failed.3.push(millis(*retry_in));
-                    failed.4.push(false);
-                    failed.5.push(*duration_ms);
-                }
-                Outcome::Failed { error, duration_ms } => {
-                    failed.0.push(id);
-                    failed.1.push(attempt);
-                    failed.2.push(error.clone());
-                    failed.3.push(0i64);
-                    failed.4.push(true);
-                    failed.5.push(*duration_ms);
-                }
-                Outcome::Snoozed { retry_in } => {
-                    snoozed.0.push(id);
-                    snoozed.1.push(attempt);
-                    snoozed.2.push(millis(*retry_in));
-                }
-                Outcome::Released => {
-                    snoozed.0.push(id);
-                    snoozed.1.push(attempt);
-                    snoozed.2.push(0i64);
-                }
-            }
-        }
-        if !done.0.is_empty() {
-            let statement = client
-                .prepare_cached(&q.job_complete_many)
-                .await
-                .map_err(map_pg)?;
-            let rows = client
-                .query(&statement, &[&done.0, &done.1, &done.2, &now])
-                .await
-                .map_err(map_pg)?;
-            for row in rows {
-                recorded.insert((row.get(0), row.get(1)), JobState::Completed);
-            }
-        }
-        if !failed.0.is_empty() {
-            let statement = client
-                .prepare_cached(&q.job_fail_many)
-                .await
-                .map_err(map_pg)?;
-            let rows = client
-                .query(
-                    &statement,
-                    &[
-                        &failed.0, &failed.1, &failed.2, &failed.3, &failed.4, &failed.5, &now,
-                    ],
-                )
-                .await
-                .map_err(map_pg)?;
-            record_states(&rows, &mut recorded)?;
-        }
-        if !snoozed.0.is_empty() {
-            let statement = client
-                .prepare_cached(&q.job_snooze_many)
-                .await
-                .map_err(map_pg)?;
-            let rows = client
-                .query(&statement, &[&snoozed.0, &snoozed.1, &snoozed.2, &now])
-                .await
-                .map_err(map_pg)?;
-            record_states(&rows, &mut recorded)?;
-        }
-        Ok(finishes
-            .iter()
-            .map(|f| match recorded.get(&(f.lease.job_id, f.lease.attempt)) {
-                Some(state) => FinishResult::Recorded(*state),
-                None => FinishResult::LeaseLost,
-            })
-            .collect())
+        self.finish_on(&client, finishes).await
     }
 
     async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
@@ -553,18 +415,4 @@ impl Backend for PgBackend {
     ) -> Result<hopper_core::JobPruneOutcome> {
         self.jobs_prune(params).await
     }
-}
-
-/// Reads `(id, state, queue, attempt)` rows returned by an outcome statement into
-/// `recorded`, keyed by lease: one batch may hold a stale and a current lease of one job,
-/// and only the attempt the row matched was honoured.
-fn record_states(
-    rows: &[tokio_postgres::Row],
-    recorded: &mut HashMap<(JobId, i32), JobState>,
-) -> Result<()> {
-    for row in rows {
-        let state: String = row.get(1);
-        recorded.insert((row.get(0), row.get(3)), state.parse()?);
-    }
-    Ok(())
 }

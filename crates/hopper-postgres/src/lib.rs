@@ -14,6 +14,7 @@ mod backend;
 mod copy;
 mod cron;
 mod error;
+mod hot;
 mod listen;
 mod migrate;
 mod prune;

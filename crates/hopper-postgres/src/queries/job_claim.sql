@@ -22,8 +22,23 @@
 --     3 repetitions beside the limits: 5,929 median (0.23 x L3, 0.14 x L2).
 -- The drain is bound by WAL flushes (WALWrite / WALSync waits dominate both this statement
 -- and the completion), not by this statement's plan (0.3 ms of index work for 50 rows):
--- what helps is fewer commits per job. Not yet tried: completing the previous batch in the
--- same statement as the next claim; two claims in flight.
+-- what helps is fewer commits per job, or more of them at once.
+-- 2026-11-22, session 2 (same method, 30,000 jobs per run, fresh schema, interleaved
+-- rounds on a machine at load 6-8; jobs/s):
+--   - one claim in flight, prefetch = concurrency (before): 6,419 / 6,330;
+--   - two claims in flight (runtime/prefetch.rs): 8,435 / 8,815 / 9,624 / 9,899 (+35-50%);
+--   - three in flight, prefetch 100: 10,929 / 16,034; four, prefetch 150: 15,306 /
+--     17,158 / 13,920 / 7,748 -> the defaults are now four claims in flight and a prefetch
+--     of twice the concurrency; six or eight in flight with prefetch 250-400 measured no
+--     better (10,081-11,954);
+--   - LOST: writing the outcomes waiting for the completer in the next claim's
+--     transaction (one commit for both, statements pipelined): 5,779 / 8,055 against
+--     8,435 / 8,815 without, and 12,124 / 11,406 against 10,929 / 16,034 with three in
+--     flight. The combined transaction holds the claim's row locks and the connection
+--     longer, while separate commits already share WAL flushes (group commit).
+--   - pgbench on hopper's own table and statements (4 clients, claim 100 then complete)
+--     reaches 0.75 of L3 measured in the same minute; claim + complete in one statement
+--     0.80: the schema costs about a quarter, the rest of the gap is the runtime's.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs

@@ -34,8 +34,13 @@ pub struct RuntimeConfig {
     /// that each claim carries more jobs and claims overlap running ones (measured in
     /// `docs/benchmarks.md`). Their leases are renewed while they wait. `Some(0)` claims
     /// only for free slots, as runtimes serving several queues always do (to keep the
-    /// shares by weight exact). Default: `None`, as many as `concurrency`.
+    /// shares by weight exact). Default: `None`, twice `concurrency`.
     pub prefetch: Option<usize>,
+    /// Claims a runtime serving one queue keeps in flight at once (at least 1). While one
+    /// claim waits for its commit, the next is already running: the database works on
+    /// both at once (two cores, one group commit), which a single claim loop cannot use.
+    /// Default: 4.
+    pub claims_in_flight: usize,
     /// Most outcomes written in one statement. Default: 1,000.
     pub complete_batch: usize,
     /// Threads of work at once in [`crate::JobContext::blocking`]. Default: 16.
@@ -78,6 +83,7 @@ impl Default for RuntimeConfig {
             rescue_interval: Duration::from_secs(1),
             claim_batch: 1000,
             prefetch: None,
+            claims_in_flight: 4,
             complete_batch: 1000,
             blocking_threads: 16,
             shutdown_timeout: Duration::from_secs(30),
@@ -109,7 +115,8 @@ impl RuntimeConfig {
 
     /// Jobs kept on hand beyond the free slots (one queue only).
     pub(crate) fn effective_prefetch(&self) -> usize {
-        self.prefetch.unwrap_or(self.concurrency.max(1))
+        self.prefetch
+            .unwrap_or_else(|| self.concurrency.max(1).saturating_mul(2))
     }
 
     /// The heartbeat period actually used: never more than a third of the lease.

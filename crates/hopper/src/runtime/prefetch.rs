@@ -1,22 +1,32 @@
-//! The producer of a runtime serving one queue: it claims ahead of its free slots.
+//! The producer of a runtime serving one queue: it claims ahead of its free slots, with
+//! several claims in flight.
 //!
-//! Besides the running jobs it keeps up to `prefetch` claimed jobs on hand, so one claim
-//! takes up to the free slots plus the prefetch, and while a claim is in flight the jobs on
-//! hand start as slots free up: claiming overlaps running, and each claim (one commit, one
-//! WAL flush) carries more jobs. Measured on W3 (100,000 no-op jobs, concurrency 50):
-//! about 1.4–1.9× the jobs/s of claiming only the free slots (see job_claim.sql).
+//! Besides the running jobs it keeps up to `prefetch` claimed jobs on hand, and up to
+//! `claims_in_flight` claims running at once, each asking for a share of what is missing
+//! (free slots + prefetch − on hand − already asked for). Jobs on hand start as slots free
+//! up while claims are in flight: claiming overlaps running, each claim (one commit, one
+//! WAL flush) carries many jobs, and the database works on two claims at once. Measured on
+//! W3 (100,000 no-op jobs, concurrency 50) in docs/benchmarks.md and job_claim.sql.
+//!
+//! A claim that comes back short means the queue is drained: no new claim starts until a
+//! notification, the poll interval or shutdown (the claims already in flight finish). An
+//! error backs off the same way (100 ms doubling to 5 s).
 //!
 //! Jobs on hand are registered as running on this node, so heartbeats renew their leases
 //! and a dead node's are released with the others; a job cancelled while on hand is
-//! dropped unstarted; at shutdown the jobs on hand are released (available at once, the
-//! attempt not counted). With several queues the producer claims exactly the free slots,
-//! so that each queue's share by weight stays exact ([`super::producer`]).
+//! dropped unstarted; at shutdown the claims in flight are awaited and every job on hand
+//! is released (available at once, the attempt not counted). With several queues the
+//! producer claims exactly the free slots, so that each queue's share by weight stays exact
+//! ([`super::producer`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{ClaimParams, ClaimedJob, Finish, Outcome};
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
+use hopper_core::{ClaimParams, ClaimedJob, Finish, Outcome, Result};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -25,92 +35,113 @@ use super::executor::run_job;
 use super::{Running, Shared};
 use crate::context::RunState;
 
+/// A claim in flight: how many jobs it asked for, and its result.
+type Claim = BoxFuture<'static, (usize, Result<Vec<ClaimedJob>>)>;
+
 /// Claims and starts the jobs of `queue` until claiming stops.
 pub(crate) async fn run(shared: Arc<Shared>, queue: String) {
     let prefetch = shared.config.effective_prefetch();
+    let most_in_flight = shared.config.claims_in_flight.max(1);
     let mut ready: VecDeque<ClaimedJob> = VecDeque::new();
+    let mut claims: FuturesUnordered<Claim> = FuturesUnordered::new();
+    // Jobs asked for by the claims in flight.
+    let mut asked = 0usize;
+    // Set while no new claim may start: the queue looked drained, or a claim failed.
+    let mut quiet_until: Option<Instant> = None;
     let mut backoff = Duration::from_millis(100);
     loop {
         start_ready(&shared, &mut ready);
         if shared.stop_claiming.is_cancelled() {
+            while let Some((_, result)) = claims.next().await {
+                if let Ok(jobs) = result {
+                    take(&shared, &mut ready, jobs);
+                }
+            }
             return release(&shared, ready).await;
         }
-        if !ready.is_empty() && ready.len() > prefetch / 2 {
-            // Enough on hand: wait for a slot before claiming more.
-            tokio::select! {
-                p = shared.slots.clone().acquire_owned() => match p {
-                    Ok(p) => start_one(&shared, &mut ready, p),
-                    Err(_) => return release(&shared, ready).await,
-                },
-                _ = shared.stop_claiming.cancelled() => return release(&shared, ready).await,
+        if quiet_until.is_none() {
+            while claims.len() < most_in_flight {
+                let Some(want) = next_claim(&shared, prefetch, ready.len(), asked, claims.len())
+                else {
+                    break;
+                };
+                asked += want;
+                claims.push(claim(shared.clone(), queue.clone(), want));
             }
-            continue;
         }
-        let free = shared.slots.available_permits();
-        let want =
-            (free + prefetch.saturating_sub(ready.len())).min(shared.config.claim_batch.max(1));
-        if want == 0 {
-            // No prefetch and no free slot: wait for one.
-            tokio::select! {
-                p = shared.slots.clone().acquire_owned() => match p {
-                    Ok(p) => drop(p),
-                    Err(_) => return release(&shared, ready).await,
-                },
-                _ = shared.stop_claiming.cancelled() => return release(&shared, ready).await,
+        let quiet = quiet_until.unwrap_or_else(Instant::now);
+        tokio::select! {
+            Some((want, result)) = claims.next(), if !claims.is_empty() => {
+                asked -= want;
+                match result {
+                    Ok(jobs) => {
+                        backoff = Duration::from_millis(100);
+                        if jobs.len() < want {
+                            quiet_until = Some(Instant::now() + shared.config.poll_interval);
+                        }
+                        take(&shared, &mut ready, jobs);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, %queue, retry_in = ?backoff, "claim failed");
+                        quiet_until = Some(Instant::now() + backoff);
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
             }
-            continue;
+            p = shared.slots.clone().acquire_owned(), if !ready.is_empty() => match p {
+                Ok(p) => start_one(&shared, &mut ready, p),
+                // The slots are never closed while the producer runs.
+                Err(_) => return release(&shared, ready).await,
+            },
+            // A free slot with nothing on hand and room for a claim: loop to start one.
+            p = shared.slots.clone().acquire_owned(),
+                if ready.is_empty() && claims.is_empty() && quiet_until.is_none() => drop(p),
+            _ = shared.wake.notified(), if quiet_until.is_some() => quiet_until = None,
+            _ = tokio::time::sleep_until(quiet), if quiet_until.is_some() => quiet_until = None,
+            _ = shared.stop_claiming.cancelled() => {}
         }
+    }
+}
+
+/// How many jobs the next claim asks for, if one should start now: a share of what is
+/// missing (free slots + `prefetch` − on hand − asked for), split between the claims that
+/// may be in flight, so that the second claim is not left with the crumbs of the first.
+fn next_claim(
+    shared: &Shared,
+    prefetch: usize,
+    on_hand: usize,
+    asked: usize,
+    in_flight: usize,
+) -> Option<usize> {
+    let most_in_flight = shared.config.claims_in_flight.max(1);
+    let target = shared.slots.available_permits() + prefetch;
+    let missing = target.saturating_sub(on_hand + asked);
+    let share = target.div_ceil(most_in_flight).max(1);
+    let want = missing.min(share).min(shared.config.claim_batch.max(1));
+    // With a claim already in flight, a small one is not worth a commit of its own.
+    let least = if in_flight == 0 { 1 } else { share.div_ceil(2) };
+    (want >= least).then_some(want)
+}
+
+/// Starts one claim of `want` jobs.
+fn claim(shared: Arc<Shared>, queue: String, want: usize) -> Claim {
+    Box::pin(async move {
         let params = ClaimParams {
-            queue: queue.clone(),
+            queue,
             node: shared.node.id,
             limit: u32::try_from(want).unwrap_or(u32::MAX),
             lease: shared.config.lease,
         };
-        let claim = shared.backend.job_claim(&params);
-        tokio::pin!(claim);
-        let result = loop {
-            tokio::select! {
-                r = &mut claim => break r,
-                p = shared.slots.clone().acquire_owned(), if !ready.is_empty() => match p {
-                    Ok(p) => start_one(&shared, &mut ready, p),
-                    // The slots are never closed while the producer runs.
-                    Err(_) => return release(&shared, ready).await,
-                },
-            }
-        };
-        let until = match result {
-            Ok(jobs) => {
-                backoff = Duration::from_millis(100);
-                let full = jobs.len() == want;
-                for job in jobs {
-                    hold(&shared, &job);
-                    ready.push_back(job);
-                }
-                if full {
-                    continue;
-                }
-                Instant::now() + shared.config.poll_interval
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, %queue, retry_in = ?backoff, "claim failed");
-                let until = Instant::now() + backoff;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                until
-            }
-        };
-        // A short batch (or an error): wait for a wake-up, the poll interval or the
-        // backoff, starting jobs on hand meanwhile.
-        loop {
-            tokio::select! {
-                _ = shared.wake.notified() => break,
-                _ = tokio::time::sleep_until(until) => break,
-                _ = shared.stop_claiming.cancelled() => return release(&shared, ready).await,
-                p = shared.slots.clone().acquire_owned(), if !ready.is_empty() => match p {
-                    Ok(p) => start_one(&shared, &mut ready, p),
-                    Err(_) => return release(&shared, ready).await,
-                },
-            }
-        }
+        let result = shared.backend.job_claim(&params).await;
+        (want, result)
+    })
+}
+
+/// Puts claimed jobs on hand, registered as running on this node.
+fn take(shared: &Shared, ready: &mut VecDeque<ClaimedJob>, jobs: Vec<ClaimedJob>) {
+    for job in jobs {
+        hold(shared, &job);
+        ready.push_back(job);
     }
 }
 

@@ -1,0 +1,232 @@
+//! The hot path: claiming jobs of a plain queue and writing outcomes, on a pooled client or
+//! inside a caller's transaction (anything that is a [`GenericClient`]).
+//!
+//! Writing the waiting outcomes in the next claim's transaction (one commit for both) was
+//! measured and lost: see job_claim.sql.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use hopper_core::{
+    ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobState, Lease, Outcome,
+    Priority, Result,
+};
+
+use crate::PgBackend;
+use crate::error::map_pg;
+
+/// Milliseconds as the SQL files take them.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A batch of outcomes, split by the statement that writes each kind, as the columns
+/// each statement unnests.
+#[derive(Default)]
+struct Split {
+    done: Columns,
+    failed: Columns,
+    snoozed: Columns,
+}
+
+/// One statement's input columns (the ones it does not take stay empty).
+#[derive(Default)]
+struct Columns {
+    ids: Vec<JobId>,
+    attempts: Vec<i32>,
+    errors: Vec<String>,
+    retry_ms: Vec<i64>,
+    dead: Vec<bool>,
+    duration_ms: Vec<i64>,
+}
+
+impl Columns {
+    fn push(&mut self, lease: &Lease) {
+        self.ids.push(lease.job_id);
+        self.attempts.push(lease.attempt);
+    }
+}
+
+impl Split {
+    fn new(finishes: &[Finish]) -> Self {
+        let mut s = Split::default();
+        for f in finishes {
+            match &f.outcome {
+                Outcome::Completed { duration_ms } => {
+                    s.done.push(&f.lease);
+                    s.done.duration_ms.push(*duration_ms);
+                }
+                Outcome::Retry {
+                    error,
+                    retry_in,
+                    duration_ms,
+                } => s.fail(&f.lease, error, millis(*retry_in), false, *duration_ms),
+                Outcome::Failed { error, duration_ms } => {
+                    s.fail(&f.lease, error, 0, true, *duration_ms);
+                }
+                Outcome::Snoozed { retry_in } => s.snooze(&f.lease, millis(*retry_in)),
+                Outcome::Released => s.snooze(&f.lease, 0),
+            }
+        }
+        s
+    }
+
+    fn fail(&mut self, lease: &Lease, error: &str, retry_ms: i64, dead: bool, ms: i64) {
+        self.failed.push(lease);
+        self.failed.errors.push(error.to_owned());
+        self.failed.retry_ms.push(retry_ms);
+        self.failed.dead.push(dead);
+        self.failed.duration_ms.push(ms);
+    }
+
+    fn snooze(&mut self, lease: &Lease, retry_ms: i64) {
+        self.snoozed.push(lease);
+        self.snoozed.retry_ms.push(retry_ms);
+    }
+}
+
+impl PgBackend {
+    /// Claims from a queue that uses no scheduling feature (job_claim.sql).
+    pub(crate) async fn claim_plain(
+        &self,
+        client: &impl GenericClient,
+        params: &ClaimParams,
+    ) -> Result<Vec<ClaimedJob>> {
+        let statement = client
+            .prepare_cached(&self.inner.queries.job_claim)
+            .await
+            .map_err(map_pg)?;
+        let limit = i64::from(params.limit);
+        let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(
+                &statement,
+                &[&params.queue, &params.node, &limit, &lease_ms, &now],
+            )
+            .await
+            .map_err(map_pg)?;
+        rows.iter().map(claimed_job).collect()
+    }
+
+    /// Records many outcomes: one statement per kind of outcome present, each over the
+    /// whole batch. One entry per input, in order.
+    pub(crate) async fn finish_on(
+        &self,
+        client: &impl GenericClient,
+        finishes: &[Finish],
+    ) -> Result<Vec<FinishResult>> {
+        let q = &self.inner.queries;
+        let now = self.inner.clock.now();
+        let s = Split::new(finishes);
+        let mut recorded: HashMap<(JobId, i32), JobState> = HashMap::new();
+        if !s.done.ids.is_empty() {
+            let statement = client
+                .prepare_cached(&q.job_complete_many)
+                .await
+                .map_err(map_pg)?;
+            let rows = client
+                .query(
+                    &statement,
+                    &[&s.done.ids, &s.done.attempts, &s.done.duration_ms, &now],
+                )
+                .await
+                .map_err(map_pg)?;
+            for row in rows {
+                let key = (
+                    row.try_get(0).map_err(Error::database)?,
+                    row.try_get(1).map_err(Error::database)?,
+                );
+                recorded.insert(key, JobState::Completed);
+            }
+        }
+        if !s.failed.ids.is_empty() {
+            let statement = client
+                .prepare_cached(&q.job_fail_many)
+                .await
+                .map_err(map_pg)?;
+            let f = &s.failed;
+            let rows = client
+                .query(
+                    &statement,
+                    &[
+                        &f.ids,
+                        &f.attempts,
+                        &f.errors,
+                        &f.retry_ms,
+                        &f.dead,
+                        &f.duration_ms,
+                        &now,
+                    ],
+                )
+                .await
+                .map_err(map_pg)?;
+            record_states(&rows, &mut recorded)?;
+        }
+        if !s.snoozed.ids.is_empty() {
+            let statement = client
+                .prepare_cached(&q.job_snooze_many)
+                .await
+                .map_err(map_pg)?;
+            let rows = client
+                .query(
+                    &statement,
+                    &[
+                        &s.snoozed.ids,
+                        &s.snoozed.attempts,
+                        &s.snoozed.retry_ms,
+                        &now,
+                    ],
+                )
+                .await
+                .map_err(map_pg)?;
+            record_states(&rows, &mut recorded)?;
+        }
+        Ok(finishes
+            .iter()
+            .map(|f| match recorded.get(&(f.lease.job_id, f.lease.attempt)) {
+                Some(state) => FinishResult::Recorded(*state),
+                None => FinishResult::LeaseLost,
+            })
+            .collect())
+    }
+}
+
+/// A row of job_claim.sql as a claimed job.
+fn claimed_job(row: &tokio_postgres::Row) -> Result<ClaimedJob> {
+    let timeout_ms: i32 = row.try_get(8).map_err(Error::database)?;
+    Ok(ClaimedJob {
+        lease: Lease {
+            job_id: row.try_get(0).map_err(Error::database)?,
+            attempt: row.try_get(1).map_err(Error::database)?,
+        },
+        queue: row.try_get(2).map_err(Error::database)?,
+        kind: row.try_get(3).map_err(Error::database)?,
+        args: row.try_get(4).map_err(Error::database)?,
+        priority: Priority(row.try_get(5).map_err(Error::database)?),
+        counted_attempt: row.try_get(6).map_err(Error::database)?,
+        max_attempts: row.try_get(7).map_err(Error::database)?,
+        timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
+        created_at: row.try_get(9).map_err(Error::database)?,
+        run_at: row.try_get(10).map_err(Error::database)?,
+    })
+}
+
+/// Reads `(id, state, queue, attempt)` rows returned by an outcome statement into
+/// `recorded`, keyed by lease: one batch may hold a stale and a current lease of one job,
+/// and only the attempt the row matched was honoured.
+fn record_states(
+    rows: &[tokio_postgres::Row],
+    recorded: &mut HashMap<(JobId, i32), JobState>,
+) -> Result<()> {
+    for row in rows {
+        let state: String = row.try_get(1).map_err(Error::database)?;
+        let key = (
+            row.try_get(0).map_err(Error::database)?,
+            row.try_get(3).map_err(Error::database)?,
+        );
+        recorded.insert(key, state.parse()?);
+    }
+    Ok(())
+}
