@@ -7,7 +7,9 @@
 //!   database, whoever enqueued them, then shuts down (so a killed drain, started again,
 //!   finishes the work);
 //! - `latency` (W4): enqueue→start latency on an idle runtime at 200 jobs/s;
-//! - `all`: clear the bench queue, W1, W3 (draining W1's jobs), W2, clear, W4.
+//! - `all`: clear the bench queue, W1, W3 (draining W1's jobs), W2, clear, W4;
+//! - `server-drain` (W7), `server-latency`, `server`: the same through `hopper serve`
+//!   with remote workers (see `bench/server.rs`).
 //!
 //! Each workload prints one line of text, or one JSON object per line with `--json`. The
 //! figures and how they compare with PostgreSQL's own limits are in `docs/benchmarks.md`.
@@ -25,6 +27,7 @@ mod enqueue;
 mod job;
 mod latency;
 mod report;
+mod server;
 mod soak;
 mod w5;
 
@@ -36,6 +39,7 @@ use hopper::{Backend, Client};
 
 use crate::cli::{BenchArgs, Workload};
 
+pub use job::BenchWorker;
 pub use report::Report;
 
 /// The queue every bench job goes to.
@@ -102,10 +106,18 @@ pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyh
             w5::print(&bench, &report);
         }
         Workload::Soak => {
-            let duration = humantime::parse_duration(&args.duration)
-                .context("--duration (e.g. 10m, 90s)")?;
+            let duration =
+                humantime::parse_duration(&args.duration).context("--duration (e.g. 10m, 90s)")?;
             let report = soak::run(&bench, duration, args.rate).await?;
             soak::print(&bench, &report);
+        }
+        Workload::ServerDrain => bench.print(&server::drain(&bench).await?),
+        Workload::ServerLatency => {
+            bench.print(&server::latency(&bench, jobs.unwrap_or(2_000)).await?)
+        }
+        Workload::Server => {
+            let jobs = jobs.unwrap_or(100_000);
+            server::compare(&bench, jobs, (jobs / 50).clamp(1, 2_000)).await?
         }
     }
     Ok(())

@@ -47,6 +47,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Run the network server for clients and workers in any language (ZeroMQ + CBOR).
     Serve(crate::serve::ServeArgs),
+    /// Run bench jobs (no-ops) as a worker, usually of a server (`--database-url tcp://…`).
+    #[command(hide = true)]
+    Worker(crate::worker::WorkerArgs),
 }
 
 /// `hopper enqueue`.
@@ -184,6 +187,13 @@ pub enum Workload {
     /// W6: `--duration` at `--rate` (default 70% of a W3 drain measured first); the drift
     /// between the first and the last half.
     Soak,
+    /// W7: drain every unfinished bench job through an in-process server with 4 worker
+    /// processes (`hopper worker`).
+    ServerDrain,
+    /// Enqueue→start latency through the server at 200 jobs/s on an idle remote worker.
+    ServerLatency,
+    /// W1 + W3, then W1 + W7, then the latency through the server, in one run.
+    Server,
 }
 
 /// `hopper bench`.

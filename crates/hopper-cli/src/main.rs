@@ -9,6 +9,7 @@ mod prune;
 mod queues;
 mod serve;
 mod watch;
+mod worker;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -80,6 +81,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(open(url, schema).await?, args, json).await,
         Command::Bench(args) => bench::run(open(url, schema).await?, args, json).await,
         Command::Serve(args) => serve::run(url, schema, args).await,
+        Command::Worker(args) => worker::run(open(url, schema).await?, args).await,
     }
 }
 

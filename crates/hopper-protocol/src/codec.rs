@@ -155,6 +155,7 @@ fn decode<T: DeserializeOwned>(
 mod tests {
     use super::*;
     use crate::messages::*;
+    use crate::{CronInfo, JobFilter, OutcomeItem, QueueChange, QueueCounts, QueueInfo, RateInfo};
     use crate::{MAX_FRAME, VERSION};
     use serde_json::json;
     use uuid::Uuid;
@@ -187,6 +188,7 @@ mod tests {
                 kinds: Some(vec!["email".into()]),
                 queues: None,
                 concurrency: Some(4),
+                batch: true,
             },
             Request::Submit {
                 req: 2,
@@ -239,7 +241,70 @@ mod tests {
                 by_ms: 60_000,
             },
             Request::Bye { req: u64::MAX },
+            Request::Outcomes {
+                req: 12,
+                outcomes: vec![
+                    OutcomeItem::Completed {
+                        id,
+                        attempt: 1,
+                        duration_ms: 3,
+                    },
+                    OutcomeItem::Failed {
+                        id,
+                        attempt: 2,
+                        error: "boom".into(),
+                        retryable: true,
+                        retry_in_ms: None,
+                        duration_ms: 0,
+                    },
+                    OutcomeItem::Snoozed {
+                        id,
+                        attempt: 3,
+                        delay_ms: 10,
+                    },
+                    OutcomeItem::Released { id, attempt: 4 },
+                ],
+            },
+            Request::ListJobs {
+                req: 13,
+                filter: JobFilter {
+                    state: Some("failed".into()),
+                    before: Some(id),
+                    created_after: Some(chrono::Utc::now()),
+                    limit: Some(5),
+                    ..JobFilter::default()
+                },
+            },
+            Request::Retry { req: 14, id },
+            Request::Delete { req: 15, id },
+            Request::RetryFailed {
+                req: 16,
+                queue: Some("q".into()),
+                kind: None,
+            },
+            Request::Clear {
+                req: 17,
+                queue: None,
+            },
+            Request::QueueStats { req: 18 },
+            Request::ListQueues { req: 19 },
+            Request::UpdateQueue {
+                req: 20,
+                update: QueueChange {
+                    queue: "mail".into(),
+                    paused: Some(true),
+                    max_running: Some(None),
+                    max_running_per_group: None,
+                    rate: Some(Some(RateInfo {
+                        jobs: 10,
+                        per_ms: 1000,
+                        burst: None,
+                    })),
+                },
+            },
+            Request::ListCron { req: 21 },
         ];
+        assert_eq!(requests.len(), Request::TYPES.len());
         for request in requests {
             let frame = encode(&request).expect("encodes");
             assert_eq!(decode_request(&frame, MAX_FRAME), Ok(request));
@@ -287,6 +352,62 @@ mod tests {
             },
             Reply::Cancel { id },
             Reply::error(None, ErrorCode::BadFrame, "nope"),
+            Reply::Orders { jobs: vec![] },
+            Reply::Acks {
+                req: 5,
+                results: vec![FinishResult::Recorded, FinishResult::LeaseLost],
+            },
+            Reply::Jobs {
+                req: 6,
+                jobs: vec![],
+            },
+            Reply::Count { req: 7, count: 3 },
+            Reply::Stats {
+                req: 8,
+                queues: vec![QueueCounts {
+                    queue: "q".into(),
+                    available: 1,
+                    scheduled: 2,
+                    running: 3,
+                    completed: 4,
+                    failed: 5,
+                    cancelled: 6,
+                    oldest_available_secs: 1.5,
+                }],
+            },
+            Reply::Queues {
+                req: 9,
+                queues: vec![],
+            },
+            Reply::Queue {
+                req: 10,
+                queue: QueueInfo {
+                    queue: "q".into(),
+                    paused: true,
+                    grouped: false,
+                    max_running: Some(3),
+                    max_running_per_group: None,
+                    rate: None,
+                },
+            },
+            Reply::Cron {
+                req: 11,
+                entries: vec![CronInfo {
+                    name: "n".into(),
+                    schedule: "* * * * *".into(),
+                    timezone: "UTC".into(),
+                    queue: "q".into(),
+                    kind: "k".into(),
+                    args: json!({}),
+                    priority: 2,
+                    max_attempts: 3,
+                    timeout_ms: 1000,
+                    catch_up: false,
+                    next_run_at: now,
+                    last_run_at: None,
+                    last_job_id: Some(id),
+                }],
+            },
         ];
         for reply in replies {
             let frame = encode(&reply).expect("encodes");
@@ -435,6 +556,31 @@ mod tests {
             Ok(Request::Submit { job, .. }) => {
                 assert_eq!(job.args, json!({}));
                 assert_eq!(job.priority, Some(PriorityValue::Number(1)));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_queue_change_tells_absent_from_null() {
+        let frame = cbor(&map(vec![
+            ("type", Value::Text("update_queue".into())),
+            ("req", Value::Integer(1.into())),
+            (
+                "update",
+                map(vec![
+                    ("queue", Value::Text("q".into())),
+                    ("max_running", Value::Null),
+                    ("max_running_per_group", Value::Integer(4.into())),
+                ]),
+            ),
+        ]));
+        match decode_request(&frame, MAX_FRAME) {
+            Ok(Request::UpdateQueue { update, .. }) => {
+                assert_eq!(update.paused, None);
+                assert_eq!(update.max_running, Some(None));
+                assert_eq!(update.max_running_per_group, Some(Some(4)));
+                assert_eq!(update.rate, None);
             }
             other => panic!("unexpected {other:?}"),
         }

@@ -21,10 +21,14 @@
 //! assert_eq!(back, Request::Status { req: 7, id: uuid::Uuid::nil() });
 //! ```
 
+mod admin;
+mod batch;
 mod codec;
 mod messages;
 pub mod uuid_str;
 
+pub use admin::{CronInfo, JobFilter, QueueChange, QueueCounts, QueueInfo, RateInfo};
+pub use batch::OutcomeItem;
 pub use codec::{DecodeError, decode_reply, decode_request, encode};
 pub use messages::{
     AttemptInfo, ErrorCode, FinishResult, JobInfo, JobSpec, LeaseRef, Order, PriorityValue, Reply,

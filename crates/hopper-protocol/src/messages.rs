@@ -5,6 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::admin::{CronInfo, JobFilter, QueueChange, QueueCounts, QueueInfo};
+use crate::batch::OutcomeItem;
 use crate::uuid_str;
 
 /// What a peer does: clients submit and inspect jobs; workers also receive orders.
@@ -131,6 +133,10 @@ pub enum Request {
         /// with it. Absent: 1.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         concurrency: Option<u32>,
+        /// The peer reads `orders` (several jobs in one push). Absent: false, and every
+        /// job comes in an `order` of its own.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        batch: bool,
     },
     /// Submit one job. Reply: `submitted`.
     Submit {
@@ -247,6 +253,81 @@ pub enum Request {
         /// The request number.
         req: u64,
     },
+    /// The outcomes of several orders in one message, each as `completed`, `failed`,
+    /// `snoozed` or `released` would say it. Reply: `acks`, one result per outcome, in order.
+    Outcomes {
+        /// The request number.
+        req: u64,
+        /// The outcomes.
+        outcomes: Vec<OutcomeItem>,
+    },
+    /// Admin: list jobs, newest first. Reply: `jobs`.
+    ListJobs {
+        /// The request number.
+        req: u64,
+        /// The filters, cursor and page size.
+        #[serde(default)]
+        filter: JobFilter,
+    },
+    /// Admin: put a failed or cancelled job back to `available` with fresh attempts.
+    /// Reply: `job`, `not_found` or `conflict`.
+    Retry {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+    },
+    /// Admin: delete a job that is not running. Reply: `count` (1), `not_found` or
+    /// `conflict`.
+    Delete {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+    },
+    /// Admin: retry every failed job of a queue and/or kind. Reply: `count`.
+    RetryFailed {
+        /// The request number.
+        req: u64,
+        /// Only this queue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<String>,
+        /// Only this kind.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<String>,
+    },
+    /// Admin: delete every job that is not running, of one queue or of all. Reply: `count`.
+    Clear {
+        /// The request number.
+        req: u64,
+        /// Only this queue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<String>,
+    },
+    /// Admin: counts of jobs by queue and state. Reply: `stats`.
+    QueueStats {
+        /// The request number.
+        req: u64,
+    },
+    /// Admin: every queue that has settings. Reply: `queues`.
+    ListQueues {
+        /// The request number.
+        req: u64,
+    },
+    /// Admin: change a queue's settings (pause, resume, limits). Reply: `queue`.
+    UpdateQueue {
+        /// The request number.
+        req: u64,
+        /// The change.
+        update: QueueChange,
+    },
+    /// Admin: every registered periodic job. Reply: `cron`.
+    ListCron {
+        /// The request number.
+        req: u64,
+    },
 }
 
 impl Request {
@@ -264,12 +345,22 @@ impl Request {
             | Request::Released { req, .. }
             | Request::Heartbeat { req, .. }
             | Request::Extend { req, .. }
-            | Request::Bye { req } => *req,
+            | Request::Bye { req }
+            | Request::Outcomes { req, .. }
+            | Request::ListJobs { req, .. }
+            | Request::Retry { req, .. }
+            | Request::Delete { req, .. }
+            | Request::RetryFailed { req, .. }
+            | Request::Clear { req, .. }
+            | Request::QueueStats { req }
+            | Request::ListQueues { req }
+            | Request::UpdateQueue { req, .. }
+            | Request::ListCron { req } => *req,
         }
     }
 
     /// Every `type` a request may have.
-    pub const TYPES: [&'static str; 12] = [
+    pub const TYPES: [&'static str; 22] = [
         "hello",
         "submit",
         "submit_batch",
@@ -282,6 +373,16 @@ impl Request {
         "heartbeat",
         "extend",
         "bye",
+        "outcomes",
+        "list_jobs",
+        "retry",
+        "delete",
+        "retry_failed",
+        "clear",
+        "queue_stats",
+        "list_queues",
+        "update_queue",
+        "list_cron",
     ];
 }
 
@@ -483,6 +584,61 @@ pub enum Reply {
         #[serde(with = "uuid_str")]
         id: Uuid,
     },
+    /// Several jobs to run (server push, no `req`), to peers that said `batch` in their
+    /// hello.
+    Orders {
+        /// The jobs.
+        jobs: Vec<Order>,
+    },
+    /// The answer to `outcomes`: one result per outcome, in order.
+    Acks {
+        /// The `req` of the request.
+        req: u64,
+        /// Whether each was recorded.
+        results: Vec<FinishResult>,
+    },
+    /// Jobs (`list_jobs`), newest first.
+    Jobs {
+        /// The `req` of the request.
+        req: u64,
+        /// The jobs.
+        jobs: Vec<JobInfo>,
+    },
+    /// How many jobs a request affected (`delete`, `retry_failed`, `clear`).
+    Count {
+        /// The `req` of the request.
+        req: u64,
+        /// How many.
+        count: u64,
+    },
+    /// Counts of jobs by queue and state (`queue_stats`).
+    Stats {
+        /// The `req` of the request.
+        req: u64,
+        /// One entry per queue that has jobs.
+        queues: Vec<QueueCounts>,
+    },
+    /// Queue settings (`list_queues`).
+    Queues {
+        /// The `req` of the request.
+        req: u64,
+        /// Every queue that has settings.
+        queues: Vec<QueueInfo>,
+    },
+    /// One queue's settings after a change (`update_queue`).
+    Queue {
+        /// The `req` of the request.
+        req: u64,
+        /// The settings now stored.
+        queue: QueueInfo,
+    },
+    /// Registered periodic jobs (`list_cron`).
+    Cron {
+        /// The `req` of the request.
+        req: u64,
+        /// Every entry, by name.
+        entries: Vec<CronInfo>,
+    },
     /// A request was refused.
     Error {
         /// The `req` of the request, when it could be read.
@@ -502,9 +658,16 @@ impl Reply {
             | Reply::Submitted { req, .. }
             | Reply::Job { req, .. }
             | Reply::Ack { req, .. }
-            | Reply::HeartbeatAck { req, .. } => Some(*req),
+            | Reply::HeartbeatAck { req, .. }
+            | Reply::Acks { req, .. }
+            | Reply::Jobs { req, .. }
+            | Reply::Count { req, .. }
+            | Reply::Stats { req, .. }
+            | Reply::Queues { req, .. }
+            | Reply::Queue { req, .. }
+            | Reply::Cron { req, .. } => Some(*req),
             Reply::Error { req, .. } => *req,
-            Reply::Order { .. } | Reply::Cancel { .. } => None,
+            Reply::Order { .. } | Reply::Orders { .. } | Reply::Cancel { .. } => None,
         }
     }
 
@@ -518,7 +681,7 @@ impl Reply {
     }
 
     /// Every `type` a reply may have.
-    pub const TYPES: [&'static str; 8] = [
+    pub const TYPES: [&'static str; 16] = [
         "welcome",
         "submitted",
         "job",
@@ -527,5 +690,13 @@ impl Reply {
         "order",
         "cancel",
         "error",
+        "orders",
+        "acks",
+        "jobs",
+        "count",
+        "stats",
+        "queues",
+        "queue",
+        "cron",
     ];
 }

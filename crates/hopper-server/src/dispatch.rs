@@ -15,11 +15,15 @@ use std::collections::{BTreeMap, HashMap};
 use hopper_core::{
     ClaimParams, ClaimedJob, Finish, JobListParams, JobState, Lease, Outcome, Result,
 };
-use hopper_protocol::Reply;
+use hopper_protocol::{Order, Reply};
 use tokio::time::Instant;
 
 use crate::convert;
-use crate::server::{Core, Event, Held, hex};
+use crate::server::{Core, Event, Held, PeerId, hex};
+
+/// Most jobs in one `orders` push: each job's arguments may be up to 1 MiB, so a push
+/// stays within reason for the peer's reader.
+pub(crate) const ORDERS_PER_PUSH: usize = 100;
 use crate::tasks;
 
 impl Core {
@@ -56,6 +60,7 @@ impl Core {
             lease: self.config.lease,
         };
         self.claiming = true;
+        self.claim_woken = false;
         let backend = self.backend.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
@@ -86,13 +91,14 @@ impl Core {
                 return;
             }
         };
-        if jobs.len() < limit {
+        if jobs.len() < limit && !self.claim_woken {
             self.hot.insert(queue, false);
         }
         let now = Instant::now();
         for job in &jobs {
             self.saw(job.lease.job_id);
         }
+        let mut orders: HashMap<PeerId, Vec<Order>> = HashMap::new();
         for job in jobs {
             let target = self
                 .peers
@@ -110,13 +116,10 @@ impl Core {
                             deadline: Some(now + job.timeout + self.config.heartbeat * 2),
                         },
                     );
-                    let peer = peer.clone();
-                    self.reply(
-                        &peer,
-                        Reply::Order {
-                            job: convert::order(&job),
-                        },
-                    );
+                    orders
+                        .entry(peer.clone())
+                        .or_default()
+                        .push(convert::order(&job));
                 }
                 None => {
                     tracing::debug!(job_id = %job.lease.job_id, kind = %job.kind, queue = %job.queue,
@@ -132,6 +135,25 @@ impl Core {
                     );
                 }
             }
+        }
+        for (peer, jobs) in orders {
+            self.send_orders(&peer, jobs);
+        }
+    }
+
+    /// Sends a worker its orders: in `orders` pushes of up to [`ORDERS_PER_PUSH`] if it
+    /// said `batch` in its hello, one `order` each otherwise.
+    fn send_orders(&self, peer: &PeerId, mut jobs: Vec<Order>) {
+        if !self.peers.get(peer).is_some_and(|p| p.batch) {
+            for job in jobs {
+                self.reply(peer, Reply::Order { job });
+            }
+            return;
+        }
+        while !jobs.is_empty() {
+            let rest = jobs.split_off(jobs.len().min(ORDERS_PER_PUSH));
+            self.reply(peer, Reply::Orders { jobs });
+            jobs = rest;
         }
     }
 

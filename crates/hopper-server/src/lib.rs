@@ -25,6 +25,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod auth;
 mod convert;
 mod dispatch;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wakeup};
 use hopper_protocol::{
-    ErrorCode, FinishResult, LeaseRef, Reply, Request, Role, VERSION, decode_request,
+    ErrorCode, FinishResult, LeaseRef, OutcomeItem, Reply, Request, Role, VERSION, decode_request,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -17,8 +17,10 @@ use uuid::Uuid;
 use zeromq::{RouterSocket, Socket};
 
 use crate::convert::{self, error_code};
-use crate::tasks::{self, FinishItem};
+use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
+
+mod outcomes;
 
 /// Database requests of peers in flight at once; more get `internal` ("busy").
 const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
@@ -73,6 +75,8 @@ pub(crate) struct Peer {
     pub last_seen: Instant,
     /// Said bye: no more orders.
     pub leaving: bool,
+    /// Reads `orders` (several jobs per push).
+    pub batch: bool,
 }
 
 impl Peer {
@@ -102,6 +106,9 @@ pub(crate) struct Core {
     pub hot: HashMap<String, bool>,
     /// A claim is under way (one at a time, so no worker's credit is promised twice).
     pub claiming: bool,
+    /// A wake-up arrived while the claim under way ran: a short claim then does not mean
+    /// the queue is drained (the job that woke it may have committed after the claim read).
+    pub claim_woken: bool,
     pub next_queue: usize,
     /// When to release inherited leases that no reconnected worker has claimed.
     pub inherit_at: Option<Instant>,
@@ -141,6 +148,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         finisher: finish_tx,
         hot: HashMap::new(),
         claiming: false,
+        claim_woken: false,
         next_queue: 0,
         inherit_at: Some(Instant::now() + config.heartbeat * 5),
         seen: Some(HashSet::new()),
@@ -209,6 +217,7 @@ impl Core {
             Event::Wakeup(Wakeup::Jobs(queue)) => {
                 if let Some(hot) = self.hot.get_mut(&queue) {
                     *hot = true;
+                    self.claim_woken |= self.claiming;
                 }
             }
             Event::Wakeup(Wakeup::Cancelled(id)) => self.on_cancelled(id),
@@ -217,6 +226,7 @@ impl Core {
                 for hot in self.hot.values_mut() {
                     *hot = true;
                 }
+                self.claim_woken |= self.claiming;
             }
         }
     }
@@ -253,6 +263,7 @@ impl Core {
                 kinds,
                 queues,
                 concurrency,
+                batch,
             } => {
                 let hello = Hello {
                     req,
@@ -263,6 +274,7 @@ impl Core {
                     kinds,
                     queues,
                     concurrency,
+                    batch,
                 };
                 self.on_hello(peer, hello, now);
             }
@@ -339,6 +351,7 @@ impl Core {
             held: HashMap::new(),
             last_seen: now,
             leaving: false,
+            batch: false,
         });
         entry.role = hello.role;
         entry.name = name;
@@ -347,6 +360,7 @@ impl Core {
         entry.concurrency = concurrency as usize;
         entry.last_seen = now;
         entry.leaving = false;
+        entry.batch = hello.batch;
         tracing::info!(peer = %hex(&peer), name = %entry.name, role = ?entry.role, queues = ?entry.queues, concurrency, "peer said hello");
         let welcome = Reply::Welcome {
             req: hello.req,
@@ -360,11 +374,13 @@ impl Core {
 
     fn on_request(&mut self, peer: PeerId, request: Request, now: Instant) {
         let backend = self.backend.clone();
+        let events = self.events.clone();
         match request {
             Request::Hello { .. } => {}
             Request::Submit { req, job } => self.spawn_reply(peer, req, async move {
                 let job = convert::new_job(job)?;
                 backend.job_insert(&job).await?;
+                wake(&events, std::slice::from_ref(&job));
                 Ok(Reply::Submitted {
                     req,
                     ids: vec![job.id],
@@ -381,6 +397,7 @@ impl Core {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 backend.job_insert_many(&jobs).await?;
+                wake(&events, &jobs);
                 Ok(Reply::Submitted {
                     req,
                     ids: jobs.iter().map(|j| j.id).collect(),
@@ -402,45 +419,13 @@ impl Core {
                     job: convert::job_info(job),
                 })
             }),
-            Request::Completed {
-                req,
-                id,
-                attempt,
-                duration_ms,
-            } => self.finish(peer, req, id, attempt, |_| Outcome::Completed {
-                duration_ms,
-            }),
-            Request::Failed {
-                req,
-                id,
-                attempt,
-                error,
-                retryable,
-                retry_in_ms,
-                duration_ms,
-            } => self.finish(peer, req, id, attempt, |counted| {
-                if retryable {
-                    Outcome::Retry {
-                        error,
-                        retry_in: retry_in_ms
-                            .map(Duration::from_millis)
-                            .unwrap_or_else(|| convert::default_backoff(counted)),
-                        duration_ms,
-                    }
-                } else {
-                    Outcome::Failed { error, duration_ms }
+            single @ (Request::Completed { .. }
+            | Request::Failed { .. }
+            | Request::Snoozed { .. }
+            | Request::Released { .. }) => {
+                if let Some((req, item)) = OutcomeItem::from_request(&single) {
+                    self.finish(peer, req, item);
                 }
-            }),
-            Request::Snoozed {
-                req,
-                id,
-                attempt,
-                delay_ms,
-            } => self.finish(peer, req, id, attempt, |_| Outcome::Snoozed {
-                retry_in: Duration::from_millis(delay_ms),
-            }),
-            Request::Released { req, id, attempt } => {
-                self.finish(peer, req, id, attempt, |_| Outcome::Released)
             }
             Request::Heartbeat { req, leases } => self.on_heartbeat(peer, req, leases, now),
             Request::Extend {
@@ -449,6 +434,9 @@ impl Core {
                 attempt,
                 by_ms,
             } => {
+                if self.refuse_if_held_elsewhere(&peer, req, id, "an extend") {
+                    return;
+                }
                 let grace = self.config.heartbeat * 2;
                 if let Some(held) = self.peers.get_mut(&peer).and_then(|p| p.held.get_mut(&id)) {
                     held.deadline = Some(now + Duration::from_millis(by_ms) + grace);
@@ -463,6 +451,7 @@ impl Core {
                     by_ms,
                 );
             }
+            Request::Outcomes { req, outcomes } => self.on_outcomes(peer, req, outcomes),
             Request::Bye { req } => {
                 if let Some(p) = self.peers.get_mut(&peer) {
                     p.leaving = true;
@@ -475,6 +464,11 @@ impl Core {
                         result: FinishResult::Recorded,
                     },
                 );
+            }
+            // Every other request is an admin request.
+            admin => {
+                let req = admin.req();
+                self.spawn_reply(peer, req, crate::admin::handle(backend, admin));
             }
         }
     }
@@ -522,28 +516,41 @@ impl Core {
     }
 
     /// Records an outcome: the worker's credit is freed now, the write is batched.
-    fn finish(
-        &mut self,
-        peer: PeerId,
-        req: u64,
-        id: JobId,
-        attempt: i32,
-        outcome: impl FnOnce(i32) -> Outcome,
-    ) {
-        self.saw(id);
-        let counted = self
-            .peers
-            .get_mut(&peer)
-            .and_then(|p| p.held.remove(&id))
-            .map_or(1, |h| h.counted_attempt);
-        let finish = Finish {
-            lease: Lease {
-                job_id: id,
-                attempt,
-            },
-            outcome: outcome(counted),
-        };
+    fn finish(&mut self, peer: PeerId, req: u64, item: OutcomeItem) {
+        if self.refuse_if_held_elsewhere(&peer, req, item.lease().0, "an outcome") {
+            return;
+        }
+        let finish = self.take_finish(&peer, item);
         self.queue_finish(finish, Some((peer, req)));
+    }
+
+    /// The other connected peer that holds `id`, if any. Checked only when `peer` does not
+    /// hold it itself, so the common case costs one lookup.
+    fn held_elsewhere(&self, peer: &PeerId, id: JobId) -> Option<&PeerId> {
+        if self
+            .peers
+            .get(peer)
+            .is_some_and(|p| p.held.contains_key(&id))
+        {
+            return None;
+        }
+        self.peers
+            .iter()
+            .find(|(other, p)| *other != peer && p.held.contains_key(&id))
+            .map(|(other, _)| other)
+    }
+
+    /// A peer may report or extend only the orders it was sent (or, after a restart, ones
+    /// no connected peer holds): anything held by another peer gets `lease_lost`, untouched,
+    /// and a warning. True when refused.
+    fn refuse_if_held_elsewhere(&self, peer: &PeerId, req: u64, id: JobId, what: &str) -> bool {
+        let Some(holder) = self.held_elsewhere(peer, id) else {
+            return false;
+        };
+        tracing::warn!(peer = %hex(peer), holder = %hex(holder), job_id = %id, "refused {what} for a job leased to another peer");
+        let result = FinishResult::LeaseLost;
+        self.reply(peer, Reply::Ack { req, result });
+        true
     }
 
     /// Notes a job as this run's (not inherited), while inherited leases are pending.
@@ -555,8 +562,17 @@ impl Core {
 
     /// Hands an outcome to the batching writer.
     pub fn queue_finish(&self, finish: Finish, reply_to: Option<(PeerId, u64)>) {
+        let reply_to = match reply_to {
+            Some((peer, req)) => ReplyTo::Ack(peer, req),
+            None => ReplyTo::Nobody,
+        };
+        self.queue_finishes(vec![finish], reply_to);
+    }
+
+    /// Hands outcomes to the batching writer.
+    pub fn queue_finishes(&self, finishes: Vec<Finish>, reply_to: ReplyTo) {
         let finisher = self.finisher.clone();
-        let item = FinishItem { finish, reply_to };
+        let item = FinishItem { finishes, reply_to };
         if let Err(mpsc::error::TrySendError::Full(item)) = finisher.try_send(item) {
             tokio::spawn(async move {
                 let _ = finisher.send(item).await;
@@ -567,6 +583,13 @@ impl Core {
     fn on_heartbeat(&mut self, peer: PeerId, req: u64, leases: Vec<LeaseRef>, now: Instant) {
         // Generous, so an order merely slow to arrive on a loaded machine is not taken back.
         let stale_after = (self.config.heartbeat * 3).max(Duration::from_secs(5));
+        // Leases another connected peer holds are not this peer's to keep alive: lost.
+        let (leases, foreign): (Vec<LeaseRef>, Vec<LeaseRef>) = leases
+            .into_iter()
+            .partition(|l| self.held_elsewhere(&peer, l.id).is_none());
+        if !foreign.is_empty() {
+            tracing::warn!(peer = %hex(&peer), jobs = foreign.len(), "refused a heartbeat for jobs leased to another peer");
+        }
         for l in &leases {
             self.saw(l.id);
         }
@@ -609,20 +632,22 @@ impl Core {
             );
         }
         if leases.is_empty() {
-            return self.reply(&peer, Reply::HeartbeatAck { req, lost: vec![] });
+            return self.reply(&peer, Reply::HeartbeatAck { req, lost: foreign });
         }
-        let leases: Vec<Lease> = leases
-            .iter()
-            .map(|l| Lease {
-                job_id: l.id,
-                attempt: l.attempt,
-            })
-            .collect();
+        let as_lease = |l: &LeaseRef| Lease {
+            job_id: l.id,
+            attempt: l.attempt,
+        };
+        let leases: Vec<Lease> = leases.iter().map(as_lease).collect();
+        let foreign: Vec<Lease> = foreign.iter().map(as_lease).collect();
         let backend = self.backend.clone();
         let events = self.events.clone();
         let by = self.config.lease;
         tokio::spawn(async move {
-            let lost = backend.job_extend_many(&leases, by).await;
+            let lost = backend.job_extend_many(&leases, by).await.map(|mut lost| {
+                lost.extend(foreign);
+                lost
+            });
             let _ = events.send(Event::HeartbeatDone { peer, req, lost }).await;
         });
     }
@@ -672,6 +697,19 @@ impl Core {
     }
 }
 
+/// Wakes the loop for the queues of jobs due now that a peer submitted: the server
+/// inserted them, so it need not wait for its own notification to come back.
+fn wake(events: &mpsc::Sender<Event>, jobs: &[hopper_core::NewJob]) {
+    let now = chrono::Utc::now();
+    let mut woken: Vec<&str> = Vec::new();
+    for job in jobs.iter().filter(|j| j.run_at.is_none_or(|at| at <= now)) {
+        if !woken.contains(&job.queue.as_str()) {
+            woken.push(&job.queue);
+            let _ = events.try_send(Event::Wakeup(Wakeup::Jobs(job.queue.clone())));
+        }
+    }
+}
+
 /// The fields of a hello.
 struct Hello {
     req: u64,
@@ -682,6 +720,7 @@ struct Hello {
     kinds: Option<Vec<String>>,
     queues: Option<Vec<String>>,
     concurrency: Option<u32>,
+    batch: bool,
 }
 
 /// A routing id for logs.

@@ -92,11 +92,25 @@ pub(crate) async fn send(mut socket: RouterSendHalf, mut out: mpsc::Receiver<(Pe
     }
 }
 
-/// One outcome to write, and who to acknowledge it to.
-pub(crate) struct FinishItem {
-    pub finish: Finish,
-    pub reply_to: Option<(PeerId, u64)>,
+/// Who to acknowledge outcomes to.
+pub(crate) enum ReplyTo {
+    /// Nobody (the server decided the outcome itself).
+    Nobody,
+    /// One `ack` for the one outcome.
+    Ack(PeerId, u64),
+    /// One `acks` with a result per outcome: the `Some` results were decided already,
+    /// each `None` takes the next written outcome's.
+    Acks(PeerId, u64, Vec<Option<WireResult>>),
 }
+
+/// Outcomes to write, and who to acknowledge them to.
+pub(crate) struct FinishItem {
+    pub finishes: Vec<Finish>,
+    pub reply_to: ReplyTo,
+}
+
+/// Most outcomes written by one statement.
+const FINISH_BATCH: usize = 1000;
 
 /// Writes outcomes in batches (one statement per kind of outcome per batch) and
 /// acknowledges each. `writers` batches are written at once, so one slow round trip does
@@ -118,10 +132,14 @@ pub(crate) async fn finish(
                     let Some(first) = items.recv().await else {
                         return;
                     };
+                    let mut size = first.finishes.len();
                     let mut batch = vec![first];
-                    while batch.len() < 1000 {
+                    while size < FINISH_BATCH {
                         match items.try_recv() {
-                            Ok(item) => batch.push(item),
+                            Ok(item) => {
+                                size += item.finishes.len();
+                                batch.push(item);
+                            }
                             Err(_) => break,
                         }
                     }
@@ -141,9 +159,15 @@ async fn write_batch(
     batch: Vec<FinishItem>,
     out: &mpsc::Sender<(PeerId, Reply)>,
 ) {
-    let finishes: Vec<Finish> = batch.iter().map(|i| i.finish.clone()).collect();
+    let finishes: Vec<Finish> = batch
+        .iter()
+        .flat_map(|i| i.finishes.iter().cloned())
+        .collect();
     let mut backoff = Duration::from_millis(50);
     let results = loop {
+        if finishes.is_empty() {
+            break Ok(Vec::new());
+        }
         match backend.job_finish_many(&finishes).await {
             Ok(results) => break Ok(results),
             Err(e) if e.is_transient() => {
@@ -154,19 +178,40 @@ async fn write_batch(
             Err(e) => break Err(e),
         }
     };
-    for (i, item) in batch.into_iter().enumerate() {
-        let Some((peer, req)) = item.reply_to else {
-            continue;
-        };
-        let reply = match &results {
-            Ok(results) => Reply::Ack {
-                req,
-                result: match results.get(i) {
-                    Some(FinishResult::Recorded(_)) => WireResult::Recorded,
-                    _ => WireResult::LeaseLost,
+    let wire = |i: usize| match &results {
+        Ok(results) => match results.get(i) {
+            Some(FinishResult::Recorded(_)) => WireResult::Recorded,
+            _ => WireResult::LeaseLost,
+        },
+        Err(_) => WireResult::LeaseLost,
+    };
+    let mut at = 0;
+    for item in batch {
+        let range = at..at + item.finishes.len();
+        at = range.end;
+        let (peer, reply) = match (item.reply_to, &results) {
+            (ReplyTo::Nobody, _) => continue,
+            (ReplyTo::Ack(peer, req) | ReplyTo::Acks(peer, req, _), Err(e)) => {
+                (peer, Reply::error(Some(req), error_code(e), e.to_string()))
+            }
+            (ReplyTo::Ack(peer, req), Ok(_)) => (
+                peer,
+                Reply::Ack {
+                    req,
+                    result: wire(range.start),
                 },
-            },
-            Err(e) => Reply::error(Some(req), error_code(e), e.to_string()),
+            ),
+            (ReplyTo::Acks(peer, req, preset), Ok(_)) => {
+                let mut written = range.map(wire);
+                let results = preset
+                    .into_iter()
+                    .map(|r| {
+                        r.or_else(|| written.next())
+                            .unwrap_or(WireResult::LeaseLost)
+                    })
+                    .collect();
+                (peer, Reply::Acks { req, results })
+            }
         };
         let _ = out.send((peer, reply)).await;
     }

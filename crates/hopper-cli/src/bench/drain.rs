@@ -62,7 +62,7 @@ pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
 
 /// Polls until no bench job is unfinished. A visible progress bar is moved by a count,
 /// taken less often: counting reads the whole backlog, the poll only its first entry.
-async fn wait_until_drained(
+pub(super) async fn wait_until_drained(
     bench: &Bench,
     jobs: u64,
     bar: &indicatif::ProgressBar,

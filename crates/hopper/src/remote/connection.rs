@@ -58,6 +58,7 @@ fn hello(shared: &Shared, req: u64) -> Request {
         kinds: info.kinds,
         queues: info.queues,
         concurrency: info.concurrency,
+        batch: true,
     }
 }
 
@@ -254,7 +255,8 @@ fn on_reply(
     pending: &mut HashMap<u64, (Instant, oneshot::Sender<Result<Reply>>)>,
 ) -> Option<&'static str> {
     match reply {
-        Reply::Order { job } => shared.push_order(claimed(job)),
+        Reply::Order { job } => shared.push_orders(vec![claimed(job)]),
+        Reply::Orders { jobs } => shared.push_orders(jobs.into_iter().map(claimed).collect()),
         Reply::Cancel { id } => shared.cancelled(id),
         Reply::HeartbeatAck { req, lost } if !pending.contains_key(&req) => {
             for LeaseRef { id, attempt } in lost {

@@ -5,8 +5,10 @@
 //! (`docs/protocol.md`): `job_claim` hands out the orders the server pushed, `subscribe`
 //! wakes the runtime when one arrives, outcomes and lease extensions become protocol
 //! messages, and the server's own maintenance (rescuing, promoting) replaces the runtime's.
-//! Admin calls the protocol does not carry (listing, retrying, clearing, stats) fail with
-//! [`Error::Unsupported`]: use the database or `hopper` CLI for those.
+//! The admin calls (listing, retrying, deleting, clearing, stats, queue settings, the cron
+//! list) are the protocol's admin requests; what the protocol does not carry (pruning,
+//! per-minute stats, registering cron entries, enqueueing with group or unique keys) fails
+//! with [`Error::Unsupported`].
 //!
 //! ```no_run
 //! # async fn run(workers: hopper::Workers) -> hopper::Result<()> {
@@ -19,7 +21,9 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod connection;
+mod outcomes;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,9 +34,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use hopper_core::{
-    AttemptError, Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId,
-    JobListParams, JobRecord, JobState, Lease, NewJob, NodeId, NodeInfo, Outcome, Priority,
-    QueueStats, Result, Wakeup, WakeupStream,
+    AttemptError, Backend, ClaimParams, ClaimedJob, CronEntry, Error, Finish, FinishResult, JobId,
+    JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, JobState, Lease, NewJob, NodeId,
+    NodeInfo, Outcome, Priority, QueueSettings, QueueStats, QueueUpdate, Result, Wakeup,
+    WakeupStream,
 };
 use hopper_protocol::{
     ErrorCode, FinishResult as WireResult, JobInfo, JobSpec, PriorityValue, Reply, Request, Role,
@@ -150,14 +155,23 @@ impl Shared {
             .collect()
     }
 
-    fn push_order(&self, job: ClaimedJob) {
-        let queue = job.queue.clone();
-        lock(&self.held).insert(job.lease);
-        lock(&self.orders)
-            .entry(queue.clone())
-            .or_default()
-            .push_back(job);
-        let _ = self.wakeups.send(Wakeup::Jobs(queue));
+    /// Buffers orders for the runtime and wakes it once per queue.
+    fn push_orders(&self, jobs: Vec<ClaimedJob>) {
+        let mut queues: Vec<String> = Vec::new();
+        {
+            let mut held = lock(&self.held);
+            let mut orders = lock(&self.orders);
+            for job in jobs {
+                held.insert(job.lease);
+                if !queues.contains(&job.queue) {
+                    queues.push(job.queue.clone());
+                }
+                orders.entry(job.queue.clone()).or_default().push_back(job);
+            }
+        }
+        for queue in queues {
+            let _ = self.wakeups.send(Wakeup::Jobs(queue));
+        }
     }
 
     fn cancelled(&self, id: JobId) {
@@ -253,6 +267,7 @@ impl RemoteBackend {
                 kinds: info.kinds,
                 queues: info.queues,
                 concurrency: info.concurrency,
+                batch: true,
             })
             .await?
         {
@@ -262,48 +277,8 @@ impl RemoteBackend {
     }
 
     async fn finish_one(&self, finish: &Finish) -> Result<FinishResult> {
-        let Lease {
-            job_id: id,
-            attempt,
-        } = finish.lease;
         let reply = self
-            .request(|req| match &finish.outcome {
-                Outcome::Completed { duration_ms } => Request::Completed {
-                    req,
-                    id,
-                    attempt,
-                    duration_ms: *duration_ms,
-                },
-                Outcome::Retry {
-                    error,
-                    retry_in,
-                    duration_ms,
-                } => Request::Failed {
-                    req,
-                    id,
-                    attempt,
-                    error: error.clone(),
-                    retryable: true,
-                    retry_in_ms: Some(millis(*retry_in)),
-                    duration_ms: *duration_ms,
-                },
-                Outcome::Failed { error, duration_ms } => Request::Failed {
-                    req,
-                    id,
-                    attempt,
-                    error: error.clone(),
-                    retryable: false,
-                    retry_in_ms: None,
-                    duration_ms: *duration_ms,
-                },
-                Outcome::Snoozed { retry_in } => Request::Snoozed {
-                    req,
-                    id,
-                    attempt,
-                    delay_ms: millis(*retry_in),
-                },
-                Outcome::Released => Request::Released { req, id, attempt },
-            })
+            .request(|req| outcomes::item(finish).into_request(req))
             .await?;
         lock(&self.shared.held).remove(&finish.lease);
         match reply {
@@ -340,12 +315,6 @@ fn unexpected(reply: &Reply) -> Error {
     Error::database(std::io::Error::other(format!(
         "unexpected reply from the hopper server: {reply:?}"
     )))
-}
-
-fn unsupported(what: &str) -> Error {
-    Error::Unsupported(format!(
-        "{what} is not part of the server protocol; use the database or the hopper CLI"
-    ))
 }
 
 /// A job to insert as the wire carries it.
@@ -455,8 +424,12 @@ impl Backend for RemoteBackend {
         }
     }
 
-    async fn job_list(&self, _params: &JobListParams) -> Result<Vec<JobRecord>> {
-        Err(unsupported("listing jobs"))
+    async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
+        self.search(&JobSearchParams {
+            list: params.clone(),
+            ..JobSearchParams::default()
+        })
+        .await
     }
 
     /// Hands out orders the server pushed for `params.queue` (the server chose them and
@@ -470,11 +443,9 @@ impl Backend for RemoteBackend {
         Ok(queue.drain(..n).collect())
     }
 
+    /// One `outcomes` message per 500 outcomes (see `outcomes.rs`).
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
-        futures_util::future::join_all(finishes.iter().map(|f| self.finish_one(f)))
-            .await
-            .into_iter()
-            .collect()
+        self.finish_batched(finishes).await
     }
 
     async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
@@ -505,8 +476,8 @@ impl Backend for RemoteBackend {
         Ok(lost)
     }
 
-    async fn job_retry(&self, _id: JobId) -> Result<JobRecord> {
-        Err(unsupported("retrying a job"))
+    async fn job_retry(&self, id: JobId) -> Result<JobRecord> {
+        self.retry(id).await
     }
 
     async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
@@ -516,8 +487,9 @@ impl Backend for RemoteBackend {
         }
     }
 
-    async fn job_clear(&self, _queue: Option<&str>) -> Result<u64> {
-        Err(unsupported("clearing queues"))
+    async fn job_clear(&self, queue: Option<&str>) -> Result<u64> {
+        let queue = queue.map(str::to_owned);
+        self.count(|req| Request::Clear { req, queue }).await
     }
 
     /// The server promotes scheduled jobs.
@@ -577,7 +549,31 @@ impl Backend for RemoteBackend {
     }
 
     async fn queue_stats(&self) -> Result<Vec<QueueStats>> {
-        Err(unsupported("queue statistics"))
+        self.stats().await
+    }
+
+    async fn job_search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
+        self.search(params).await
+    }
+
+    async fn job_delete(&self, id: JobId) -> Result<()> {
+        self.delete(id).await
+    }
+
+    async fn job_retry_many(&self, params: &JobRetryManyParams) -> Result<u64> {
+        self.retry_failed(params).await
+    }
+
+    async fn queue_list(&self) -> Result<Vec<QueueSettings>> {
+        self.queues().await
+    }
+
+    async fn queue_update(&self, update: &QueueUpdate) -> Result<QueueSettings> {
+        self.update_queue(update).await
+    }
+
+    async fn cron_list(&self) -> Result<Vec<CronEntry>> {
+        self.cron().await
     }
 
     /// Wake-ups when orders arrive, when the server cancels a job this process runs or

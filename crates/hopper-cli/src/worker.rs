@@ -1,0 +1,77 @@
+//! `hopper worker`: a worker process that runs the bench job (a no-op, or a sleep of
+//! `--work-ms`) on the configured backend, usually a `hopper serve` server
+//! (`--database-url tcp://host:7010`, token in `HOPPER_TOKEN`). `hopper bench --workload
+//! server` starts four of these as child processes.
+//!
+//! It stops on SIGINT or SIGTERM. With `--stdin-control` (as the bench starts it) it
+//! prints `ready` once connected, starts its runtime when a line arrives on stdin, and
+//! stops when stdin closes, so its parent times the drain from the moment every worker is
+//! connected and never leaves a worker behind.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use hopper::{Backend, Runtime, RuntimeConfig, Workers};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::bench::{BenchWorker, QUEUE};
+
+/// `hopper worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The queue to serve.
+    #[arg(long, default_value = QUEUE)]
+    pub queue: String,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 50)]
+    pub concurrency: usize,
+    /// Each job sleeps this long (ms).
+    #[arg(long, default_value_t = 0)]
+    pub work_ms: u64,
+    /// Print `ready` when connected, start on a line from stdin, stop when stdin closes.
+    #[arg(long, hide = true)]
+    pub stdin_control: bool,
+}
+
+/// Runs the worker until a signal (or, with `--stdin-control`, until stdin closes).
+pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<()> {
+    if args.concurrency == 0 {
+        anyhow::bail!("--concurrency must be at least 1");
+    }
+    let mut workers = Workers::new();
+    workers.register(BenchWorker {
+        work: Duration::from_millis(args.work_ms),
+        timeout: None,
+        latencies: None,
+    });
+    let config = RuntimeConfig {
+        queues: vec![args.queue.clone()],
+        concurrency: args.concurrency,
+        node_name: Some(format!("hopper-worker:{}", std::process::id())),
+        ..RuntimeConfig::default()
+    };
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    if args.stdin_control {
+        println!("ready");
+        // A line means go; end of input means the parent is gone: stop before starting.
+        if stdin.next_line().await.context("reading stdin")?.is_none() {
+            return Ok(());
+        }
+    }
+    let handle = Runtime::new(backend, workers, config)
+        .start()
+        .await
+        .context("starting the runtime")?;
+    if args.stdin_control {
+        tokio::select! {
+            _ = async { while let Ok(Some(_)) = stdin.next_line().await {} } => {}
+            _ = hopper::shutdown_signal() => {}
+        }
+    } else {
+        hopper::shutdown_signal().await;
+    }
+    handle.shutdown().await;
+    Ok(())
+}

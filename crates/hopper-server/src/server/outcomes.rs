@@ -1,0 +1,77 @@
+//! `outcomes`: many orders' outcomes in one message, written with the other outcomes
+//! waiting (one statement per kind of outcome) and acknowledged in one `acks`.
+
+use std::time::Duration;
+
+use hopper_core::{Finish, Lease, Outcome};
+use hopper_protocol::{FinishResult, OutcomeItem};
+
+use super::{Core, PeerId, hex};
+use crate::convert;
+use crate::tasks::ReplyTo;
+
+impl Core {
+    /// Frees the worker's credit for every outcome now and queues the writes. An outcome
+    /// for a job another connected peer holds is refused (`lease_lost`), as a single one is.
+    pub(super) fn on_outcomes(&mut self, peer: PeerId, req: u64, items: Vec<OutcomeItem>) {
+        let mut finishes = Vec::with_capacity(items.len());
+        let mut preset = Vec::with_capacity(items.len());
+        for item in items {
+            let id = item.lease().0;
+            if let Some(holder) = self.held_elsewhere(&peer, id) {
+                tracing::warn!(peer = %hex(&peer), holder = %hex(holder), job_id = %id, "refused an outcome for a job leased to another peer");
+                preset.push(Some(FinishResult::LeaseLost));
+                continue;
+            }
+            finishes.push(self.take_finish(&peer, item));
+            preset.push(None);
+        }
+        self.queue_finishes(finishes, ReplyTo::Acks(peer, req, preset));
+    }
+
+    /// The write for one outcome of `peer`'s, whose order (if it held it) is no longer
+    /// outstanding.
+    pub(super) fn take_finish(&mut self, peer: &PeerId, item: OutcomeItem) -> Finish {
+        let (id, attempt) = item.lease();
+        self.saw(id);
+        let counted = self
+            .peers
+            .get_mut(peer)
+            .and_then(|p| p.held.remove(&id))
+            .map_or(1, |h| h.counted_attempt);
+        Finish {
+            lease: Lease {
+                job_id: id,
+                attempt,
+            },
+            outcome: outcome(item, counted),
+        }
+    }
+}
+
+/// What an item says, as the storage seam takes it.
+fn outcome(item: OutcomeItem, counted_attempt: i32) -> Outcome {
+    match item {
+        OutcomeItem::Completed { duration_ms, .. } => Outcome::Completed { duration_ms },
+        OutcomeItem::Failed {
+            error,
+            retryable: true,
+            retry_in_ms,
+            duration_ms,
+            ..
+        } => Outcome::Retry {
+            error,
+            retry_in: retry_in_ms
+                .map(Duration::from_millis)
+                .unwrap_or_else(|| convert::default_backoff(counted_attempt)),
+            duration_ms,
+        },
+        OutcomeItem::Failed {
+            error, duration_ms, ..
+        } => Outcome::Failed { error, duration_ms },
+        OutcomeItem::Snoozed { delay_ms, .. } => Outcome::Snoozed {
+            retry_in: Duration::from_millis(delay_ms),
+        },
+        OutcomeItem::Released { .. } => Outcome::Released,
+    }
+}

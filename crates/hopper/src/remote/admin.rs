@@ -1,0 +1,163 @@
+//! The admin calls of the storage seam over the server's admin requests (`list_jobs`,
+//! `retry`, `delete`, `retry_failed`, `clear`, `queue_stats`, `list_queues`,
+//! `update_queue`, `list_cron`), so a `Client` on a `tcp://` URL lists, retries, deletes
+//! and pauses as one on the database does.
+
+use std::time::Duration;
+
+use hopper_core::{
+    CronEntry, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, Priority,
+    QueueSettings, QueueStats, QueueUpdate, RateLimit, Result,
+};
+use hopper_protocol::{CronInfo, JobFilter, QueueChange, QueueInfo, RateInfo, Reply, Request};
+
+use super::{RemoteBackend, millis, record, unexpected};
+
+impl RemoteBackend {
+    pub(super) async fn search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
+        let filter = filter(&params.list, params);
+        match self
+            .request(|req| Request::ListJobs { req, filter })
+            .await?
+        {
+            Reply::Jobs { jobs, .. } => jobs.into_iter().map(record).collect(),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub(super) async fn retry(&self, id: JobId) -> Result<JobRecord> {
+        match self.request(|req| Request::Retry { req, id }).await? {
+            Reply::Job { job, .. } => record(job),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub(super) async fn count(&self, request: impl FnOnce(u64) -> Request) -> Result<u64> {
+        match self.request(request).await? {
+            Reply::Count { count, .. } => Ok(count),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub(super) async fn delete(&self, id: JobId) -> Result<()> {
+        self.count(|req| Request::Delete { req, id })
+            .await
+            .map(drop)
+    }
+
+    pub(super) async fn retry_failed(&self, params: &JobRetryManyParams) -> Result<u64> {
+        let (queue, kind) = (params.queue.clone(), params.kind.clone());
+        self.count(|req| Request::RetryFailed { req, queue, kind })
+            .await
+    }
+
+    pub(super) async fn stats(&self) -> Result<Vec<QueueStats>> {
+        match self.request(|req| Request::QueueStats { req }).await? {
+            Reply::Stats { queues, .. } => Ok(queues
+                .into_iter()
+                .map(|q| QueueStats {
+                    queue: q.queue,
+                    available: q.available,
+                    scheduled: q.scheduled,
+                    running: q.running,
+                    completed: q.completed,
+                    failed: q.failed,
+                    cancelled: q.cancelled,
+                    oldest_available_secs: q.oldest_available_secs,
+                })
+                .collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub(super) async fn queues(&self) -> Result<Vec<QueueSettings>> {
+        match self.request(|req| Request::ListQueues { req }).await? {
+            Reply::Queues { queues, .. } => Ok(queues.into_iter().map(settings).collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub(super) async fn update_queue(&self, update: &QueueUpdate) -> Result<QueueSettings> {
+        update.validate()?;
+        let update = change(update);
+        match self
+            .request(|req| Request::UpdateQueue { req, update })
+            .await?
+        {
+            Reply::Queue { queue, .. } => Ok(settings(queue)),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub(super) async fn cron(&self) -> Result<Vec<CronEntry>> {
+        match self.request(|req| Request::ListCron { req }).await? {
+            Reply::Cron { entries, .. } => Ok(entries.into_iter().map(cron_entry).collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+fn filter(list: &JobListParams, search: &JobSearchParams) -> JobFilter {
+    JobFilter {
+        queue: list.queue.clone(),
+        state: list.state.map(|s| s.as_str().to_owned()),
+        kind: list.kind.clone(),
+        before: list.before,
+        created_after: search.created_after,
+        created_before: search.created_before,
+        limit: Some(list.limit),
+    }
+}
+
+fn settings(q: QueueInfo) -> QueueSettings {
+    QueueSettings {
+        queue: q.queue,
+        paused: q.paused,
+        grouped: q.grouped,
+        max_running: q.max_running,
+        max_running_per_group: q.max_running_per_group,
+        rate: q.rate.map(rate),
+    }
+}
+
+fn rate(r: RateInfo) -> RateLimit {
+    let mut limit = RateLimit::new(r.jobs, Duration::from_millis(r.per_ms));
+    if let Some(burst) = r.burst {
+        limit.burst = burst;
+    }
+    limit
+}
+
+fn change(u: &QueueUpdate) -> QueueChange {
+    QueueChange {
+        queue: u.queue.clone(),
+        paused: u.paused,
+        max_running: u.max_running,
+        max_running_per_group: u.max_running_per_group,
+        rate: u.rate.map(|r| {
+            r.map(|r| RateInfo {
+                jobs: r.jobs,
+                per_ms: millis(r.per),
+                burst: Some(r.burst),
+            })
+        }),
+    }
+}
+
+fn cron_entry(c: CronInfo) -> CronEntry {
+    CronEntry {
+        name: c.name,
+        schedule: c.schedule,
+        timezone: c.timezone,
+        queue: c.queue,
+        kind: c.kind,
+        args: c.args,
+        priority: Priority(c.priority),
+        max_attempts: c.max_attempts,
+        timeout_ms: c.timeout_ms,
+        catch_up: c.catch_up,
+        next_run_at: c.next_run_at,
+        last_run_at: c.last_run_at,
+        last_job_id: c.last_job_id,
+    }
+}

@@ -1,0 +1,101 @@
+//! Outcomes in batches: the runtime's completer hands over every outcome waiting, and they
+//! go to the server as `outcomes` messages (one reply, `acks`, for each), instead of one
+//! message and one reply per job.
+
+use hopper_core::{Error, Finish, FinishResult, Outcome, Result};
+use hopper_protocol::{FinishResult as WireResult, OutcomeItem, Reply, Request};
+
+use super::{RemoteBackend, lock, millis, state_after, unexpected};
+
+/// Most outcomes in one message (about 100 bytes each, a failure's error text more).
+const PER_MESSAGE: usize = 500;
+
+impl RemoteBackend {
+    /// Sends `finishes` in `outcomes` messages, all at once, and gathers the results in
+    /// order. A server that does not know `outcomes` (older than this library) gets one
+    /// message per outcome.
+    pub(super) async fn finish_batched(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
+        let replies = futures_util::future::join_all(
+            finishes
+                .chunks(PER_MESSAGE)
+                .map(|chunk| self.finish_chunk(chunk)),
+        )
+        .await;
+        let mut results = Vec::with_capacity(finishes.len());
+        for (chunk, reply) in finishes.chunks(PER_MESSAGE).zip(replies) {
+            match reply {
+                Ok(r) => results.extend(r),
+                Err(Error::InvalidInput(m)) if m.starts_with("unknown_type") => {
+                    for finish in chunk {
+                        results.push(self.finish_one(finish).await?);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(results)
+    }
+
+    async fn finish_chunk(&self, chunk: &[Finish]) -> Result<Vec<FinishResult>> {
+        let outcomes: Vec<OutcomeItem> = chunk.iter().map(item).collect();
+        let reply = self
+            .request(|req| Request::Outcomes { req, outcomes })
+            .await?;
+        let Reply::Acks { results, .. } = reply else {
+            return Err(unexpected(&reply));
+        };
+        if results.len() != chunk.len() {
+            return Err(unexpected(&Reply::Acks { req: 0, results }));
+        }
+        let mut held = lock(&self.shared.held);
+        Ok(chunk
+            .iter()
+            .zip(results)
+            .map(|(finish, result)| {
+                held.remove(&finish.lease);
+                match result {
+                    WireResult::Recorded => FinishResult::Recorded(state_after(&finish.outcome)),
+                    WireResult::LeaseLost => FinishResult::LeaseLost,
+                }
+            })
+            .collect())
+    }
+}
+
+/// One outcome as the wire carries it.
+pub(super) fn item(finish: &Finish) -> OutcomeItem {
+    let (id, attempt) = (finish.lease.job_id, finish.lease.attempt);
+    match &finish.outcome {
+        Outcome::Completed { duration_ms } => OutcomeItem::Completed {
+            id,
+            attempt,
+            duration_ms: *duration_ms,
+        },
+        Outcome::Retry {
+            error,
+            retry_in,
+            duration_ms,
+        } => OutcomeItem::Failed {
+            id,
+            attempt,
+            error: error.clone(),
+            retryable: true,
+            retry_in_ms: Some(millis(*retry_in)),
+            duration_ms: *duration_ms,
+        },
+        Outcome::Failed { error, duration_ms } => OutcomeItem::Failed {
+            id,
+            attempt,
+            error: error.clone(),
+            retryable: false,
+            retry_in_ms: None,
+            duration_ms: *duration_ms,
+        },
+        Outcome::Snoozed { retry_in } => OutcomeItem::Snoozed {
+            id,
+            attempt,
+            delay_ms: millis(*retry_in),
+        },
+        Outcome::Released => OutcomeItem::Released { id, attempt },
+    }
+}
