@@ -39,6 +39,12 @@
 --   - pgbench on hopper's own table and statements (4 clients, claim 100 then complete)
 --     reaches 0.75 of L3 measured in the same minute; claim + complete in one statement
 --     0.80: the schema costs about a quarter, the rest of the gap is the runtime's.
+--   - NOT TAKEN (pgbench, this claim + job_complete_many.sql, 4 clients, 400k rows,
+--     alternated 3 times): fillfactor 70 on jobs, 95 / 91 / 84 tps against 106 / 91 / 75
+--     at 100; completing by DELETE instead of UPDATE, 105 / 76 / 79 tps against 106 / 91 /
+--     75. Neither moves the figure beyond the noise: the claim's UPDATE (a new row version
+--     and its index entries; never HOT, since state is in every partial index's
+--     predicate) is the cost, and the runtime's process uses about 10% of one core.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
