@@ -3,8 +3,8 @@
 # features and the claim path"): plain, limited (a concurrency limit that never binds),
 # grouped (the jobs spread over 16 groups), both. Each run: a fresh schema, JOBS jobs
 # enqueued, the queue set up, VACUUM ANALYZE, then `hopper bench --workload drain`.
-# The runs of one round follow each other; ROUNDS rounds. Prints one line per run:
-# "round variant jobs/s", then each round's ratios to its plain run.
+# The runs of one round follow each other; ROUNDS rounds (default 3). Prints one line per
+# run: "round variant jobs/s", then each round's figures with their ratio to its plain run.
 # Needs a release build (cargo build --release -p hopper-cli) and psql.
 set -euo pipefail
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
@@ -38,19 +38,24 @@ run() {
     sed -n 's/.*"jobs_per_sec": *\([0-9]*\).*/\1/p'
 }
 
+# Odd rounds run the variants in the order given, even rounds in reverse, so a drift of
+# the machine's load within a round does not always favour the same variant.
 for r in $(seq 1 "${ROUNDS:-3}"); do
+  order=$VARIANTS
+  if [ $((r % 2)) = 0 ]; then order=$(echo "$VARIANTS" | tr ' ' '\n' | tac | tr '\n' ' '); fi
+  declare -A rate=()
+  for v in $order; do
+    rate[$v]=$(run "$v")
+    echo "$r $v ${rate[$v]}"
+  done
   line="round $r:"
-  plain=
   for v in $VARIANTS; do
-    rate=$(run "$v")
-    echo "$r $v $rate"
-    [ "$v" = plain ] && plain=$rate
-    if [ -n "$plain" ]; then
-      line="$line $v $rate ($(awk -v a="$rate" -v b="$plain" 'BEGIN { printf "%.2f", a / b }'))"
-    else
-      line="$line $v $rate"
+    line="$line $v ${rate[$v]}"
+    if [ -n "${rate[plain]:-}" ]; then
+      line="$line ($(awk -v a="${rate[$v]}" -v b="${rate[plain]}" 'BEGIN { printf "%.2f", a / b }'))"
     fi
   done
   echo "$line"
+  unset rate
 done
 sql "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null

@@ -33,11 +33,21 @@
 -- one scan reads in all.
 --
 -- Measured with scripts/bench_scheduling.sh (W3 drain, 20,000 no-op jobs over 16 groups,
--- concurrency 50, ratios to the plain queue in the same round; docs/benchmarks.md):
+-- concurrency 50, ratio to the plain queue in the same round; docs/benchmarks.md has the
+-- tables; this shared 2-core machine moves single rounds by up to 2x):
+--   - planned per execution: 3-6 ms of planning per claim for ~1 ms of work -> generic
+--     plan (GENERIC_PLAN in scheduling.rs);
+--   - picked ids joined to the table: the generic plan hashed a sequential scan (14 ms
+--     per claim) -> `id = ANY (ARRAY(...))` (0.9 ms);
 --   - the ring walked inside every claim (a recursive loose index scan: 2 probes per
---     group, then the per-group top-k), generic plan: 0.28-0.48;
---   - the ring cached per process (this file + queue_groups_ready.sql): see
---     docs/benchmarks.md.
+--     group, each stepping over the dead entries at a group's head, plus 32 heap fetches
+--     looking for stragglers): 0.22-0.51 of plain;
+--   - the ring cached per process, groups passed as an array, one LATERAL range scan per
+--     group (this file): 0.83-0.89 of plain summed over 5-6 rounds (medians 0.75-0.80;
+--     with a limit as well 0.70-0.83). At the statement level (pgbench, claims of 100 from
+--     20,000 jobs) it now costs what the plain claim costs; the commit dominates both.
+--   - not tried: exact per-group quotas from Rust (today up to one extra row per group is
+--     locked and released).
 WITH busy AS (
     -- Running jobs per group, counted only when a limit needs them (a one-time filter:
     -- the statement without limits never reads them). jobs_running_idx holds only
