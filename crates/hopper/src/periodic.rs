@@ -24,6 +24,9 @@ use croner::Cron;
 use hopper_core::{Backend, CronAdvance, CronEntry, Error, NewJob, Result};
 use tokio_util::sync::CancellationToken;
 
+/// croner's flag for `L` in a field (`LAST_BIT`, not exported by croner).
+const CRONER_LAST_BIT: u8 = 1 << 6;
+
 /// The most missed ticks a catching-up entry enqueues at once.
 pub const MAX_CATCH_UP: usize = 1000;
 
@@ -53,15 +56,26 @@ impl PeriodicJob {
         let invalid = |why: String| {
             Error::InvalidInput(format!("periodic job {name}: schedule {schedule:?}: {why}"))
         };
-        // croner reads a field of only commas (`,`) as "no value": a schedule that never
-        // fires, found only after searching a year second by second (tens of seconds).
-        if let Some(n) = schedule
-            .split_whitespace()
-            .position(|field| field.split(',').all(|part| part.trim().is_empty()))
-        {
-            return Err(invalid(format!("field {} has no value", n + 1)));
-        }
         let cron = Cron::from_str(schedule).map_err(|e| invalid(e.to_string()))?;
+        // croner accepts fields that match nothing (`,` alone, `+` alone in the day of the
+        // week): a schedule that never fires, found only after searching a year second by
+        // second (tens of seconds, blocking the enqueuer). Refused here instead.
+        let p = &cron.pattern;
+        for (field, c) in [
+            ("second", &p.seconds),
+            ("minute", &p.minutes),
+            ("hour", &p.hours),
+            ("day of month", &p.days),
+            ("month", &p.months),
+            ("day of week", &p.days_of_week),
+        ] {
+            // Any value bit (plain, nth weekday, last, nearest weekday), or `L` as a whole.
+            let matches_something = (0..8).any(|bit| !c.get_set_values(1 << bit).is_empty())
+                || c.is_feature_enabled(CRONER_LAST_BIT);
+            if !matches_something {
+                return Err(invalid(format!("the {field} field matches nothing")));
+            }
+        }
         Ok(PeriodicJob {
             name,
             schedule: schedule.to_owned(),
@@ -276,18 +290,28 @@ mod tests {
         .with_catch_up(catch_up)
     }
 
-    /// Found by the `cron_schedule` fuzz target: a field of only commas parsed as "never",
-    /// and the first next-tick search took over a minute.
+    /// Found by the `cron_schedule` fuzz target: fields that match nothing (`,` alone, `+`
+    /// alone as the day of the week) parsed, and the first next-tick search took over a
+    /// minute.
     #[test]
-    fn a_field_of_only_commas_is_refused_at_once() {
+    fn a_field_matching_nothing_is_refused_at_once() {
         let job = NewJob::new("k", serde_json::json!({}));
-        for schedule in [", 0 * 20 * 2, ", "0 , * * *", "0 0 * * ,,"] {
+        for schedule in [", 0 * 20 * 2, ", "0 , * * *", "0 0 * * ,,", "7 0 * 2 * +"] {
             let started = std::time::Instant::now();
             let err = PeriodicJob::new("p", schedule, job.clone()).expect_err(schedule);
-            assert!(err.to_string().contains("has no value"), "{err}");
+            assert!(err.to_string().contains("matches nothing"), "{err}");
             assert!(started.elapsed() < Duration::from_secs(1));
         }
-        PeriodicJob::new("p", "0 9,17 * * 1,", job).expect("a trailing comma is fine");
+        for fine in [
+            "0 9,17 * * 1,",
+            "0 0 L * *",
+            "0 0 * * 5#3",
+            "0 0 * * 5L",
+            "0 0 15W * *",
+        ] {
+            let p = PeriodicJob::new("p", fine, job.clone()).expect(fine);
+            assert!(p.next_after(at(0, 0)).is_some(), "{fine}");
+        }
     }
 
     /// Found by the `cron_schedule` fuzz target: after a long downtime, planning stepped
