@@ -81,6 +81,51 @@ class Client:
         ``conflict`` if it already finished."""
         return self._call("cancel", {"id": str(job_id)})["job"]
 
+    # Admin requests (docs/protocol.md, "Admin requests"): what `hopper jobs`, `hopper
+    # queues` and `hopper cron` do, through the server.
+
+    def list_jobs(self, **filter):
+        """Jobs, newest first, as dicts. Filters: ``queue``, ``state``, ``kind``,
+        ``before`` (an id: the next, older page), ``created_after``, ``created_before``
+        (RFC 3339 strings), ``limit`` (1 to 1000, default 20)."""
+        filter = {k: str(v) if k == "before" else v for k, v in filter.items() if v is not None}
+        return self._call("list_jobs", {"filter": filter})["jobs"]
+
+    def retry(self, job_id):
+        """Puts a failed or cancelled job back to available; returns it."""
+        return self._call("retry", {"id": str(job_id)})["job"]
+
+    def delete(self, job_id):
+        """Deletes a job that is not running."""
+        self._call("delete", {"id": str(job_id)})
+
+    def retry_failed(self, queue=None, kind=None):
+        """Retries every failed job (of ``queue`` and/or ``kind``); returns how many."""
+        fields = {k: v for k, v in (("queue", queue), ("kind", kind)) if v is not None}
+        return self._call("retry_failed", fields)["count"]
+
+    def clear(self, queue=None):
+        """Deletes every job that is not running (of ``queue``); returns how many."""
+        return self._call("clear", {} if queue is None else {"queue": queue})["count"]
+
+    def queue_stats(self):
+        """Counts by queue and state, as a list of dicts."""
+        return self._call("queue_stats", {})["queues"]
+
+    def queues(self):
+        """Every queue that has settings (paused, limits), as a list of dicts."""
+        return self._call("list_queues", {})["queues"]
+
+    def update_queue(self, queue, **change):
+        """Changes a queue's settings: ``paused``, ``max_running``,
+        ``max_running_per_group``, ``rate`` ({"jobs", "per_ms"}); ``None`` removes a
+        limit. Returns the settings now stored."""
+        return self._call("update_queue", {"update": dict(change, queue=queue)})["queue"]
+
+    def cron(self):
+        """The registered periodic jobs, as a list of dicts."""
+        return self._call("list_cron", {})["entries"]
+
 
 def _deadline(timeout):
     import time

@@ -48,3 +48,31 @@ def test_submit_status_cancel(server):
         ids = client.submit_batch([{"kind": "k", "args": {"n": n}} for n in range(500)])
         assert len(ids) == 500 and len(set(ids)) == 500
     assert server.counts()["available"] == 500
+
+
+def test_admin_requests(server):
+    with Client(server.endpoint, token=server.token) as client:
+        ids = [client.submit("k", {"n": n}, queue="mail") for n in range(3)]
+        # Newest first means by id, descending (ids the client chose are random).
+        listed = [j["id"] for j in client.list_jobs(queue="mail", limit=3)]
+        assert listed == sorted(ids, reverse=True)
+        assert [j["id"] for j in client.list_jobs(queue="mail", before=listed[0])] == listed[1:]
+        assert len(client.list_jobs(queue="mail", limit=2)) == 2
+        client.cancel(ids[0])
+        assert client.retry(ids[0])["state"] == "available"
+        client.cancel(ids[1])
+        client.delete(ids[1])
+        with pytest.raises(HopperError) as missing:
+            client.status(ids[1])
+        assert missing.value.code == "not_found"
+        stats = {s["queue"]: s for s in client.queue_stats()}
+        assert stats["mail"]["available"] == 2
+        paused = client.update_queue("mail", paused=True, max_running=3)
+        assert paused["paused"] and paused["max_running"] == 3
+        lifted = client.update_queue("mail", max_running=None)
+        assert lifted["paused"] and lifted["max_running"] is None
+        assert [q["queue"] for q in client.queues()] == ["mail"]
+        assert client.cron() == []
+        assert client.retry_failed(queue="mail") == 0
+        assert client.clear("mail") == 2
+    assert server.counts().get("available", 0) == 0
