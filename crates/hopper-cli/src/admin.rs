@@ -92,14 +92,21 @@ impl JobsAction {
                 queue,
                 state,
                 kind,
+                group,
                 limit,
-            } => JobsAction::List(JobListParams {
-                queue,
-                state: state.as_deref().map(JobState::from_str).transpose()?,
-                kind,
-                before: None,
-                limit,
-            }),
+            } => {
+                if let Some(g) = &group {
+                    hopper::core::job::validate_name("group", g)?;
+                }
+                JobsAction::List(JobListParams {
+                    queue,
+                    state: state.as_deref().map(JobState::from_str).transpose()?,
+                    kind,
+                    group,
+                    before: None,
+                    limit,
+                })
+            }
             JobsCommand::Show { id } => JobsAction::Show(parse_id(&id)?),
             JobsCommand::Retry { id } => JobsAction::Retry(parse_id(&id)?),
             JobsCommand::Cancel { id } => JobsAction::Cancel(parse_id(&id)?),
@@ -248,6 +255,7 @@ fn print_job_table(jobs: &[JobRecord]) {
                 j.id.to_string(),
                 j.queue.clone(),
                 j.kind.clone(),
+                j.group.clone().unwrap_or_else(|| "-".to_owned()),
                 j.state.to_string(),
                 j.priority.to_string(),
                 format!("{}/{}", j.attempt - j.uncounted, j.max_attempts),
@@ -258,7 +266,7 @@ fn print_job_table(jobs: &[JobRecord]) {
     print_table(
         "",
         &[
-            "ID", "QUEUE", "KIND", "STATE", "PRIORITY", "ATTEMPTS", "RUN AT",
+            "ID", "QUEUE", "KIND", "GROUP", "STATE", "PRIORITY", "ATTEMPTS", "RUN AT",
         ],
         rows,
     );
@@ -270,6 +278,9 @@ fn print_job(j: &JobRecord) {
     field("id", j.id.to_string());
     field("queue", j.queue.clone());
     field("kind", j.kind.clone());
+    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+    field("group", or_dash(&j.group));
+    field("unique key", or_dash(&j.unique_key));
     field("state", j.state.to_string());
     field("priority", format!("{} ({})", j.priority, j.priority.0));
     field("args", j.args.to_string());

@@ -104,6 +104,9 @@ pub enum JobsCommand {
         /// Only this kind.
         #[arg(long)]
         kind: Option<String>,
+        /// Only this group (tenant).
+        #[arg(long)]
+        group: Option<String>,
         /// At most this many.
         #[arg(long, default_value_t = 20)]
         limit: u32,

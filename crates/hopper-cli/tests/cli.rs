@@ -197,6 +197,41 @@ async fn enqueue_show_cancel_retry() {
 }
 
 #[tokio::test]
+async fn jobs_show_group_and_unique_key_and_list_filters_by_group() {
+    let db = TestDatabase::new().await.expect("test database");
+    let enqueue = |group: &str, key: &str| {
+        let mut args = vec![
+            "enqueue", "--queue", "t", "--kind", "sync", "--group", group,
+        ];
+        if !key.is_empty() {
+            args.extend(["--unique-key", key]);
+        }
+        hopper(&db, &args).ok().trim().to_owned()
+    };
+    let keyed = enqueue("tenant-7", "sync:tenant-7");
+    let other = enqueue("tenant-8", "");
+
+    let job = hopper(&db, &["jobs", "show", &keyed, "--json"]).json();
+    assert_eq!(job["group"], "tenant-7");
+    assert_eq!(job["unique_key"], "sync:tenant-7");
+    let text = hopper(&db, &["jobs", "show", &keyed]).ok();
+    assert!(
+        text.contains("tenant-7") && text.contains("sync:tenant-7"),
+        "{text}"
+    );
+
+    let listed = hopper(&db, &["jobs", "list", "--group", "tenant-8", "--json"]).json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["id"], other.as_str());
+    let table = hopper(&db, &["jobs", "list"]).ok();
+    assert!(
+        table.contains("GROUP") && table.contains("tenant-8"),
+        "{table}"
+    );
+    hopper(&db, &["jobs", "list", "--group", "a b"]).fails_with("group name");
+}
+
+#[tokio::test]
 async fn show_prints_the_error_history_and_retry_revives_a_failed_job() {
     let db = TestDatabase::new().await.expect("test database");
     let enqueued = hopper(

@@ -120,6 +120,8 @@ pub struct JobListParams {
     pub state: Option<JobState>,
     /// Only this kind.
     pub kind: Option<String>,
+    /// Only this group (tenant).
+    pub group: Option<String>,
     /// Only jobs with ids below this one (cursor for newest-first pages).
     pub before: Option<JobId>,
     /// At most this many (newest first).

@@ -332,6 +332,12 @@ impl NewJob {
                 "args are {size} bytes as JSON, over the limit of {MAX_ARGS_BYTES} bytes"
             )));
         }
+        if has_nul(&self.args) {
+            return Err(Error::InvalidInput(
+                "args must not contain the character U+0000 (\\u0000): PostgreSQL cannot store it in JSON"
+                    .into(),
+            ));
+        }
         if self.max_attempts < 1 {
             return Err(Error::InvalidInput(format!(
                 "max_attempts must be at least 1, got {}",
@@ -420,6 +426,19 @@ fn json_type(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// True when a string or key anywhere in `v` holds U+0000, which PostgreSQL's `jsonb`
+/// refuses (so a job carrying one could not be stored).
+fn has_nul(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(has_nul),
+        serde_json::Value::Object(fields) => {
+            fields.iter().any(|(k, v)| k.contains('\0') || has_nul(v))
+        }
+        _ => false,
+    }
+}
+
 /// The size of `v` encoded as compact JSON, counted without allocating.
 fn args_size(v: &serde_json::Value) -> usize {
     struct Counter(usize);
@@ -492,6 +511,12 @@ pub struct JobRecord {
     pub duration_ms: Option<i64>,
     /// Every failed attempt, oldest first.
     pub errors: Vec<AttemptError>,
+    /// Its group (tenant) within the queue, if it has one.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Its unique key, if it has one.
+    #[serde(default)]
+    pub unique_key: Option<String>,
 }
 
 #[cfg(test)]
@@ -523,6 +548,12 @@ mod tests {
         assert!(NewJob::new("k", big).validate().is_err());
         assert!(NewJob::new("k", json!(3)).validate().is_err());
         assert!(NewJob::new("k", json!({"n": 1})).validate().is_ok());
+        assert!(
+            NewJob::new("k", json!({"a": ["x\u{0}"]}))
+                .validate()
+                .is_err()
+        );
+        assert!(NewJob::new("k", json!({"\u{0}": 1})).validate().is_err());
         assert!(
             NewJob::new("k", json!({}))
                 .with_max_attempts(0)

@@ -75,7 +75,14 @@ impl Backend for PgBackend {
         let rows = client
             .query(
                 &self.inner.queries.job_list,
-                &[&params.queue, &state, &params.kind, &params.before, &limit],
+                &[
+                    &params.queue,
+                    &state,
+                    &params.kind,
+                    &params.before,
+                    &limit,
+                    &params.group,
+                ],
             )
             .await
             .map_err(map_pg)?;
@@ -286,6 +293,7 @@ impl Backend for PgBackend {
                     &params.created_after,
                     &params.created_before,
                     &limit,
+                    &list.group,
                 ],
             )
             .await

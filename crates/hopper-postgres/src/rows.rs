@@ -3,7 +3,7 @@
 use hopper_core::{AttemptError, Error, JobRecord, Priority, Result};
 use tokio_postgres::Row;
 
-/// Reads a row of `job_get.sql` / `job_list.sql`.
+/// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`.
 pub fn job_record(row: &Row) -> Result<JobRecord> {
     let state: String = row.try_get(4).map_err(Error::database)?;
     let errors: serde_json::Value = row.try_get(17).map_err(Error::database)?;
@@ -27,5 +27,7 @@ pub fn job_record(row: &Row) -> Result<JobRecord> {
         finished_at: row.try_get(15).map_err(Error::database)?,
         duration_ms: row.try_get(16).map_err(Error::database)?,
         errors,
+        group: row.try_get(18).map_err(Error::database)?,
+        unique_key: row.try_get(19).map_err(Error::database)?,
     })
 }

@@ -76,7 +76,7 @@ pub fn col<T: rusqlite::types::FromSql>(row: &Row<'_>, i: usize) -> Result<T> {
     row.get(i).map_err(Error::database)
 }
 
-/// Reads a row of `job_get.sql` / `job_list.sql`.
+/// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`.
 pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
     let state: String = col(row, 4)?;
     let args: String = col(row, 3)?;
@@ -102,6 +102,8 @@ pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
         finished_at: opt_time(col(row, 15)?)?,
         duration_ms: col(row, 16)?,
         errors,
+        group: col(row, 18)?,
+        unique_key: col(row, 19)?,
     })
 }
 

@@ -276,6 +276,7 @@
           ),
           ...STATES.map((s) => link(s, q[s])),
           el("td", { class: "num", text: q.available ? fmtMs(q.oldest_available_secs * 1000) : "–" }),
+          el("td", { class: "limits", text: limitsText(q.settings) }),
           el("td", { class: "row-actions" }, toggle, retry)
         );
       })
@@ -287,6 +288,20 @@
       drawThroughput(stats);
       drawLatency(stats);
     }
+  }
+
+  // A queue's global limits in one line: "5 running · 2 per group · 100/s (burst 10)".
+  function limitsText(settings) {
+    if (!settings) return "–";
+    const parts = [];
+    if (settings.max_running != null) parts.push(settings.max_running + " running");
+    if (settings.max_running_per_group != null) parts.push(settings.max_running_per_group + " per group");
+    const r = settings.rate;
+    if (r) {
+      const per = { 1000: "s", 60000: "min", 3600000: "h" }[r.per] || fmtMs(r.per);
+      parts.push(r.jobs + "/" + per + " (burst " + r.burst + ")");
+    }
+    return parts.length ? parts.join(" · ") : "–";
   }
 
   async function setPaused(queue, paused) {
@@ -408,7 +423,7 @@
 
   // ---- job list --------------------------------------------------------------------------
 
-  const FILTERS = ["queue", "state", "kind", "since", "until", "limit"];
+  const FILTERS = ["queue", "state", "kind", "group", "since", "until", "limit"];
 
   function toLocalInput(iso) {
     if (!iso) return "";
@@ -430,6 +445,7 @@
       $("filter-queue").value = params.get("queue") || "";
       $("filter-state").value = params.get("state") || "";
       $("filter-kind").value = params.get("kind") || "";
+      $("filter-group").value = params.get("group") || "";
       $("filter-since").value = toLocalInput(params.get("since"));
       $("filter-until").value = toLocalInput(params.get("until"));
       $("filter-limit").value = params.get("limit") || "50";
@@ -444,6 +460,7 @@
           el("td", { class: "mono" }, el("a", { href: "#/jobs/" + job.id, text: job.id })),
           el("td", { text: job.queue }),
           el("td", { text: job.kind }),
+          el("td", { text: job.group || "" }),
           el("td", {}, stateBadge(job.state)),
           el("td", { class: "num", text: job.attempts_used + " / " + job.max_attempts }),
           timeCell(job.created_at),
@@ -479,6 +496,7 @@
       queue: $("filter-queue").value.trim(),
       state: $("filter-state").value,
       kind: $("filter-kind").value.trim(),
+      group: $("filter-group").value.trim(),
       since: iso($("filter-since").value),
       until: iso($("filter-until").value),
       limit: $("filter-limit").value,
@@ -528,6 +546,8 @@
       ["id", job.id],
       ["queue", job.queue],
       ["kind", job.kind],
+      ["group", job.group || "–"],
+      ["unique key", job.unique_key || "–"],
       ["state", job.state],
       ["priority", job.priority + ({ 1: " (high)", 2: " (normal)", 3: " (low)" }[job.priority] || "")],
       ["attempts", job.attempts_used + " of " + job.max_attempts + " (claims: " + job.attempt + ")"],

@@ -1,11 +1,13 @@
--- Admin listing, newest first, keyset-paged by id ($4). Filters are optional.
+-- Admin listing, newest first, keyset-paged by id ($4). Filters are optional; $6 is the
+-- group. group_key '' (an ungrouped job of a grouped queue) reads as no group.
 SELECT id, queue, kind, args, state::text, priority, run_at, attempt, uncounted, max_attempts,
        timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
-       duration_ms, errors
+       duration_ms, errors, nullif(group_key, ''), unique_key
 FROM hopper.jobs
 WHERE ($1::text IS NULL OR queue = $1)
   AND ($2::text IS NULL OR state = $2::text::hopper.job_state)
   AND ($3::text IS NULL OR kind = $3)
   AND ($4::uuid IS NULL OR id < $4)
+  AND ($6::text IS NULL OR group_key = $6)
 ORDER BY id DESC
 LIMIT $5

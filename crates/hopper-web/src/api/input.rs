@@ -10,12 +10,16 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::object::Object;
 use crate::error::ApiError;
 
 /// The default page size of a job listing.
 pub(crate) const DEFAULT_PAGE: u32 = 50;
 /// The largest page size of a job listing.
 pub(crate) const MAX_PAGE: u32 = 500;
+/// The longest `delay_ms`: 100 years (of 365.25 days), so `run_at` stays a time RFC 3339
+/// can write (years up to 9999).
+pub(crate) const MAX_DELAY_MS: u64 = 36_525 * 24 * 3_600 * 1_000;
 
 /// One job to enqueue: every option of [`NewJob`].
 #[derive(Debug, Deserialize)]
@@ -79,6 +83,11 @@ impl EnqueueRequest {
         match (self.run_at, self.delay_ms) {
             (Some(_), Some(_)) => return Err("give run_at or delay_ms, not both".to_owned()),
             (Some(at), None) => job = job.with_run_at(at),
+            (None, Some(ms)) if ms > MAX_DELAY_MS => {
+                return Err(format!(
+                    "delay_ms must be at most {MAX_DELAY_MS} (100 years), got {ms}"
+                ));
+            }
             (None, Some(ms)) => job = job.with_delay(Duration::from_millis(ms)),
             (None, None) => {}
         }
@@ -117,8 +126,8 @@ impl EnqueueRequest {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BatchRequest {
-    /// The jobs.
-    pub jobs: Vec<EnqueueRequest>,
+    /// The jobs, each a JSON object.
+    pub jobs: Vec<Object<EnqueueRequest>>,
 }
 
 /// Which failed jobs to retry.
@@ -165,6 +174,7 @@ pub(crate) struct ListQuery {
     queue: Option<String>,
     state: Option<String>,
     kind: Option<String>,
+    group: Option<String>,
     since: Option<String>,
     until: Option<String>,
     before: Option<String>,
@@ -191,6 +201,10 @@ impl ListQuery {
         let kind = present(self.kind);
         if let Some(k) = &kind {
             validate_name("kind", k)?;
+        }
+        let group = present(self.group);
+        if let Some(g) = &group {
+            validate_name("group", g)?;
         }
         let state = present(self.state)
             .map(|s| s.parse::<JobState>())
@@ -231,6 +245,7 @@ impl ListQuery {
                 queue,
                 state,
                 kind,
+                group,
                 before,
                 limit,
             },
@@ -315,5 +330,7 @@ mod tests {
         );
         assert!(err(json!({"kind": "k", "unique_window_ms": 5})).contains("unique key"));
         assert!(err(json!({"kind": "k", "group": "a b"})).contains("group name"));
+        assert!(err(json!({"kind": "k", "delay_ms": MAX_DELAY_MS + 1})).contains("delay_ms"));
+        assert!(request(json!({"kind": "k", "delay_ms": MAX_DELAY_MS})).is_ok());
     }
 }

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::ApiJson;
 use super::input::{BatchRequest, EnqueueRequest, ListQuery, RetryFailedRequest, parse_id};
+use super::object::Object;
 use crate::error::ApiError;
 use crate::{MAX_BATCH_JOBS, WebState};
 
@@ -119,7 +120,7 @@ pub(crate) async fn enqueue_batch(
         )));
     }
     let mut jobs = Vec::with_capacity(request.jobs.len());
-    for (i, job) in request.jobs.into_iter().enumerate() {
+    for (i, Object(job)) in request.jobs.into_iter().enumerate() {
         jobs.push(
             job.into_job()
                 .map_err(|m| ApiError::bad_request(format!("jobs[{i}]: {m}")))?,

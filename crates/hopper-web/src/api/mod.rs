@@ -7,13 +7,15 @@
 
 mod input;
 mod jobs;
+mod limits;
+mod object;
 mod queues;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, OriginalUri, Request};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -21,6 +23,7 @@ use serde_json::json;
 use crate::WebState;
 use crate::auth::Role;
 use crate::error::ApiError;
+use object::Object;
 
 /// The OpenAPI 3.1 document, checked in beside the crate's manifest.
 pub(crate) const OPENAPI: &str = include_str!("../../openapi.json");
@@ -38,6 +41,7 @@ pub(crate) fn routes() -> Router<WebState> {
         .route("/api/v1/queues", get(queues::list))
         .route("/api/v1/queues/{queue}/pause", post(queues::pause))
         .route("/api/v1/queues/{queue}/resume", post(queues::resume))
+        .route("/api/v1/queues/{queue}/limits", patch(limits::update))
         .route("/api/v1/stats", get(queues::stats))
 }
 
@@ -73,7 +77,8 @@ pub(crate) async fn method_not_allowed(method: Method, OriginalUri(uri): Origina
     )
 }
 
-/// A JSON body, refused with hopper's error shape instead of axum's plain text.
+/// A JSON object body, refused with hopper's error shape instead of axum's plain text
+/// (an array or a scalar is refused too: see [`Object`]).
 #[derive(Debug)]
 pub(crate) struct ApiJson<T>(pub T);
 
@@ -85,8 +90,8 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(ApiJson(value)),
+        match Json::<Object<T>>::from_request(req, state).await {
+            Ok(Json(Object(value))) => Ok(ApiJson(value)),
             Err(rejection) => Err(json_rejection(rejection)),
         }
     }

@@ -88,6 +88,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/queues"),
     ("post", "/api/v1/queues/{queue}/pause"),
     ("post", "/api/v1/queues/{queue}/resume"),
+    ("patch", "/api/v1/queues/{queue}/limits"),
     ("get", "/api/v1/stats"),
     ("get", "/metrics"),
 ];

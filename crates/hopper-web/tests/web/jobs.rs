@@ -391,3 +391,57 @@ async fn unique_keys_answer_with_the_holder() -> anyhow::Result<()> {
     assert_eq!(web.job_count().await?, 3);
     Ok(())
 }
+
+#[tokio::test]
+async fn arrays_are_not_read_as_objects() -> anyhow::Result<()> {
+    // serde would read a struct from an array by position; the API refuses it.
+    let web = Web::new().await?;
+    for (uri, body) in [
+        ("/api/v1/jobs", json!(["mail"])),
+        ("/api/v1/jobs/batch", json!([[{"kind": "k"}]])),
+        ("/api/v1/jobs/batch", json!({"jobs": [["k"]]})),
+        ("/api/v1/jobs/retry-failed", json!(["q", "k"])),
+    ] {
+        let answer = web.post(uri, body.clone()).await?;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{uri} {body}: {answer:?}"
+        );
+        assert!(
+            message(&answer).contains("expected a JSON object"),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(web.job_count().await?, 0, "nothing was written");
+    Ok(())
+}
+
+#[tokio::test]
+async fn extreme_numbers_round_trip_and_nul_is_refused() -> anyhow::Result<()> {
+    // PostgreSQL prints f64::MAX in jsonb as 309 digits; the job must still be readable.
+    let web = Web::new().await?;
+    let args =
+        json!({"max": f64::MAX, "tiny": -1.626_282_710_193_484_5e-184, "min": f64::MIN_POSITIVE});
+    let id = web.enqueue(json!({"kind": "k", "args": args})).await?;
+    let job = web.get(&format!("/api/v1/jobs/{id}")).await?;
+    assert_eq!(job.status, StatusCode::OK, "{job:?}");
+    assert_eq!(job.json["args"], args);
+    let page = web.get("/api/v1/jobs").await?;
+    assert_eq!(page.status, StatusCode::OK, "{page:?}");
+
+    // jsonb cannot hold U+0000: refused up front, not a database error.
+    for args in [
+        json!({"a": "x\u{0}y"}),
+        json!({"\u{0}": 1}),
+        json!([["\u{0}"]]),
+    ] {
+        let answer = web
+            .post("/api/v1/jobs", json!({"kind": "k", "args": args}))
+            .await?;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+        assert!(message(&answer).contains("U+0000"), "{answer:?}");
+    }
+    assert_eq!(web.job_count().await?, 1);
+    Ok(())
+}

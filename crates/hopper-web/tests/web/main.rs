@@ -8,5 +8,6 @@ mod common;
 mod dashboard;
 mod jobs;
 mod listing;
+mod scheduling;
 mod security;
 mod stats;

@@ -363,6 +363,9 @@ fn record(job: JobInfo) -> Result<JobRecord> {
                 duration_ms: e.duration_ms,
             })
             .collect(),
+        // The wire's job does not carry them.
+        group: None,
+        unique_key: None,
     })
 }
 

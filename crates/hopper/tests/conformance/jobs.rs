@@ -41,6 +41,66 @@ pub async fn insert_then_get_returns_every_field(h: &Harness) -> anyhow::Result<
     Ok(())
 }
 
+pub async fn group_and_unique_key_round_trip(h: &Harness) -> anyhow::Result<()> {
+    let keyed = NewJob::new("sync", json!({}))
+        .with_queue("t")
+        .with_group("tenant-7")
+        .with_unique_key("sync:tenant-7/full");
+    let grouped = NewJob::new("sync", json!({}))
+        .with_queue("t")
+        .with_group("tenant-8");
+    let plain = NewJob::new("sync", json!({})).with_queue("t");
+    let ids: Vec<JobId> = [&keyed, &grouped, &plain].iter().map(|j| j.id).collect();
+    h.backend
+        .job_upsert_many(&[keyed.clone(), grouped, plain])
+        .await?;
+    let got = h.get(ids[0]).await?;
+    assert_eq!(got.group.as_deref(), Some("tenant-7"));
+    assert_eq!(got.unique_key.as_deref(), Some("sync:tenant-7/full"));
+    let got = h.get(ids[1]).await?;
+    assert_eq!(
+        (got.group.as_deref(), got.unique_key),
+        (Some("tenant-8"), None)
+    );
+    // An ungrouped job of a grouped queue reads as having no group.
+    let got = h.get(ids[2]).await?;
+    assert_eq!((got.group, got.unique_key), (None, None));
+
+    let list = |group: Option<&str>| {
+        let params = hopper::JobSearchParams {
+            list: JobListParams {
+                queue: Some("t".into()),
+                group: group.map(str::to_owned),
+                limit: 100,
+                ..JobListParams::default()
+            },
+            ..hopper::JobSearchParams::default()
+        };
+        async move { h.backend.job_search(&params).await }
+    };
+    let all = list(None).await?;
+    assert_eq!(ids_of(&all), vec![ids[2], ids[1], ids[0]]);
+    assert_eq!(all[2].unique_key.as_deref(), Some("sync:tenant-7/full"));
+    assert_eq!(ids_of(&list(Some("tenant-7")).await?), vec![ids[0]]);
+    assert!(list(Some("tenant-9")).await?.is_empty());
+    // The time-range search filters by group too.
+    let got = h.get(ids[0]).await?;
+    let ranged = h
+        .backend
+        .job_search(&hopper::JobSearchParams {
+            list: JobListParams {
+                group: Some("tenant-8".into()),
+                limit: 10,
+                ..JobListParams::default()
+            },
+            created_after: Some(got.created_at),
+            created_before: None,
+        })
+        .await?;
+    assert_eq!(ids_of(&ranged), vec![ids[1]]);
+    Ok(())
+}
+
 pub async fn get_of_unknown_id_is_none(h: &Harness) -> anyhow::Result<()> {
     h.insert(job("k", "default")).await?;
     assert_eq!(h.backend.job_get(Uuid::now_v7()).await?, None);
@@ -100,6 +160,7 @@ pub async fn list_filters_by_queue_state_and_kind(h: &Harness) -> anyhow::Result
             queue: queue.map(str::to_owned),
             state,
             kind: kind.map(str::to_owned),
+            group: None,
             before: None,
             limit: 100,
         };

@@ -196,6 +196,7 @@ macro_rules! conformance_suite {
         conformance_suite!(@cases $harness;
             jobs {
                 insert_then_get_returns_every_field,
+                group_and_unique_key_round_trip,
                 get_of_unknown_id_is_none,
                 insert_many_writes_100k_jobs_in_one_call,
                 insert_many_of_nothing_is_a_no_op,
