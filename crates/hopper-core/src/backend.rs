@@ -442,6 +442,20 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         )))
     }
 
+    /// Reclaims the dead row versions of the job table when enough have piled up (more
+    /// than 1,000 plus a tenth of the live rows) and no vacuum ran in the last
+    /// `min_interval`, and refreshes the planner's statistics. One node at a time. True
+    /// when it vacuumed. Every claim and outcome leaves a dead row version behind; where
+    /// the database's own autovacuum is off or falls behind, they would fill the claim
+    /// index and slow every claim (measured in docs/benchmarks.md, the soak).
+    async fn job_vacuum(&self, min_interval: Duration) -> Result<bool> {
+        let _ = min_interval;
+        Err(Error::Unsupported(format!(
+            "vacuuming the job table ({} backend)",
+            self.name()
+        )))
+    }
+
     /// Retention: deletes up to `params.limit` finished jobs older than their state's
     /// retention (by `finished_at` and the backend's "now"), oldest first, in one
     /// statement. Only one node prunes at a time: a call made while another node's is

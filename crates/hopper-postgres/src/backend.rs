@@ -417,6 +417,10 @@ impl Backend for PgBackend {
         self.cron_entry_advance(advance).await
     }
 
+    async fn job_vacuum(&self, min_interval: Duration) -> Result<bool> {
+        self.jobs_vacuum(min_interval).await
+    }
+
     async fn job_prune(
         &self,
         params: &hopper_core::JobPruneParams,

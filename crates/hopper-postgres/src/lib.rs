@@ -23,6 +23,7 @@ mod scheduling;
 mod settings;
 pub mod sql;
 mod upsert;
+mod vacuum;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -100,6 +100,7 @@ queries!(
     job_stats_per_minute,
     job_snooze_many,
     job_unique_holder,
+    job_vacuum_due,
     node_deregister,
     node_heartbeat,
     node_release_dead,

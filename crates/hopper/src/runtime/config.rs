@@ -68,6 +68,11 @@ pub struct RuntimeConfig {
     /// deleted at a pace the hot path does not feel (measured in `docs/benchmarks.md`).
     /// Default: 20 ms.
     pub prune_pause: Duration,
+    /// How often the node checks whether the job table needs a vacuum, which it then runs
+    /// itself (one node at a time; see [`hopper_core::Backend::job_vacuum`]); `None` leaves
+    /// it to the database's autovacuum. A vacuum runs at most once per interval. Default:
+    /// every 10 s.
+    pub vacuum_interval: Option<Duration>,
 }
 
 impl Default for RuntimeConfig {
@@ -93,6 +98,7 @@ impl Default for RuntimeConfig {
             prune_interval: Some(Duration::from_secs(60)),
             prune_batch: 1000,
             prune_pause: Duration::from_millis(20),
+            vacuum_interval: Some(Duration::from_secs(10)),
         }
     }
 }

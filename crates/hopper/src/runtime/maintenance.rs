@@ -172,3 +172,25 @@ pub(crate) async fn pruner(shared: Arc<Shared>) {
         }
     }
 }
+
+/// Vacuums the job table when dead row versions pile up (one node at a time), so claims
+/// stay fast where the database's autovacuum is off or behind.
+pub(crate) async fn vacuumer(shared: Arc<Shared>) {
+    let Some(period) = shared.config.vacuum_interval else {
+        return;
+    };
+    while tick(&shared, period).await {
+        let started = Instant::now();
+        match shared.backend.job_vacuum(period).await {
+            Ok(true) => {
+                tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
+            }
+            Ok(false) => {}
+            Err(hopper_core::Error::Unsupported(m)) => {
+                tracing::debug!(reason = %m, "vacuuming is not offered by this backend; the vacuumer stops");
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
+        }
+    }
+}

@@ -175,6 +175,7 @@ impl Runtime {
             tokio::spawn(maintenance::rescuer(shared.clone())),
             tokio::spawn(maintenance::promoter(shared.clone())),
             tokio::spawn(maintenance::pruner(shared.clone())),
+            tokio::spawn(maintenance::vacuumer(shared.clone())),
         ];
         if !self.periodic.is_empty() {
             services.push(tokio::spawn(crate::periodic::run(
