@@ -116,3 +116,42 @@ impl fmt::Display for Report {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Report;
+    use crate::db::RunDatabase;
+    use hopper::{Backend, PgBackend, PgOptions};
+
+    /// The report finds each kind of fault in a staged run (needs PostgreSQL at
+    /// DATABASE_URL; creates and drops a database of its own).
+    #[tokio::test]
+    async fn finds_lost_double_completed_and_unexplained_runs() -> anyhow::Result<()> {
+        let url = hopper::testing::database_url();
+        let db = RunDatabase::create(&url, "chaos_test").await?;
+        let result = async {
+            PgBackend::connect(&db.url, PgOptions::default())
+                .await?
+                .migrate()
+                .await?;
+            let client = crate::db::connect(&db.url).await?;
+            client.batch_execute(include_str!("sql/setup.sql")).await?;
+            client
+                .batch_execute(include_str!("sql/test_scenario.sql"))
+                .await?;
+            Report::read(&client).await
+        }
+        .await;
+        db.finish(false).await?;
+        let report = result?;
+        assert_eq!((report.total, report.completed, report.lost), (3, 2, 1));
+        assert_eq!(report.double_completed, 1);
+        assert_eq!(report.executions, 5);
+        assert_eq!(report.superseded, 1, "A's first run");
+        assert_eq!(report.same_lease, 1, "B's second run");
+        assert_eq!(report.of_unfinished, 1, "C's run");
+        assert_eq!(report.unexplained(), 1);
+        assert!(!report.passed());
+        Ok(())
+    }
+}

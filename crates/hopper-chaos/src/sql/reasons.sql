@@ -6,7 +6,7 @@ WITH superseded AS (
     JOIN hopper.jobs j ON j.id = x.job_id
     WHERE j.state = 'completed' AND x.attempt < j.attempt
 )
-SELECT coalesce(left(regexp_replace(err.error, '[0-9a-f-]{36}|[0-9]+', '#', 'g'), 60),
+SELECT coalesce(left(regexp_replace(err.error, '[0-9a-f-]{36}|[0-9]+', '#', 'g'), 90),
                 '(no error recorded for the attempt)') AS reason,
        count(*)
 FROM superseded s
