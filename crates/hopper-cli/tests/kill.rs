@@ -87,9 +87,10 @@ async fn a_drain_killed_with_sigkill_loses_nothing_and_completes_nothing_twice()
         !running_at_kill.is_empty(),
         "no job was running at the kill"
     );
-    // Concurrency 16 plus the default prefetch (as many again, claimed ahead of free slots).
+    // Concurrency 16 plus the default prefetch (twice as many, claimed ahead of free slots;
+    // the claims in flight ask only for what is missing from both together).
     assert!(
-        running_at_kill.len() <= 32,
+        running_at_kill.len() <= 48,
         "more claimed than the concurrency and the prefetch"
     );
 
