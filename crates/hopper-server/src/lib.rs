@@ -29,6 +29,7 @@ mod admin;
 mod auth;
 mod convert;
 mod dispatch;
+mod guard;
 mod server;
 mod tasks;
 

@@ -126,17 +126,41 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
     backend
         .node_heartbeat(&tasks::node_info(&config, &HashMap::new()))
         .await?;
-    let mut socket = RouterSocket::new();
-    let endpoint = socket
-        .bind(&config.listen)
-        .await
-        .map_err(|e| ServeError::Bind {
-            endpoint: config.listen.clone(),
-            reason: e.to_string(),
-        })?
-        .to_string();
-    let (send_half, recv_half) = socket.split();
+    let bind_error = |reason: String| ServeError::Bind {
+        endpoint: config.listen.clone(),
+        reason,
+    };
     let stop = CancellationToken::new();
+    let mut socket = RouterSocket::new();
+    // On TCP, peers reach the socket through the frame-size guard (guard.rs explains why);
+    // the socket itself listens on a loopback port of its own.
+    let public = crate::guard::tcp_address(&config.listen);
+    let bind_to = if public.is_some() {
+        "tcp://127.0.0.1:0"
+    } else {
+        config.listen.as_str()
+    };
+    let mut endpoint = socket
+        .bind(bind_to)
+        .await
+        .map_err(|e| bind_error(e.to_string()))?
+        .to_string();
+    let mut guard = None;
+    if let Some(public) = public {
+        let inner: std::net::SocketAddr = crate::guard::tcp_address(&endpoint)
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| bind_error(format!("the inner socket's endpoint {endpoint}")))?;
+        let limit = u64::try_from(config.max_frame)
+            .unwrap_or(u64::MAX / 4)
+            .saturating_mul(2)
+            .saturating_add(4096);
+        let (bound, task) = crate::guard::start(public, inner, limit, stop.clone())
+            .await
+            .map_err(|e| bind_error(e.to_string()))?;
+        endpoint = format!("tcp://{bound}");
+        guard = Some(task);
+    }
+    let (send_half, recv_half) = socket.split();
     let (events_tx, events_rx) = mpsc::channel(4096);
     let (out_tx, out_rx) = mpsc::channel(4096);
     let (finish_tx, finish_rx) = mpsc::channel(8192);
@@ -155,7 +179,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         requests: Arc::new(tokio::sync::Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
         config,
     };
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(tasks::receive(recv_half, events_tx.clone(), stop.clone())),
         tokio::spawn(tasks::send(send_half, out_rx)),
         tokio::spawn(tasks::finish(backend.clone(), finish_rx, out_tx, 3)),
@@ -172,6 +196,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         )),
         tokio::spawn(run(core, events_rx, stop.clone())),
     ];
+    tasks.extend(guard);
     tracing::info!(%endpoint, node = %node_id, "hopper server listening");
     Ok(ServerHandle {
         endpoint,
