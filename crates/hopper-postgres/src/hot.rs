@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
 use hopper_core::{
-    ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobState, Lease, Outcome,
-    Priority, Result,
+    ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobState, Lease, Outcome, Result,
 };
 
 use crate::PgBackend;
 use crate::error::map_pg;
+use crate::scheduling::claimed_job;
 
 /// Milliseconds as the SQL files take them.
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -107,7 +107,7 @@ impl PgBackend {
             )
             .await
             .map_err(map_pg)?;
-        rows.iter().map(claimed_job).collect()
+        rows.iter().map(|row| claimed_job(row, 0)).collect()
     }
 
     /// Records many outcomes: one statement per kind of outcome present, each over the
@@ -191,26 +191,6 @@ impl PgBackend {
             })
             .collect())
     }
-}
-
-/// A row of job_claim.sql as a claimed job.
-fn claimed_job(row: &tokio_postgres::Row) -> Result<ClaimedJob> {
-    let timeout_ms: i32 = row.try_get(8).map_err(Error::database)?;
-    Ok(ClaimedJob {
-        lease: Lease {
-            job_id: row.try_get(0).map_err(Error::database)?,
-            attempt: row.try_get(1).map_err(Error::database)?,
-        },
-        queue: row.try_get(2).map_err(Error::database)?,
-        kind: row.try_get(3).map_err(Error::database)?,
-        args: row.try_get(4).map_err(Error::database)?,
-        priority: Priority(row.try_get(5).map_err(Error::database)?),
-        counted_attempt: row.try_get(6).map_err(Error::database)?,
-        max_attempts: row.try_get(7).map_err(Error::database)?,
-        timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
-        created_at: row.try_get(9).map_err(Error::database)?,
-        run_at: row.try_get(10).map_err(Error::database)?,
-    })
 }
 
 /// Reads `(id, state, queue, attempt)` rows returned by an outcome statement into

@@ -5,10 +5,7 @@ use hopper_core::{Error, JobPruneOutcome, JobPruneParams, Result};
 
 use crate::PgBackend;
 use crate::error::map_pg;
-
-fn millis(d: std::time::Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
+use crate::hot::millis;
 
 impl PgBackend {
     pub(crate) async fn jobs_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {

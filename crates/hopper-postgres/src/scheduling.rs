@@ -1,5 +1,5 @@
 //! Claims of queues that use a scheduling feature (groups, limits, pause), and the queue
-//! settings methods. The plain claim stays in `backend.rs`; [`PgBackend::claim`] picks
+//! settings methods. The plain claim is in `hot.rs`; [`PgBackend::claim`] picks
 //! the statement per queue from the settings cache (`settings.rs`).
 
 use std::time::Duration;
