@@ -17,6 +17,7 @@ use super::completer::Pending;
 use super::{Running, Shared};
 use crate::context::{JobContext, RunState, StopReason};
 use crate::metrics::{self, AttemptEnd};
+use crate::registry::ErasedWorker;
 use crate::worker::JobError;
 
 /// Runs `job` while holding one concurrency slot (`permit`).
@@ -124,24 +125,18 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                         // Cancelled or lease lost: the job is no longer ours to report on.
                         _ => None,
                     },
-                    Some(Ok(Ok(()))) => Some(Outcome::Completed { duration_ms }),
-                    Some(Ok(Err(JobError::Retry { message, retry_in }))) => Some(Outcome::Retry {
-                        error: message,
-                        retry_in: retry_in.unwrap_or_else(|| worker.backoff(job.counted_attempt)),
-                        duration_ms,
-                    }),
-                    Some(Ok(Err(JobError::Permanent(message)))) => Some(Outcome::Failed {
-                        error: message,
-                        duration_ms,
-                    }),
-                    Some(Ok(Err(JobError::Snooze(retry_in)))) => {
-                        Some(Outcome::Snoozed { retry_in })
+                    Some(Ok(result)) => {
+                        Some(outcome(result, &*worker, job.counted_attempt, duration_ms))
                     }
-                    Some(Err(panic)) => Some(Outcome::Retry {
-                        error: format!("panicked: {}", panic_message(&*panic)),
-                        retry_in: worker.backoff(job.counted_attempt),
+                    Some(Err(panic)) => Some(outcome(
+                        Err(JobError::retry(format!(
+                            "panicked: {}",
+                            panic_message(&*panic)
+                        ))),
+                        &*worker,
+                        job.counted_attempt,
                         duration_ms,
-                    }),
+                    )),
                 }
             }
         };
@@ -187,12 +182,37 @@ fn record_end(queue: &str, kind: &str, outcome: &Outcome, last_attempt: bool) {
     metrics::finished(queue, kind, end, ran);
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+/// The text of a handler's panic payload.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {
         s.clone()
     } else {
         "a non-string panic payload".to_owned()
+    }
+}
+
+/// The outcome a handler's result stands for: a retry without its own delay takes the
+/// worker's backoff for `attempt`. Shared with `testing::run_job`, which reports what the
+/// runtime would.
+pub(crate) fn outcome(
+    result: std::result::Result<(), JobError>,
+    worker: &dyn ErasedWorker,
+    attempt: i32,
+    duration_ms: i64,
+) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Completed { duration_ms },
+        Err(JobError::Retry { message, retry_in }) => Outcome::Retry {
+            error: message,
+            retry_in: retry_in.unwrap_or_else(|| worker.backoff(attempt)),
+            duration_ms,
+        },
+        Err(JobError::Permanent(message)) => Outcome::Failed {
+            error: message,
+            duration_ms,
+        },
+        Err(JobError::Snooze(retry_in)) => Outcome::Snoozed { retry_in },
     }
 }

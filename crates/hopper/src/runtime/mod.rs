@@ -7,7 +7,7 @@
 
 mod completer;
 mod config;
-mod executor;
+pub(crate) mod executor;
 mod maintenance;
 mod prefetch;
 mod producer;

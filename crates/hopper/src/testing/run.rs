@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::context::{JobContext, RunState, StopReason};
 use crate::registry::{ErasedWorker, Workers};
+use crate::runtime::executor::{outcome, panic_message};
 use crate::worker::{JobError, Worker};
 
 /// What became of a job run by [`run_job`], [`run_new_job`] or an
@@ -268,28 +269,6 @@ pub(crate) async fn run_claimed(
 /// Blocking-pool permits of a test run's context.
 const BLOCKING_THREADS: usize = 4;
 
-/// The outcome the runtime would report for a handler's result.
-fn outcome(
-    result: std::result::Result<(), JobError>,
-    worker: &dyn ErasedWorker,
-    attempt: i32,
-    duration_ms: i64,
-) -> Outcome {
-    match result {
-        Ok(()) => Outcome::Completed { duration_ms },
-        Err(JobError::Retry { message, retry_in }) => Outcome::Retry {
-            error: message,
-            retry_in: retry_in.unwrap_or_else(|| worker.backoff(attempt)),
-            duration_ms,
-        },
-        Err(JobError::Permanent(message)) => Outcome::Failed {
-            error: message,
-            duration_ms,
-        },
-        Err(JobError::Snooze(retry_in)) => Outcome::Snoozed { retry_in },
-    }
-}
-
 /// The test's view of a recorded outcome: a retry on the last attempt is a dead letter.
 fn recorded(outcome: Outcome, state: JobState) -> JobOutcome {
     match outcome {
@@ -302,11 +281,4 @@ fn recorded(outcome: Outcome, state: JobState) -> JobOutcome {
         Outcome::Snoozed { retry_in } => JobOutcome::Snoozed { retry_in },
         Outcome::Released => JobOutcome::NotRun,
     }
-}
-
-/// What a panic said, when it said it with a string.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic.downcast_ref::<&str>().map(|s| (*s).to_owned());
-    text.or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_owned())
 }
