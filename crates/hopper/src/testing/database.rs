@@ -123,27 +123,32 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        let url = self.url.clone();
-        let schema = self.schema.clone();
-        // Drop runs outside async; a short-lived thread with its own runtime does the work.
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok((client, conn)) =
-                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await
-                {
-                    tokio::spawn(conn);
-                    drop_schema(&client, &schema).await;
-                }
-            });
-        })
-        .join();
+        drop_schema(&self.url, &self.schema);
     }
+}
+
+/// Drops `schema` of the database at `url` now, from synchronous code (a `Drop`), ending
+/// any session that still holds a lock in it. For tests that create schemas of their own;
+/// [`TestDatabase`] does this for its schema. Errors are ignored: it is cleanup.
+pub fn drop_schema(url: &str, schema: &str) {
+    let url = url.to_owned();
+    let schema = schema.to_owned();
+    // Drop runs outside async; a short-lived thread with its own runtime does the work.
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            if let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+                tokio::spawn(conn);
+                drop_schema_on(&client, &schema).await;
+            }
+        });
+    })
+    .join();
 }
 
 /// Drops `schema`, ending any session that still holds a lock in it.
@@ -153,7 +158,7 @@ impl Drop for TestDatabase {
 /// failed assertion, or an error path whose `ROLLBACK` is only queued) can never finish, and
 /// a plain `DROP SCHEMA` would wait for its lock forever. Those sessions belong to the
 /// finished test; they are terminated.
-async fn drop_schema(client: &tokio_postgres::Client, schema: &str) {
+async fn drop_schema_on(client: &tokio_postgres::Client, schema: &str) {
     let _ = client.batch_execute("SET lock_timeout = '1s'").await;
     for _ in 0..10 {
         let dropped = client

@@ -19,7 +19,7 @@ mod inline;
 mod require;
 mod run;
 
-pub use database::{TestDatabase, database_url};
+pub use database::{TestDatabase, database_url, drop_schema};
 pub use expect::ExpectedJob;
 pub use inline::InlineClient;
 pub use require::{

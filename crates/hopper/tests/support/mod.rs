@@ -38,24 +38,7 @@ pub struct SchemaGuard {
 
 impl Drop for SchemaGuard {
     fn drop(&mut self) {
-        let url = self.url.clone();
-        let schema = self.schema.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(client) = connect(&url).await {
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                        .await;
-                }
-            });
-        })
-        .join();
+        hopper::testing::drop_schema(&self.url, &self.schema);
     }
 }
 
