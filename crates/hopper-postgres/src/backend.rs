@@ -15,7 +15,7 @@ use hopper_core::{CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpd
 use crate::error::map_pg;
 use crate::hot::millis;
 use crate::settings::ClaimMode;
-use crate::{PgBackend, listen, migrate, rows};
+use crate::{PgBackend, copy, listen, migrate, rows};
 
 #[async_trait]
 impl Backend for PgBackend {
@@ -33,9 +33,11 @@ impl Backend for PgBackend {
     }
 
     async fn job_insert(&self, job: &NewJob) -> Result<()> {
-        let client = self.client().await?;
         job.validate()?;
+        // Settings first: reloading them takes a pooled connection of its own, which a
+        // pool of one could not give while this method holds the only one.
         self.refresh_settings().await?;
+        let client = self.client().await?;
         if self.needs_full_insert(job) {
             return self.insert_in(&**client, job).await;
         }
@@ -52,10 +54,17 @@ impl Backend for PgBackend {
         if jobs.is_empty() {
             return Ok(());
         }
+        // Before taking a connection: see job_insert.
+        let upsert = self.needs_upsert_many(jobs).await?;
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(map_pg)?;
-        self.insert_many_in(&tx, jobs).await?;
-        tx.commit().await.map_err(map_pg)
+        if upsert {
+            let tx = client.transaction().await.map_err(map_pg)?;
+            self.upsert_many_in(&tx, jobs).await?;
+            return tx.commit().await.map_err(map_pg);
+        }
+        let state_type = self.state_type(&**client).await?.clone();
+        let now = self.now_or_local();
+        copy::insert_jobs_pooled(client, &self.inner.queries, &state_type, jobs, now).await
     }
 
     async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {

@@ -1,13 +1,17 @@
 //! Bulk insert through binary `COPY`: the fastest way into PostgreSQL (measured in
 //! `docs/benchmarks.md`: about twice `INSERT … SELECT unnest(…)`).
+//!
+//! Two entry points: [`insert_jobs`] inside a caller's transaction, and [`insert_jobs_pooled`]
+//! on a pooled connection of hopper's own, which pipelines its statements so that a call
+//! costs two round trips instead of seven (W1, `docs/benchmarks.md`).
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
 use futures_util::pin_mut;
 use hopper_core::{JobState, NewJob, Result};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{IsNull, Kind, ToSql, Type, to_sql_checked};
-use tokio_postgres::{GenericClient, Transaction};
+use tokio_postgres::{CopyInSink, GenericClient, Transaction};
 
 use crate::error::map_pg;
 use crate::sql::Queries;
@@ -43,6 +47,90 @@ pub async fn insert_jobs(
     jobs: &[NewJob],
     now: DateTime<Utc>,
 ) -> Result<()> {
+    let sink = tx
+        .copy_in(&queries.job_insert_many_copy)
+        .await
+        .map_err(map_pg)?;
+    let writer = writer(sink, state_type);
+    pin_mut!(writer);
+    write_rows(writer.as_mut(), jobs, now).await?;
+    writer.finish().await.map_err(map_pg)?;
+    let due = due_queues(jobs, now);
+    if !due.is_empty() {
+        tx.execute(&queries.job_notify_queues, &[&due])
+            .await
+            .map_err(map_pg)?;
+    }
+    Ok(())
+}
+
+/// [`insert_jobs`] in a transaction of its own on `client`, a pooled connection, with its
+/// statements pipelined: `BEGIN`, the wake-up and the start of the `COPY` go out together
+/// (one round trip), then the rows, then the end of the `COPY` and `COMMIT` together (one
+/// more). The wake-up is queued before the rows, which changes nothing: PostgreSQL delivers
+/// it at commit, and not at all if the transaction fails. Both statements are prepared
+/// once per connection.
+///
+/// On any error the connection is taken out of the pool (its transaction may be left
+/// open), so nothing half-done is seen and the next call gets a clean connection.
+pub async fn insert_jobs_pooled(
+    client: deadpool_postgres::Object,
+    queries: &Queries,
+    state_type: &Type,
+    jobs: &[NewJob],
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let result = pipelined(&client, queries, state_type, jobs, now).await;
+    if result.is_err() {
+        drop(deadpool_postgres::Object::take(client));
+    }
+    result
+}
+
+async fn pipelined(
+    client: &deadpool_postgres::Object,
+    queries: &Queries,
+    state_type: &Type,
+    jobs: &[NewJob],
+    now: DateTime<Utc>,
+) -> Result<()> {
+    // Both prepared before anything is sent: a statement prepared inside the pipeline
+    // would queue its execution behind the COPY, which ends only after the rows.
+    let copy = client
+        .prepare_cached(&queries.job_insert_many_copy)
+        .await
+        .map_err(map_pg)?;
+    let notify = client
+        .prepare_cached(&queries.job_notify_queues)
+        .await
+        .map_err(map_pg)?;
+    let due = due_queues(jobs, now);
+    let notify = async {
+        if due.is_empty() {
+            return Ok(0);
+        }
+        client.execute(&notify, &[&due]).await
+    };
+    // try_join polls in order, so the three requests are written in this order before any
+    // answer is awaited.
+    let ((), _, sink) = tokio::try_join!(
+        client.batch_execute("BEGIN"),
+        notify,
+        client.copy_in::<_, Bytes>(&copy),
+    )
+    .map_err(map_pg)?;
+    let writer = writer(sink, state_type);
+    pin_mut!(writer);
+    write_rows(writer.as_mut(), jobs, now).await?;
+    // A failed COPY aborts the transaction and the COMMIT then only ends it; the COPY's
+    // error is the one returned.
+    let (copied, committed) = futures_util::join!(writer.finish(), client.batch_execute("COMMIT"));
+    copied.map_err(map_pg)?;
+    committed.map_err(map_pg)
+}
+
+/// A binary COPY writer for the columns of `job_insert_many_copy.sql`.
+fn writer(sink: CopyInSink<Bytes>, state_type: &Type) -> BinaryCopyInWriter {
     let types = [
         Type::UUID,
         Type::TEXT,
@@ -54,13 +142,15 @@ pub async fn insert_jobs(
         Type::INT4,
         Type::INT4,
     ];
-    let sink = tx
-        .copy_in(&queries.job_insert_many_copy)
-        .await
-        .map_err(map_pg)?;
-    let writer = BinaryCopyInWriter::new(sink, &types);
-    pin_mut!(writer);
-    let mut due_queues: Vec<&str> = Vec::new();
+    BinaryCopyInWriter::new(sink, &types)
+}
+
+/// Writes one row per job: due by `now` means `available`, later `scheduled`.
+async fn write_rows(
+    mut writer: std::pin::Pin<&mut BinaryCopyInWriter>,
+    jobs: &[NewJob],
+    now: DateTime<Utc>,
+) -> Result<()> {
     for job in jobs {
         let run_at = job.run_at.unwrap_or(now);
         let state = if run_at > now {
@@ -68,9 +158,6 @@ pub async fn insert_jobs(
         } else {
             JobState::Available
         };
-        if state == JobState::Available && !due_queues.contains(&job.queue.as_str()) {
-            due_queues.push(&job.queue);
-        }
         let timeout_ms = job.timeout_ms();
         writer
             .as_mut()
@@ -88,13 +175,18 @@ pub async fn insert_jobs(
             .await
             .map_err(map_pg)?;
     }
-    writer.finish().await.map_err(map_pg)?;
-    if !due_queues.is_empty() {
-        tx.execute(&queries.job_notify_queues, &[&due_queues])
-            .await
-            .map_err(map_pg)?;
-    }
     Ok(())
+}
+
+/// The queues that get a job due by `now`: the ones to wake.
+fn due_queues(jobs: &[NewJob], now: DateTime<Utc>) -> Vec<&str> {
+    let mut due: Vec<&str> = Vec::new();
+    for job in jobs {
+        if job.run_at.is_none_or(|at| at <= now) && !due.contains(&job.queue.as_str()) {
+            due.push(&job.queue);
+        }
+    }
+    due
 }
 
 /// The schema's `job_state` enum type, whose OID differs per database.

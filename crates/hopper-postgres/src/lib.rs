@@ -200,34 +200,42 @@ impl PgBackend {
         tx: &Transaction<'_>,
         jobs: &[NewJob],
     ) -> Result<Vec<InsertOutcome>> {
-        for job in jobs {
-            job.validate()?;
-        }
-        self.refresh_settings().await?;
-        let mut queues: Vec<&str> = Vec::new();
-        for job in jobs {
-            if !queues.contains(&job.queue.as_str()) {
-                queues.push(&job.queue);
-            }
-        }
-        if jobs.iter().any(NewJob::needs_upsert)
-            || queues.iter().any(|q| self.inner.settings.is_grouped(q))
-        {
+        if self.needs_upsert_many(jobs).await? {
             return self.upsert_many_in(tx, jobs).await;
         }
         self.copy_in(tx, jobs).await?;
         Ok(vec![InsertOutcome::Inserted; jobs.len()])
     }
 
-    /// Binary COPY of jobs already validated.
-    async fn copy_in(&self, tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<()> {
-        let state_type = self
-            .inner
+    /// Binary COPY of jobs already validated, inside `tx`.
+    pub(crate) async fn copy_in(&self, tx: &Transaction<'_>, jobs: &[NewJob]) -> Result<()> {
+        let state_type = self.state_type(tx).await?;
+        copy::insert_jobs(
+            tx,
+            &self.inner.queries,
+            state_type,
+            jobs,
+            self.now_or_local(),
+        )
+        .await
+    }
+
+    /// Validates `jobs` and says whether any needs `INSERT … ON CONFLICT` rather than
+    /// COPY: a group, a unique key, or a queue whose jobs carry groups.
+    pub(crate) async fn needs_upsert_many(&self, jobs: &[NewJob]) -> Result<bool> {
+        for job in jobs {
+            job.validate()?;
+        }
+        self.refresh_settings().await?;
+        Ok(jobs.iter().any(|job| self.needs_full_insert(job)))
+    }
+
+    /// The schema's `job_state` enum type (looked up once).
+    pub(crate) async fn state_type(&self, client: &impl GenericClient) -> Result<&Type> {
+        self.inner
             .state_type
-            .get_or_try_init(|| copy::state_type(tx, &self.inner.queries))
-            .await?;
-        let now = self.inner.clock.now().unwrap_or_else(chrono::Utc::now);
-        copy::insert_jobs(tx, &self.inner.queries, state_type, jobs, now).await
+            .get_or_try_init(|| copy::state_type(client, &self.inner.queries))
+            .await
     }
 
     /// Completes a job inside the handler's own transaction, so the job's completion and

@@ -49,7 +49,7 @@ impl PgBackend {
         Ok(())
     }
 
-    fn now_or_local(&self) -> DateTime<Utc> {
+    pub(crate) fn now_or_local(&self) -> DateTime<Utc> {
         self.inner.clock.now().unwrap_or_else(Utc::now)
     }
 

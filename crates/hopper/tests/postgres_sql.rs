@@ -362,3 +362,42 @@ async fn a_bulk_insert_wakes_each_queue_once_at_commit() -> anyhow::Result<()> {
     assert_eq!(seen, vec!["even", "odd"], "one wake-up per due queue");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_failed_bulk_insert_leaves_the_pool_clean() -> anyhow::Result<()> {
+    // One pooled connection, so every call below gets the connection the failed one used
+    // (the bulk insert pipelines BEGIN, COPY and COMMIT on a pooled connection of its own),
+    // and no call may need a second connection while it holds that one.
+    let db = TestDatabase::new().await?;
+    let hopper = Client::new(support::node_backend(&db, 1).await?);
+    // Counted from another connection: only what was committed.
+    let other = connect(db.url()).await?;
+    let count = format!("SELECT count(*) FROM {}.jobs", db.schema());
+    for round in 0..3_i64 {
+        // Refused by the table itself (a duplicate id), mid-COPY: nothing is written.
+        let mut jobs: Vec<NewJob> = (0..1_000)
+            .map(|n| NewJob::new("k", json!({ "n": n, "round": round })))
+            .collect();
+        jobs[999].id = jobs[10].id;
+        assert!(
+            hopper.insert_many(&jobs).await.is_err(),
+            "a duplicate id is refused"
+        );
+        assert_eq!(
+            other.query_one(&count, &[]).await?.get::<_, i64>(0),
+            round * 500
+        );
+        // The next calls work and commit: they did not inherit an open or aborted
+        // transaction.
+        let ok: Vec<NewJob> = (0..500)
+            .map(|n| NewJob::new("k", json!({ "n": n })))
+            .collect();
+        hopper.insert_many(&ok[..499]).await?;
+        hopper.insert(ok[499].clone()).await?;
+        assert_eq!(
+            other.query_one(&count, &[]).await?.get::<_, i64>(0),
+            (round + 1) * 500
+        );
+    }
+    Ok(())
+}
