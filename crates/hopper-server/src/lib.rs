@@ -36,6 +36,7 @@ mod tasks;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hopper::housekeeping::Housekeeping;
 use hopper_core::{Backend, NodeId};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -93,6 +94,11 @@ pub struct ServeConfig {
     /// How long a claimed job that no connected worker can take (its kind is served by
     /// none) is put back for, without using an attempt. Default: 1 s.
     pub unplaceable_delay: Duration,
+    /// Retention and vacuuming of the job table, as a worker runtime does them (remote
+    /// workers have no database connection to do it with). Default:
+    /// [`Housekeeping::default`] (completed jobs kept 24 h, failed 7 days, a vacuum check
+    /// every 10 s).
+    pub housekeeping: Housekeeping,
 }
 
 impl ServeConfig {
@@ -112,6 +118,7 @@ impl ServeConfig {
             poll_interval: Duration::from_secs(1),
             node_dead_after: Duration::from_secs(30),
             unplaceable_delay: Duration::from_secs(1),
+            housekeeping: Housekeeping::default(),
         }
     }
 }

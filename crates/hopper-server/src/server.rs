@@ -190,8 +190,18 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
             stop.clone(),
         )),
         tokio::spawn(tasks::promote(
-            backend,
+            backend.clone(),
             core.config.poll_interval,
+            stop.clone(),
+        )),
+        tokio::spawn(hopper::housekeeping::pruner(
+            backend.clone(),
+            core.config.housekeeping.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(hopper::housekeeping::vacuumer(
+            backend,
+            core.config.housekeeping.clone(),
             stop.clone(),
         )),
         tokio::spawn(run(core, events_rx, stop.clone())),

@@ -54,6 +54,7 @@
 mod client;
 mod context;
 mod control;
+pub mod housekeeping;
 pub mod metrics;
 mod periodic;
 mod registry;

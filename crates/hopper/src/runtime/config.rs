@@ -109,13 +109,15 @@ impl RuntimeConfig {
         self.queue_weights.get(queue).copied().unwrap_or(1).max(1)
     }
 
-    /// What one pruning statement is asked to do.
-    pub(crate) fn prune_params(&self) -> hopper_core::JobPruneParams {
-        hopper_core::JobPruneParams {
+    /// The retention and vacuum settings, for the housekeeping loops.
+    pub(crate) fn housekeeping(&self) -> crate::housekeeping::Housekeeping {
+        crate::housekeeping::Housekeeping {
             completed_retention: self.completed_retention,
             failed_retention: self.failed_retention,
-            limit: self.prune_batch.max(1),
-            dry_run: false,
+            prune_interval: self.prune_interval,
+            prune_batch: self.prune_batch,
+            prune_pause: self.prune_pause,
+            vacuum_interval: self.vacuum_interval,
         }
     }
 

@@ -5,7 +5,8 @@
 //! - rescuer: takes back jobs whose lease expired and releases dead nodes' jobs;
 //! - promoter: makes scheduled jobs available when due, sleeping until the next one;
 //! - listener: turns LISTEN/NOTIFY wake-ups into producer wake-ups and cancellations;
-//! - pruner: deletes finished jobs whose retention ran out, in batches.
+//! - pruner and vacuumer: retention and vacuuming of the job table, shared with `hopper
+//!   serve` ([`crate::housekeeping`]).
 //!
 //! Every node runs them; the statements use `SKIP LOCKED` and are idempotent, so several
 //! nodes running them at once only share the work. The pruner is also elected: each of
@@ -135,62 +136,24 @@ pub(crate) async fn listener(shared: Arc<Shared>) {
     }
 }
 
+/// Deletes finished jobs past their retention ([`crate::housekeeping::pruner`]).
 pub(crate) async fn pruner(shared: Arc<Shared>) {
-    let Some(period) = shared.config.prune_interval else {
-        return;
-    };
-    let params = shared.config.prune_params();
-    while tick(&shared, period).await {
-        // One pass: batches until one comes back short (or another node holds the lock),
-        // with a pause between them so a large backlog never monopolises the database.
-        let mut pruned = 0u64;
-        loop {
-            let started = Instant::now();
-            match shared.backend.job_prune(&params).await {
-                Ok(outcome) => {
-                    pruned += outcome.total();
-                    if !outcome.elected || outcome.total() < u64::from(params.limit) {
-                        break;
-                    }
-                    let pause = shared.config.prune_pause + started.elapsed() * 3;
-                    if !tick(&shared, pause).await {
-                        return;
-                    }
-                }
-                Err(hopper_core::Error::Unsupported(m)) => {
-                    tracing::debug!(reason = %m, "pruning is not offered by this backend; the pruner stops");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "pruning finished jobs failed");
-                    break;
-                }
-            }
-        }
-        if pruned > 0 {
-            tracing::info!(jobs = pruned, "pruned finished jobs past their retention");
-        }
-    }
+    let settings = shared.config.housekeeping();
+    crate::housekeeping::pruner(
+        shared.backend.clone(),
+        settings,
+        shared.stop_services.clone(),
+    )
+    .await;
 }
 
-/// Vacuums the job table when dead row versions pile up (one node at a time), so claims
-/// stay fast where the database's autovacuum is off or behind.
+/// Vacuums the job table when needed ([`crate::housekeeping::vacuumer`]).
 pub(crate) async fn vacuumer(shared: Arc<Shared>) {
-    let Some(period) = shared.config.vacuum_interval else {
-        return;
-    };
-    while tick(&shared, period).await {
-        let started = Instant::now();
-        match shared.backend.job_vacuum(period).await {
-            Ok(true) => {
-                tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
-            }
-            Ok(false) => {}
-            Err(hopper_core::Error::Unsupported(m)) => {
-                tracing::debug!(reason = %m, "vacuuming is not offered by this backend; the vacuumer stops");
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
-        }
-    }
+    let settings = shared.config.housekeeping();
+    crate::housekeeping::vacuumer(
+        shared.backend.clone(),
+        settings,
+        shared.stop_services.clone(),
+    )
+    .await;
 }

@@ -1,0 +1,136 @@
+//! Keeping the job table small and fast: retention (deleting finished jobs once their time
+//! is up) and vacuuming (clearing the dead row versions that every claim and outcome
+//! leaves). Every worker runtime runs both loops, and so does `hopper serve`, whose remote
+//! workers have no database connection of their own: a deployment of only remote workers
+//! keeps its history bounded and its claim index clean as well.
+//!
+//! Both loops run on every node and elect one at a time per statement (an advisory lock),
+//! so several nodes only share the work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper_core::{Backend, Error, JobPruneParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// When finished jobs are deleted and the job table vacuumed.
+/// [`Housekeeping::default`] gives the documented defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Housekeeping {
+    /// How long `completed` and `cancelled` jobs are kept after they finished. Default:
+    /// 24 h.
+    pub completed_retention: Duration,
+    /// How long `failed` (dead-lettered) jobs are kept after they finished, for inspection
+    /// and retry. Default: 7 days.
+    pub failed_retention: Duration,
+    /// How often finished jobs past their retention are deleted; `None` turns pruning off
+    /// on this node. Default: every 60 s.
+    pub prune_interval: Option<Duration>,
+    /// Most jobs deleted by one pruning statement. Default: 1,000.
+    pub prune_batch: u32,
+    /// The pause between two pruning statements of one pass, on top of three times as long
+    /// as the last statement took, so a large backlog is deleted at a pace the hot path
+    /// does not feel (measured in `docs/benchmarks.md`). Default: 20 ms.
+    pub prune_pause: Duration,
+    /// How often the node checks whether the job table needs a vacuum, which it then runs
+    /// (see [`Backend::job_vacuum`]); `None` leaves it to the database's autovacuum.
+    /// Default: every 10 s.
+    pub vacuum_interval: Option<Duration>,
+}
+
+impl Default for Housekeeping {
+    fn default() -> Self {
+        Housekeeping {
+            completed_retention: Duration::from_secs(24 * 3600),
+            failed_retention: Duration::from_secs(7 * 24 * 3600),
+            prune_interval: Some(Duration::from_secs(60)),
+            prune_batch: 1000,
+            prune_pause: Duration::from_millis(20),
+            vacuum_interval: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+impl Housekeeping {
+    /// One pruning statement's parameters.
+    pub fn prune_params(&self) -> JobPruneParams {
+        JobPruneParams {
+            completed_retention: self.completed_retention,
+            failed_retention: self.failed_retention,
+            limit: self.prune_batch.max(1),
+            dry_run: false,
+        }
+    }
+}
+
+/// Sleeps `period`, returning false if `stop` was cancelled first.
+async fn tick(stop: &CancellationToken, period: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(period) => true,
+        _ = stop.cancelled() => false,
+    }
+}
+
+/// Every `prune_interval`, deletes the finished jobs past their retention until `stop`:
+/// one pass is statements of `prune_batch` jobs until one comes back short (or another
+/// node holds the lock), with a pause between them. Stops at once on a backend that
+/// offers no pruning.
+pub async fn pruner(backend: Arc<dyn Backend>, settings: Housekeeping, stop: CancellationToken) {
+    let Some(period) = settings.prune_interval else {
+        return;
+    };
+    let params = settings.prune_params();
+    while tick(&stop, period).await {
+        let mut pruned = 0u64;
+        loop {
+            let started = Instant::now();
+            match backend.job_prune(&params).await {
+                Ok(outcome) => {
+                    pruned += outcome.total();
+                    if !outcome.elected || outcome.total() < u64::from(params.limit) {
+                        break;
+                    }
+                    let pause = settings.prune_pause + started.elapsed() * 3;
+                    if !tick(&stop, pause).await {
+                        return;
+                    }
+                }
+                Err(Error::Unsupported(m)) => {
+                    tracing::debug!(reason = %m, "pruning is not offered by this backend; the pruner stops");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning finished jobs failed");
+                    break;
+                }
+            }
+        }
+        if pruned > 0 {
+            tracing::info!(jobs = pruned, "pruned finished jobs past their retention");
+        }
+    }
+}
+
+/// Every `vacuum_interval`, vacuums the job table if dead row versions piled up (one node
+/// at a time), until `stop`, so claims stay fast where the database's autovacuum is off or
+/// behind. Stops at once on a backend that has no such thing.
+pub async fn vacuumer(backend: Arc<dyn Backend>, settings: Housekeeping, stop: CancellationToken) {
+    let Some(period) = settings.vacuum_interval else {
+        return;
+    };
+    while tick(&stop, period).await {
+        let started = Instant::now();
+        match backend.job_vacuum(period).await {
+            Ok(true) => {
+                tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
+            }
+            Ok(false) => {}
+            Err(Error::Unsupported(m)) => {
+                tracing::debug!(reason = %m, "vacuuming is not offered by this backend; the vacuumer stops");
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
+        }
+    }
+}
