@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::housekeeping::Housekeeping;
+
 /// How a [`crate::Runtime`] runs. Every field has a default; see [`RuntimeConfig::default`].
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -50,28 +52,18 @@ pub struct RuntimeConfig {
     pub shutdown_timeout: Duration,
     /// A human name for this node. Default: `host:pid`.
     pub node_name: Option<String>,
-    /// How long `completed` and `cancelled` jobs are kept after they finished. Default:
-    /// 24 h.
+    /// [`Housekeeping::completed_retention`] of this node (default 24 h).
     pub completed_retention: Duration,
-    /// How long `failed` (dead-lettered) jobs are kept after they finished, for
-    /// inspection and retry. Default: 7 days.
+    /// [`Housekeeping::failed_retention`] of this node (default 7 days).
     pub failed_retention: Duration,
-    /// How often the pruner deletes the finished jobs whose retention ran out; `None`
-    /// turns pruning off on this node. Every node runs the pruner, and one at a time
-    /// prunes (an advisory lock per statement). Default: every 60 s.
+    /// [`Housekeeping::prune_interval`] of this node (default 60 s; `None`: no pruning).
     pub prune_interval: Option<Duration>,
-    /// Most jobs deleted by one pruning statement. Default: 1,000.
+    /// [`Housekeeping::prune_batch`] of this node (default 1,000).
     pub prune_batch: u32,
-    /// The pause between two pruning statements of one pass, on top of three times as long
-    /// as the last statement took: the pruner keeps at most a quarter of one connection
-    /// busy, and backs off by itself when the database is loaded, so a large backlog is
-    /// deleted at a pace the hot path does not feel (measured in `docs/benchmarks.md`).
-    /// Default: 20 ms.
+    /// [`Housekeeping::prune_pause`] of this node (default 20 ms).
     pub prune_pause: Duration,
-    /// How often the node checks whether the job table needs a vacuum, which it then runs
-    /// itself (one node at a time; see [`hopper_core::Backend::job_vacuum`]); `None` leaves
-    /// it to the database's autovacuum. A vacuum runs at most once per interval. Default:
-    /// every 10 s.
+    /// [`Housekeeping::vacuum_interval`] of this node (default 10 s; `None`: leave it to
+    /// autovacuum).
     pub vacuum_interval: Option<Duration>,
 }
 
@@ -110,8 +102,8 @@ impl RuntimeConfig {
     }
 
     /// The retention and vacuum settings, for the housekeeping loops.
-    pub(crate) fn housekeeping(&self) -> crate::housekeeping::Housekeeping {
-        crate::housekeeping::Housekeeping {
+    pub(crate) fn housekeeping(&self) -> Housekeeping {
+        Housekeeping {
             completed_retention: self.completed_retention,
             failed_retention: self.failed_retention,
             prune_interval: self.prune_interval,
