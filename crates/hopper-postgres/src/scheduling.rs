@@ -41,24 +41,28 @@ pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
 }
 
 /// What a fair or limited claim statement returned: the jobs, the running count it saw,
-/// and the fair claim's next cursor (the last group it picked).
+/// the fair claim's next cursor (the last group it picked), and how many rows it locked
+/// without claiming them (released at its commit).
 struct Claimed {
     jobs: Vec<ClaimedJob>,
     running: Option<i64>,
     cursor: Option<String>,
+    unpicked: i64,
 }
 
 /// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, next
-/// cursor, group, then the job (NULL when nothing was claimed).
+/// cursor, rows locked but not claimed, then the job (NULL when nothing was claimed).
 fn read_claimed(rows: &[Row]) -> Result<Claimed> {
     let mut out = Claimed {
         jobs: Vec::with_capacity(rows.len()),
         running: None,
         cursor: None,
+        unpicked: 0,
     };
     for row in rows {
         out.running = row.try_get(0).map_err(Error::database)?;
         out.cursor = row.try_get(1).map_err(Error::database)?;
+        out.unpicked = row.try_get(2).map_err(Error::database)?;
         let id: Option<uuid::Uuid> = row.try_get(3).map_err(Error::database)?;
         if id.is_some() {
             out.jobs.push(claimed_job(row, 3)?);

@@ -164,6 +164,11 @@ impl Cache {
         }
     }
 
+    /// Wakes this process's claimers of `queue` now (rows they may have skipped are free).
+    pub fn wake(&self, queue: &str) {
+        let _ = self.local_wake.send(Wakeup::Jobs(queue.to_owned()));
+    }
+
     /// Wakes this process's claimers of `queue` after `delay` (a limited queue that will
     /// have room then: a rate token, or a running job finished elsewhere). One timer per
     /// queue at a time: an earlier one already armed makes this a no-op.

@@ -124,8 +124,7 @@ claimed AS (
         lease_expires_at = coalesce($5::timestamptz, now())
                            + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-    RETURNING j.group_key,
-              j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
+    RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
               j.max_attempts, j.timeout_ms, j.created_at, j.run_at
 ),
 bucket AS (
@@ -137,6 +136,7 @@ bucket AS (
 )
 SELECT (SELECT sum(n) FROM busy)::bigint,
        (SELECT g FROM picked WHERE g IS NOT NULL ORDER BY rn DESC, turn DESC LIMIT 1),
+       (SELECT count(*) FROM candidates) - (SELECT count(*) FROM picked WHERE g IS NOT NULL),
        c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true

@@ -9,7 +9,8 @@
 -- queue: its cost is the number of running jobs, not the backlog. Every row carries the
 -- running count (before this claim) first, so the caller knows whether the concurrency
 -- limit cut the claim short; when nothing was claimed, one row comes back with NULL job
--- columns. Columns 2 and 3 (next cursor, group) are NULL here; they match job_claim_fair.sql.
+-- columns. Columns 2 and 3 (next cursor, rows locked but not claimed) are NULL and 0 here;
+-- they match job_claim_fair.sql.
 WITH running AS (
     SELECT count(*) AS n
     FROM hopper.jobs
@@ -57,6 +58,6 @@ bucket AS (
     WHERE name = $1
       AND $7::float8 IS NOT NULL
 )
-SELECT (SELECT n FROM running), NULL::text AS cursor, NULL::text AS group_key, c.*
+SELECT (SELECT n FROM running), NULL::text AS cursor, 0::bigint AS unpicked, c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true
