@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hopper_core::{
-    ClaimParams, ClaimedJob, Error, Priority, QueueSettings, QueueUpdate, RateLimit, Result,
+    Backend, ClaimParams, ClaimedJob, Error, Finish, Priority, QueueSettings, QueueUpdate,
+    RateLimit, Result,
 };
 use tokio_postgres::Row;
 
@@ -14,6 +15,7 @@ use crate::PgBackend;
 use crate::error::map_pg;
 use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
 
+pub(crate) mod combine;
 mod fair;
 
 use fair::FairLimits;
@@ -133,6 +135,30 @@ impl PgBackend {
         Ok(self.inner.settings.mode(queue))
     }
 
+    /// Claims from a limited queue, combined with this process's concurrent claims of it
+    /// (`combine.rs`: one claim at a time per queue and process, for what all of them
+    /// asked), each as [`Self::claim_limited_alone`] describes.
+    pub(crate) async fn claim_limited(
+        &self,
+        params: &ClaimParams,
+        fair: bool,
+    ) -> Result<Vec<ClaimedJob>> {
+        let claim = |limit: u32| {
+            let params = ClaimParams {
+                limit,
+                ..params.clone()
+            };
+            async move { self.claim_limited_alone(&params, fair).await }
+        };
+        let release = |jobs: Vec<ClaimedJob>| async move {
+            let finishes: Vec<Finish> = jobs.iter().map(|j| Finish::released(j.lease)).collect();
+            if let Err(e) = self.job_finish_many(&finishes).await {
+                tracing::warn!(error = %e, "releasing jobs claimed for a caller that gave up");
+            }
+        };
+        self.inner.combiner.claim(params, claim, release).await
+    }
+
     /// Claims from a limited queue: locks its settings row (`queue_lock.sql`), works out
     /// how many jobs the rate bucket allows, claims (`job_claim_limited.sql` or
     /// `job_claim_fair.sql`) within the concurrency limits, stores the bucket, commits.
@@ -143,7 +169,7 @@ impl PgBackend {
     /// With groups, the groups come from the process's ring (`fair.rs`); when a claim
     /// from the cached ring came back empty without a limit cutting it, the ring is
     /// reloaded and the claim made once more.
-    pub(crate) async fn claim_limited(
+    async fn claim_limited_alone(
         &self,
         params: &ClaimParams,
         fair: bool,
