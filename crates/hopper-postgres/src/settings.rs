@@ -129,6 +129,11 @@ impl Cache {
         }
     }
 
+    /// The cached settings of `queue`, if it has any.
+    pub fn get(&self, queue: &str) -> Option<QueueSettings> {
+        self.state().settings.get(queue).cloned()
+    }
+
     /// True when `queue` is known to have groups.
     pub fn is_grouped(&self, queue: &str) -> bool {
         self.state().settings.get(queue).is_some_and(|s| s.grouped)

@@ -5,7 +5,12 @@
 -- order (the process's cached ring rotated to start after its cursor, see
 -- src/settings/ring.rs), $7 max_running_per_group, $8 max_running, $9 tokens left after
 -- refill (NULL: no rate limit), $10 refill instant, $11 the ungrouped stragglers the
--- ring's last load saw at the head of the queue (ids; usually none).
+-- ring's last load saw at the head of the queue (ids; usually none), $12 true for a limited
+-- queue: then nothing is claimed unless the queue's settings row (held by this
+-- transaction, see queue_lock.sql) is not paused and has the limits $7 and $8 and no rate
+-- limit unless $9 is set. The caller may have taken them from its settings cache and sent
+-- this statement before the lock was granted (one round trip); when the row says
+-- otherwise, it tries again with the row's values.
 --
 -- Why this shape (the plain claim's ORDER BY priority, run_at LIMIT n would hand a group
 -- with 10,000 old jobs every slot until its backlog is gone):
@@ -59,8 +64,19 @@ WITH busy AS (
       AND ($7::integer IS NOT NULL OR $8::integer IS NOT NULL)
     GROUP BY group_key
 ),
+settled AS (
+    SELECT NOT $12::boolean OR EXISTS (
+        SELECT 1
+        FROM hopper.queues
+        WHERE name = $1
+          AND NOT paused
+          AND max_running IS NOT DISTINCT FROM $8::integer
+          AND max_running_per_group IS NOT DISTINCT FROM $7::integer
+          AND (rate_limit IS NULL OR $9::float8 IS NOT NULL)) AS ok
+),
 allowance AS (
-    SELECT greatest(0, least($3::bigint,
+    SELECT CASE WHEN (SELECT ok FROM settled) THEN 1 ELSE 0 END
+           * greatest(0, least($3::bigint,
                              coalesce($8::integer - (SELECT sum(n) FROM busy)::integer,
                                       $8::integer, $3::bigint))) AS n
 ),

@@ -2,8 +2,15 @@
 -- queue's settings row (queue_lock.sql), in the plain order (priority, run_at, id) over
 -- jobs_claim_idx, as job_claim.sql does.
 -- $1 queue, $2 node, $3 most jobs (the caller's free slots, already capped by the rate
--- bucket), $4 lease ms, $5 now, $6 max_running (NULL: none), $7 tokens left after this
--- claim's refill (NULL: no rate limit; the claimed jobs are taken off), $8 refill instant.
+-- bucket), $4 lease ms, $5 now, $6 tokens left after this claim's refill (NULL: no rate
+-- limit; the claimed jobs are taken off), $7 refill instant.
+--
+-- The limits are read from the settings row itself, which this transaction holds: the
+-- statement may be sent before the lock was granted (pipelined behind queue_lock.sql, one
+-- round trip), and its snapshot, taken when it starts, after the grant, sees the row as
+-- the lock left it. A paused queue, a missing row, or a rate limit the caller did not
+-- pass tokens for (its settings cache was stale) claim nothing; the caller looks at the
+-- locked row and tries again with the bucket.
 --
 -- The running count reads jobs_running_idx (only running jobs are in it) and filters by
 -- queue: its cost is the number of running jobs, not the backlog. Every row carries the
@@ -11,12 +18,19 @@
 -- limit cut the claim short; when nothing was claimed, one row comes back with NULL job
 -- columns. Columns 2 and 3 (next cursor, rows locked but not claimed) are NULL and 0 here;
 -- they match job_claim_fair.sql.
-WITH running AS (
+WITH settings AS (
+    SELECT max_running,
+           CASE WHEN paused OR (rate_limit IS NOT NULL AND $6::float8 IS NULL) THEN 0
+                ELSE $3::bigint END AS most
+    FROM hopper.queues
+    WHERE name = $1
+),
+running AS (
     SELECT count(*) AS n
     FROM hopper.jobs
     WHERE state = 'running'
       AND queue = $1
-      AND $6::integer IS NOT NULL
+      AND (SELECT max_running FROM settings) IS NOT NULL
 ),
 -- The scan's LIMIT is the plain parameter $3, so the planner sees a small ordered scan of
 -- jobs_claim_idx (a LIMIT computed by a subquery is unknown at planning time and was
@@ -37,7 +51,9 @@ picked AS (
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     ) AS head
-    LIMIT greatest(0, least($3, coalesce($6::integer - (SELECT n FROM running), $3)))
+    LIMIT greatest(0, least(coalesce((SELECT most FROM settings), 0),
+                            coalesce((SELECT max_running FROM settings) - (SELECT n FROM running),
+                                     $3)))
 ),
 claimed AS (
     UPDATE hopper.jobs AS j
@@ -53,10 +69,10 @@ claimed AS (
 ),
 bucket AS (
     UPDATE hopper.queues
-    SET rate_tokens = $7::float8 - (SELECT count(*) FROM claimed),
-        rate_refilled_at = $8::timestamptz
+    SET rate_tokens = $6::float8 - (SELECT count(*) FROM claimed),
+        rate_refilled_at = $7::timestamptz
     WHERE name = $1
-      AND $7::float8 IS NOT NULL
+      AND $6::float8 IS NOT NULL
 )
 SELECT (SELECT n FROM running), NULL::text AS cursor, 0::bigint AS unpicked, c.*
 FROM (VALUES (1)) AS one

@@ -27,6 +27,9 @@ pub(super) struct FairLimits {
     pub tokens: Option<f64>,
     /// The refill instant to store with them.
     pub refill_at: Option<DateTime<Utc>>,
+    /// The queue is limited: claim nothing unless its locked settings row has these
+    /// limits ($12 of `job_claim_fair.sql`).
+    pub limited: bool,
 }
 
 impl PgBackend {
@@ -127,7 +130,7 @@ impl PgBackend {
             .map_err(map_pg)?;
         let lease = lease_ms(params.lease);
         let now = self.inner.clock.now();
-        let args: [&(dyn ToSql + Sync); 11] = [
+        let args: [&(dyn ToSql + Sync); 12] = [
             &params.queue,
             &params.node,
             &allowed,
@@ -139,6 +142,7 @@ impl PgBackend {
             &limits.tokens,
             &limits.refill_at,
             &turns.stray,
+            &limits.limited,
         ];
         let rings = &self.inner.settings.rings;
         let cursor = rings.cursor(&params.queue);
