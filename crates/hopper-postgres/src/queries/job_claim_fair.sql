@@ -51,8 +51,19 @@
 --     group (this file): 0.83-0.89 of plain summed over 5-6 rounds (medians 0.75-0.80;
 --     with a limit as well 0.70-0.83). At the statement level (pgbench, claims of 100 from
 --     20,000 jobs) it now costs what the plain claim costs; the commit dominates both.
+--   - with the runtime's four claims in flight (6c82ef1), the rows a claim locks but does
+--     not pick (up to one per group) are skipped by its siblings, which then come back
+--     short near the end of a drain, and the runtime stops claiming until its poll
+--     interval (1 s): traced, 0.83 s of claims, then nothing until the last 5 jobs at
+--     1.84 s. Ratios then 0.42 / 0.39 / 0.87 / 0.45 (2026-11-24, load 2-4). Now the
+--     statement returns how many rows it locked without picking them (third column) and
+--     such a claim wakes the process's claimers after its commit (fair.rs): 0.79 / 0.74
+--     (load 7-8), and over 8 rounds at 32a3efa (docs/benchmarks.md) median 0.72, sum of
+--     jobs/s 0.67 of plain, rounds 0.47-1.00. What is left was not measured apart; candidates:
+--     the claims in flight reading the same group heads (4 claims x 16 groups, each
+--     stepping over its siblings' rows) and the transaction around the statement.
 --   - not tried: exact per-group quotas from Rust (today up to one extra row per group is
---     locked and released).
+--     locked and released); giving the claims in flight of a process disjoint groups.
 WITH busy AS (
     -- Running jobs per group, counted only when a limit needs them (a one-time filter:
     -- the statement without limits never reads them). jobs_running_idx holds only

@@ -18,6 +18,32 @@
 -- limit cut the claim short; when nothing was claimed, one row comes back with NULL job
 -- columns. Columns 2 and 3 (next cursor, rows locked but not claimed) are NULL and 0 here;
 -- they match job_claim_fair.sql.
+--
+-- Measured with scripts/bench_scheduling.sh (W3 drain, 20,000 no-op jobs, concurrency 50,
+-- a limit of 10,000 that never binds, ratio to the plain queue in the same round; tables in
+-- docs/benchmarks.md; this shared 2-core machine moves single rounds by up to 2x):
+--   - one claim in flight per runtime, lock then claim (two round trips): 0.96-1.03
+--     (medians); with the runtime's four claims in flight (6c82ef1) they queue on the
+--     settings row, each holding it through its own commit's WAL flush: 0.55 / 0.49 / 0.40
+--     / 0.33 (2026-11-24, load 2-4). Wait events sampled during such a drain: 116 of ~190
+--     samples waiting for the row (Lock:tuple, Lock:transactionid), the holder mostly in
+--     COMMIT (WALSync / WALWrite, 33).
+--   - a process's concurrent claims of the queue combined into one (combine.rs: one
+--     claim under way per queue and process, for what all the waiting asked): 0.51 / 0.70
+--     (load 8-9);
+--   - and no round trip while the lock is held: lock, this statement and COMMIT
+--     pipelined, the limit read from the locked row here (above): 0.69 / 0.77, then over
+--     8 rounds at 32a3efa median 0.69, sum of jobs/s 0.77 of plain (rounds 0.62-1.13);
+--     with groups as well (job_claim_fair.sql behind the lock): before 0.31 / 0.44 / 0.32
+--     / 0.28, now median 0.54, sum 0.62 (rounds 0.46-0.99).
+--   - LOST: two combined claims under way per process, so that the next one already waits
+--     for the lock in the database when the current one commits: limited 22,158 / 22,156
+--     / 9,492 / 10,940 jobs/s against 22,339 / 25,664 / 8,626 / 11,433 with one, groups
+--     and a limit 19,766 / 13,875 / 7,774 / 7,633 against 17,049 / 21,015 / 9,088 / 9,721
+--     (alternated in one run).
+--   - not tried: committing limited claims asynchronously (synchronous_commit = off: the
+--     lock would no longer be held through the flush, but a claim lost in a database
+--     crash would leave its jobs running uncounted against the limit).
 WITH settings AS (
     SELECT max_running,
            CASE WHEN paused OR (rate_limit IS NOT NULL AND $6::float8 IS NULL) THEN 0
