@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use hopper::testing::TestDatabase;
-use hopper::{Backend, ClaimParams, Client, NewJob, RateLimit};
+use hopper::{ClaimParams, Client, NewJob, RateLimit};
 use tokio::time::Instant;
 
 use super::common::{Log, config, node, probe, start};
