@@ -102,6 +102,16 @@ pub struct Finish {
     pub outcome: Outcome,
 }
 
+impl Finish {
+    /// Hands the attempt of `lease` back unstarted ([`Outcome::Released`]).
+    pub fn released(lease: Lease) -> Self {
+        Finish {
+            lease,
+            outcome: Outcome::Released,
+        }
+    }
+}
+
 /// The answer to one [`Finish`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishResult {

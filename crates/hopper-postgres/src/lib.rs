@@ -74,6 +74,8 @@ struct Inner {
     state_type: OnceCell<Type>,
     /// Queue settings, which pick each queue's claim statement (`settings.rs`).
     settings: settings::Cache,
+    /// Concurrent claims of a limited queue, combined into one (`scheduling/combine.rs`).
+    combiner: scheduling::combine::Combiner,
     /// Wake-ups this process sends itself (a limited queue has room again), merged into
     /// every [`hopper_core::Backend::subscribe`] stream.
     local_wake: tokio::sync::broadcast::Sender<Wakeup>,
@@ -115,6 +117,7 @@ impl PgBackend {
                 clock: options.clock,
                 state_type: OnceCell::new(),
                 settings: settings::Cache::new(local_wake.clone()),
+                combiner: scheduling::combine::Combiner::default(),
                 local_wake,
             }),
         })

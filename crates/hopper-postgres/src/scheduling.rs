@@ -6,14 +6,18 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hopper_core::{
-    ClaimParams, ClaimedJob, Error, Priority, QueueSettings, QueueUpdate, RateLimit, Result,
+    Backend, ClaimParams, ClaimedJob, Error, Finish, Priority, QueueSettings, QueueUpdate,
+    RateLimit, Result,
 };
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use crate::PgBackend;
 use crate::error::map_pg;
+use crate::settings::ring::Turns;
 use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
 
+pub(crate) mod combine;
 mod fair;
 
 use fair::FairLimits;
@@ -41,30 +45,72 @@ pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
 }
 
 /// What a fair or limited claim statement returned: the jobs, the running count it saw,
-/// and the fair claim's next cursor (the last group it picked).
+/// the fair claim's next cursor (the last group it picked), and how many rows it locked
+/// without claiming them (released at its commit).
 struct Claimed {
     jobs: Vec<ClaimedJob>,
     running: Option<i64>,
     cursor: Option<String>,
+    unpicked: i64,
 }
 
 /// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, next
-/// cursor, group, then the job (NULL when nothing was claimed).
+/// cursor, rows locked but not claimed, then the job (NULL when nothing was claimed).
 fn read_claimed(rows: &[Row]) -> Result<Claimed> {
     let mut out = Claimed {
         jobs: Vec::with_capacity(rows.len()),
         running: None,
         cursor: None,
+        unpicked: 0,
     };
     for row in rows {
         out.running = row.try_get(0).map_err(Error::database)?;
         out.cursor = row.try_get(1).map_err(Error::database)?;
+        out.unpicked = row.try_get(2).map_err(Error::database)?;
         let id: Option<uuid::Uuid> = row.try_get(3).map_err(Error::database)?;
         if id.is_some() {
             out.jobs.push(claimed_job(row, 3)?);
         }
     }
     Ok(out)
+}
+
+/// A limited queue's settings row as `queue_lock.sql` returned it (locked), with the rate
+/// bucket refilled up to the claim's instant.
+struct Limits {
+    paused: bool,
+    max_running: Option<i32>,
+    per_group: Option<i32>,
+    bucket: Option<Bucket>,
+    /// The claim's instant (the lock's `now`).
+    at: DateTime<Utc>,
+}
+
+impl Limits {
+    fn read(row: &Row) -> Result<Self> {
+        let get = |i: usize| -> Result<Option<i32>> { row.try_get(i).map_err(Error::database) };
+        let tokens: f64 = row.try_get(6).map_err(Error::database)?;
+        let refilled_at: Option<DateTime<Utc>> = row.try_get(7).map_err(Error::database)?;
+        let at: DateTime<Utc> = row.try_get(8).map_err(Error::database)?;
+        let bucket = match (get(3)?, get(4)?) {
+            (Some(jobs), Some(ms)) => {
+                let rate = RateLimit {
+                    jobs: u32::try_from(jobs).unwrap_or(1),
+                    per: Duration::from_millis(u64::try_from(ms).unwrap_or(1)),
+                    burst: get(5)?.and_then(|b| u32::try_from(b).ok()).unwrap_or(1),
+                };
+                Some(Bucket::refill(&rate, tokens, refilled_at, at))
+            }
+            _ => None,
+        };
+        Ok(Limits {
+            paused: row.try_get(0).map_err(Error::database)?,
+            max_running: get(1)?,
+            per_group: get(2)?,
+            bucket,
+            at,
+        })
+    }
 }
 
 /// How many groups a fair claim of `limit` jobs offers turns to: `limit` (no claim fills
@@ -129,6 +175,30 @@ impl PgBackend {
         Ok(self.inner.settings.mode(queue))
     }
 
+    /// Claims from a limited queue, combined with this process's concurrent claims of it
+    /// (`combine.rs`: one claim at a time per queue and process, for what all of them
+    /// asked), each as [`Self::claim_limited_alone`] describes.
+    pub(crate) async fn claim_limited(
+        &self,
+        params: &ClaimParams,
+        fair: bool,
+    ) -> Result<Vec<ClaimedJob>> {
+        let claim = |limit: u32| {
+            let params = ClaimParams {
+                limit,
+                ..params.clone()
+            };
+            async move { self.claim_limited_alone(&params, fair).await }
+        };
+        let release = |jobs: Vec<ClaimedJob>| async move {
+            let finishes: Vec<Finish> = jobs.iter().map(|j| Finish::released(j.lease)).collect();
+            if let Err(e) = self.job_finish_many(&finishes).await {
+                tracing::warn!(error = %e, "releasing jobs claimed for a caller that gave up");
+            }
+        };
+        self.inner.combiner.claim(params, claim, release).await
+    }
+
     /// Claims from a limited queue: locks its settings row (`queue_lock.sql`), works out
     /// how many jobs the rate bucket allows, claims (`job_claim_limited.sql` or
     /// `job_claim_fair.sql`) within the concurrency limits, stores the bucket, commits.
@@ -139,7 +209,7 @@ impl PgBackend {
     /// With groups, the groups come from the process's ring (`fair.rs`); when a claim
     /// from the cached ring came back empty without a limit cutting it, the ring is
     /// reloaded and the claim made once more.
-    pub(crate) async fn claim_limited(
+    async fn claim_limited_alone(
         &self,
         params: &ClaimParams,
         fair: bool,
@@ -161,6 +231,12 @@ impl PgBackend {
 
     /// One limited claim; true beside the jobs when nothing was claimed from a cached ring
     /// although no limit stopped it (the caller reloads the ring and tries again).
+    ///
+    /// A queue without a rate limit (by the settings cache) is claimed in one round trip:
+    /// BEGIN, the lock, the claim and COMMIT pipelined, the claim checking in SQL that the
+    /// locked row has the limits it was given. With a rate limit (the bucket is worked out
+    /// here from the locked row), or when the cache was stale, in two: BEGIN and the lock,
+    /// then the claim and COMMIT.
     async fn claim_limited_on(
         &self,
         client: &deadpool_postgres::Object,
@@ -180,85 +256,84 @@ impl PgBackend {
         let q = &self.inner.queries;
         let lock = client.prepare_cached(&q.queue_lock).await.map_err(map_pg)?;
         let now = self.inner.clock.now();
-        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&params.queue, &now];
-        let (begun, row) = tokio::join!(
-            client.batch_execute(GENERIC_PLAN),
-            client.query_opt(&lock, &args),
-        );
-        begun.map_err(map_pg)?;
-        let Some(row) = row.map_err(map_pg)? else {
-            // The settings row is gone (never happens through hopper): nothing limits it.
-            client.batch_execute("COMMIT").await.map_err(map_pg)?;
-            self.inner.settings.invalidate();
-            return Ok((Vec::new(), false));
-        };
-        let paused: bool = row.try_get(0).map_err(Error::database)?;
-        if paused {
-            client.batch_execute("COMMIT").await.map_err(map_pg)?;
-            return Ok((Vec::new(), false));
+        let lock_args: [&(dyn ToSql + Sync); 2] = [&params.queue, &now];
+        let cached = self
+            .inner
+            .settings
+            .get(&params.queue)
+            .filter(|s| s.rate.is_none());
+        let mut pipelined = None;
+        if let Some(cached) = cached {
+            let limits = Limits {
+                paused: false,
+                max_running: cached.max_running.map(as_i32),
+                per_group: cached.max_running_per_group.map(as_i32),
+                bucket: None,
+                at: now.unwrap_or_else(Utc::now),
+            };
+            let claim = self.claim_within(client, params, turns.as_ref(), &limits, params.limit);
+            let (begun, row, claimed) = tokio::join!(
+                client.batch_execute(GENERIC_PLAN),
+                client.query_opt(&lock, &lock_args),
+                claim,
+            );
+            begun.map_err(map_pg)?;
+            let row = row.map_err(map_pg)?;
+            let claimed = claimed?;
+            let Some(row) = row else {
+                // The settings row is gone (never happens through hopper): nothing limits it.
+                self.inner.settings.invalidate();
+                return Ok((Vec::new(), false));
+            };
+            let locked = Limits::read(&row)?;
+            if locked.paused {
+                return Ok((Vec::new(), false));
+            }
+            // job_claim_limited.sql reads the concurrency limit from the row itself;
+            // job_claim_fair.sql checks the ones it was given against it.
+            let settled = !fair
+                || (locked.max_running == limits.max_running
+                    && locked.per_group == limits.per_group);
+            if locked.bucket.is_none() && settled {
+                pipelined = Some((claimed, locked, params.limit));
+            } else {
+                // The cache was stale: nothing was claimed; again with the row's limits.
+                self.inner.settings.invalidate();
+            }
         }
-        let max_running: Option<i32> = row.try_get(1).map_err(Error::database)?;
-        let per_group: Option<i32> = row.try_get(2).map_err(Error::database)?;
-        let rate_jobs: Option<i32> = row.try_get(3).map_err(Error::database)?;
-        let rate_ms: Option<i32> = row.try_get(4).map_err(Error::database)?;
-        let burst: Option<i32> = row.try_get(5).map_err(Error::database)?;
-        let tokens: f64 = row.try_get(6).map_err(Error::database)?;
-        let refilled_at: Option<DateTime<Utc>> = row.try_get(7).map_err(Error::database)?;
-        let at: DateTime<Utc> = row.try_get(8).map_err(Error::database)?;
-        let bucket = match (rate_jobs, rate_ms) {
-            (Some(jobs), Some(ms)) => {
-                let rate = RateLimit {
-                    jobs: u32::try_from(jobs).unwrap_or(1),
-                    per: Duration::from_millis(u64::try_from(ms).unwrap_or(1)),
-                    burst: burst.and_then(|b| u32::try_from(b).ok()).unwrap_or(1),
-                };
-                Some(Bucket::refill(&rate, tokens, refilled_at, at))
-            }
-            _ => None,
-        };
-        let allowed = bucket.map_or(params.limit, |b| b.whole().min(params.limit));
-        let allowed_i64 = i64::from(allowed);
-        let lease = lease_ms(params.lease);
-        let tokens_left = bucket.map(|b| b.tokens);
-        let refill_at = bucket.map(|_| at);
-        let claimed = match &turns {
-            Some((turns, _)) => {
-                let limits = FairLimits {
-                    per_group,
-                    max_running,
-                    tokens: tokens_left,
-                    refill_at,
-                };
-                self.run_fair(client, params, allowed_i64, turns, limits, false)
-                    .await?
-            }
+        let (claimed, limits, allowed) = match pipelined {
+            Some(done) => done,
             None => {
-                let claim = client
-                    .prepare_cached(&q.job_claim_limited)
-                    .await
-                    .map_err(map_pg)?;
-                let args: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-                    &params.queue,
-                    &params.node,
-                    &allowed_i64,
-                    &lease,
-                    &now,
-                    &max_running,
-                    &tokens_left,
-                    &refill_at,
-                ];
-                let (rows, committed) =
-                    tokio::join!(client.query(&claim, &args), client.batch_execute("COMMIT"));
-                let rows = rows.map_err(map_pg)?;
-                committed.map_err(map_pg)?;
-                read_claimed(&rows)?
+                let (begun, row) = tokio::join!(
+                    client.batch_execute(GENERIC_PLAN),
+                    client.query_opt(&lock, &lock_args),
+                );
+                begun.map_err(map_pg)?;
+                let Some(row) = row.map_err(map_pg)? else {
+                    client.batch_execute("COMMIT").await.map_err(map_pg)?;
+                    self.inner.settings.invalidate();
+                    return Ok((Vec::new(), false));
+                };
+                let limits = Limits::read(&row)?;
+                if limits.paused {
+                    client.batch_execute("COMMIT").await.map_err(map_pg)?;
+                    return Ok((Vec::new(), false));
+                }
+                let allowed = limits
+                    .bucket
+                    .map_or(params.limit, |b| b.whole().min(params.limit));
+                let claimed = self
+                    .claim_within(client, params, turns.as_ref(), &limits, allowed)
+                    .await?;
+                (claimed, limits, allowed)
             }
         };
         let n = u32::try_from(claimed.jobs.len()).unwrap_or(u32::MAX);
         let running = claimed.running.unwrap_or(0);
+        let max_running = limits.max_running;
         let at_max = max_running.is_some_and(|max| running + i64::from(n) >= i64::from(max));
-        let capped = at_max || (fair && per_group.is_some() && n < allowed);
-        if let Some(bucket) = bucket
+        let capped = at_max || (fair && limits.per_group.is_some() && n < allowed);
+        if let Some(bucket) = limits.bucket
             && n == allowed
             && allowed < params.limit
         {
@@ -272,6 +347,54 @@ impl PgBackend {
             .as_ref()
             .is_some_and(|(_, loaded)| !loaded && n == 0 && allowed > 0 && !at_max);
         Ok((claimed.jobs, look_again))
+    }
+
+    /// Runs the claim statement of a limited queue (`job_claim_fair.sql` with `turns`, else
+    /// `job_claim_limited.sql`) for up to `allowed` jobs, then COMMIT, in one pipeline, in
+    /// the transaction that locks the settings row (sent behind the lock or after it).
+    async fn claim_within(
+        &self,
+        client: &deadpool_postgres::Object,
+        params: &ClaimParams,
+        turns: Option<&(Turns, bool)>,
+        limits: &Limits,
+        allowed: u32,
+    ) -> Result<Claimed> {
+        let allowed = i64::from(allowed);
+        let tokens = limits.bucket.map(|b| b.tokens);
+        let refill_at = limits.bucket.map(|_| limits.at);
+        if let Some((turns, _)) = turns {
+            let fair = FairLimits {
+                per_group: limits.per_group,
+                max_running: limits.max_running,
+                tokens,
+                refill_at,
+                limited: true,
+            };
+            return self
+                .run_fair(client, params, allowed, turns, fair, false)
+                .await;
+        }
+        let claim = client
+            .prepare_cached(&self.inner.queries.job_claim_limited)
+            .await
+            .map_err(map_pg)?;
+        let lease = lease_ms(params.lease);
+        let now = self.inner.clock.now();
+        let args: [&(dyn ToSql + Sync); 7] = [
+            &params.queue,
+            &params.node,
+            &allowed,
+            &lease,
+            &now,
+            &tokens,
+            &refill_at,
+        ];
+        let (rows, committed) =
+            tokio::join!(client.query(&claim, &args), client.batch_execute("COMMIT"));
+        let rows = rows.map_err(map_pg)?;
+        committed.map_err(map_pg)?;
+        read_claimed(&rows)
     }
 
     /// Every queue that has settings.

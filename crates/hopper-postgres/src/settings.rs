@@ -129,6 +129,11 @@ impl Cache {
         }
     }
 
+    /// The cached settings of `queue`, if it has any.
+    pub fn get(&self, queue: &str) -> Option<QueueSettings> {
+        self.state().settings.get(queue).cloned()
+    }
+
     /// True when `queue` is known to have groups.
     pub fn is_grouped(&self, queue: &str) -> bool {
         self.state().settings.get(queue).is_some_and(|s| s.grouped)
@@ -162,6 +167,11 @@ impl Cache {
         } else {
             ClaimMode::Plain
         }
+    }
+
+    /// Wakes this process's claimers of `queue` now (rows they may have skipped are free).
+    pub fn wake(&self, queue: &str) {
+        let _ = self.local_wake.send(Wakeup::Jobs(queue.to_owned()));
     }
 
     /// Wakes this process's claimers of `queue` after `delay` (a limited queue that will

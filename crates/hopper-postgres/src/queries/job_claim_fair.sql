@@ -5,7 +5,12 @@
 -- order (the process's cached ring rotated to start after its cursor, see
 -- src/settings/ring.rs), $7 max_running_per_group, $8 max_running, $9 tokens left after
 -- refill (NULL: no rate limit), $10 refill instant, $11 the ungrouped stragglers the
--- ring's last load saw at the head of the queue (ids; usually none).
+-- ring's last load saw at the head of the queue (ids; usually none), $12 true for a limited
+-- queue: then nothing is claimed unless the queue's settings row (held by this
+-- transaction, see queue_lock.sql) is not paused and has the limits $7 and $8 and no rate
+-- limit unless $9 is set. The caller may have taken them from its settings cache and sent
+-- this statement before the lock was granted (one round trip); when the row says
+-- otherwise, it tries again with the row's values.
 --
 -- Why this shape (the plain claim's ORDER BY priority, run_at LIMIT n would hand a group
 -- with 10,000 old jobs every slot until its backlog is gone):
@@ -46,8 +51,19 @@
 --     group (this file): 0.83-0.89 of plain summed over 5-6 rounds (medians 0.75-0.80;
 --     with a limit as well 0.70-0.83). At the statement level (pgbench, claims of 100 from
 --     20,000 jobs) it now costs what the plain claim costs; the commit dominates both.
+--   - with the runtime's four claims in flight (6c82ef1), the rows a claim locks but does
+--     not pick (up to one per group) are skipped by its siblings, which then come back
+--     short near the end of a drain, and the runtime stops claiming until its poll
+--     interval (1 s): traced, 0.83 s of claims, then nothing until the last 5 jobs at
+--     1.84 s. Ratios then 0.42 / 0.39 / 0.87 / 0.45 (2026-11-24, load 2-4). Now the
+--     statement returns how many rows it locked without picking them (third column) and
+--     such a claim wakes the process's claimers after its commit (fair.rs): 0.79 / 0.74
+--     (load 7-8), and over 8 rounds at 32a3efa (docs/benchmarks.md) median 0.72, sum of
+--     jobs/s 0.67 of plain, rounds 0.47-1.00. What is left was not measured apart; candidates:
+--     the claims in flight reading the same group heads (4 claims x 16 groups, each
+--     stepping over its siblings' rows) and the transaction around the statement.
 --   - not tried: exact per-group quotas from Rust (today up to one extra row per group is
---     locked and released).
+--     locked and released); giving the claims in flight of a process disjoint groups.
 WITH busy AS (
     -- Running jobs per group, counted only when a limit needs them (a one-time filter:
     -- the statement without limits never reads them). jobs_running_idx holds only
@@ -59,8 +75,19 @@ WITH busy AS (
       AND ($7::integer IS NOT NULL OR $8::integer IS NOT NULL)
     GROUP BY group_key
 ),
+settled AS (
+    SELECT NOT $12::boolean OR EXISTS (
+        SELECT 1
+        FROM hopper.queues
+        WHERE name = $1
+          AND NOT paused
+          AND max_running IS NOT DISTINCT FROM $8::integer
+          AND max_running_per_group IS NOT DISTINCT FROM $7::integer
+          AND (rate_limit IS NULL OR $9::float8 IS NOT NULL)) AS ok
+),
 allowance AS (
-    SELECT greatest(0, least($3::bigint,
+    SELECT CASE WHEN (SELECT ok FROM settled) THEN 1 ELSE 0 END
+           * greatest(0, least($3::bigint,
                              coalesce($8::integer - (SELECT sum(n) FROM busy)::integer,
                                       $8::integer, $3::bigint))) AS n
 ),
@@ -124,8 +151,7 @@ claimed AS (
         lease_expires_at = coalesce($5::timestamptz, now())
                            + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-    RETURNING j.group_key,
-              j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
+    RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
               j.max_attempts, j.timeout_ms, j.created_at, j.run_at
 ),
 bucket AS (
@@ -137,6 +163,7 @@ bucket AS (
 )
 SELECT (SELECT sum(n) FROM busy)::bigint,
        (SELECT g FROM picked WHERE g IS NOT NULL ORDER BY rn DESC, turn DESC LIMIT 1),
+       (SELECT count(*) FROM candidates) - (SELECT count(*) FROM picked WHERE g IS NOT NULL),
        c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true

@@ -2,20 +2,61 @@
 -- queue's settings row (queue_lock.sql), in the plain order (priority, run_at, id) over
 -- jobs_claim_idx, as job_claim.sql does.
 -- $1 queue, $2 node, $3 most jobs (the caller's free slots, already capped by the rate
--- bucket), $4 lease ms, $5 now, $6 max_running (NULL: none), $7 tokens left after this
--- claim's refill (NULL: no rate limit; the claimed jobs are taken off), $8 refill instant.
+-- bucket), $4 lease ms, $5 now, $6 tokens left after this claim's refill (NULL: no rate
+-- limit; the claimed jobs are taken off), $7 refill instant.
+--
+-- The limits are read from the settings row itself, which this transaction holds: the
+-- statement may be sent before the lock was granted (pipelined behind queue_lock.sql, one
+-- round trip), and its snapshot, taken when it starts, after the grant, sees the row as
+-- the lock left it. A paused queue, a missing row, or a rate limit the caller did not
+-- pass tokens for (its settings cache was stale) claim nothing; the caller looks at the
+-- locked row and tries again with the bucket.
 --
 -- The running count reads jobs_running_idx (only running jobs are in it) and filters by
 -- queue: its cost is the number of running jobs, not the backlog. Every row carries the
 -- running count (before this claim) first, so the caller knows whether the concurrency
 -- limit cut the claim short; when nothing was claimed, one row comes back with NULL job
--- columns. Columns 2 and 3 (next cursor, group) are NULL here; they match job_claim_fair.sql.
-WITH running AS (
+-- columns. Columns 2 and 3 (next cursor, rows locked but not claimed) are NULL and 0 here;
+-- they match job_claim_fair.sql.
+--
+-- Measured with scripts/bench_scheduling.sh (W3 drain, 20,000 no-op jobs, concurrency 50,
+-- a limit of 10,000 that never binds, ratio to the plain queue in the same round; tables in
+-- docs/benchmarks.md; this shared 2-core machine moves single rounds by up to 2x):
+--   - one claim in flight per runtime, lock then claim (two round trips): 0.96-1.03
+--     (medians); with the runtime's four claims in flight (6c82ef1) they queue on the
+--     settings row, each holding it through its own commit's WAL flush: 0.55 / 0.49 / 0.40
+--     / 0.33 (2026-11-24, load 2-4). Wait events sampled during such a drain: 116 of ~190
+--     samples waiting for the row (Lock:tuple, Lock:transactionid), the holder mostly in
+--     COMMIT (WALSync / WALWrite, 33).
+--   - a process's concurrent claims of the queue combined into one (combine.rs: one
+--     claim under way per queue and process, for what all the waiting asked): 0.51 / 0.70
+--     (load 8-9);
+--   - and no round trip while the lock is held: lock, this statement and COMMIT
+--     pipelined, the limit read from the locked row here (above): 0.69 / 0.77, then over
+--     8 rounds at 32a3efa median 0.69, sum of jobs/s 0.77 of plain (rounds 0.62-1.13);
+--     with groups as well (job_claim_fair.sql behind the lock): before 0.31 / 0.44 / 0.32
+--     / 0.28, now median 0.54, sum 0.62 (rounds 0.46-0.99).
+--   - LOST: two combined claims under way per process, so that the next one already waits
+--     for the lock in the database when the current one commits: limited 22,158 / 22,156
+--     / 9,492 / 10,940 jobs/s against 22,339 / 25,664 / 8,626 / 11,433 with one, groups
+--     and a limit 19,766 / 13,875 / 7,774 / 7,633 against 17,049 / 21,015 / 9,088 / 9,721
+--     (alternated in one run).
+--   - not tried: committing limited claims asynchronously (synchronous_commit = off: the
+--     lock would no longer be held through the flush, but a claim lost in a database
+--     crash would leave its jobs running uncounted against the limit).
+WITH settings AS (
+    SELECT max_running,
+           CASE WHEN paused OR (rate_limit IS NOT NULL AND $6::float8 IS NULL) THEN 0
+                ELSE $3::bigint END AS most
+    FROM hopper.queues
+    WHERE name = $1
+),
+running AS (
     SELECT count(*) AS n
     FROM hopper.jobs
     WHERE state = 'running'
       AND queue = $1
-      AND $6::integer IS NOT NULL
+      AND (SELECT max_running FROM settings) IS NOT NULL
 ),
 -- The scan's LIMIT is the plain parameter $3, so the planner sees a small ordered scan of
 -- jobs_claim_idx (a LIMIT computed by a subquery is unknown at planning time and was
@@ -36,7 +77,9 @@ picked AS (
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     ) AS head
-    LIMIT greatest(0, least($3, coalesce($6::integer - (SELECT n FROM running), $3)))
+    LIMIT greatest(0, least(coalesce((SELECT most FROM settings), 0),
+                            coalesce((SELECT max_running FROM settings) - (SELECT n FROM running),
+                                     $3)))
 ),
 claimed AS (
     UPDATE hopper.jobs AS j
@@ -52,11 +95,11 @@ claimed AS (
 ),
 bucket AS (
     UPDATE hopper.queues
-    SET rate_tokens = $7::float8 - (SELECT count(*) FROM claimed),
-        rate_refilled_at = $8::timestamptz
+    SET rate_tokens = $6::float8 - (SELECT count(*) FROM claimed),
+        rate_refilled_at = $7::timestamptz
     WHERE name = $1
-      AND $7::float8 IS NOT NULL
+      AND $6::float8 IS NOT NULL
 )
-SELECT (SELECT n FROM running), NULL::text AS cursor, NULL::text AS group_key, c.*
+SELECT (SELECT n FROM running), NULL::text AS cursor, 0::bigint AS unpicked, c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true

@@ -27,6 +27,9 @@ pub(super) struct FairLimits {
     pub tokens: Option<f64>,
     /// The refill instant to store with them.
     pub refill_at: Option<DateTime<Utc>>,
+    /// The queue is limited: claim nothing unless its locked settings row has these
+    /// limits ($12 of `job_claim_fair.sql`).
+    pub limited: bool,
 }
 
 impl PgBackend {
@@ -104,7 +107,9 @@ impl PgBackend {
     /// ring reload pipelined behind it when the ring is stale, then COMMIT. `begin` opens
     /// the transaction (with [`GENERIC_PLAN`]) in the same pipeline; without it the caller
     /// has opened it (the limited claim, after its lock). Moves the cursor to the last
-    /// group picked; a claim that got fewer jobs than asked marks the ring stale.
+    /// group picked; a claim that got fewer jobs than asked marks the ring stale. A claim
+    /// that locked rows it did not take wakes this process's claimers of the queue after
+    /// its commit (see `job_claim_fair.sql`).
     pub(super) async fn run_fair(
         &self,
         client: &Object,
@@ -125,7 +130,7 @@ impl PgBackend {
             .map_err(map_pg)?;
         let lease = lease_ms(params.lease);
         let now = self.inner.clock.now();
-        let args: [&(dyn ToSql + Sync); 11] = [
+        let args: [&(dyn ToSql + Sync); 12] = [
             &params.queue,
             &params.node,
             &allowed,
@@ -137,6 +142,7 @@ impl PgBackend {
             &limits.tokens,
             &limits.refill_at,
             &turns.stray,
+            &limits.limited,
         ];
         let rings = &self.inner.settings.rings;
         let cursor = rings.cursor(&params.queue);
@@ -165,6 +171,11 @@ impl PgBackend {
         let reloaded = reloaded.map_err(map_pg)?;
         committed.map_err(map_pg)?;
         let claimed = read_claimed(&rows)?;
+        if claimed.unpicked > 0 {
+            // Rows this claim locked but left were skipped by concurrent claims, which may
+            // have come back short and stopped claiming: they are free now, say so.
+            self.inner.settings.wake(&params.queue);
+        }
         if let Some(cursor) = &claimed.cursor {
             rings.set_cursor(&params.queue, cursor.clone());
         }

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use hopper::testing::TestDatabase;
-use hopper::{Client, NewJob, RateLimit};
+use hopper::{ClaimParams, Client, NewJob, RateLimit};
 use tokio::time::Instant;
 
-use super::common::{Log, config, probe, start};
+use super::common::{Log, config, node, probe, start};
 
 /// A queue limited to 5 running jobs never runs more than 5 at once across 4 runtimes of
 /// 4 slots each, and does use all 5.
@@ -127,5 +127,81 @@ async fn per_group_limit_holds_for_every_group() -> anyhow::Result<()> {
         assert!(overlap <= 2, "group {group} ran {overlap} at once");
     }
     assert!(log.max_overlap() > 2, "the groups did not run side by side");
+    Ok(())
+}
+
+/// A node whose settings cache predates a change of limits (it claims in one round trip
+/// with the cached limits) still claims within the new ones: the claim checks them against
+/// the locked settings row and, when they differ, claims again with the row's.
+#[tokio::test]
+async fn a_stale_settings_cache_still_claims_within_the_new_limits() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let admin = Client::new(db.backend());
+    let jobs: Vec<NewJob> = (0..20)
+        .flat_map(|i| {
+            [
+                probe("plain", "p", 0),
+                probe("grouped", "g", 0).with_group(if i % 2 == 0 { "a" } else { "b" }),
+            ]
+        })
+        .collect();
+    admin.insert_many(&jobs).await?;
+    let worker = node(&db).await?;
+    let claim = |queue: &str, limit| ClaimParams {
+        queue: queue.into(),
+        node: uuid::Uuid::now_v7(),
+        limit,
+        lease: Duration::from_secs(30),
+    };
+    for queue in ["plain", "grouped"] {
+        admin.limit(queue, Some(100), None).await?;
+        // Loads the worker's cache with the limit of 100.
+        assert_eq!(
+            worker.job_claim(&claim(queue, 1)).await?.len(),
+            1,
+            "{queue}"
+        );
+        admin.limit(queue, Some(3), None).await?;
+        let got = worker.job_claim(&claim(queue, 10)).await?.len();
+        assert_eq!(got, 2, "{queue}: 1 running, limit 3");
+        admin
+            .limit(
+                queue,
+                None,
+                Some(RateLimit::new(1, Duration::from_secs(60))),
+            )
+            .await?;
+        let got = worker.job_claim(&claim(queue, 10)).await?.len();
+        assert_eq!(got, 1, "{queue}: a rate of 1 per minute (burst 1)");
+    }
+    Ok(())
+}
+
+/// Concurrent claims of a limited queue from one process are combined; each caller gets
+/// what it asked for, and no job twice.
+#[tokio::test]
+async fn concurrent_claims_of_one_process_get_their_share_once() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let admin = Client::new(db.backend());
+    admin.limit("shared", Some(1000), None).await?;
+    let jobs: Vec<NewJob> = (0..100).map(|_| probe("shared", "s", 0)).collect();
+    admin.insert_many(&jobs).await?;
+    let worker = node(&db).await?;
+    let params = ClaimParams {
+        queue: "shared".into(),
+        node: uuid::Uuid::now_v7(),
+        limit: 10,
+        lease: Duration::from_secs(30),
+    };
+    let claims = (0..8).map(|_| worker.job_claim(&params));
+    let results = futures_util::future::try_join_all(claims).await?;
+    let mut ids: Vec<uuid::Uuid> = Vec::new();
+    for jobs in &results {
+        assert_eq!(jobs.len(), 10);
+        ids.extend(jobs.iter().map(|j| j.lease.job_id));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 80);
     Ok(())
 }
