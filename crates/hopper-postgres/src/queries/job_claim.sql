@@ -1,5 +1,11 @@
 -- Claims up to $3 available jobs of queue $1 for node $2; each claim is a new attempt.
 -- $4 lease in ms (the lease is min(job timeout, $4)), $5 now (NULL: the database's clock).
+-- $6, $7, $8: where to start, a key (priority, run_at, id) of jobs_claim_idx; only jobs
+-- sorting after it are read. NULL (all three): from the head of the index. The head's
+-- stand-in (-32768, -infinity, the nil uuid) is below every key hopper writes (ids are
+-- UUIDv7, never nil). The last column is how long the statement had run when the row was
+-- written (ms, the database's own clock): cursor.rs uses it to tell a slow walk of the
+-- index head (dead entries, see below) from a slow commit or a busy client.
 --
 -- Index: jobs_claim_idx (queue, priority, run_at, id) WHERE state = 'available'. The inner
 -- SELECT walks that index from its start for one queue and stops after $3 unlocked rows, so
@@ -50,6 +56,9 @@ WITH picked AS (
     FROM hopper.jobs
     WHERE state = 'available'
       AND queue = $1
+      AND (priority, run_at, id) > (coalesce($6::smallint, (-32768)::smallint),
+                                    coalesce($7::timestamptz, '-infinity'::timestamptz),
+                                    coalesce($8::uuid, '00000000-0000-0000-0000-000000000000'))
     ORDER BY priority, run_at, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -64,4 +73,5 @@ SET state = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
-          j.max_attempts, j.timeout_ms, j.created_at, j.run_at
+          j.max_attempts, j.timeout_ms, j.created_at, j.run_at,
+          extract(epoch FROM clock_timestamp() - statement_timestamp())::float8 * 1000
