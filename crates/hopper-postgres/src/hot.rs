@@ -18,8 +18,9 @@ use crate::cursor::Start;
 use crate::error::map_pg;
 use crate::scheduling::claimed_job;
 
-/// The column of job_claim.sql's rows that says how long the statement had run (ms).
-const CLAIM_ELAPSED_COLUMN: usize = 11;
+/// The column of job_claim.sql's rows that says when the row was written (the next one:
+/// when the statement started).
+const CLAIM_WRITTEN_AT: usize = 11;
 
 /// Milliseconds as the SQL files take them.
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -147,19 +148,19 @@ impl PgBackend {
             )
             .await
             .map_err(map_pg)?;
-        let mut took_ms = None::<f64>;
+        let mut took = None::<Duration>;
         for row in &rows {
-            let ms: f64 = row.try_get(CLAIM_ELAPSED_COLUMN).map_err(Error::database)?;
-            took_ms = Some(took_ms.map_or(ms, |t| t.max(ms)));
+            let written: DateTime<Utc> = row.try_get(CLAIM_WRITTEN_AT).map_err(Error::database)?;
+            let started: DateTime<Utc> =
+                row.try_get(CLAIM_WRITTEN_AT + 1).map_err(Error::database)?;
+            let ran = (written - started).to_std().unwrap_or_default();
+            took = Some(took.map_or(ran, |t| t.max(ran)));
         }
         let jobs = rows
             .iter()
             .map(|row| claimed_job(row, 0))
             .collect::<Result<_>>()?;
-        Ok((
-            jobs,
-            took_ms.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0)),
-        ))
+        Ok((jobs, took))
     }
 
     /// "Now" for the cursor's head-claim interval: the injected clock's, else this host's.

@@ -3,9 +3,10 @@
 -- $6, $7, $8: where to start, a key (priority, run_at, id) of jobs_claim_idx; only jobs
 -- sorting after it are read. NULL (all three): from the head of the index. The head's
 -- stand-in (-32768, -infinity, the nil uuid) is below every key hopper writes (ids are
--- UUIDv7, never nil). The last column is how long the statement had run when the row was
--- written (ms, the database's own clock): cursor.rs uses it to tell a slow walk of the
--- index head (dead entries, see below) from a slow commit or a busy client.
+-- UUIDv7, never nil). The last two columns say when the row was written and when the
+-- statement started, by the database's own clock: cursor.rs uses the difference to tell a
+-- slow walk of the index head (dead entries, see below) from a slow commit or a busy
+-- client. (Two timestamps, not their difference in ms: `extract` makes a numeric per row.)
 --
 -- Index: jobs_claim_idx (queue, priority, run_at, id) WHERE state = 'available'. The inner
 -- SELECT walks that index from its start for one queue and stops after $3 unlocked rows, so
@@ -74,4 +75,4 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
           j.max_attempts, j.timeout_ms, j.created_at, j.run_at,
-          extract(epoch FROM clock_timestamp() - statement_timestamp())::float8 * 1000
+          clock_timestamp(), statement_timestamp()
