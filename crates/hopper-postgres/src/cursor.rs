@@ -38,7 +38,8 @@ use hopper_core::{ClaimedJob, JobId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimCursorConfig {
     /// A head claim that spent at least this long in the database (its statement's own
-    /// clock, commit not included) counts as slow. Default 20 ms: a claim of 100 jobs on a
+    /// clock, commit not included; for a claim that found nothing, the round trip) counts as
+    /// slow. Default 20 ms: a claim of 100 jobs on a
     /// clean index takes 1-5 ms; with 100,000 dead entries at the head, 100-200 ms.
     /// `Duration::MAX` keeps every claim at the head.
     pub slow_head: Duration,

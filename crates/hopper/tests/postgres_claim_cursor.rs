@@ -39,6 +39,14 @@ fn always_slow() -> ClaimCursorConfig {
     }
 }
 
+/// [`stopped_clock_db`] whose head claims are all slow ([`always_slow`]), and its backend.
+async fn slow_head_db() -> anyhow::Result<(TestDatabase, TestClock, Arc<dyn Backend>)> {
+    let (db, clock) = stopped_clock_db().await?;
+    db.pg().set_claim_cursor(always_slow());
+    let backend = db.backend();
+    Ok((db, clock, backend))
+}
+
 /// Inserts one job of `priority` on the test queue; its id.
 async fn insert(db: &TestDatabase, priority: Priority) -> anyhow::Result<JobId> {
     let job = NewJob::new("cursor.test", json!({}))
@@ -100,9 +108,7 @@ async fn order_is_strict_while_head_claims_are_fast() -> anyhow::Result<()> {
 #[tokio::test]
 async fn slow_head_claims_continue_after_the_cursor_and_come_back_within_head_every()
 -> anyhow::Result<()> {
-    let (db, clock) = stopped_clock_db().await?;
-    db.pg().set_claim_cursor(always_slow());
-    let backend = db.backend();
+    let (db, clock, backend) = slow_head_db().await?;
     let normal = insert_n(&db, 10, Priority::NORMAL).await?;
     assert_eq!(ids(&claim(&*backend, 3).await?), normal[..3]);
     assert_eq!(db.pg().claim_start_mode(QUEUE), ClaimStartMode::AfterCursor);
@@ -129,9 +135,7 @@ async fn slow_head_claims_continue_after_the_cursor_and_come_back_within_head_ev
 
 #[tokio::test]
 async fn a_full_head_claim_before_the_cursor_moves_the_cursor_back() -> anyhow::Result<()> {
-    let (db, clock) = stopped_clock_db().await?;
-    db.pg().set_claim_cursor(always_slow());
-    let backend = db.backend();
+    let (db, clock, backend) = slow_head_db().await?;
     let normal = insert_n(&db, 4, Priority::NORMAL).await?;
     assert_eq!(ids(&claim(&*backend, 2).await?), normal[..2]);
     // A backlog of a higher priority arrives, larger than one claim.
@@ -149,9 +153,7 @@ async fn a_full_head_claim_before_the_cursor_moves_the_cursor_back() -> anyhow::
 
 #[tokio::test]
 async fn a_fast_head_claim_returns_to_strict_order() -> anyhow::Result<()> {
-    let (db, clock) = stopped_clock_db().await?;
-    db.pg().set_claim_cursor(always_slow());
-    let backend = db.backend();
+    let (db, clock, backend) = slow_head_db().await?;
     let normal = insert_n(&db, 4, Priority::NORMAL).await?;
     assert_eq!(ids(&claim(&*backend, 1).await?), normal[..1]);
     assert_eq!(db.pg().claim_start_mode(QUEUE), ClaimStartMode::AfterCursor);
