@@ -73,18 +73,19 @@
 --   - the same, head claims at least 5x their duration apart (cursor.rs, taken): 15,322 /
 --     14,252 = 108%, worst 10 s 14,933, backlog under 1,000 while pinned, recovered. Full
 --     2/5/3-minute runs (docs/reliability.md): 97% at 15,000/s, 78% at 27,000/s (both
---     above what the machine sustained even before the pin), 100% (recovered: 98%) at 8,000/s.
+--     above what the machine sustained even before the pin), 100% (recovered: 98%) at
+--     8,000/s.
 --   - NOT BUILT: a rotating or partitioned hot table (jobs moved out of the claimed
 --     partition, TRUNCATE instead of vacuum): it changes every statement and the insert
 --     path, and the keyset bound already holds the rate, keeping one table and strict
 --     order whenever the head is clean.
 -- W3 with nothing pinned (100,000 jobs, fresh schema each, alternated; every W3 claim was
--- a head claim, none slow): 06:19 UTC (1b151ed), load 4-5, before 27,477 / 26,126 / 25,761 / 23,194
--- / 26,403, after 24,049 / 26,006 / 24,468 / 23,327 / 25,608 (medians 26,126 / 24,468);
--- 07:00 UTC (cf4fb15), load 6.5-7.3, before 16,775 / 23,602 / 20,580 / 23,153 / 17,457 / 18,310 /
--- 18,569 / 18,887, after 17,382 / 14,319 / 16,209 / 22,737 / 25,189 / 17,629 / 15,352 /
--- 16,591 (medians 18,728 / 16,987). Before won 10 of the 13 pairs, by less than the spread
--- of either; the read half alone (pgbench, 2 clients, 100,000 ready jobs, the select with
+-- a head claim, none slow): 06:19 UTC (1b151ed), load 4-5, before 27,477 / 26,126 /
+-- 25,761 / 23,194 / 26,403, after 24,049 / 26,006 / 24,468 / 23,327 / 25,608 (medians
+-- 26,126 / 24,468); 07:00 UTC (cf4fb15), load 6.5-7.3, before 16,775 / 23,602 / 20,580 /
+-- 23,153 / 17,457 / 18,310 / 18,569 / 18,887, after 17,382 / 14,319 / 16,209 / 22,737 /
+-- 25,189 / 17,629 / 15,352 / 16,591 (medians 18,728 / 16,987). Before won 10 of the 13
+-- pairs, by less than the spread of either; the read half alone (pgbench, 2 clients, 100,000 ready jobs, the select with
 -- FOR UPDATE SKIP LOCKED rolled back, alternated) measured no cost for the bound: 3,677 /
 -- 3,965 / 4,235 tps without it, 4,270 / 3,944 / 3,961 with the head's stand-in. Not
 -- settled: repeat on a quiet machine.
