@@ -5,16 +5,22 @@
 //! measured and lost: see job_claim.sql.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use hopper_core::{
     ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobState, Lease, Outcome, Result,
 };
 
 use crate::PgBackend;
+use crate::cursor::Start;
 use crate::error::map_pg;
 use crate::scheduling::claimed_job;
+
+/// The column of job_claim.sql's rows that says when the row was written (the next one:
+/// when the statement started).
+const CLAIM_WRITTEN_AT: usize = 11;
 
 /// Milliseconds as the SQL files take them.
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -87,12 +93,34 @@ impl Split {
 }
 
 impl PgBackend {
-    /// Claims from a queue that uses no scheduling feature (job_claim.sql).
+    /// Claims from a queue that uses no scheduling feature (job_claim.sql), from the head of
+    /// the claim index or after this process's cursor for the queue (`cursor.rs`).
     pub(crate) async fn claim_plain(
         &self,
         client: &impl GenericClient,
         params: &ClaimParams,
     ) -> Result<Vec<ClaimedJob>> {
+        let cursors = &self.inner.cursors;
+        let start = cursors.start(&params.queue, self.local_now());
+        let began = Instant::now();
+        let result = self.claim_plain_from(client, params, start).await;
+        let limit = usize::try_from(params.limit).unwrap_or(usize::MAX);
+        let (jobs, took) = match &result {
+            Ok((jobs, took)) => (Some(jobs.as_slice()), took.unwrap_or(began.elapsed())),
+            Err(_) => (None, began.elapsed()),
+        };
+        cursors.finish(&params.queue, start, limit, jobs, took, self.local_now());
+        result.map(|(jobs, _)| jobs)
+    }
+
+    /// Runs job_claim.sql from `start`: the jobs, and how long the statement had run when
+    /// it wrote its last row (`None` when it claimed nothing).
+    async fn claim_plain_from(
+        &self,
+        client: &impl GenericClient,
+        params: &ClaimParams,
+        start: Start,
+    ) -> Result<(Vec<ClaimedJob>, Option<Duration>)> {
         let statement = client
             .prepare_cached(&self.inner.queries.job_claim)
             .await
@@ -100,14 +128,44 @@ impl PgBackend {
         let limit = i64::from(params.limit);
         let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
         let now = self.inner.clock.now();
+        let after = match start {
+            Start::After(key) => Some(key),
+            Start::Head { .. } => None,
+        };
         let rows = client
             .query(
                 &statement,
-                &[&params.queue, &params.node, &limit, &lease_ms, &now],
+                &[
+                    &params.queue,
+                    &params.node,
+                    &limit,
+                    &lease_ms,
+                    &now,
+                    &after.map(|k| k.priority),
+                    &after.map(|k| k.run_at),
+                    &after.map(|k| k.id),
+                ],
             )
             .await
             .map_err(map_pg)?;
-        rows.iter().map(|row| claimed_job(row, 0)).collect()
+        let mut took = None::<Duration>;
+        for row in &rows {
+            let written: DateTime<Utc> = row.try_get(CLAIM_WRITTEN_AT).map_err(Error::database)?;
+            let started: DateTime<Utc> =
+                row.try_get(CLAIM_WRITTEN_AT + 1).map_err(Error::database)?;
+            let ran = (written - started).to_std().unwrap_or_default();
+            took = Some(took.map_or(ran, |t| t.max(ran)));
+        }
+        let jobs = rows
+            .iter()
+            .map(|row| claimed_job(row, 0))
+            .collect::<Result<_>>()?;
+        Ok((jobs, took))
+    }
+
+    /// "Now" for the cursor's head-claim interval: the injected clock's, else this host's.
+    fn local_now(&self) -> DateTime<Utc> {
+        self.inner.clock.now().unwrap_or_else(Utc::now)
     }
 
     /// Records many outcomes: one statement per kind of outcome present, each over the

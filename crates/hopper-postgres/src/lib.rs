@@ -13,6 +13,7 @@
 mod backend;
 mod copy;
 mod cron;
+mod cursor;
 mod error;
 mod hot;
 mod listen;
@@ -34,6 +35,7 @@ use tokio::sync::OnceCell;
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, NoTls, Transaction};
 
+pub use cursor::{CLAIM_HEAD_SPACING, ClaimCursorConfig, ClaimStartMode};
 pub use error::map_pg;
 use sql::Queries;
 
@@ -76,6 +78,8 @@ struct Inner {
     settings: settings::Cache,
     /// Concurrent claims of a limited queue, combined into one (`scheduling/combine.rs`).
     combiner: scheduling::combine::Combiner,
+    /// Where each queue's plain claims start (`cursor.rs`).
+    cursors: cursor::Cursors,
     /// Wake-ups this process sends itself (a limited queue has room again), merged into
     /// every [`hopper_core::Backend::subscribe`] stream.
     local_wake: tokio::sync::broadcast::Sender<Wakeup>,
@@ -118,6 +122,7 @@ impl PgBackend {
                 state_type: OnceCell::new(),
                 settings: settings::Cache::new(local_wake.clone()),
                 combiner: scheduling::combine::Combiner::default(),
+                cursors: cursor::Cursors::default(),
                 local_wake,
             }),
         })
@@ -126,6 +131,20 @@ impl PgBackend {
     /// The schema holding hopper's tables.
     pub fn schema(&self) -> &str {
         &self.inner.schema
+    }
+
+    /// Sets when plain claims leave the head of the claim index for the keys after the
+    /// last one claimed, and how often they come back ([`ClaimCursorConfig`]; the default
+    /// suits most; `slow_head: Duration::MAX` keeps every claim at the head). Shared by
+    /// every clone of this backend; takes effect from the next claim.
+    pub fn set_claim_cursor(&self, config: ClaimCursorConfig) {
+        self.inner.cursors.set_config(config);
+    }
+
+    /// Where the plain claims of `queue` start now: from the head (strict order) or after
+    /// the last claimed key (head claims are slow).
+    pub fn claim_start_mode(&self, queue: &str) -> ClaimStartMode {
+        self.inner.cursors.mode(queue)
     }
 
     /// The connection pool, for applications that want to share it.

@@ -1,5 +1,12 @@
 -- Claims up to $3 available jobs of queue $1 for node $2; each claim is a new attempt.
 -- $4 lease in ms (the lease is min(job timeout, $4)), $5 now (NULL: the database's clock).
+-- $6, $7, $8: where to start, a key (priority, run_at, id) of jobs_claim_idx; only jobs
+-- sorting after it are read. NULL (all three): from the head of the index. The head's
+-- stand-in (-32768, -infinity, the nil uuid) is below every key hopper writes (ids are
+-- UUIDv7, never nil). The last two columns say when the row was written and when the
+-- statement started, by the database's own clock: cursor.rs uses the difference to tell a
+-- slow walk of the index head (dead entries, see below) from a slow commit or a busy
+-- client. (Two timestamps, not their difference in ms: `extract` makes a numeric per row.)
 --
 -- Index: jobs_claim_idx (queue, priority, run_at, id) WHERE state = 'available'. The inner
 -- SELECT walks that index from its start for one queue and stops after $3 unlocked rows, so
@@ -9,6 +16,15 @@
 --
 -- The claimed rows leave the partial index (state changes), so the next claim does not
 -- step over them; their dead index entries are cleaned by index-tuple killing and vacuum.
+-- Unless the xmin horizon is pinned (a transaction left open, a replication slot): then an
+-- entry whose old row version the pinned snapshot can still see is neither removed nor
+-- even marked LP_DEAD, and a claim from the head walks every entry claimed since the pin,
+-- visiting the heap for each. Hence the bound ($6-$8): while head claims are slow,
+-- cursor.rs passes the greatest key this process claimed, and the index scan starts there
+-- (`queue = $1 AND ROW(priority, run_at, id) > ROW(...)` is one Index Cond; the btree
+-- descends straight to it, also as a generic plan), with a head claim every second (or
+-- five times the last one's duration) for jobs that sort before it. While head claims are
+-- fast, every claim passes NULL and the order is exactly the head's.
 --
 -- Strategies measured with `hopper bench --workload drain` (W3: 100,000 no-op jobs, one
 -- runtime, concurrency 50) on a shared, loaded 2-core machine; PostgreSQL's own limits in
@@ -45,11 +61,42 @@
 --     75. Neither moves the figure beyond the noise: the claim's UPDATE (a new row version
 --     and its index entries; never HOT, since state is in every partial index's
 --     predicate) is the cost, and the runtime's process uses about 10% of one core.
+-- Pinned xmin (docs/reliability.md; `hopper-chaos pinned-xmin`, private cluster with
+-- default settings, 2026-11-24, 60 s before / 120 s pinned / 60 s after at 15,000 jobs/s,
+-- 70% of W3 there; jobs run per second, pinned against before in the same run):
+--   - from the head always (5bc7b6f): 2,075 / 14,650 = 14%, worst 10 s 1,119; the head
+--     walk reached 10,000 pages / 120 ms and the backlog 1.6 million;
+--   - after the cursor while head claims are slow (3 in a row >= 20 ms in the database), a
+--     head claim every 1 s: 11,211 / 10,974 = 102% (the machine at load 8; before already
+--     behind), but the head claims grew to 0.9 s each (40,000 pages): one backend walking
+--     dead entries nearly all the time;
+--   - the same, head claims at least 5x their duration apart (cursor.rs, taken): 15,322 /
+--     14,252 = 108%, worst 10 s 14,933, backlog under 1,000 while pinned, recovered. Full
+--     2/5/3-minute runs (docs/reliability.md): 97% at 15,000/s, 78% at 27,000/s (both
+--     above what the machine sustained even before the pin), 100% (recovered: 98%) at
+--     8,000/s.
+--   - NOT BUILT: a rotating or partitioned hot table (jobs moved out of the claimed
+--     partition, TRUNCATE instead of vacuum): it changes every statement and the insert
+--     path, and the keyset bound already holds the rate, keeping one table and strict
+--     order whenever the head is clean.
+-- W3 with nothing pinned (100,000 jobs, fresh schema each, alternated; every W3 claim was
+-- a head claim, none slow): 06:19 UTC (1b151ed), load 4-5, before 27,477 / 26,126 /
+-- 25,761 / 23,194 / 26,403, after 24,049 / 26,006 / 24,468 / 23,327 / 25,608 (medians
+-- 26,126 / 24,468); 07:00 UTC (cf4fb15), load 6.5-7.3, before 16,775 / 23,602 / 20,580 /
+-- 23,153 / 17,457 / 18,310 / 18,569 / 18,887, after 17,382 / 14,319 / 16,209 / 22,737 /
+-- 25,189 / 17,629 / 15,352 / 16,591 (medians 18,728 / 16,987). Before won 10 of the 13
+-- pairs, by less than the spread of either; the read half alone (pgbench, 2 clients, 100,000 ready jobs, the select with
+-- FOR UPDATE SKIP LOCKED rolled back, alternated) measured no cost for the bound: 3,677 /
+-- 3,965 / 4,235 tps without it, 4,270 / 3,944 / 3,961 with the head's stand-in. Not
+-- settled: repeat on a quiet machine.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
     WHERE state = 'available'
       AND queue = $1
+      AND (priority, run_at, id) > (coalesce($6::smallint, (-32768)::smallint),
+                                    coalesce($7::timestamptz, '-infinity'::timestamptz),
+                                    coalesce($8::uuid, '00000000-0000-0000-0000-000000000000'))
     ORDER BY priority, run_at, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -64,4 +111,5 @@ SET state = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
-          j.max_attempts, j.timeout_ms, j.created_at, j.run_at
+          j.max_attempts, j.timeout_ms, j.created_at, j.run_at,
+          clock_timestamp(), statement_timestamp()
