@@ -57,12 +57,21 @@ impl Worker for PeerWorker {
 fn runtime(client: &Client, concurrency: usize, latencies: Option<Arc<Latencies>>) -> Runtime {
     let mut workers = Workers::new();
     workers.register(PeerWorker { latencies });
+    let defaults = RuntimeConfig::default();
     let config = RuntimeConfig {
         concurrency,
         node_name: Some(format!("hopper-bench-peer:{}", std::process::id())),
-        ..RuntimeConfig::default()
+        prefetch: env_count("HOPPER_PREFETCH").or(defaults.prefetch),
+        claims_in_flight: env_count("HOPPER_CLAIMS_IN_FLIGHT").unwrap_or(defaults.claims_in_flight),
+        ..defaults
     };
     Runtime::new(client.backend().clone(), workers, config)
+}
+
+/// A count from the environment (the adapter's `tuned` variant sets them); unset or not a
+/// number: none.
+fn env_count(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.trim().parse().ok()
 }
 
 /// W3: prints `T0` just before the runtime starts, then runs until SIGTERM or SIGINT (the

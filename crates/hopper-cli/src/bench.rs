@@ -45,6 +45,15 @@ pub use report::Report;
 /// The queue every bench job goes to.
 pub const QUEUE: &str = "bench";
 
+/// Runtime settings a bench run may override, for tuning experiments.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tuning {
+    /// `RuntimeConfig::prefetch`.
+    pub prefetch: Option<usize>,
+    /// `RuntimeConfig::claims_in_flight`.
+    pub claims_in_flight: Option<usize>,
+}
+
 /// Everything a workload needs: the client, the options, how to print.
 #[derive(Debug)]
 pub struct Bench {
@@ -56,6 +65,8 @@ pub struct Bench {
     pub work: Duration,
     /// The timeout (and lease) of the bench jobs a runtime runs, if set.
     pub job_timeout: Option<Duration>,
+    /// The runtime's prefetch and claims in flight, where set (else the defaults).
+    pub tuning: Tuning,
     /// Print JSON lines instead of text (and no progress bars).
     pub json: bool,
 }
@@ -90,6 +101,10 @@ pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyh
         concurrency: args.concurrency,
         work: Duration::from_millis(args.work_ms),
         job_timeout,
+        tuning: Tuning {
+            prefetch: args.prefetch,
+            claims_in_flight: args.claims_in_flight,
+        },
         json,
     };
     let jobs = args.jobs;

@@ -217,6 +217,14 @@ pub struct BenchArgs {
     /// Timeout (and so lease) of the bench jobs a drain runs (e.g. 2s).
     #[arg(long)]
     pub job_timeout: Option<String>,
+    /// The runtime's prefetch for drain and latency (`RuntimeConfig::prefetch`; default:
+    /// twice the concurrency), for tuning experiments.
+    #[arg(long)]
+    pub prefetch: Option<usize>,
+    /// The runtime's claims in flight for drain and latency
+    /// (`RuntimeConfig::claims_in_flight`; default 4), for tuning experiments.
+    #[arg(long)]
+    pub claims_in_flight: Option<usize>,
     /// The large backlog of claim-scale (W5).
     #[arg(long, default_value_t = 1_000_000)]
     pub backlog: u64,

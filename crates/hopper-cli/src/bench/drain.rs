@@ -29,6 +29,11 @@ pub fn runtime_config(bench: &Bench) -> RuntimeConfig {
         concurrency: bench.concurrency,
         lease: bench.job_timeout.unwrap_or(defaults.lease),
         node_name: Some(format!("hopper-bench:{}", std::process::id())),
+        prefetch: bench.tuning.prefetch.or(defaults.prefetch),
+        claims_in_flight: bench
+            .tuning
+            .claims_in_flight
+            .unwrap_or(defaults.claims_in_flight),
         ..defaults
     }
 }

@@ -169,6 +169,7 @@ pub async fn latency(bench: &Bench, jobs: u64) -> anyhow::Result<Report> {
                 concurrency: bench.concurrency,
                 work: bench.work,
                 job_timeout: bench.job_timeout,
+                tuning: bench.tuning,
                 json: bench.json,
             };
             super::latency::run(&through, jobs).await
