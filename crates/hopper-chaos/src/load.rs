@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hopper::housekeeping::Housekeeping;
 use hopper::{
     Backend, Client, JobArgs, JobContext, JobError, NewJob, PgBackend, PgOptions, Runtime,
     RuntimeConfig, RuntimeHandle, Worker, Workers,
@@ -153,8 +154,11 @@ impl Load {
             workers,
             RuntimeConfig {
                 concurrency: config.concurrency,
-                completed_retention: config.retention,
-                prune_interval: Some(config.prune_interval),
+                housekeeping: Housekeeping {
+                    completed_retention: config.retention,
+                    prune_interval: Some(config.prune_interval),
+                    ..Housekeeping::default()
+                },
                 node_name: Some("hopper-chaos-load".to_owned()),
                 ..RuntimeConfig::default()
             },

@@ -1,5 +1,5 @@
 //! `hopper jobs prune`: deletes finished jobs past their retention now, in batches, the
-//! way the runtime's pruner does (`RuntimeConfig::completed_retention` and the rest). For
+//! way the runtime's pruner does (`RuntimeConfig::housekeeping`: `completed_retention` and the rest). For
 //! a one-off clean-up, or for deployments that run no runtime with pruning on.
 
 use std::sync::Arc;

@@ -65,7 +65,7 @@ impl Housekeeping {
 }
 
 /// Sleeps `period`, returning false if `stop` was cancelled first.
-async fn tick(stop: &CancellationToken, period: Duration) -> bool {
+pub(crate) async fn tick(stop: &CancellationToken, period: Duration) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(period) => true,
         _ = stop.cancelled() => false,

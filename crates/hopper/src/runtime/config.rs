@@ -52,19 +52,12 @@ pub struct RuntimeConfig {
     pub shutdown_timeout: Duration,
     /// A human name for this node. Default: `host:pid`.
     pub node_name: Option<String>,
-    /// [`Housekeeping::completed_retention`] of this node (default 24 h).
-    pub completed_retention: Duration,
-    /// [`Housekeeping::failed_retention`] of this node (default 7 days).
-    pub failed_retention: Duration,
-    /// [`Housekeeping::prune_interval`] of this node (default 60 s; `None`: no pruning).
-    pub prune_interval: Option<Duration>,
-    /// [`Housekeeping::prune_batch`] of this node (default 1,000).
-    pub prune_batch: u32,
-    /// [`Housekeeping::prune_pause`] of this node (default 20 ms).
-    pub prune_pause: Duration,
-    /// [`Housekeeping::vacuum_interval`] of this node (default 10 s; `None`: leave it to
-    /// autovacuum).
-    pub vacuum_interval: Option<Duration>,
+    /// Retention and vacuuming of the job table on this node: how long finished jobs are
+    /// kept, how often they are pruned, how often the table's need for a vacuum is checked
+    /// (every node runs both; one at a time acts). Default: [`Housekeeping::default`]
+    /// (completed jobs kept 24 h, failed 7 days, pruned every 60 s; a vacuum check every
+    /// 10 s).
+    pub housekeeping: Housekeeping,
 }
 
 impl Default for RuntimeConfig {
@@ -85,12 +78,7 @@ impl Default for RuntimeConfig {
             blocking_threads: 16,
             shutdown_timeout: Duration::from_secs(30),
             node_name: None,
-            completed_retention: Duration::from_secs(24 * 3600),
-            failed_retention: Duration::from_secs(7 * 24 * 3600),
-            prune_interval: Some(Duration::from_secs(60)),
-            prune_batch: 1000,
-            prune_pause: Duration::from_millis(20),
-            vacuum_interval: Some(Duration::from_secs(10)),
+            housekeeping: Housekeeping::default(),
         }
     }
 }
@@ -99,18 +87,6 @@ impl RuntimeConfig {
     /// The weight of `queue` (1 when not listed, at least 1).
     pub(crate) fn weight(&self, queue: &str) -> u32 {
         self.queue_weights.get(queue).copied().unwrap_or(1).max(1)
-    }
-
-    /// The retention and vacuum settings, for the housekeeping loops.
-    pub(crate) fn housekeeping(&self) -> Housekeeping {
-        Housekeeping {
-            completed_retention: self.completed_retention,
-            failed_retention: self.failed_retention,
-            prune_interval: self.prune_interval,
-            prune_batch: self.prune_batch,
-            prune_pause: self.prune_pause,
-            vacuum_interval: self.vacuum_interval,
-        }
     }
 
     /// Jobs kept on hand beyond the free slots (one queue only).

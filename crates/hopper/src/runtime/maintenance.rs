@@ -25,10 +25,7 @@ use crate::context::StopReason;
 
 /// Sleeps `period`, returning false if the services are stopping.
 async fn tick(shared: &Shared, period: Duration) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(period) => true,
-        _ = shared.stop_services.cancelled() => false,
-    }
+    crate::housekeeping::tick(&shared.stop_services, period).await
 }
 
 pub(crate) async fn heartbeat(shared: Arc<Shared>) {
@@ -134,26 +131,4 @@ pub(crate) async fn listener(shared: Arc<Shared>) {
             }
         }
     }
-}
-
-/// Deletes finished jobs past their retention ([`crate::housekeeping::pruner`]).
-pub(crate) async fn pruner(shared: Arc<Shared>) {
-    let settings = shared.config.housekeeping();
-    crate::housekeeping::pruner(
-        shared.backend.clone(),
-        settings,
-        shared.stop_services.clone(),
-    )
-    .await;
-}
-
-/// Vacuums the job table when needed ([`crate::housekeeping::vacuumer`]).
-pub(crate) async fn vacuumer(shared: Arc<Shared>) {
-    let settings = shared.config.housekeeping();
-    crate::housekeeping::vacuumer(
-        shared.backend.clone(),
-        settings,
-        shared.stop_services.clone(),
-    )
-    .await;
 }

@@ -174,8 +174,16 @@ impl Runtime {
             tokio::spawn(maintenance::heartbeat(shared.clone())),
             tokio::spawn(maintenance::rescuer(shared.clone())),
             tokio::spawn(maintenance::promoter(shared.clone())),
-            tokio::spawn(maintenance::pruner(shared.clone())),
-            tokio::spawn(maintenance::vacuumer(shared.clone())),
+            tokio::spawn(crate::housekeeping::pruner(
+                shared.backend.clone(),
+                shared.config.housekeeping.clone(),
+                shared.stop_services.clone(),
+            )),
+            tokio::spawn(crate::housekeeping::vacuumer(
+                shared.backend.clone(),
+                shared.config.housekeeping.clone(),
+                shared.stop_services.clone(),
+            )),
         ];
         if !self.periodic.is_empty() {
             services.push(tokio::spawn(crate::periodic::run(
