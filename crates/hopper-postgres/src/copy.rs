@@ -124,7 +124,7 @@ async fn pipelined(
     write_rows(writer.as_mut(), jobs, now).await?;
     // A failed COPY aborts the transaction and the COMMIT then only ends it; the COPY's
     // error is the one returned.
-    let (copied, committed) = futures_util::join!(writer.finish(), client.batch_execute("COMMIT"));
+    let (copied, committed) = tokio::join!(writer.finish(), client.batch_execute("COMMIT"));
     copied.map_err(map_pg)?;
     committed.map_err(map_pg)
 }

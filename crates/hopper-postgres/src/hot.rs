@@ -101,7 +101,7 @@ impl PgBackend {
         params: &ClaimParams,
     ) -> Result<Vec<ClaimedJob>> {
         let cursors = &self.inner.cursors;
-        let start = cursors.start(&params.queue, self.local_now());
+        let start = cursors.start(&params.queue, self.now_or_local());
         let began = Instant::now();
         let result = self.claim_plain_from(client, params, start).await;
         let limit = usize::try_from(params.limit).unwrap_or(usize::MAX);
@@ -109,7 +109,7 @@ impl PgBackend {
             Ok((jobs, took)) => (Some(jobs.as_slice()), took.unwrap_or(began.elapsed())),
             Err(_) => (None, began.elapsed()),
         };
-        cursors.finish(&params.queue, start, limit, jobs, took, self.local_now());
+        cursors.finish(&params.queue, start, limit, jobs, took, self.now_or_local());
         result.map(|(jobs, _)| jobs)
     }
 
@@ -148,24 +148,23 @@ impl PgBackend {
             )
             .await
             .map_err(map_pg)?;
-        let mut took = None::<Duration>;
-        for row in &rows {
-            let written: DateTime<Utc> = row.try_get(CLAIM_WRITTEN_AT).map_err(Error::database)?;
-            let started: DateTime<Utc> =
-                row.try_get(CLAIM_WRITTEN_AT + 1).map_err(Error::database)?;
-            let ran = (written - started).to_std().unwrap_or_default();
-            took = Some(took.map_or(ran, |t| t.max(ran)));
-        }
+        // Rows are written one after the other: the last one says how long the statement
+        // had run by then.
+        let took = match rows.last() {
+            Some(row) => {
+                let written: DateTime<Utc> =
+                    row.try_get(CLAIM_WRITTEN_AT).map_err(Error::database)?;
+                let started: DateTime<Utc> =
+                    row.try_get(CLAIM_WRITTEN_AT + 1).map_err(Error::database)?;
+                Some((written - started).to_std().unwrap_or_default())
+            }
+            None => None,
+        };
         let jobs = rows
             .iter()
             .map(|row| claimed_job(row, 0))
             .collect::<Result<_>>()?;
         Ok((jobs, took))
-    }
-
-    /// "Now" for the cursor's head-claim interval: the injected clock's, else this host's.
-    fn local_now(&self) -> DateTime<Utc> {
-        self.inner.clock.now().unwrap_or_else(Utc::now)
     }
 
     /// Records many outcomes: one statement per kind of outcome present, each over the

@@ -289,6 +289,12 @@ impl PgBackend {
         }
     }
 
+    /// "Now" by the injected clock, else by this host's (for what is decided here rather
+    /// than in SQL: a bulk insert's due jobs, the claim cursor's intervals).
+    pub(crate) fn now_or_local(&self) -> chrono::DateTime<chrono::Utc> {
+        self.inner.clock.now().unwrap_or_else(chrono::Utc::now)
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object> {
         self.inner.pool.get().await.map_err(error::map_pool)
     }

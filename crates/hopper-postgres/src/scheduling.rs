@@ -269,7 +269,7 @@ impl PgBackend {
                 max_running: cached.max_running.map(as_i32),
                 per_group: cached.max_running_per_group.map(as_i32),
                 bucket: None,
-                at: now.unwrap_or_else(Utc::now),
+                at: self.now_or_local(),
             };
             let claim = self.claim_within(client, params, turns.as_ref(), &limits, params.limit);
             let (begun, row, claimed) = tokio::join!(

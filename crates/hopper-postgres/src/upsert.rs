@@ -49,10 +49,6 @@ impl PgBackend {
         Ok(())
     }
 
-    pub(crate) fn now_or_local(&self) -> DateTime<Utc> {
-        self.inner.clock.now().unwrap_or_else(Utc::now)
-    }
-
     /// Inserts one job with the full statement on `client` (the caller's transaction or
     /// an autocommit connection), applying its unique policy.
     pub(crate) async fn upsert_one_in(
