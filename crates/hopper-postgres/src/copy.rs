@@ -14,6 +14,7 @@ use tokio_postgres::types::{IsNull, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{CopyInSink, GenericClient, Transaction};
 
 use crate::error::map_pg;
+use crate::pooled::TxConnection;
 use crate::sql::Queries;
 
 /// A job state written as a PostgreSQL enum label (binary format: the label's bytes).
@@ -71,8 +72,8 @@ pub async fn insert_jobs(
 /// it at commit, and not at all if the transaction fails. Both statements are prepared
 /// once per connection.
 ///
-/// On any error the connection is taken out of the pool (its transaction may be left
-/// open), so nothing half-done is seen and the next call gets a clean connection.
+/// Unless it reaches its `COMMIT`, failed or cancelled, the connection leaves the pool
+/// ([`TxConnection`]): nothing half-done is seen, and the next call gets a clean one.
 pub async fn insert_jobs_pooled(
     client: deadpool_postgres::Object,
     queries: &Queries,
@@ -80,11 +81,10 @@ pub async fn insert_jobs_pooled(
     jobs: &[NewJob],
     now: DateTime<Utc>,
 ) -> Result<()> {
-    let result = pipelined(&client, queries, state_type, jobs, now).await;
-    if result.is_err() {
-        drop(deadpool_postgres::Object::take(client));
-    }
-    result
+    let client = TxConnection::new(client);
+    pipelined(&client, queries, state_type, jobs, now).await?;
+    client.release();
+    Ok(())
 }
 
 async fn pipelined(

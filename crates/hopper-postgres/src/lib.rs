@@ -18,6 +18,7 @@ mod error;
 mod hot;
 mod listen;
 mod migrate;
+mod pooled;
 mod prune;
 mod rows;
 mod scheduling;

@@ -14,6 +14,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::PgBackend;
 use crate::error::map_pg;
+use crate::pooled::TxConnection;
 use crate::settings::ring::Turns;
 use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
 
@@ -214,19 +215,16 @@ impl PgBackend {
         params: &ClaimParams,
         fair: bool,
     ) -> Result<Vec<ClaimedJob>> {
-        let client = self.client().await?;
-        let mut result = self.claim_limited_on(&client, params, fair).await;
-        if let Ok((_, true)) = result {
-            result = match self.load_ring(&client, &params.queue).await {
-                Ok(()) => self.claim_limited_on(&client, params, fair).await,
-                Err(e) => Err(e),
-            };
+        // Failed or cancelled before its COMMIT, the claim leaves its connection inside the
+        // transaction: then the connection leaves the pool.
+        let client = TxConnection::new(self.client().await?);
+        let (mut jobs, again) = self.claim_limited_on(&client, params, fair).await?;
+        if again {
+            self.load_ring(&client, &params.queue).await?;
+            jobs = self.claim_limited_on(&client, params, fair).await?.0;
         }
-        if result.is_err() {
-            // Never hand a connection back to the pool inside a transaction.
-            let _ = client.batch_execute("ROLLBACK").await;
-        }
-        result.map(|(jobs, _)| jobs)
+        client.release();
+        Ok(jobs)
     }
 
     /// One limited claim; true beside the jobs when nothing was claimed from a cached ring

@@ -401,3 +401,42 @@ async fn a_failed_bulk_insert_leaves_the_pool_clean() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_insert_cancelled_mid_copy_leaves_the_pool_clean() -> anyhow::Result<()> {
+    // A caller's select! or timeout may drop the insert while its transaction is open; the
+    // pool's only connection must not come back inside it.
+    let db = TestDatabase::new().await?;
+    let hopper = Client::new(support::node_backend(&db, 1).await?);
+    let other = connect(db.url()).await?;
+    let big: Vec<NewJob> = (0..200_000)
+        .map(|n| NewJob::new("k", json!({ "n": n })))
+        .collect();
+    let copying = format!(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND query LIKE 'COPY {}.jobs%'
+           AND state IN ('active', 'idle in transaction')",
+        db.schema()
+    );
+    tokio::select! {
+        r = hopper.insert_many(&big) => panic!("the insert ended before it was cancelled: {r:?}"),
+        r = async {
+            // Until the COPY is under way (a bounded wait).
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while other.query_one(&copying, &[]).await?.get::<_, i64>(0) == 0 {
+                anyhow::ensure!(tokio::time::Instant::now() < deadline, "the COPY never started");
+            }
+            anyhow::Ok(())
+        } => r?,
+    }
+    // The insert was dropped mid-COPY: nothing of it is committed, and the next calls on
+    // the pool of one work and commit.
+    let count = format!("SELECT count(*) FROM {}.jobs", db.schema());
+    let small: Vec<NewJob> = (0..10)
+        .map(|n| NewJob::new("k", json!({ "n": n })))
+        .collect();
+    hopper.insert_many(&small).await?;
+    hopper.insert(NewJob::new("k", json!({}))).await?;
+    assert_eq!(other.query_one(&count, &[]).await?.get::<_, i64>(0), 11);
+    Ok(())
+}

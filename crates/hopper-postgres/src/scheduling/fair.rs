@@ -10,6 +10,8 @@ use hopper_core::{ClaimParams, ClaimedJob, Error, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use crate::pooled::TxConnection;
+
 use super::{Claimed, GENERIC_PLAN, groups_to_serve, lease_ms, read_claimed};
 use crate::PgBackend;
 use crate::error::map_pg;
@@ -39,10 +41,12 @@ impl PgBackend {
     /// the claim, a ring reload when due and the COMMIT are pipelined), plus one to load
     /// the ring when this process has none or its groups had nothing left.
     pub(crate) async fn claim_fair(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        let client = self.client().await?;
+        // Failed or cancelled inside its transaction, the connection leaves the pool.
+        let client = TxConnection::new(self.client().await?);
         let take = groups_to_serve(params.limit, false);
         let (turns, loaded) = self.fair_turns(&client, &params.queue, take).await?;
         if turns.unknown {
+            client.release();
             return Ok(Vec::new());
         }
         let limit = i64::from(params.limit);
@@ -51,17 +55,20 @@ impl PgBackend {
             .run_fair(&client, params, limit, &turns, none, true)
             .await?;
         if !claimed.jobs.is_empty() || loaded {
+            client.release();
             return Ok(claimed.jobs);
         }
         // The cached groups had nothing left: look for groups that appeared since.
         self.load_ring(&client, &params.queue).await?;
         let turns = self.inner.settings.rings.turns(&params.queue, take);
         if turns.unknown {
+            client.release();
             return Ok(Vec::new());
         }
         let claimed = self
             .run_fair(&client, params, limit, &turns, none, true)
             .await?;
+        client.release();
         Ok(claimed.jobs)
     }
 

@@ -1,0 +1,52 @@
+//! A pooled connection on which hopper opens a transaction by hand (`BEGIN` … `COMMIT`
+//! pipelined with the statements between, which `tokio_postgres::Transaction` cannot do).
+//!
+//! Such a connection must never go back to the pool inside that transaction, yet it can be
+//! left there two ways: a statement fails before the `COMMIT` is sent, or the future doing
+//! the work is dropped midway (a caller's `select!` or timeout: the W5 feeder is dropped that
+//! way, and the next user of the connection got "current transaction is aborted"). So the
+//! connection leaves the pool when this guard is dropped, unless the work reached its end
+//! and said so with [`TxConnection::release`].
+
+use std::ops::Deref;
+
+use deadpool_postgres::Object;
+
+/// See the module docs.
+pub(crate) struct TxConnection {
+    object: Option<Object>,
+}
+
+impl TxConnection {
+    pub(crate) fn new(object: Object) -> Self {
+        TxConnection {
+            object: Some(object),
+        }
+    }
+
+    /// The transaction ended (committed, or rolled back by its `COMMIT`): the connection
+    /// goes back to the pool.
+    pub(crate) fn release(mut self) {
+        drop(self.object.take());
+    }
+}
+
+impl Deref for TxConnection {
+    type Target = Object;
+
+    fn deref(&self) -> &Object {
+        // Only `release` and `drop` take the object, and both consume the guard.
+        self.object
+            .as_ref()
+            .expect("the connection is held until release or drop")
+    }
+}
+
+impl Drop for TxConnection {
+    fn drop(&mut self) {
+        if let Some(object) = self.object.take() {
+            // Closed rather than reused: PostgreSQL rolls back whatever it was inside.
+            drop(Object::take(object));
+        }
+    }
+}
