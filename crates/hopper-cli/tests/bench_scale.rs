@@ -110,3 +110,35 @@ async fn a_short_soak_reports_both_halves() -> anyhow::Result<()> {
     assert!(number(w6, &["drift"])?.is_finite(), "{w6}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_drain_runs_with_the_prefetch_and_claims_in_flight_it_was_given() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    bench(&db, &["--workload", "enqueue", "--jobs", "2000"]).await?;
+    let lines = bench(
+        &db,
+        &[
+            "--workload",
+            "drain",
+            "--concurrency",
+            "8",
+            "--prefetch",
+            "300",
+            "--claims-in-flight",
+            "1",
+        ],
+    )
+    .await?;
+    let drain = lines.first().ok_or_else(|| anyhow::anyhow!("no output"))?;
+    assert_eq!(number(drain, &["jobs"])?, 2000.0);
+    // The report states the runtime settings the drain actually ran with.
+    assert_eq!(number(drain, &["prefetch"])?, 300.0, "{drain}");
+    assert_eq!(number(drain, &["claims_in_flight"])?, 1.0, "{drain}");
+    // Without the flags: the default claims in flight, and no prefetch override.
+    bench(&db, &["--workload", "enqueue", "--jobs", "100"]).await?;
+    let lines = bench(&db, &["--workload", "drain", "--concurrency", "8"]).await?;
+    let drain = lines.first().ok_or_else(|| anyhow::anyhow!("no output"))?;
+    assert_eq!(number(drain, &["claims_in_flight"])?, 4.0, "{drain}");
+    assert!(drain.get("prefetch").is_none(), "{drain}");
+    Ok(())
+}

@@ -42,17 +42,14 @@ pub fn runtime_config(bench: &Bench) -> RuntimeConfig {
 pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
     let jobs = db::unfinished(&bench.client).await?;
     let bar = progress(jobs, "W3 drain", bench.json);
+    let config = runtime_config(bench);
     let mut workers = Workers::new();
     workers.register(BenchWorker {
         work: bench.work,
         timeout: bench.job_timeout,
         latencies: None,
     });
-    let runtime = Runtime::new(
-        bench.client.backend().clone(),
-        workers,
-        runtime_config(bench),
-    );
+    let runtime = Runtime::new(bench.client.backend().clone(), workers, config.clone());
     let started = Instant::now();
     let handle = runtime.start().await.context("starting the runtime")?;
     let waited = wait_until_drained(bench, jobs, &bar).await;
@@ -61,7 +58,7 @@ pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
     handle.shutdown().await;
     waited?;
     let mut report = Report::new("drain", "W3", jobs, seconds);
-    report.concurrency = Some(bench.concurrency);
+    report.ran_with(&config);
     Ok(report)
 }
 

@@ -26,27 +26,24 @@ const GRACE: Duration = Duration::from_secs(60);
 /// Runs W4 with `jobs` jobs.
 pub async fn run(bench: &Bench, jobs: u64) -> anyhow::Result<Report> {
     let latencies = Arc::new(Latencies::default());
+    let config = runtime_config(bench);
     let mut workers = Workers::new();
     workers.register(BenchWorker {
         work: bench.work,
         timeout: bench.job_timeout,
         latencies: Some(latencies.clone()),
     });
-    let handle = Runtime::new(
-        bench.client.backend().clone(),
-        workers,
-        runtime_config(bench),
-    )
-    .start()
-    .await
-    .context("starting the runtime")?;
+    let handle = Runtime::new(bench.client.backend().clone(), workers, config.clone())
+        .start()
+        .await
+        .context("starting the runtime")?;
     tokio::time::sleep(IDLE).await;
     let measured = measure(bench, jobs, &latencies).await;
     handle.shutdown().await;
     let seconds = measured?;
     let mut samples = latencies.take();
     let mut report = Report::new("latency", "W4", jobs, seconds);
-    report.concurrency = Some(bench.concurrency);
+    report.ran_with(&config);
     report.latency = Latency::of(&mut samples);
     Ok(report)
 }

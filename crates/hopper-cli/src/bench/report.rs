@@ -55,6 +55,13 @@ pub struct Report {
     /// Worker concurrency (W3, W4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
+    /// The runtime's prefetch, when set (W3, W4 run with `--prefetch`; absent: the default,
+    /// twice the concurrency).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<usize>,
+    /// The runtime's claims in flight (W3, W4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claims_in_flight: Option<usize>,
     /// Latencies (W4 only).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub latency: Option<Latency>,
@@ -75,8 +82,17 @@ impl Report {
             seconds,
             jobs_per_sec,
             concurrency: None,
+            prefetch: None,
+            claims_in_flight: None,
             latency: None,
         }
+    }
+
+    /// Records the settings of the runtime that ran the workload.
+    pub fn ran_with(&mut self, config: &hopper::RuntimeConfig) {
+        self.concurrency = Some(config.concurrency);
+        self.prefetch = config.prefetch;
+        self.claims_in_flight = Some(config.claims_in_flight);
     }
 
     /// The report as one line of JSON.
