@@ -11,6 +11,18 @@ CREATE TYPE hopper.job_state AS ENUM (
 );
 
 
+CREATE FUNCTION hopper.check_name(what text, name text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF name IS NULL OR length(name) NOT BETWEEN 1 AND 128 OR name ~ '[^A-Za-z0-9_.:-]' THEN
+        RAISE EXCEPTION 'hopper.enqueue: invalid % name %: use 1 to 128 characters from A-Z a-z 0-9 _ . : -',
+            what, coalesce(quote_literal(left(name, 140)), 'NULL') USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
+
 CREATE FUNCTION hopper.enqueue(kind text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority smallint DEFAULT 2, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 25, timeout interval DEFAULT '00:30:00'::interval, group_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text) RETURNS uuid
     LANGUAGE plpgsql
     AS $$
@@ -20,6 +32,11 @@ DECLARE
     grp      text := group_key;
     held_by  uuid;
 BEGIN
+    PERFORM hopper.check_name('kind', kind);
+    PERFORM hopper.check_name('queue', queue);
+    IF grp IS NOT NULL THEN
+        PERFORM hopper.check_name('group', grp);
+    END IF;
     IF octet_length(args::text) > 1048576 THEN
         RAISE EXCEPTION 'hopper.enqueue: args are % bytes as JSON, over the limit of 1048576 bytes',
             octet_length(args::text) USING ERRCODE = '22023';
@@ -149,10 +166,7 @@ CREATE TABLE hopper.jobs (
     unique_key text,
     unique_window timestamp with time zone,
     CONSTRAINT jobs_args_check CHECK ((jsonb_typeof(args) = ANY (ARRAY['object'::text, 'array'::text]))),
-    CONSTRAINT jobs_group_key_check CHECK (((length(group_key) <= 128) AND (group_key !~ '[^A-Za-z0-9_.:-]'::text))),
-    CONSTRAINT jobs_kind_check CHECK ((((length(kind) >= 1) AND (length(kind) <= 128)) AND (kind !~ '[^A-Za-z0-9_.:-]'::text))),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts > 0)),
-    CONSTRAINT jobs_queue_check CHECK ((((length(queue) >= 1) AND (length(queue) <= 128)) AND (queue !~ '[^A-Za-z0-9_.:-]'::text))),
     CONSTRAINT jobs_timeout_ms_check CHECK ((timeout_ms > 0)),
     CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 255)))
 );

@@ -46,6 +46,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "cheaper_name_checks",
         include_str!("../migrations/0003_cheaper_name_checks.sql"),
     ),
+    (
+        4,
+        "names_checked_at_the_door",
+        include_str!("../migrations/0004_names_checked_at_the_door.sql"),
+    ),
 ];
 
 macro_rules! queries {

@@ -133,23 +133,35 @@ async fn the_table_and_sql_enqueue_refuse_bad_input() -> anyhow::Result<()> {
     let client = connect(db.url()).await?;
     let schema = db.schema();
     let check = SqlState::CHECK_VIOLATION;
+    // Names are checked by hopper.enqueue itself (migration 0004), with a message naming
+    // the argument; the table keeps the checks that cost nothing measurable.
+    let name = SqlState::INVALID_PARAMETER_VALUE;
     let bad_calls = [
         (
             format!("SELECT {schema}.enqueue('k', '{{}}', 'it''s')"),
-            &check,
+            &name,
         ),
         (
             format!("SELECT {schema}.enqueue('k', '{{}}', 'a;b')"),
-            &check,
+            &name,
         ),
         (
             format!("SELECT {schema}.enqueue('k', '{{}}', 'two words')"),
-            &check,
+            &name,
         ),
-        (format!("SELECT {schema}.enqueue('k', '{{}}', '')"), &check),
+        (format!("SELECT {schema}.enqueue('k', '{{}}', '')"), &name),
+        (format!("SELECT {schema}.enqueue('k', '{{}}', NULL)"), &name),
+        (
+            format!("SELECT {schema}.enqueue('k', '{{}}', repeat('q', 129))"),
+            &name,
+        ),
         (
             format!("SELECT {schema}.enqueue('bad kind', '{{}}')"),
-            &check,
+            &name,
+        ),
+        (
+            format!("SELECT {schema}.enqueue('k', group_key => 'g<script>')"),
+            &name,
         ),
         (
             format!("SELECT {schema}.enqueue('k', '\"a string\"')"),
@@ -162,12 +174,6 @@ async fn the_table_and_sql_enqueue_refuse_bad_input() -> anyhow::Result<()> {
         ),
         (
             format!("SELECT {schema}.enqueue('k', timeout => interval '0 seconds')"),
-            &check,
-        ),
-        (
-            format!(
-                "INSERT INTO {schema}.jobs (id, queue, kind) VALUES (gen_random_uuid(), 'q''; --', 'k')"
-            ),
             &check,
         ),
         (
@@ -192,8 +198,18 @@ async fn the_table_and_sql_enqueue_refuse_bad_input() -> anyhow::Result<()> {
         .expect_err("refused");
     let mapped = hopper_postgres::map_pg(err);
     assert!(matches!(mapped, Error::InvalidInput(_)), "{mapped:?}");
-    assert!(mapped.to_string().contains("check constraint"), "{mapped}");
+    assert!(
+        mapped.to_string().contains("invalid queue name 'a b'"),
+        "{mapped}"
+    );
     assert_eq!(job_count(&db).await?, 0, "nothing was written");
+    // Good names of every shape the rule allows still go in.
+    client
+        .batch_execute(&format!(
+            "SELECT {schema}.enqueue('a.B-c_9:x', '{{}}', 'Q.1-2_3:4', group_key => 'g-1')"
+        ))
+        .await?;
+    assert_eq!(job_count(&db).await?, 1);
     Ok(())
 }
 
