@@ -24,7 +24,8 @@ impl JobArgs for Nap {
     const KIND: &'static str = "nap";
 }
 
-/// Sleeps `ms`, recording which jobs started.
+/// Sleeps `ms` (not at all for 0: tokio's timer would round it up to a millisecond),
+/// recording which jobs started.
 struct Napper(Arc<Mutex<Vec<u64>>>);
 
 #[async_trait::async_trait]
@@ -35,7 +36,9 @@ impl Worker for Napper {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(args.n);
-        tokio::time::sleep(Duration::from_millis(args.ms)).await;
+        if args.ms > 0 {
+            tokio::time::sleep(Duration::from_millis(args.ms)).await;
+        }
         Ok(())
     }
 }
@@ -134,5 +137,73 @@ async fn a_job_cancelled_while_on_hand_never_starts() -> anyhow::Result<()> {
         .await?
         .ok_or_else(|| anyhow::anyhow!("gone"))?;
     assert_eq!(job.state, JobState::Cancelled);
+    Ok(())
+}
+
+/// The default prefetch follows the pace of the jobs: after quick jobs, a runtime keeps a
+/// full claim batch on hand while its slots are busy; it keeps twice its concurrency before
+/// any job ran and while jobs are slow.
+#[tokio::test]
+async fn the_default_prefetch_follows_the_pace_of_the_jobs() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let mut workers = Workers::new();
+    workers.register(Napper(started.clone()));
+    let config = RuntimeConfig {
+        prefetch: None,
+        claim_batch: 100,
+        shutdown_timeout: Duration::from_millis(50),
+        ..config(2, 0)
+    };
+    let handle = Runtime::new(db.backend(), workers, config).start().await?;
+
+    // Slow jobs first: 50 ms each, so the prefetch stays at its floor, 2 x 2.
+    let most = std::sync::atomic::AtomicU64::new(0);
+    let slow: Vec<NewJob> = (0..20)
+        .map(|n| NewJob::of(&Nap { n, ms: 50 }).map(|j| j.with_queue(QUEUE)))
+        .collect::<Result<_, _>>()?;
+    client.insert_many(&slow).await?;
+    db.wait_for(QUEUE, Duration::from_secs(20), |s| {
+        most.fetch_max(s.running as u64, std::sync::atomic::Ordering::Relaxed);
+        s.completed == 20
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    let most = most.into_inner();
+    assert!(
+        most <= 6,
+        "2 running and at most 4 on hand, saw {most} leased"
+    );
+
+    // Quick jobs: the mean duration drops to microseconds.
+    let quick: Vec<NewJob> = (100..400)
+        .map(|n| NewJob::of(&Nap { n, ms: 0 }).map(|j| j.with_queue(QUEUE)))
+        .collect::<Result<_, _>>()?;
+    client.insert_many(&quick).await?;
+    db.wait_for(QUEUE, Duration::from_secs(20), |s| s.completed == 320)
+        .await
+        .map_err(anyhow::Error::msg)?;
+
+    // Two long jobs take both slots; behind them, a full batch (100) waits on hand.
+    for n in [1000, 1001] {
+        insert(&client, n, 60_000).await?;
+    }
+    db.wait_for(QUEUE, Duration::from_secs(10), |s| s.running == 2)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let rest: Vec<NewJob> = (2000..2300)
+        .map(|n| NewJob::of(&Nap { n, ms: 0 }).map(|j| j.with_queue(QUEUE)))
+        .collect::<Result<_, _>>()?;
+    client.insert_many(&rest).await?;
+    let stats = db
+        .wait_for(QUEUE, Duration::from_secs(10), |s| s.running == 102)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(
+        stats.available, 200,
+        "no more than a batch on hand: {stats:?}"
+    );
+    handle.shutdown().await;
     Ok(())
 }

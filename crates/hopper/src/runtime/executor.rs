@@ -110,7 +110,9 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                         }
                     }
                 };
-                let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+                let ran = started.elapsed();
+                shared.pace.record(ran);
+                let duration_ms = i64::try_from(ran.as_millis()).unwrap_or(i64::MAX);
                 // A stopped run ends by its reason, whatever a handler that reacted to its
                 // token returned: a shutdown hands the job back without penalty (unless the
                 // work got done), and a cancelled or lost job is no longer ours to report on.

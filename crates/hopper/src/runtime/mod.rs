@@ -9,6 +9,7 @@ mod completer;
 mod config;
 pub(crate) mod executor;
 mod maintenance;
+mod pace;
 mod prefetch;
 mod producer;
 
@@ -51,11 +52,25 @@ pub(crate) struct Shared {
     promote: Arc<Notify>,
     stop_claiming: CancellationToken,
     stop_services: CancellationToken,
+    /// How long this node's jobs take: sizes the default prefetch.
+    pace: pace::Pace,
 }
 
 impl Shared {
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Running>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Jobs to keep on hand beyond the free slots (one queue only): the configured figure,
+    /// or one sized to the pace of the jobs run so far ([`pace::prefetch_for`]).
+    fn prefetch(&self) -> usize {
+        self.config.prefetch.unwrap_or_else(|| {
+            pace::prefetch_for(
+                self.config.concurrency,
+                self.pace.mean(),
+                self.config.claim_batch.max(1),
+            )
+        })
     }
 
     fn running_insert(&self, id: JobId, running: Running) {
@@ -161,6 +176,7 @@ impl Runtime {
             promote: Arc::new(Notify::new()),
             stop_claiming: CancellationToken::new(),
             stop_services: CancellationToken::new(),
+            pace: pace::Pace::default(),
             config: self.config,
         });
         let completer = tokio::spawn(completer::run(

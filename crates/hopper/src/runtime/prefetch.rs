@@ -40,7 +40,6 @@ type Claim = BoxFuture<'static, (usize, Result<Vec<ClaimedJob>>)>;
 
 /// Claims and starts the jobs of `queue` until claiming stops.
 pub(crate) async fn run(shared: Arc<Shared>, queue: String) {
-    let prefetch = shared.config.effective_prefetch();
     let most_in_flight = shared.config.claims_in_flight.max(1);
     let mut ready: VecDeque<ClaimedJob> = VecDeque::new();
     let mut claims: FuturesUnordered<Claim> = FuturesUnordered::new();
@@ -60,6 +59,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String) {
             return release(&shared, ready).await;
         }
         if quiet_until.is_none() {
+            let prefetch = shared.prefetch();
             while claims.len() < most_in_flight {
                 let Some(want) = next_claim(&shared, prefetch, ready.len(), asked, claims.len())
                 else {
@@ -105,7 +105,10 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String) {
 
 /// How many jobs the next claim asks for, if one should start now: a share of what is
 /// missing (free slots + `prefetch` − on hand − asked for), split between the claims that
-/// may be in flight, so that the second claim is not left with the crumbs of the first.
+/// may be in flight, so that the second claim is not left with the crumbs of the first,
+/// but at least half a claim batch while that many are missing (W3, concurrency 50,
+/// prefetch 1,000, alternated: two claims of 525 in flight 59,328 / 49,451 jobs/s, four
+/// of 263 51,462 / 42,663).
 fn next_claim(
     shared: &Shared,
     prefetch: usize,
@@ -116,7 +119,8 @@ fn next_claim(
     let most_in_flight = shared.config.claims_in_flight.max(1);
     let target = shared.slots.available_permits() + prefetch;
     let missing = target.saturating_sub(on_hand + asked);
-    let share = target.div_ceil(most_in_flight).max(1);
+    let least_share = (shared.config.claim_batch.max(1) / 2).min(target);
+    let share = target.div_ceil(most_in_flight).max(least_share).max(1);
     let want = missing.min(share).min(shared.config.claim_batch.max(1));
     // With a claim already in flight, a small one is not worth a commit of its own.
     let least = if in_flight == 0 { 1 } else { share.div_ceil(2) };

@@ -24,7 +24,7 @@ use super::executor::run_job;
 
 pub(crate) async fn run(shared: Arc<Shared>) {
     if let [queue] = shared.config.queues.as_slice()
-        && shared.config.effective_prefetch() > 0
+        && shared.config.prefetch != Some(0)
     {
         let queue = queue.clone();
         return super::prefetch::run(shared, queue).await;
