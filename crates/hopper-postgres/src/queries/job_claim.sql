@@ -89,6 +89,19 @@
 -- FOR UPDATE SKIP LOCKED rolled back, alternated) measured no cost for the bound: 3,677 /
 -- 3,965 / 4,235 tps without it, 4,270 / 3,944 / 3,961 with the head's stand-in. Not
 -- settled: repeat on a quiet machine.
+-- 2026-11-24, session 4 (W3, 100,000 jobs, fresh schema each, alternated; jobs/s):
+--   - the runtime's prefetch sized to the jobs' pace (runtime/pace.rs: a full batch of
+--     1,000 on hand for no-op jobs, two claims of 525 in flight) against the fixed twice
+--     the concurrency, load 3: 40,309 / 43,292 / 48,255 against 32,883 / 31,338 / 31,392;
+--   - LOST again, with large claims: every statement with synchronous_commit = off
+--     (connection option), prefetch 500 and 2 in flight: 42,108 / 28,954 against 46,846 /
+--     33,634; completing by DELETE instead of UPDATE (job_complete_many.sql), load 4-5:
+--     29,230 / 32,449 / 28,809 against 29,640 / 23,383 / 24,812, inside the spread. The
+--     drain is CPU-bound in PostgreSQL: in a system-wide profile the backends took 66% of
+--     both cores and hopper's process 14% (its enqueue included), spread flat over heap
+--     and btree code (no symbol above 3%); per job the claim locks and rewrites the row
+--     and inserts into jobs_pkey and jobs_running_idx, and the outcome rewrites it and
+--     inserts into jobs_pkey again.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
