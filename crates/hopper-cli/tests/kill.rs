@@ -78,6 +78,12 @@ async fn a_drain_killed_with_sigkill_loses_nothing_and_completes_nothing_twice()
         );
     }
     first.kill().await?; // SIGKILL, then reaps it
+    // A claim or an outcome it had sent still runs, and commits, without it: wait for those
+    // before reading what it left (a claim landing after the read would lease a job this
+    // test takes for untouched).
+    db.settle(Duration::from_secs(10))
+        .await
+        .map_err(anyhow::Error::msg)?;
     let running_at_kill: Vec<JobRecord> = bench_jobs(&client)
         .await?
         .into_iter()
@@ -87,11 +93,15 @@ async fn a_drain_killed_with_sigkill_loses_nothing_and_completes_nothing_twice()
         !running_at_kill.is_empty(),
         "no job was running at the kill"
     );
-    // Concurrency 16 plus the default prefetch (twice as many, claimed ahead of free slots;
-    // the claims in flight ask only for what is missing from both together).
+    // Concurrency 16 plus the default prefetch (for 50 ms jobs, its floor: twice as many,
+    // claimed ahead of free slots; the claims in flight ask only for what is missing from
+    // both together), plus jobs that had finished but whose outcome the completer had not
+    // written yet (they still read as running): a loaded machine showed more than 48. A
+    // prefetch that hoarded a claim batch would show about a thousand.
     assert!(
-        running_at_kill.len() <= 48,
-        "more claimed than the concurrency and the prefetch"
+        running_at_kill.len() <= 64,
+        "more claimed than the concurrency and the prefetch: {}",
+        running_at_kill.len()
     );
 
     // A second drain finishes the work, the killed one's jobs included.

@@ -119,6 +119,46 @@ impl TestDatabase {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+
+    /// Waits until no other session runs a statement on this schema, at most `limit`.
+    ///
+    /// A process killed mid-statement leaves its statement running: PostgreSQL finishes it
+    /// (and commits it) before it notices the client is gone. A test that reads the state a
+    /// killed process left behind waits for those first.
+    pub async fn settle(&self, limit: Duration) -> std::result::Result<(), String> {
+        let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        let conn = tokio::spawn(conn);
+        let pattern = format!("%{}.%", self.schema);
+        let start = tokio::time::Instant::now();
+        let result = loop {
+            let busy: i64 = match client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE pid <> pg_backend_pid() AND state <> 'idle' AND query LIKE $1",
+                    &[&pattern],
+                )
+                .await
+            {
+                Ok(row) => row.get(0),
+                Err(e) => break Err(e.to_string()),
+            };
+            if busy == 0 {
+                break Ok(());
+            }
+            if start.elapsed() > limit {
+                break Err(format!(
+                    "{busy} sessions still busy on {} after {limit:?}",
+                    self.schema
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        drop(client);
+        let _ = conn.await;
+        result
+    }
 }
 
 impl Drop for TestDatabase {
