@@ -21,6 +21,7 @@ use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
 pub(crate) mod combine;
 mod fair;
 
+use combine::Handoff;
 use fair::FairLimits;
 
 /// Reads a claimed job from `row`, whose job columns start at `at` (the columns of
@@ -178,18 +179,19 @@ impl PgBackend {
 
     /// Claims from a limited queue, combined with this process's concurrent claims of it
     /// (`combine.rs`: one claim at a time per queue and process, for what all of them
-    /// asked), each as [`Self::claim_limited_alone`] describes.
+    /// asked, the next one starting once the current one has committed), each as
+    /// [`Self::claim_limited_alone`] describes.
     pub(crate) async fn claim_limited(
         &self,
         params: &ClaimParams,
         fair: bool,
     ) -> Result<Vec<ClaimedJob>> {
-        let claim = |limit: u32| {
+        let claim = |limit: u32, handoff: Handoff| {
             let params = ClaimParams {
                 limit,
                 ..params.clone()
             };
-            async move { self.claim_limited_alone(&params, fair).await }
+            async move { self.claim_limited_alone(&params, fair, &handoff).await }
         };
         let release = |jobs: Vec<ClaimedJob>| async move {
             let finishes: Vec<Finish> = jobs.iter().map(|j| Finish::released(j.lease)).collect();
@@ -206,7 +208,11 @@ impl PgBackend {
     /// When the claim was cut short by a limit, arms a local wake-up for when there will
     /// be room again.
     ///
-    /// Two round trips: BEGIN and the lock pipelined, then the claim and COMMIT pipelined.
+    /// The transaction commits without waiting for its WAL flush, so that it holds the
+    /// settings row only while it runs ([`LIMITED_CLAIM`]); `handoff` is passed once it has
+    /// committed, and the jobs are returned only after `job_claim_flush.sql`, pipelined
+    /// behind the COMMIT, has made the claim durable.
+    ///
     /// With groups, the groups come from the process's ring (`fair.rs`); when a claim
     /// from the cached ring came back empty without a limit cutting it, the ring is
     /// reloaded and the claim made once more.
@@ -214,14 +220,20 @@ impl PgBackend {
         &self,
         params: &ClaimParams,
         fair: bool,
+        handoff: &Handoff,
     ) -> Result<Vec<ClaimedJob>> {
         // Failed or cancelled before its COMMIT, the claim leaves its connection inside the
         // transaction: then the connection leaves the pool.
         let client = TxConnection::new(self.client().await?);
-        let (mut jobs, again) = self.claim_limited_on(&client, params, fair).await?;
+        let (mut jobs, again) = self
+            .claim_limited_on(&client, params, fair, handoff)
+            .await?;
         if again {
             self.load_ring(&client, &params.queue).await?;
-            jobs = self.claim_limited_on(&client, params, fair).await?.0;
+            jobs = self
+                .claim_limited_on(&client, params, fair, handoff)
+                .await?
+                .0;
         }
         client.release();
         Ok(jobs)
@@ -240,6 +252,7 @@ impl PgBackend {
         client: &deadpool_postgres::Object,
         params: &ClaimParams,
         fair: bool,
+        handoff: &Handoff,
     ) -> Result<(Vec<ClaimedJob>, bool)> {
         let turns = if fair {
             let take = groups_to_serve(params.limit, true);
@@ -269,9 +282,16 @@ impl PgBackend {
                 bucket: None,
                 at: self.now_or_local(),
             };
-            let claim = self.claim_within(client, params, turns.as_ref(), &limits, params.limit);
+            let claim = self.claim_within(
+                client,
+                params,
+                turns.as_ref(),
+                &limits,
+                params.limit,
+                handoff,
+            );
             let (begun, row, claimed) = tokio::join!(
-                client.batch_execute(GENERIC_PLAN),
+                client.batch_execute(LIMITED_CLAIM),
                 client.query_opt(&lock, &lock_args),
                 claim,
             );
@@ -303,7 +323,7 @@ impl PgBackend {
             Some(done) => done,
             None => {
                 let (begun, row) = tokio::join!(
-                    client.batch_execute(GENERIC_PLAN),
+                    client.batch_execute(LIMITED_CLAIM),
                     client.query_opt(&lock, &lock_args),
                 );
                 begun.map_err(map_pg)?;
@@ -321,7 +341,7 @@ impl PgBackend {
                     .bucket
                     .map_or(params.limit, |b| b.whole().min(params.limit));
                 let claimed = self
-                    .claim_within(client, params, turns.as_ref(), &limits, allowed)
+                    .claim_within(client, params, turns.as_ref(), &limits, allowed, handoff)
                     .await?;
                 (claimed, limits, allowed)
             }
@@ -348,8 +368,9 @@ impl PgBackend {
     }
 
     /// Runs the claim statement of a limited queue (`job_claim_fair.sql` with `turns`, else
-    /// `job_claim_limited.sql`) for up to `allowed` jobs, then COMMIT, in one pipeline, in
-    /// the transaction that locks the settings row (sent behind the lock or after it).
+    /// `job_claim_limited.sql`) for up to `allowed` jobs, then COMMIT, then
+    /// `job_claim_flush.sql`, in one pipeline, in the transaction that locks the settings
+    /// row (sent behind the lock or after it). Passes `handoff` once COMMIT is done.
     async fn claim_within(
         &self,
         client: &deadpool_postgres::Object,
@@ -357,6 +378,7 @@ impl PgBackend {
         turns: Option<&(Turns, bool)>,
         limits: &Limits,
         allowed: u32,
+        handoff: &Handoff,
     ) -> Result<Claimed> {
         let allowed = i64::from(allowed);
         let tokens = limits.bucket.map(|b| b.tokens);
@@ -370,7 +392,7 @@ impl PgBackend {
                 limited: true,
             };
             return self
-                .run_fair(client, params, allowed, turns, fair, false)
+                .run_fair(client, params, allowed, turns, fair, Some(handoff))
                 .await;
         }
         let claim = client
@@ -388,10 +410,18 @@ impl PgBackend {
             &tokens,
             &refill_at,
         ];
-        let (rows, committed) =
-            tokio::join!(client.query(&claim, &args), client.batch_execute("COMMIT"));
+        let flush = client
+            .prepare_cached(&self.inner.queries.job_claim_flush)
+            .await
+            .map_err(map_pg)?;
+        let (rows, committed, flushed) = tokio::join!(
+            client.query(&claim, &args),
+            commit_and_pass(client, handoff),
+            client.execute(&flush, &[]),
+        );
         let rows = rows.map_err(map_pg)?;
         committed.map_err(map_pg)?;
+        flushed.map_err(map_pg)?;
         read_claimed(&rows)
     }
 
@@ -445,6 +475,28 @@ impl PgBackend {
 /// statement's shape, and the LIMITs are small. `SET LOCAL` keeps the setting to this
 /// transaction, so the plain claim, on the same pooled connections, is unaffected.
 const GENERIC_PLAN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
+
+/// Opens the claim transaction of a limited queue: [`GENERIC_PLAN`], and a commit that
+/// does not wait for its WAL flush.
+///
+/// The transaction holds the queue's settings row (`queue_lock.sql`) until it ends; with a
+/// synchronous commit, through the flush, so that the claims of a limited queue, on every
+/// node, could not share flushes: one claim per flush. Committed asynchronously, it lets
+/// the next claim have the row as soon as its commit record is written, and the claim is
+/// made durable before its jobs are handed out by `job_claim_flush.sql`, a synchronous
+/// commit sent behind it on the same connection (see there why that is enough).
+const LIMITED_CLAIM: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
+                             SET LOCAL synchronous_commit = off";
+
+/// COMMIT, then `handoff` passed (the settings row is free: the next claim may lock it).
+pub(super) async fn commit_and_pass(
+    client: &deadpool_postgres::Object,
+    handoff: &Handoff,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    client.batch_execute("COMMIT").await?;
+    handoff.pass();
+    Ok(())
+}
 
 fn lease_ms(lease: Duration) -> i32 {
     i32::try_from(lease.as_millis()).unwrap_or(i32::MAX)

@@ -41,9 +41,15 @@
 --     / 9,492 / 10,940 jobs/s against 22,339 / 25,664 / 8,626 / 11,433 with one, groups
 --     and a limit 19,766 / 13,875 / 7,774 / 7,633 against 17,049 / 21,015 / 9,088 / 9,721
 --     (alternated in one run).
---   - not tried: committing limited claims asynchronously (synchronous_commit = off: the
---     lock would no longer be held through the flush, but a claim lost in a database
---     crash would leave its jobs running uncounted against the limit).
+--   - the claim's transaction committed asynchronously (synchronous_commit = off, so the
+--     settings row is free once the commit record is written, not flushed), the combined
+--     claim's turn passed to the next one at that COMMIT, and the jobs handed out only
+--     after job_claim_flush.sql, a synchronous commit behind it, has flushed the WAL past
+--     the claim (no job runs on a claim a crash could lose; see there): 8 rounds
+--     (2026-11-24 08:54, load 3): limited 0.98 / 1.11 / 0.84 / 1.06 / 1.02 / 1.02 / 0.93
+--     / 0.94 (median 1.00), with groups as well 0.52 / 0.74 / 0.67 / 0.67 / 0.67 / 0.68 /
+--     0.77 / 0.87 (median 0.68), against 0.56 and 0.49 for the tree before, 8 rounds
+--     just before (load 1-3).
 WITH settings AS (
     SELECT max_running,
            CASE WHEN paused OR (rate_limit IS NOT NULL AND $6::float8 IS NULL) THEN 0

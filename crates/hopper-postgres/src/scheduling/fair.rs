@@ -12,7 +12,8 @@ use tokio_postgres::types::ToSql;
 
 use crate::pooled::TxConnection;
 
-use super::{Claimed, GENERIC_PLAN, groups_to_serve, lease_ms, read_claimed};
+use super::combine::Handoff;
+use super::{Claimed, GENERIC_PLAN, commit_and_pass, groups_to_serve, lease_ms, read_claimed};
 use crate::PgBackend;
 use crate::error::map_pg;
 use crate::settings::ring::{self, Turns};
@@ -52,7 +53,7 @@ impl PgBackend {
         let limit = i64::from(params.limit);
         let none = FairLimits::default();
         let claimed = self
-            .run_fair(&client, params, limit, &turns, none, true)
+            .run_fair(&client, params, limit, &turns, none, None)
             .await?;
         if !claimed.jobs.is_empty() || loaded {
             client.release();
@@ -66,7 +67,7 @@ impl PgBackend {
             return Ok(Vec::new());
         }
         let claimed = self
-            .run_fair(&client, params, limit, &turns, none, true)
+            .run_fair(&client, params, limit, &turns, none, None)
             .await?;
         client.release();
         Ok(claimed.jobs)
@@ -111,9 +112,11 @@ impl PgBackend {
     }
 
     /// Runs `job_claim_fair.sql` for up to `allowed` jobs of the groups in `turns`, with a
-    /// ring reload pipelined behind it when the ring is stale, then COMMIT. `begin` opens
-    /// the transaction (with [`GENERIC_PLAN`]) in the same pipeline; without it the caller
-    /// has opened it (the limited claim, after its lock). Moves the cursor to the last
+    /// ring reload pipelined behind it when the ring is stale, then COMMIT. Without
+    /// `limited`, opens the transaction (with [`GENERIC_PLAN`]) in the same pipeline; with
+    /// it, the caller has opened it (the limited claim, with its lock, committing
+    /// asynchronously), `limited` is passed once COMMIT is done, and `job_claim_flush.sql`
+    /// follows in the pipeline to make the claim durable. Moves the cursor to the last
     /// group picked; a claim that got fewer jobs than asked marks the ring stale. A claim
     /// that locked rows it did not take wakes this process's claimers of the queue after
     /// its commit (see `job_claim_fair.sql`).
@@ -124,7 +127,7 @@ impl PgBackend {
         allowed: i64,
         turns: &Turns,
         limits: FairLimits,
-        begin: bool,
+        limited: Option<&Handoff>,
     ) -> Result<Claimed> {
         let q = &self.inner.queries;
         let claim = client
@@ -154,13 +157,21 @@ impl PgBackend {
         let rings = &self.inner.settings.rings;
         let cursor = rings.cursor(&params.queue);
         let reload_args: [&(dyn ToSql + Sync); 3] = [&params.queue, &cursor, &ring::CAP];
-        // Sent in this order when first polled: BEGIN, claim, reload, COMMIT.
-        let (begun, rows, reloaded, committed) = tokio::join!(
+        let flush = match limited {
+            Some(_) => Some(
+                client
+                    .prepare_cached(&q.job_claim_flush)
+                    .await
+                    .map_err(map_pg)?,
+            ),
+            None => None,
+        };
+        // Sent in this order when first polled: BEGIN, claim, reload, COMMIT, flush.
+        let (begun, rows, reloaded, committed, flushed) = tokio::join!(
             async {
-                if begin {
-                    client.batch_execute(GENERIC_PLAN).await
-                } else {
-                    Ok(())
+                match limited {
+                    None => client.batch_execute(GENERIC_PLAN).await,
+                    Some(_) => Ok(()),
                 }
             },
             client.query(&claim, &args),
@@ -171,12 +182,24 @@ impl PgBackend {
                     Ok(None)
                 }
             },
-            client.batch_execute("COMMIT"),
+            async {
+                match limited {
+                    None => client.batch_execute("COMMIT").await,
+                    Some(handoff) => commit_and_pass(client, handoff).await,
+                }
+            },
+            async {
+                match &flush {
+                    Some(flush) => client.execute(flush, &[]).await.map(Some),
+                    None => Ok(None),
+                }
+            },
         );
         begun.map_err(map_pg)?;
         let rows = rows.map_err(map_pg)?;
         let reloaded = reloaded.map_err(map_pg)?;
         committed.map_err(map_pg)?;
+        flushed.map_err(map_pg)?;
         let claimed = read_claimed(&rows)?;
         if claimed.unpicked > 0 {
             // Rows this claim locked but left were skipped by concurrent claims, which may
