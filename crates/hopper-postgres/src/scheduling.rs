@@ -47,31 +47,37 @@ pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
 }
 
 /// What a fair or limited claim statement returned: the jobs, the running count it saw,
-/// the fair claim's next cursor (the last group it picked), and how many rows it locked
-/// without claiming them (released at its commit).
+/// the fair claim's next cursor (the last group it picked), how many rows it locked
+/// without claiming them (released at its commit), and the groups that gave their whole
+/// share (they may have more).
 struct Claimed {
     jobs: Vec<ClaimedJob>,
     running: Option<i64>,
     cursor: Option<String>,
     unpicked: i64,
+    more: Vec<String>,
 }
 
 /// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, next
-/// cursor, rows locked but not claimed, then the job (NULL when nothing was claimed).
+/// cursor, rows locked but not claimed, groups that may have more, then the job (NULL
+/// when nothing was claimed).
 fn read_claimed(rows: &[Row]) -> Result<Claimed> {
     let mut out = Claimed {
         jobs: Vec::with_capacity(rows.len()),
         running: None,
         cursor: None,
         unpicked: 0,
+        more: Vec::new(),
     };
     for row in rows {
         out.running = row.try_get(0).map_err(Error::database)?;
         out.cursor = row.try_get(1).map_err(Error::database)?;
         out.unpicked = row.try_get(2).map_err(Error::database)?;
-        let id: Option<uuid::Uuid> = row.try_get(3).map_err(Error::database)?;
+        let more: Option<Vec<String>> = row.try_get(3).map_err(Error::database)?;
+        out.more = more.unwrap_or_default();
+        let id: Option<uuid::Uuid> = row.try_get(4).map_err(Error::database)?;
         if id.is_some() {
-            out.jobs.push(claimed_job(row, 3)?);
+            out.jobs.push(claimed_job(row, 4)?);
         }
     }
     Ok(out)

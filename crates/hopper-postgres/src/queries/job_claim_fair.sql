@@ -62,6 +62,15 @@
 --     jobs/s 0.67 of plain, rounds 0.47-1.00. What is left was not measured apart; candidates:
 --     the claims in flight reading the same group heads (4 claims x 16 groups, each
 --     stepping over its siblings' rows) and the transaction around the statement.
+--   - the end-of-drain stall remained in about half the runs (the slow mode of the bimodal
+--     rounds, ~9,000 against ~16,000 jobs/s): traced by attempted_at, the last 1-11 jobs
+--     were claimed 1.0 s after the others. The groups run dry unevenly, so a claim whose
+--     other groups were empty came back short though one group still had jobs, and the
+--     runtime took that for a drained queue (its poll interval). Now the statement returns
+--     the groups that gave their whole share (fourth column) and a short claim asks them
+--     for the rest (claim_fair in fair.rs): no stall in 8 traced runs; over 8 rounds
+--     (2026-11-24 09:01, load 4.5) 0.77 / 0.77 / 0.70 / 0.77 / 0.75 / 0.74 / 0.71 / 0.81
+--     (median 0.76) against 0.31-0.88 (median 0.62, half the rounds stalled) just before.
 --   - not tried: exact per-group quotas from Rust (today up to one extra row per group is
 --     locked and released); giving the claims in flight of a process disjoint groups.
 WITH busy AS (
@@ -104,7 +113,7 @@ share AS (
     WHERE room > 0
 ),
 candidates AS (
-    SELECT c.id, t.turn, t.g, c.rn
+    SELECT c.id, t.turn, t.g, c.rn, t.room
     FROM turns AS t,
          LATERAL (
             SELECT j.id, row_number() OVER () AS rn
@@ -164,6 +173,14 @@ bucket AS (
 SELECT (SELECT sum(n) FROM busy)::bigint,
        (SELECT g FROM picked WHERE g IS NOT NULL ORDER BY rn DESC, turn DESC LIMIT 1),
        (SELECT count(*) FROM candidates) - (SELECT count(*) FROM picked WHERE g IS NOT NULL),
+       -- The groups that gave their whole share and have room for more (in turn order):
+       -- they may have more ready jobs. A claim that came back short asks them again.
+       ARRAY(SELECT g
+             FROM candidates
+             GROUP BY g, room
+             HAVING count(*) = (SELECT k FROM share)
+                AND room > (SELECT k FROM share)
+             ORDER BY min(turn)),
        c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true

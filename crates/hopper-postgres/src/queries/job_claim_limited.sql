@@ -16,8 +16,8 @@
 -- queue: its cost is the number of running jobs, not the backlog. Every row carries the
 -- running count (before this claim) first, so the caller knows whether the concurrency
 -- limit cut the claim short; when nothing was claimed, one row comes back with NULL job
--- columns. Columns 2 and 3 (next cursor, rows locked but not claimed) are NULL and 0 here;
--- they match job_claim_fair.sql.
+-- columns. Columns 2, 3 and 4 (next cursor, rows locked but not claimed, groups that may
+-- have more) are NULL, 0 and NULL here; they match job_claim_fair.sql.
 --
 -- Measured with scripts/bench_scheduling.sh (W3 drain, 20,000 no-op jobs, concurrency 50,
 -- a limit of 10,000 that never binds, ratio to the plain queue in the same round; tables in
@@ -106,6 +106,7 @@ bucket AS (
     WHERE name = $1
       AND $6::float8 IS NOT NULL
 )
-SELECT (SELECT n FROM running), NULL::text AS cursor, 0::bigint AS unpicked, c.*
+SELECT (SELECT n FROM running), NULL::text AS cursor, 0::bigint AS unpicked,
+       NULL::text[] AS more, c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true

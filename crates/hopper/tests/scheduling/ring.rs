@@ -84,3 +84,26 @@ async fn a_new_group_is_served_while_the_others_keep_claims_full() -> anyhow::Re
     assert!(inserted.elapsed() < Duration::from_secs(2));
     Ok(())
 }
+
+/// A claim whose other groups ran dry is filled from the groups that still have jobs: the
+/// runtime takes a short claim for a drained queue and stops claiming until its poll
+/// interval, so a short claim while one group still has a backlog would leave workers idle.
+#[tokio::test]
+async fn a_claim_is_filled_from_the_groups_that_still_have_jobs() -> anyhow::Result<()> {
+    let (_db, backend, client) = group_a(20).await?;
+    let others: Vec<NewJob> = ["B", "C", "D"]
+        .into_iter()
+        .map(|g| probe("ring", g, 0).with_group(g))
+        .collect();
+    client.insert_many(&others).await?;
+    // Four groups: a share of 3 each, of which B, C and D have 1; A gives the rest.
+    let labels = claim(&backend, "ring", 12).await?;
+    assert_eq!(labels.len(), 12, "{labels:?}");
+    for g in ["B", "C", "D"] {
+        assert_eq!(labels.iter().filter(|l| *l == g).count(), 1, "{labels:?}");
+    }
+    assert_eq!(labels.iter().filter(|l| *l == "A").count(), 9, "{labels:?}");
+    // What is left of A comes back in full too.
+    assert_eq!(claim(&backend, "ring", 11).await?.len(), 11);
+    Ok(())
+}
