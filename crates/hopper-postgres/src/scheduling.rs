@@ -83,6 +83,18 @@ fn read_claimed(rows: &[Row]) -> Result<Claimed> {
     Ok(out)
 }
 
+/// What one limited claim got, and what its caller should do next.
+#[derive(Default)]
+struct LimitedClaim {
+    jobs: Vec<ClaimedJob>,
+    /// Nothing was claimed from a cached ring although no limit stopped it: reload the
+    /// ring and try again.
+    look_again: bool,
+    /// The claim came back short, not cut by a limit, and these groups gave their whole
+    /// share: ask them for the rest.
+    more: Vec<String>,
+}
+
 /// A limited queue's settings row as `queue_lock.sql` returned it (locked), with the rate
 /// bucket refilled up to the claim's instant.
 struct Limits {
@@ -221,7 +233,9 @@ impl PgBackend {
     ///
     /// With groups, the groups come from the process's ring (`fair.rs`); when a claim
     /// from the cached ring came back empty without a limit cutting it, the ring is
-    /// reloaded and the claim made once more.
+    /// reloaded and the claim made once more; when it came back short without a limit
+    /// cutting it while some groups gave their whole share, those groups are asked for the
+    /// rest (as in `claim_fair`).
     async fn claim_limited_alone(
         &self,
         params: &ClaimParams,
@@ -231,22 +245,42 @@ impl PgBackend {
         // Failed or cancelled before its COMMIT, the claim leaves its connection inside the
         // transaction: then the connection leaves the pool.
         let client = TxConnection::new(self.client().await?);
-        let (mut jobs, again) = self
-            .claim_limited_on(&client, params, fair, handoff)
+        let mut claimed = self
+            .claim_limited_on(&client, params, fair, handoff, None)
             .await?;
-        if again {
+        if claimed.look_again {
             self.load_ring(&client, &params.queue).await?;
-            jobs = self
-                .claim_limited_on(&client, params, fair, handoff)
-                .await?
-                .0;
+            claimed = self
+                .claim_limited_on(&client, params, fair, handoff, None)
+                .await?;
+        }
+        let mut jobs = claimed.jobs;
+        let mut more = claimed.more;
+        while !more.is_empty() {
+            let rest = params
+                .limit
+                .saturating_sub(u32::try_from(jobs.len()).unwrap_or(u32::MAX));
+            if rest == 0 {
+                break;
+            }
+            let params = ClaimParams {
+                limit: rest,
+                ..params.clone()
+            };
+            let claimed = self
+                .claim_limited_on(&client, &params, fair, handoff, Some(more))
+                .await?;
+            if claimed.jobs.is_empty() {
+                break;
+            }
+            jobs.extend(claimed.jobs);
+            more = claimed.more;
         }
         client.release();
         Ok(jobs)
     }
 
-    /// One limited claim; true beside the jobs when nothing was claimed from a cached ring
-    /// although no limit stopped it (the caller reloads the ring and tries again).
+    /// One limited claim, from the groups of the ring or, with `groups`, from those.
     ///
     /// A queue without a rate limit (by the settings cache) is claimed in one round trip:
     /// BEGIN, the lock, the claim and COMMIT pipelined, the claim checking in SQL that the
@@ -259,16 +293,27 @@ impl PgBackend {
         params: &ClaimParams,
         fair: bool,
         handoff: &Handoff,
-    ) -> Result<(Vec<ClaimedJob>, bool)> {
-        let turns = if fair {
-            let take = groups_to_serve(params.limit, true);
-            let (turns, loaded) = self.fair_turns(client, &params.queue, take).await?;
-            if turns.unknown {
-                return Ok((Vec::new(), false));
+        groups: Option<Vec<String>>,
+    ) -> Result<LimitedClaim> {
+        let turns = match (fair, groups) {
+            (false, _) => None,
+            (true, None) => {
+                let take = groups_to_serve(params.limit, true);
+                let (turns, loaded) = self.fair_turns(client, &params.queue, take).await?;
+                if turns.unknown {
+                    return Ok(LimitedClaim::default());
+                }
+                Some((turns, loaded))
             }
-            Some((turns, loaded))
-        } else {
-            None
+            (true, Some(groups)) => {
+                let turns = Turns {
+                    groups,
+                    stray: Vec::new(),
+                    stale: false,
+                    unknown: false,
+                };
+                Some((turns, true))
+            }
         };
         let q = &self.inner.queries;
         let lock = client.prepare_cached(&q.queue_lock).await.map_err(map_pg)?;
@@ -307,11 +352,11 @@ impl PgBackend {
             let Some(row) = row else {
                 // The settings row is gone (never happens through hopper): nothing limits it.
                 self.inner.settings.invalidate();
-                return Ok((Vec::new(), false));
+                return Ok(LimitedClaim::default());
             };
             let locked = Limits::read(&row)?;
             if locked.paused {
-                return Ok((Vec::new(), false));
+                return Ok(LimitedClaim::default());
             }
             // job_claim_limited.sql reads the concurrency limit from the row itself;
             // job_claim_fair.sql checks the ones it was given against it.
@@ -336,12 +381,12 @@ impl PgBackend {
                 let Some(row) = row.map_err(map_pg)? else {
                     client.batch_execute("COMMIT").await.map_err(map_pg)?;
                     self.inner.settings.invalidate();
-                    return Ok((Vec::new(), false));
+                    return Ok(LimitedClaim::default());
                 };
                 let limits = Limits::read(&row)?;
                 if limits.paused {
                     client.batch_execute("COMMIT").await.map_err(map_pg)?;
-                    return Ok((Vec::new(), false));
+                    return Ok(LimitedClaim::default());
                 }
                 let allowed = limits
                     .bucket
@@ -370,7 +415,16 @@ impl PgBackend {
         let look_again = turns
             .as_ref()
             .is_some_and(|(_, loaded)| !loaded && n == 0 && allowed > 0 && !at_max);
-        Ok((claimed.jobs, look_again))
+        let more = if n < allowed && !at_max {
+            claimed.more
+        } else {
+            Vec::new()
+        };
+        Ok(LimitedClaim {
+            jobs: claimed.jobs,
+            look_again,
+            more,
+        })
     }
 
     /// Runs the claim statement of a limited queue (`job_claim_fair.sql` with `turns`, else

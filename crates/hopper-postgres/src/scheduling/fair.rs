@@ -72,7 +72,7 @@ impl PgBackend {
         // may have more. Ask them for the rest: the runtime takes a short claim for a
         // drained queue and stops claiming until its poll interval (traced at the end of
         // a W3 drain: the last 1-11 jobs claimed 1 s late in half the runs). Each pass
-        // claims at least one job per group asked, so this ends.
+        // claims at least one job, or the loop ends.
         let mut jobs = claimed.jobs;
         let mut more = claimed.more;
         while !more.is_empty() {
@@ -89,6 +89,9 @@ impl PgBackend {
             let claimed = self
                 .run_fair(&client, params, rest, &turns, none, None)
                 .await?;
+            if claimed.jobs.is_empty() {
+                break;
+            }
             jobs.extend(claimed.jobs);
             more = claimed.more;
         }
