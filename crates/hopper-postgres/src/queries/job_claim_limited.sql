@@ -50,6 +50,11 @@
 --     / 0.94 (median 1.00), with groups as well 0.52 / 0.74 / 0.67 / 0.67 / 0.67 / 0.68 /
 --     0.77 / 0.87 (median 0.68), against 0.56 and 0.49 for the tree before, 8 rounds
 --     just before (load 1-3).
+--   - LOST again with the asynchronous commit: two combined claims under way per process
+--     (combine.rs, the second waiting for the row in the database instead of a round trip
+--     after the first's COMMIT), 4 x 2 rounds alternated with one (2026-11-24 09:12, load
+--     4-5): limited median 0.90 against 1.00 with one, groups and a limit 0.67 against
+--     0.76. The claims get smaller, and the row is busy anyway.
 WITH settings AS (
     SELECT max_running,
            CASE WHEN paused OR (rate_limit IS NOT NULL AND $6::float8 IS NULL) THEN 0
