@@ -71,8 +71,15 @@
 --     for the rest (claim_fair in fair.rs): no stall in 8 traced runs; over 8 rounds
 --     (2026-11-24 09:01, load 4.5) 0.77 / 0.77 / 0.70 / 0.77 / 0.75 / 0.74 / 0.71 / 0.81
 --     (median 0.76) against 0.31-0.88 (median 0.62, half the rounds stalled) just before.
---   - not tried: exact per-group quotas from Rust (today up to one extra row per group is
---     locked and released); giving the claims in flight of a process disjoint groups.
+--   - LOST: exact per-group shares ($3 split evenly over the groups with room, the first
+--     ones in turn order one more: no row locked without a turn, no wake-ups), 4 x 2
+--     rounds alternated with the ceil shares above (2026-11-24 09:17, load 3.5-4):
+--     grouped 0.69 / 0.37 / 0.70 / 0.34 / 0.74 / 0.69 / 0.83 / 0.40 against 0.84 / 0.73 /
+--     0.74 / 0.81 / 0.75 / 0.63 / 0.70 / 0.75; the three low rounds look like the idle
+--     poll interval again (a short claim: with exact shares, any group with fewer jobs
+--     than its share cuts the claim, where the ceil shares' spare rows filled in), not
+--     traced further; the others no better.
+--   - not tried: giving the claims in flight of a process disjoint groups.
 WITH busy AS (
     -- Running jobs per group, counted only when a limit needs them (a one-time filter:
     -- the statement without limits never reads them). jobs_running_idx holds only
