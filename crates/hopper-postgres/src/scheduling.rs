@@ -526,18 +526,28 @@ impl PgBackend {
     }
 }
 
-/// Opens the claim transaction of a fair or limited queue with a generic plan.
+/// Sent before a fair claim of a queue without limits, and [`GENERIC_PLAN_OFF`] after it
+/// in the same pipeline: the claim runs with a generic plan.
 ///
 /// Left to itself, PostgreSQL plans these statements anew for every execution (their
 /// custom plans look cheaper than the generic one), and planning the fair claim's
 /// recursive CTE costs more than running it (measured: 3-6 ms against about 1 ms). The
 /// generic plan is the one wanted anyway: every scan is an index range scan fixed by the
-/// statement's shape, and the LIMITs are small. `SET LOCAL` keeps the setting to this
-/// transaction, so the plain claim, on the same pooled connections, is unaffected.
-const GENERIC_PLAN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
+/// statement's shape, and the LIMITs are small.
+///
+/// The claim runs as a statement of its own, not in a transaction block (`BEGIN; SET
+/// LOCAL …` then COMMIT, until 2026-11-24), so that its row locks end with it rather than
+/// when the client's COMMIT reaches the server (measured in `job_claim_fair.sql`). The
+/// RESET keeps the plain claim, on the same pooled connections, unaffected; a claim that
+/// fails or is cancelled before it leaves its connection out of the pool (`TxConnection`).
+pub(super) const GENERIC_PLAN_ON: &str = "SET plan_cache_mode = force_generic_plan";
 
-/// Opens the claim transaction of a limited queue: [`GENERIC_PLAN`], and a commit that
-/// does not wait for its WAL flush.
+/// Sent after a fair claim of a queue without limits (see [`GENERIC_PLAN_ON`]).
+pub(super) const GENERIC_PLAN_OFF: &str = "RESET plan_cache_mode";
+
+/// Opens the claim transaction of a limited queue: a generic plan ([`GENERIC_PLAN_ON`]),
+/// kept to the transaction by `SET LOCAL`, and a commit that does not wait for its WAL
+/// flush.
 ///
 /// The transaction holds the queue's settings row (`queue_lock.sql`) until it ends; with a
 /// synchronous commit, through the flush, so that the claims of a limited queue, on every

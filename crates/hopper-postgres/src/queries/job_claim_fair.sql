@@ -41,7 +41,7 @@
 -- concurrency 50, ratio to the plain queue in the same round; docs/benchmarks.md has the
 -- tables; this shared 2-core machine moves single rounds by up to 2x):
 --   - planned per execution: 3-6 ms of planning per claim for ~1 ms of work -> generic
---     plan (GENERIC_PLAN in scheduling.rs);
+--     plan (GENERIC_PLAN_ON and LIMITED_CLAIM in scheduling.rs);
 --   - picked ids joined to the table: the generic plan hashed a sequential scan (14 ms
 --     per claim) -> `id = ANY (ARRAY(...))` (0.9 ms);
 --   - the ring walked inside every claim (a recursive loose index scan: 2 probes per
@@ -79,6 +79,14 @@
 --     poll interval again (a short claim: with exact shares, any group with fewer jobs
 --     than its share cuts the claim, where the ceil shares' spare rows filled in), not
 --     traced further; the others no better.
+--   - the claim of a queue without limits as a statement of its own (SET plan_cache_mode,
+--     the claim, RESET: its locks end with it) instead of in a transaction block (BEGIN;
+--     SET LOCAL, the claim, COMMIT: locks held until the client's COMMIT arrives; wait
+--     events sampled in a drain showed the claim's backend in ClientRead for ~1/4 of its
+--     samples), 7 x 2 rounds alternated (2026-11-24 09:22, load 4-4.5): 0.81 / 0.89 / 0.72
+--     / 0.64 / 0.62 / 0.77 / 1.18 / 1.12 / 1.09 / 0.85 / 0.78 / 0.85 / 0.64 / 0.86 (median
+--     0.83, sum of jobs/s 0.83) against 0.71 / 0.58 / 0.77 / 0.69 / 0.71 / 0.74 / 0.69 /
+--     0.86 / 0.70 / 0.66 / 1.08 / 0.74 / 0.65 / 0.66 (median 0.71, sum 0.72).
 --   - not tried: giving the claims in flight of a process disjoint groups.
 WITH busy AS (
     -- Running jobs per group, counted only when a limit needs them (a one-time filter:

@@ -75,7 +75,7 @@ running AS (
 -- afterwards; rows locked but not claimed are unlocked at commit, and no other claimer of
 -- this queue runs meanwhile (they wait for the settings row).
 -- The UPDATE finds the picked rows by `id = ANY (ARRAY(…))`, a primary-key probe per row
--- whatever the estimates: as a join, the generic plan (see GENERIC_PLAN in scheduling.rs)
+-- whatever the estimates: as a join, the generic plan (see LIMITED_CLAIM in scheduling.rs)
 -- guessed hundreds of rows and hashed a sequential scan of the whole table.
 picked AS (
     SELECT id

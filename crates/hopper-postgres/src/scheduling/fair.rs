@@ -13,7 +13,10 @@ use tokio_postgres::types::ToSql;
 use crate::pooled::TxConnection;
 
 use super::combine::Handoff;
-use super::{Claimed, GENERIC_PLAN, commit_and_pass, groups_to_serve, lease_ms, read_claimed};
+use super::{
+    Claimed, GENERIC_PLAN_OFF, GENERIC_PLAN_ON, commit_and_pass, groups_to_serve, lease_ms,
+    read_claimed,
+};
 use crate::PgBackend;
 use crate::error::map_pg;
 use crate::settings::ring::{self, Turns};
@@ -38,8 +41,8 @@ pub(super) struct FairLimits {
 impl PgBackend {
     /// Claims from a queue with groups and no limits: `job_claim_fair.sql`, no lock.
     ///
-    /// One round trip, like the plain claim (the transaction that forces a generic plan,
-    /// the claim, a ring reload when due and the COMMIT are pipelined), plus one to load
+    /// One round trip, like the plain claim (the SET that forces a generic plan, the
+    /// claim, a ring reload when due and the RESET are pipelined), plus one to load
     /// the ring when this process has none or its groups had nothing left, and one more
     /// when the claim came back short while some groups gave their whole share.
     pub(crate) async fn claim_fair(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
@@ -138,11 +141,12 @@ impl PgBackend {
     }
 
     /// Runs `job_claim_fair.sql` for up to `allowed` jobs of the groups in `turns`, with a
-    /// ring reload pipelined behind it when the ring is stale, then COMMIT. Without
-    /// `limited`, opens the transaction (with [`GENERIC_PLAN`]) in the same pipeline; with
-    /// it, the caller has opened it (the limited claim, with its lock, committing
-    /// asynchronously), `limited` is passed once COMMIT is done, and `job_claim_flush.sql`
-    /// follows in the pipeline to make the claim durable. Moves the cursor to the last
+    /// ring reload pipelined behind it when the ring is stale. Without `limited`, the claim
+    /// is a statement of its own between [`GENERIC_PLAN_ON`] and [`GENERIC_PLAN_OFF`], in
+    /// the same pipeline; with it, the caller has opened the transaction (the limited
+    /// claim, with its lock, committing asynchronously), COMMIT follows the claim,
+    /// `limited` is passed once it is done, and `job_claim_flush.sql` follows in the
+    /// pipeline to make the claim durable. Moves the cursor to the last
     /// group picked; a claim that got fewer jobs than asked marks the ring stale. A claim
     /// that locked rows it did not take wakes this process's claimers of the queue after
     /// its commit (see `job_claim_fair.sql`).
@@ -192,11 +196,12 @@ impl PgBackend {
             ),
             None => None,
         };
-        // Sent in this order when first polled: BEGIN, claim, reload, COMMIT, flush.
+        // Sent in this order when first polled: SET, claim, reload, RESET; or claim, reload,
+        // COMMIT, flush.
         let (begun, rows, reloaded, committed, flushed) = tokio::join!(
             async {
                 match limited {
-                    None => client.batch_execute(GENERIC_PLAN).await,
+                    None => client.batch_execute(GENERIC_PLAN_ON).await,
                     Some(_) => Ok(()),
                 }
             },
@@ -210,7 +215,7 @@ impl PgBackend {
             },
             async {
                 match limited {
-                    None => client.batch_execute("COMMIT").await,
+                    None => client.batch_execute(GENERIC_PLAN_OFF).await,
                     Some(handoff) => commit_and_pass(client, handoff).await,
                 }
             },
