@@ -70,7 +70,9 @@
 --     the groups that gave their whole share (fourth column) and a short claim asks them
 --     for the rest (claim_fair in fair.rs): no stall in 8 traced runs; over 8 rounds
 --     (2026-11-24 09:01, load 4.5) 0.77 / 0.77 / 0.70 / 0.77 / 0.75 / 0.74 / 0.71 / 0.81
---     (median 0.76) against 0.31-0.88 (median 0.62, half the rounds stalled) just before.
+--     (median 0.76) against 0.28-0.71 (median 0.47, half the rounds stalled) in the 8
+--     rounds just before (not alternated; alternated later, the tree before this and the
+--     next change against both: 0.34 / 0.76, docs/benchmarks.md).
 --   - LOST: exact per-group shares ($3 split evenly over the groups with room, the first
 --     ones in turn order one more: no row locked without a turn, no wake-ups), 4 x 2
 --     rounds alternated with the ceil shares above (2026-11-24 09:17, load 3.5-4):

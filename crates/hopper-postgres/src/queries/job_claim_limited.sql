@@ -45,11 +45,18 @@
 --     settings row is free once the commit record is written, not flushed), the combined
 --     claim's turn passed to the next one at that COMMIT, and the jobs handed out only
 --     after job_claim_flush.sql, a synchronous commit behind it, has flushed the WAL past
---     the claim (no job runs on a claim a crash could lose; see there): 8 rounds
---     (2026-11-24 08:54, load 3): limited 0.98 / 1.11 / 0.84 / 1.06 / 1.02 / 1.02 / 0.93
---     / 0.94 (median 1.00), with groups as well 0.52 / 0.74 / 0.67 / 0.67 / 0.67 / 0.68 /
---     0.77 / 0.87 (median 0.68), against 0.56 and 0.49 for the tree before, 8 rounds
---     just before (load 1-3).
+--     the claim (no job runs on a claim a crash could lose; see there). First measured
+--     8 rounds after 8 of the tree before (2026-11-24 08:46 / 08:54, not alternated):
+--     limited median 0.56 -> 1.00, with groups 0.49 -> 0.68; but alternated later the two
+--     builds were close (09:34-09:38, 4 x 2 rounds each, plain, limited and both: limited
+--     1.00 / 1.04 before / after at load 2-3, 1.07 / 0.86 with two pgbench sessions
+--     committing inserts beside, both 0.86 / 0.87 and 0.86 / 0.60, the latter with the
+--     grouped end-of-drain stall that 60a4031 and cd806c0 removed), so the first pair
+--     mostly measured the machine. With every later change in place, the synchronous
+--     commit put back alone (the flush statement made a SELECT 1; 09:40-09:42, 4 x 2
+--     rounds alternated): limited 0.96 / 0.90 asynchronous / synchronous, both 0.69 /
+--     0.66, with pgbench committing beside; 1.03 / 0.95 and 0.80 / 0.74 without (medians;
+--     sums alike). Kept: a few percent, more when commits are slow.
 --   - LOST again with the asynchronous commit: two combined claims under way per process
 --     (combine.rs, the second waiting for the row in the database instead of a round trip
 --     after the first's COMMIT), 4 x 2 rounds alternated with one (2026-11-24 09:12, load
