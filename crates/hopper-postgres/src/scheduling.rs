@@ -21,6 +21,7 @@ use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
 pub(crate) mod combine;
 mod fair;
 
+use combine::Handoff;
 use fair::FairLimits;
 
 /// Reads a claimed job from `row`, whose job columns start at `at` (the columns of
@@ -46,34 +47,52 @@ pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
 }
 
 /// What a fair or limited claim statement returned: the jobs, the running count it saw,
-/// the fair claim's next cursor (the last group it picked), and how many rows it locked
-/// without claiming them (released at its commit).
+/// the fair claim's next cursor (the last group it picked), how many rows it locked
+/// without claiming them (released at its commit), and the groups that gave their whole
+/// share (they may have more).
 struct Claimed {
     jobs: Vec<ClaimedJob>,
     running: Option<i64>,
     cursor: Option<String>,
     unpicked: i64,
+    more: Vec<String>,
 }
 
 /// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, next
-/// cursor, rows locked but not claimed, then the job (NULL when nothing was claimed).
+/// cursor, rows locked but not claimed, groups that may have more, then the job (NULL
+/// when nothing was claimed).
 fn read_claimed(rows: &[Row]) -> Result<Claimed> {
     let mut out = Claimed {
         jobs: Vec::with_capacity(rows.len()),
         running: None,
         cursor: None,
         unpicked: 0,
+        more: Vec::new(),
     };
     for row in rows {
         out.running = row.try_get(0).map_err(Error::database)?;
         out.cursor = row.try_get(1).map_err(Error::database)?;
         out.unpicked = row.try_get(2).map_err(Error::database)?;
-        let id: Option<uuid::Uuid> = row.try_get(3).map_err(Error::database)?;
+        let more: Option<Vec<String>> = row.try_get(3).map_err(Error::database)?;
+        out.more = more.unwrap_or_default();
+        let id: Option<uuid::Uuid> = row.try_get(4).map_err(Error::database)?;
         if id.is_some() {
-            out.jobs.push(claimed_job(row, 3)?);
+            out.jobs.push(claimed_job(row, 4)?);
         }
     }
     Ok(out)
+}
+
+/// What one limited claim got, and what its caller should do next.
+#[derive(Default)]
+struct LimitedClaim {
+    jobs: Vec<ClaimedJob>,
+    /// Nothing was claimed from a cached ring although no limit stopped it: reload the
+    /// ring and try again.
+    look_again: bool,
+    /// The claim came back short, not cut by a limit, and these groups gave their whole
+    /// share: ask them for the rest.
+    more: Vec<String>,
 }
 
 /// A limited queue's settings row as `queue_lock.sql` returned it (locked), with the rate
@@ -178,18 +197,19 @@ impl PgBackend {
 
     /// Claims from a limited queue, combined with this process's concurrent claims of it
     /// (`combine.rs`: one claim at a time per queue and process, for what all of them
-    /// asked), each as [`Self::claim_limited_alone`] describes.
+    /// asked, the next one starting once the current one has committed), each as
+    /// [`Self::claim_limited_alone`] describes.
     pub(crate) async fn claim_limited(
         &self,
         params: &ClaimParams,
         fair: bool,
     ) -> Result<Vec<ClaimedJob>> {
-        let claim = |limit: u32| {
+        let claim = |limit: u32, handoff: Handoff| {
             let params = ClaimParams {
                 limit,
                 ..params.clone()
             };
-            async move { self.claim_limited_alone(&params, fair).await }
+            async move { self.claim_limited_alone(&params, fair, &handoff).await }
         };
         let release = |jobs: Vec<ClaimedJob>| async move {
             let finishes: Vec<Finish> = jobs.iter().map(|j| Finish::released(j.lease)).collect();
@@ -206,29 +226,61 @@ impl PgBackend {
     /// When the claim was cut short by a limit, arms a local wake-up for when there will
     /// be room again.
     ///
-    /// Two round trips: BEGIN and the lock pipelined, then the claim and COMMIT pipelined.
+    /// The transaction commits without waiting for its WAL flush, so that it holds the
+    /// settings row only while it runs ([`LIMITED_CLAIM`]); `handoff` is passed once it has
+    /// committed, and the jobs are returned only after `job_claim_flush.sql`, pipelined
+    /// behind the COMMIT, has made the claim durable.
+    ///
     /// With groups, the groups come from the process's ring (`fair.rs`); when a claim
     /// from the cached ring came back empty without a limit cutting it, the ring is
-    /// reloaded and the claim made once more.
+    /// reloaded and the claim made once more; when it came back short without a limit
+    /// cutting it while some groups gave their whole share, those groups are asked for the
+    /// rest (as in `claim_fair`).
     async fn claim_limited_alone(
         &self,
         params: &ClaimParams,
         fair: bool,
+        handoff: &Handoff,
     ) -> Result<Vec<ClaimedJob>> {
         // Failed or cancelled before its COMMIT, the claim leaves its connection inside the
         // transaction: then the connection leaves the pool.
         let client = TxConnection::new(self.client().await?);
-        let (mut jobs, again) = self.claim_limited_on(&client, params, fair).await?;
-        if again {
+        let mut claimed = self
+            .claim_limited_on(&client, params, fair, handoff, None)
+            .await?;
+        if claimed.look_again {
             self.load_ring(&client, &params.queue).await?;
-            jobs = self.claim_limited_on(&client, params, fair).await?.0;
+            claimed = self
+                .claim_limited_on(&client, params, fair, handoff, None)
+                .await?;
+        }
+        let mut jobs = claimed.jobs;
+        let mut more = claimed.more;
+        while !more.is_empty() {
+            let rest = params
+                .limit
+                .saturating_sub(u32::try_from(jobs.len()).unwrap_or(u32::MAX));
+            if rest == 0 {
+                break;
+            }
+            let params = ClaimParams {
+                limit: rest,
+                ..params.clone()
+            };
+            let claimed = self
+                .claim_limited_on(&client, &params, fair, handoff, Some(more))
+                .await?;
+            if claimed.jobs.is_empty() {
+                break;
+            }
+            jobs.extend(claimed.jobs);
+            more = claimed.more;
         }
         client.release();
         Ok(jobs)
     }
 
-    /// One limited claim; true beside the jobs when nothing was claimed from a cached ring
-    /// although no limit stopped it (the caller reloads the ring and tries again).
+    /// One limited claim, from the groups of the ring or, with `groups`, from those.
     ///
     /// A queue without a rate limit (by the settings cache) is claimed in one round trip:
     /// BEGIN, the lock, the claim and COMMIT pipelined, the claim checking in SQL that the
@@ -240,16 +292,28 @@ impl PgBackend {
         client: &deadpool_postgres::Object,
         params: &ClaimParams,
         fair: bool,
-    ) -> Result<(Vec<ClaimedJob>, bool)> {
-        let turns = if fair {
-            let take = groups_to_serve(params.limit, true);
-            let (turns, loaded) = self.fair_turns(client, &params.queue, take).await?;
-            if turns.unknown {
-                return Ok((Vec::new(), false));
+        handoff: &Handoff,
+        groups: Option<Vec<String>>,
+    ) -> Result<LimitedClaim> {
+        let turns = match (fair, groups) {
+            (false, _) => None,
+            (true, None) => {
+                let take = groups_to_serve(params.limit, true);
+                let (turns, loaded) = self.fair_turns(client, &params.queue, take).await?;
+                if turns.unknown {
+                    return Ok(LimitedClaim::default());
+                }
+                Some((turns, loaded))
             }
-            Some((turns, loaded))
-        } else {
-            None
+            (true, Some(groups)) => {
+                let turns = Turns {
+                    groups,
+                    stray: Vec::new(),
+                    stale: false,
+                    unknown: false,
+                };
+                Some((turns, true))
+            }
         };
         let q = &self.inner.queries;
         let lock = client.prepare_cached(&q.queue_lock).await.map_err(map_pg)?;
@@ -269,9 +333,16 @@ impl PgBackend {
                 bucket: None,
                 at: self.now_or_local(),
             };
-            let claim = self.claim_within(client, params, turns.as_ref(), &limits, params.limit);
+            let claim = self.claim_within(
+                client,
+                params,
+                turns.as_ref(),
+                &limits,
+                params.limit,
+                handoff,
+            );
             let (begun, row, claimed) = tokio::join!(
-                client.batch_execute(GENERIC_PLAN),
+                client.batch_execute(LIMITED_CLAIM),
                 client.query_opt(&lock, &lock_args),
                 claim,
             );
@@ -281,11 +352,11 @@ impl PgBackend {
             let Some(row) = row else {
                 // The settings row is gone (never happens through hopper): nothing limits it.
                 self.inner.settings.invalidate();
-                return Ok((Vec::new(), false));
+                return Ok(LimitedClaim::default());
             };
             let locked = Limits::read(&row)?;
             if locked.paused {
-                return Ok((Vec::new(), false));
+                return Ok(LimitedClaim::default());
             }
             // job_claim_limited.sql reads the concurrency limit from the row itself;
             // job_claim_fair.sql checks the ones it was given against it.
@@ -303,25 +374,25 @@ impl PgBackend {
             Some(done) => done,
             None => {
                 let (begun, row) = tokio::join!(
-                    client.batch_execute(GENERIC_PLAN),
+                    client.batch_execute(LIMITED_CLAIM),
                     client.query_opt(&lock, &lock_args),
                 );
                 begun.map_err(map_pg)?;
                 let Some(row) = row.map_err(map_pg)? else {
                     client.batch_execute("COMMIT").await.map_err(map_pg)?;
                     self.inner.settings.invalidate();
-                    return Ok((Vec::new(), false));
+                    return Ok(LimitedClaim::default());
                 };
                 let limits = Limits::read(&row)?;
                 if limits.paused {
                     client.batch_execute("COMMIT").await.map_err(map_pg)?;
-                    return Ok((Vec::new(), false));
+                    return Ok(LimitedClaim::default());
                 }
                 let allowed = limits
                     .bucket
                     .map_or(params.limit, |b| b.whole().min(params.limit));
                 let claimed = self
-                    .claim_within(client, params, turns.as_ref(), &limits, allowed)
+                    .claim_within(client, params, turns.as_ref(), &limits, allowed, handoff)
                     .await?;
                 (claimed, limits, allowed)
             }
@@ -344,12 +415,22 @@ impl PgBackend {
         let look_again = turns
             .as_ref()
             .is_some_and(|(_, loaded)| !loaded && n == 0 && allowed > 0 && !at_max);
-        Ok((claimed.jobs, look_again))
+        let more = if n < allowed && !at_max {
+            claimed.more
+        } else {
+            Vec::new()
+        };
+        Ok(LimitedClaim {
+            jobs: claimed.jobs,
+            look_again,
+            more,
+        })
     }
 
     /// Runs the claim statement of a limited queue (`job_claim_fair.sql` with `turns`, else
-    /// `job_claim_limited.sql`) for up to `allowed` jobs, then COMMIT, in one pipeline, in
-    /// the transaction that locks the settings row (sent behind the lock or after it).
+    /// `job_claim_limited.sql`) for up to `allowed` jobs, then COMMIT, then
+    /// `job_claim_flush.sql`, in one pipeline, in the transaction that locks the settings
+    /// row (sent behind the lock or after it). Passes `handoff` once COMMIT is done.
     async fn claim_within(
         &self,
         client: &deadpool_postgres::Object,
@@ -357,6 +438,7 @@ impl PgBackend {
         turns: Option<&(Turns, bool)>,
         limits: &Limits,
         allowed: u32,
+        handoff: &Handoff,
     ) -> Result<Claimed> {
         let allowed = i64::from(allowed);
         let tokens = limits.bucket.map(|b| b.tokens);
@@ -370,7 +452,7 @@ impl PgBackend {
                 limited: true,
             };
             return self
-                .run_fair(client, params, allowed, turns, fair, false)
+                .run_fair(client, params, allowed, turns, fair, Some(handoff))
                 .await;
         }
         let claim = client
@@ -388,10 +470,18 @@ impl PgBackend {
             &tokens,
             &refill_at,
         ];
-        let (rows, committed) =
-            tokio::join!(client.query(&claim, &args), client.batch_execute("COMMIT"));
+        let flush = client
+            .prepare_cached(&self.inner.queries.job_claim_flush)
+            .await
+            .map_err(map_pg)?;
+        let (rows, committed, flushed) = tokio::join!(
+            client.query(&claim, &args),
+            commit_and_pass(client, handoff),
+            client.execute(&flush, &[]),
+        );
         let rows = rows.map_err(map_pg)?;
         committed.map_err(map_pg)?;
+        flushed.map_err(map_pg)?;
         read_claimed(&rows)
     }
 
@@ -436,15 +526,47 @@ impl PgBackend {
     }
 }
 
-/// Opens the claim transaction of a fair or limited queue with a generic plan.
+/// Sent before a fair claim of a queue without limits, and [`GENERIC_PLAN_OFF`] after it
+/// in the same pipeline: the claim runs with a generic plan.
 ///
 /// Left to itself, PostgreSQL plans these statements anew for every execution (their
 /// custom plans look cheaper than the generic one), and planning the fair claim's
 /// recursive CTE costs more than running it (measured: 3-6 ms against about 1 ms). The
 /// generic plan is the one wanted anyway: every scan is an index range scan fixed by the
-/// statement's shape, and the LIMITs are small. `SET LOCAL` keeps the setting to this
-/// transaction, so the plain claim, on the same pooled connections, is unaffected.
-const GENERIC_PLAN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
+/// statement's shape, and the LIMITs are small.
+///
+/// The claim runs as a statement of its own, not in a transaction block (`BEGIN; SET
+/// LOCAL …` then COMMIT, until 2026-11-24), so that its row locks end with it rather than
+/// when the client's COMMIT reaches the server (measured in `job_claim_fair.sql`). The
+/// RESET keeps the plain claim, on the same pooled connections, unaffected; a claim that
+/// fails or is cancelled before it leaves its connection out of the pool (`TxConnection`).
+pub(super) const GENERIC_PLAN_ON: &str = "SET plan_cache_mode = force_generic_plan";
+
+/// Sent after a fair claim of a queue without limits (see [`GENERIC_PLAN_ON`]).
+pub(super) const GENERIC_PLAN_OFF: &str = "RESET plan_cache_mode";
+
+/// Opens the claim transaction of a limited queue: a generic plan ([`GENERIC_PLAN_ON`]),
+/// kept to the transaction by `SET LOCAL`, and a commit that does not wait for its WAL
+/// flush.
+///
+/// The transaction holds the queue's settings row (`queue_lock.sql`) until it ends; with a
+/// synchronous commit, through the flush, so that the claims of a limited queue, on every
+/// node, could not share flushes: one claim per flush. Committed asynchronously, it lets
+/// the next claim have the row as soon as its commit record is written, and the claim is
+/// made durable before its jobs are handed out by `job_claim_flush.sql`, a synchronous
+/// commit sent behind it on the same connection (see there why that is enough).
+const LIMITED_CLAIM: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
+                             SET LOCAL synchronous_commit = off";
+
+/// COMMIT, then `handoff` passed (the settings row is free: the next claim may lock it).
+pub(super) async fn commit_and_pass(
+    client: &deadpool_postgres::Object,
+    handoff: &Handoff,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    client.batch_execute("COMMIT").await?;
+    handoff.pass();
+    Ok(())
+}
 
 fn lease_ms(lease: Duration) -> i32 {
     i32::try_from(lease.as_millis()).unwrap_or(i32::MAX)

@@ -41,7 +41,7 @@
 -- concurrency 50, ratio to the plain queue in the same round; docs/benchmarks.md has the
 -- tables; this shared 2-core machine moves single rounds by up to 2x):
 --   - planned per execution: 3-6 ms of planning per claim for ~1 ms of work -> generic
---     plan (GENERIC_PLAN in scheduling.rs);
+--     plan (GENERIC_PLAN_ON and LIMITED_CLAIM in scheduling.rs);
 --   - picked ids joined to the table: the generic plan hashed a sequential scan (14 ms
 --     per claim) -> `id = ANY (ARRAY(...))` (0.9 ms);
 --   - the ring walked inside every claim (a recursive loose index scan: 2 probes per
@@ -62,8 +62,34 @@
 --     jobs/s 0.67 of plain, rounds 0.47-1.00. What is left was not measured apart; candidates:
 --     the claims in flight reading the same group heads (4 claims x 16 groups, each
 --     stepping over its siblings' rows) and the transaction around the statement.
---   - not tried: exact per-group quotas from Rust (today up to one extra row per group is
---     locked and released); giving the claims in flight of a process disjoint groups.
+--   - the end-of-drain stall remained in about half the runs (the slow mode of the bimodal
+--     rounds, ~9,000 against ~16,000 jobs/s): traced by attempted_at, the last 1-11 jobs
+--     were claimed 1.0 s after the others. The groups run dry unevenly, so a claim whose
+--     other groups were empty came back short though one group still had jobs, and the
+--     runtime took that for a drained queue (its poll interval). Now the statement returns
+--     the groups that gave their whole share (fourth column) and a short claim asks them
+--     for the rest (claim_fair in fair.rs): no stall in 8 traced runs; over 8 rounds
+--     (2026-11-24 09:01, load 4.5) 0.77 / 0.77 / 0.70 / 0.77 / 0.75 / 0.74 / 0.71 / 0.81
+--     (median 0.76) against 0.28-0.71 (median 0.47, half the rounds stalled) in the 8
+--     rounds just before (not alternated; alternated later, the tree before this and the
+--     next change against both: 0.34 / 0.76, docs/benchmarks.md).
+--   - LOST: exact per-group shares ($3 split evenly over the groups with room, the first
+--     ones in turn order one more: no row locked without a turn, no wake-ups), 4 x 2
+--     rounds alternated with the ceil shares above (2026-11-24 09:17, load 3.5-4):
+--     grouped 0.69 / 0.37 / 0.70 / 0.34 / 0.74 / 0.69 / 0.83 / 0.40 against 0.84 / 0.73 /
+--     0.74 / 0.81 / 0.75 / 0.63 / 0.70 / 0.75; the three low rounds look like the idle
+--     poll interval again (a short claim: with exact shares, any group with fewer jobs
+--     than its share cuts the claim, where the ceil shares' spare rows filled in), not
+--     traced further; the others no better.
+--   - the claim of a queue without limits as a statement of its own (SET plan_cache_mode,
+--     the claim, RESET: its locks end with it) instead of in a transaction block (BEGIN;
+--     SET LOCAL, the claim, COMMIT: locks held until the client's COMMIT arrives; wait
+--     events sampled in a drain showed the claim's backend in ClientRead for ~1/4 of its
+--     samples), 7 x 2 rounds alternated (2026-11-24 09:22, load 4-4.5): 0.81 / 0.89 / 0.72
+--     / 0.64 / 0.62 / 0.77 / 1.18 / 1.12 / 1.09 / 0.85 / 0.78 / 0.85 / 0.64 / 0.86 (median
+--     0.83, sum of jobs/s 0.83) against 0.71 / 0.58 / 0.77 / 0.69 / 0.71 / 0.74 / 0.69 /
+--     0.86 / 0.70 / 0.66 / 1.08 / 0.74 / 0.65 / 0.66 (median 0.71, sum 0.72).
+--   - not tried: giving the claims in flight of a process disjoint groups.
 WITH busy AS (
     -- Running jobs per group, counted only when a limit needs them (a one-time filter:
     -- the statement without limits never reads them). jobs_running_idx holds only
@@ -104,7 +130,7 @@ share AS (
     WHERE room > 0
 ),
 candidates AS (
-    SELECT c.id, t.turn, t.g, c.rn
+    SELECT c.id, t.turn, t.g, c.rn, t.room
     FROM turns AS t,
          LATERAL (
             SELECT j.id, row_number() OVER () AS rn
@@ -164,6 +190,14 @@ bucket AS (
 SELECT (SELECT sum(n) FROM busy)::bigint,
        (SELECT g FROM picked WHERE g IS NOT NULL ORDER BY rn DESC, turn DESC LIMIT 1),
        (SELECT count(*) FROM candidates) - (SELECT count(*) FROM picked WHERE g IS NOT NULL),
+       -- The groups that gave their whole share and have room for more (in turn order):
+       -- they may have more ready jobs. A claim that came back short asks them again.
+       ARRAY(SELECT g
+             FROM candidates
+             GROUP BY g, room
+             HAVING count(*) = (SELECT k FROM share)
+                AND room > (SELECT k FROM share)
+             ORDER BY min(turn)),
        c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true

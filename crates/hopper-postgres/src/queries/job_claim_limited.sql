@@ -16,8 +16,8 @@
 -- queue: its cost is the number of running jobs, not the backlog. Every row carries the
 -- running count (before this claim) first, so the caller knows whether the concurrency
 -- limit cut the claim short; when nothing was claimed, one row comes back with NULL job
--- columns. Columns 2 and 3 (next cursor, rows locked but not claimed) are NULL and 0 here;
--- they match job_claim_fair.sql.
+-- columns. Columns 2, 3 and 4 (next cursor, rows locked but not claimed, groups that may
+-- have more) are NULL, 0 and NULL here; they match job_claim_fair.sql.
 --
 -- Measured with scripts/bench_scheduling.sh (W3 drain, 20,000 no-op jobs, concurrency 50,
 -- a limit of 10,000 that never binds, ratio to the plain queue in the same round; tables in
@@ -41,9 +41,27 @@
 --     / 9,492 / 10,940 jobs/s against 22,339 / 25,664 / 8,626 / 11,433 with one, groups
 --     and a limit 19,766 / 13,875 / 7,774 / 7,633 against 17,049 / 21,015 / 9,088 / 9,721
 --     (alternated in one run).
---   - not tried: committing limited claims asynchronously (synchronous_commit = off: the
---     lock would no longer be held through the flush, but a claim lost in a database
---     crash would leave its jobs running uncounted against the limit).
+--   - the claim's transaction committed asynchronously (synchronous_commit = off, so the
+--     settings row is free once the commit record is written, not flushed), the combined
+--     claim's turn passed to the next one at that COMMIT, and the jobs handed out only
+--     after job_claim_flush.sql, a synchronous commit behind it, has flushed the WAL past
+--     the claim (no job runs on a claim a crash could lose; see there). First measured
+--     8 rounds after 8 of the tree before (2026-11-24 08:46 / 08:54, not alternated):
+--     limited median 0.56 -> 1.00, with groups 0.49 -> 0.68; but alternated later the two
+--     builds were close (09:34-09:38, 4 x 2 rounds each, plain, limited and both: limited
+--     1.00 / 1.04 before / after at load 2-3, 1.07 / 0.86 with two pgbench sessions
+--     committing inserts beside, both 0.86 / 0.87 and 0.86 / 0.60, the latter with the
+--     grouped end-of-drain stall that 60a4031 and cd806c0 removed), so the first pair
+--     mostly measured the machine. With every later change in place, the synchronous
+--     commit put back alone (the flush statement made a SELECT 1; 09:40-09:42, 4 x 2
+--     rounds alternated): limited 0.96 / 0.90 asynchronous / synchronous, both 0.69 /
+--     0.66, with pgbench committing beside; 1.03 / 0.95 and 0.80 / 0.74 without (medians;
+--     sums alike). Kept: a few percent, more when commits are slow.
+--   - LOST again with the asynchronous commit: two combined claims under way per process
+--     (combine.rs, the second waiting for the row in the database instead of a round trip
+--     after the first's COMMIT), 4 x 2 rounds alternated with one (2026-11-24 09:12, load
+--     4-5): limited median 0.90 against 1.00 with one, groups and a limit 0.67 against
+--     0.76. The claims get smaller, and the row is busy anyway.
 WITH settings AS (
     SELECT max_running,
            CASE WHEN paused OR (rate_limit IS NOT NULL AND $6::float8 IS NULL) THEN 0
@@ -64,7 +82,7 @@ running AS (
 -- afterwards; rows locked but not claimed are unlocked at commit, and no other claimer of
 -- this queue runs meanwhile (they wait for the settings row).
 -- The UPDATE finds the picked rows by `id = ANY (ARRAY(…))`, a primary-key probe per row
--- whatever the estimates: as a join, the generic plan (see GENERIC_PLAN in scheduling.rs)
+-- whatever the estimates: as a join, the generic plan (see LIMITED_CLAIM in scheduling.rs)
 -- guessed hundreds of rows and hashed a sequential scan of the whole table.
 picked AS (
     SELECT id
@@ -100,6 +118,7 @@ bucket AS (
     WHERE name = $1
       AND $6::float8 IS NOT NULL
 )
-SELECT (SELECT n FROM running), NULL::text AS cursor, 0::bigint AS unpicked, c.*
+SELECT (SELECT n FROM running), NULL::text AS cursor, 0::bigint AS unpicked,
+       NULL::text[] AS more, c.*
 FROM (VALUES (1)) AS one
 LEFT JOIN claimed AS c ON true

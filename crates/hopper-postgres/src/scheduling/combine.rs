@@ -12,6 +12,12 @@
 //! Only claims of the same queue, node and lease combine. A leader that fails hands the
 //! others nothing: they claim again themselves. A leader dropped mid-claim (its caller
 //! gave up) passes the turn on; its followers start over.
+//!
+//! A leader may pass the turn on before it is done ([`Handoff::pass`]): the limited claim
+//! does once its transaction has committed (and released the settings row), while it waits
+//! for that commit to be flushed. Combining only saves locks and commits; the limits are
+//! kept by the settings row, so two claims of one process under way at once are as safe as
+//! two processes'.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -59,7 +65,7 @@ impl std::fmt::Debug for Combiner {
     }
 }
 
-/// Held by the leader: when it goes (done or dropped), the next waiter leads.
+/// Held by the leader: when it goes (done, dropped or passed on), the next waiter leads.
 struct Leading {
     turns: Arc<Mutex<HashMap<Key, Turn>>>,
     key: Key,
@@ -84,6 +90,19 @@ impl Drop for Leading {
     }
 }
 
+/// The leader's turn, handed to its claim: [`Handoff::pass`] lets the next claim start
+/// before this one is done. Passed at the latest when the leader finishes.
+#[derive(Clone, Default)]
+pub(crate) struct Handoff(Arc<Mutex<Option<Leading>>>);
+
+impl Handoff {
+    /// Lets the next waiting claim lead now. Later calls do nothing.
+    pub(crate) fn pass(&self) {
+        let leading = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(leading);
+    }
+}
+
 impl Combiner {
     /// Claims `params.limit` jobs with `claim`, combined with this process's concurrent
     /// claims of the same queue (see the module docs). `release` hands back jobs whose
@@ -95,7 +114,7 @@ impl Combiner {
         release: R,
     ) -> Result<Vec<ClaimedJob>>
     where
-        C: Fn(u32) -> F,
+        C: Fn(u32, Handoff) -> F,
         F: Future<Output = Result<Vec<ClaimedJob>>>,
         R: FnOnce(Vec<ClaimedJob>) -> G,
         G: Future<Output = ()>,
@@ -119,19 +138,21 @@ impl Combiner {
             match rx.await {
                 Ok(Reply::Jobs(jobs)) => return Ok(jobs),
                 Ok(Reply::Lead(followers)) => break followers,
-                Ok(Reply::Alone) => return claim(params.limit).await,
+                Ok(Reply::Alone) => return claim(params.limit, Handoff::default()).await,
                 // The leader was dropped before answering: start over.
                 Err(_) => continue,
             }
         };
-        let _leading = Leading {
+        let handoff = Handoff(Arc::new(Mutex::new(Some(Leading {
             turns: self.turns.clone(),
             key,
-        };
+        }))));
         let total = followers
             .iter()
             .fold(params.limit, |sum, w| sum.saturating_add(w.want));
-        let mut jobs = match claim(total).await {
+        let claimed = claim(total, handoff.clone()).await;
+        handoff.pass();
+        let mut jobs = match claimed {
             Ok(jobs) => jobs.into_iter(),
             Err(e) => {
                 for w in followers {

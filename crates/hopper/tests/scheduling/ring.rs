@@ -84,3 +84,70 @@ async fn a_new_group_is_served_while_the_others_keep_claims_full() -> anyhow::Re
     assert!(inserted.elapsed() < Duration::from_secs(2));
     Ok(())
 }
+
+/// A claim whose other groups ran dry is filled from the groups that still have jobs: the
+/// runtime takes a short claim for a drained queue and stops claiming until its poll
+/// interval, so a short claim while one group still has a backlog would leave workers idle.
+#[tokio::test]
+async fn a_claim_is_filled_from_the_groups_that_still_have_jobs() -> anyhow::Result<()> {
+    let (_db, backend, client) = group_a(20).await?;
+    let others: Vec<NewJob> = ["B", "C", "D"]
+        .into_iter()
+        .map(|g| probe("ring", g, 0).with_group(g))
+        .collect();
+    client.insert_many(&others).await?;
+    // Four groups: a share of 3 each, of which B, C and D have 1; A gives the rest.
+    let labels = claim(&backend, "ring", 12).await?;
+    assert_eq!(labels.len(), 12, "{labels:?}");
+    for g in ["B", "C", "D"] {
+        assert_eq!(labels.iter().filter(|l| *l == g).count(), 1, "{labels:?}");
+    }
+    assert_eq!(labels.iter().filter(|l| *l == "A").count(), 9, "{labels:?}");
+    // What is left of A comes back in full too.
+    assert_eq!(claim(&backend, "ring", 11).await?.len(), 11);
+    Ok(())
+}
+
+/// The fair claim forces a generic plan for itself and the limited claim commits
+/// asynchronously (then waits for a synchronous flush): neither setting outlives the claim
+/// on its pooled connection, where the plain claim runs next.
+#[tokio::test]
+async fn claims_leave_their_connection_as_they_found_it() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    client.limit("ring-limited", Some(100), None).await?;
+    for queue in ["ring", "ring-limited"] {
+        let jobs: Vec<NewJob> = (0..4)
+            .map(|_| probe(queue, "A", 0).with_group("A"))
+            .collect();
+        client.insert_many(&jobs).await?;
+    }
+    // A backend connected now reads both queues' settings (grouped; grouped and limited)
+    // before its first claim.
+    let backend = hopper::PgBackend::connect(
+        db.url(),
+        hopper::PgOptions {
+            schema: db.schema().to_owned(),
+            pool_size: 1,
+            clock: Arc::new(hopper::SystemClock),
+        },
+    )
+    .await?;
+    let backend: Arc<dyn Backend> = Arc::new(backend);
+    assert_eq!(claim(&backend, "ring", 2).await?.len(), 2);
+    assert_eq!(claim(&backend, "ring-limited", 2).await?.len(), 2);
+    let pg = backend
+        .as_any()
+        .downcast_ref::<hopper::PgBackend>()
+        .expect("a PostgreSQL backend");
+    let conn = pg.pool().get().await?;
+    let row = conn
+        .query_one(
+            "SELECT current_setting('plan_cache_mode'), current_setting('synchronous_commit')",
+            &[],
+        )
+        .await?;
+    assert_eq!(row.get::<_, String>(0), "auto");
+    assert_eq!(row.get::<_, String>(1), "on");
+    Ok(())
+}

@@ -1,0 +1,17 @@
+-- Makes a limited claim durable before its jobs are handed out: sent on the claim's
+-- connection right behind the COMMIT of its transaction, which commits without waiting for
+-- the WAL flush (LIMITED_CLAIM in scheduling.rs), so that the queue's settings row is held
+-- only while the claim runs, not through the flush.
+--
+-- A transactional logical message is the smallest write that takes a transaction id, so
+-- this statement's own commit is synchronous: it returns once the WAL is flushed up to its
+-- commit record, which comes after the claim's (same connection, later), so the claim is
+-- flushed too. Until then the claim is visible but not durable; a claimer that saw it (the
+-- next holder of the settings row, counting its jobs as running) commits after it in the
+-- WAL, so a crash that loses the claim loses that claimer's too, and neither process has
+-- started a job: the running jobs the database remembers never exceed the limit. (With
+-- synchronous replication the flush waits for the standby as any commit does.) The message
+-- goes nowhere unless a logical decoding slot reads it; its prefix says where it came
+-- from. pg_logical_emit_message is executable by every role and works at wal_level
+-- replica.
+SELECT pg_logical_emit_message(true, 'hopper_claim', '')
