@@ -45,10 +45,10 @@ pub struct RuntimeConfig {
     /// Claims a runtime serving one queue keeps in flight at once (at least 1). While one
     /// claim waits for its commit, the next is already running: the database works on
     /// both at once (two cores, one group commit), which a single claim loop cannot use.
-    /// Each claim asks for an equal share of what is missing, but for at least half a
-    /// `claim_batch` while that many are missing: with a large prefetch, two claims of 500
-    /// drain faster than four of 250 (fewer claims stepping over each other's locked
-    /// rows). Default: 4.
+    /// Each claim asks for an equal share of what is missing, but for at least a whole
+    /// `claim_batch` while that many are missing: with a large prefetch, one claim of 1,000
+    /// drains faster than two of 500, and two faster than four of 250 (fewer claims
+    /// stepping over each other's locked rows). Default: 4.
     pub claims_in_flight: usize,
     /// Most outcomes written in one statement. Default: 1,000.
     pub complete_batch: usize,
