@@ -254,28 +254,20 @@ impl PgBackend {
                 .claim_limited_on(&client, params, fair, handoff, None)
                 .await?;
         }
-        let mut jobs = claimed.jobs;
-        let mut more = claimed.more;
-        while !more.is_empty() {
-            let rest = params
-                .limit
-                .saturating_sub(u32::try_from(jobs.len()).unwrap_or(u32::MAX));
-            if rest == 0 {
-                break;
-            }
+        let conn = &client;
+        let jobs = fair::top_up(params.limit, claimed.jobs, claimed.more, |rest, groups| {
             let params = ClaimParams {
                 limit: rest,
                 ..params.clone()
             };
-            let claimed = self
-                .claim_limited_on(&client, &params, fair, handoff, Some(more))
-                .await?;
-            if claimed.jobs.is_empty() {
-                break;
+            async move {
+                let claimed = self
+                    .claim_limited_on(conn, &params, fair, handoff, Some(groups))
+                    .await?;
+                Ok((claimed.jobs, claimed.more))
             }
-            jobs.extend(claimed.jobs);
-            more = claimed.more;
-        }
+        })
+        .await?;
         client.release();
         Ok(jobs)
     }

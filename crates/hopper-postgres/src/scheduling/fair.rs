@@ -71,33 +71,23 @@ impl PgBackend {
                 .run_fair(&client, params, limit, &turns, none, None)
                 .await?;
         }
-        // Short, though some groups gave their whole share: the others ran dry, and those
-        // may have more. Ask them for the rest: the runtime takes a short claim for a
-        // drained queue and stops claiming until its poll interval (traced at the end of
-        // a W3 drain: the last 1-11 jobs claimed 1 s late in half the runs). Each pass
-        // claims at least one job, or the loop ends.
-        let mut jobs = claimed.jobs;
-        let mut more = claimed.more;
-        while !more.is_empty() {
-            let rest = limit - i64::try_from(jobs.len()).unwrap_or(i64::MAX);
-            if rest <= 0 {
-                break;
-            }
+        let conn = &client;
+        let jobs = top_up(params.limit, claimed.jobs, claimed.more, |rest, groups| {
             let turns = Turns {
-                groups: more,
+                groups,
                 stray: Vec::new(),
                 stale: false,
                 unknown: false,
             };
-            let claimed = self
-                .run_fair(&client, params, rest, &turns, none, None)
-                .await?;
-            if claimed.jobs.is_empty() {
-                break;
+            async move {
+                let rest = i64::from(rest);
+                let claimed = self
+                    .run_fair(conn, params, rest, &turns, none, None)
+                    .await?;
+                Ok((claimed.jobs, claimed.more))
             }
-            jobs.extend(claimed.jobs);
-            more = claimed.more;
-        }
+        })
+        .await?;
         client.release();
         Ok(jobs)
     }
@@ -249,4 +239,36 @@ impl PgBackend {
         }
         Ok(claimed)
     }
+}
+
+/// Tops up a fair claim that came back short though some groups gave their whole share
+/// (`more`): the others ran dry, and those may have more. The runtime takes a short claim
+/// for a drained queue and stops claiming until its poll interval (traced at the end of a
+/// W3 drain: the last 1-11 jobs claimed 1 s late in half the runs), so `claim` asks those
+/// groups for the rest of `want`, again while it comes back with groups that gave their
+/// whole share. Each pass claims at least one job, or the loop ends. Shared by the fair
+/// claim and the limited fair claim (`scheduling.rs`).
+pub(super) async fn top_up<F, Fut>(
+    want: u32,
+    mut jobs: Vec<ClaimedJob>,
+    mut more: Vec<String>,
+    mut claim: F,
+) -> Result<Vec<ClaimedJob>>
+where
+    F: FnMut(u32, Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<ClaimedJob>, Vec<String>)>>,
+{
+    while !more.is_empty() {
+        let rest = want.saturating_sub(u32::try_from(jobs.len()).unwrap_or(u32::MAX));
+        if rest == 0 {
+            break;
+        }
+        let (got, next) = claim(rest, more).await?;
+        if got.is_empty() {
+            break;
+        }
+        jobs.extend(got);
+        more = next;
+    }
+    Ok(jobs)
 }
