@@ -68,8 +68,8 @@ fn runtime(client: &Client, concurrency: usize, latencies: Option<Arc<Latencies>
     Runtime::new(client.backend().clone(), workers, config)
 }
 
-/// A count from the environment (the adapter's `tuned` variant sets them); unset or not a
-/// number: none.
+/// A count from the environment (`HOPPER_PREFETCH`, `HOPPER_CLAIMS_IN_FLIGHT`: for tuning
+/// runs, set by a variant in `adapter.json`); unset or not a number: none.
 fn env_count(name: &str) -> Option<usize> {
     std::env::var(name).ok()?.trim().parse().ok()
 }

@@ -43,6 +43,14 @@ impl Worker for Napper {
     }
 }
 
+/// Workers running [`Napper`], and the list of the jobs it started.
+fn nappers() -> (Workers, Arc<Mutex<Vec<u64>>>) {
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let mut workers = Workers::new();
+    workers.register(Napper(started.clone()));
+    (workers, started)
+}
+
 async fn insert(client: &Client, n: u64, ms: u64) -> anyhow::Result<JobId> {
     Ok(client
         .insert(NewJob::of(&Nap { n, ms })?.with_queue(QUEUE))
@@ -66,9 +74,7 @@ async fn jobs_on_hand_are_released_at_shutdown_without_using_an_attempt() -> any
     for n in 0..20 {
         insert(&client, n, 400).await?;
     }
-    let started = Arc::new(Mutex::new(Vec::new()));
-    let mut workers = Workers::new();
-    workers.register(Napper(started.clone()));
+    let (workers, started) = nappers();
     let handle = Runtime::new(db.backend(), workers, config(2, 4))
         .start()
         .await?;
@@ -107,9 +113,7 @@ async fn jobs_on_hand_are_released_at_shutdown_without_using_an_attempt() -> any
 async fn a_job_cancelled_while_on_hand_never_starts() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let client = Client::new(db.backend());
-    let started = Arc::new(Mutex::new(Vec::new()));
-    let mut workers = Workers::new();
-    workers.register(Napper(started.clone()));
+    let (workers, started) = nappers();
     let handle = Runtime::new(db.backend(), workers, config(1, 2))
         .start()
         .await?;
@@ -147,9 +151,7 @@ async fn a_job_cancelled_while_on_hand_never_starts() -> anyhow::Result<()> {
 async fn the_default_prefetch_follows_the_pace_of_the_jobs() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let client = Client::new(db.backend());
-    let started = Arc::new(Mutex::new(Vec::new()));
-    let mut workers = Workers::new();
-    workers.register(Napper(started.clone()));
+    let (workers, _started) = nappers();
     let config = RuntimeConfig {
         prefetch: None,
         claim_batch: 100,
