@@ -10,6 +10,8 @@
 //! - [`scheduling`]: queue settings (pause, global limits), unique-key policies and
 //!   periodic entries;
 //! - [`clock`]: injectable time ([`Clock`]), so tests never sleep for a lease to expire;
+//! - [`pace`]: how long a node's jobs take, and how many to hold ahead of its free slots
+//!   (the runtime's prefetch, the server's extra credit);
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
 
 pub mod backend;
@@ -17,6 +19,7 @@ pub mod clock;
 pub mod error;
 pub mod job;
 pub mod lease;
+pub mod pace;
 pub mod scheduling;
 
 pub use backend::{

@@ -188,6 +188,7 @@ mod tests {
                 kinds: Some(vec!["email".into()]),
                 queues: None,
                 concurrency: Some(4),
+                prefetch: Some(400),
                 batch: true,
             },
             Request::Submit {

@@ -133,6 +133,12 @@ pub enum Request {
         /// with it. Absent: 1.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         concurrency: Option<u32>,
+        /// Workers: the most orders it holds beyond its concurrency, to start as slots free.
+        /// The server sends fewer while the worker's jobs are slow: as many as its slots start
+        /// in 10 ms at the mean duration its outcomes report. Absent: 0, never more orders
+        /// outstanding than `concurrency`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefetch: Option<u32>,
         /// The peer reads `orders` (several jobs in one push). Absent: false, and every
         /// job comes in an `order` of its own.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hopper_core::pace::{Pace, prefetch_for};
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wakeup};
 use hopper_protocol::{
     ErrorCode, FinishResult, LeaseRef, OutcomeItem, Reply, Request, Role, VERSION, decode_request,
@@ -71,6 +72,11 @@ pub(crate) struct Peer {
     pub kinds: Option<HashSet<String>>,
     pub queues: Vec<String>,
     pub concurrency: usize,
+    /// The most orders it holds beyond `concurrency` (its hello's `prefetch`).
+    pub prefetch: usize,
+    /// The mean duration of its jobs, from the outcomes it reports: sizes the credit it is
+    /// granted beyond its concurrency.
+    pub pace: Pace,
     pub held: HashMap<JobId, Held>,
     pub last_seen: Instant,
     /// Said bye: no more orders.
@@ -80,12 +86,19 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// Orders it can take now.
+    /// Orders it can take now: its concurrency, plus what it holds ahead of its slots when
+    /// it announced a prefetch (as many as its slots start in 10 ms at the pace of its jobs,
+    /// [`hopper_core::pace::prefetch_for`], at most the prefetch it announced), minus the
+    /// orders it holds.
     pub fn free(&self) -> usize {
         if self.role != Role::Worker || self.leaving {
             return 0;
         }
-        self.concurrency.saturating_sub(self.held.len())
+        let ahead = match self.prefetch {
+            0 => 0,
+            most => prefetch_for(self.concurrency, self.pace.mean(), most).min(most),
+        };
+        (self.concurrency + ahead).saturating_sub(self.held.len())
     }
 
     pub fn takes(&self, queue: &str, kind: &str) -> bool {
@@ -298,6 +311,7 @@ impl Core {
                 kinds,
                 queues,
                 concurrency,
+                prefetch,
                 batch,
             } => {
                 let hello = Hello {
@@ -309,6 +323,7 @@ impl Core {
                     kinds,
                     queues,
                     concurrency,
+                    prefetch,
                     batch,
                 };
                 self.on_hello(peer, hello, now);
@@ -371,6 +386,11 @@ impl Core {
             let message = format!("concurrency {concurrency} is over the limit of 10000");
             return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
         }
+        let prefetch = hello.prefetch.unwrap_or(0);
+        if prefetch > 10_000 {
+            let message = format!("prefetch {prefetch} is over the limit of 10000");
+            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
+        }
         let name = hello.name.unwrap_or_else(|| hex(&peer));
         for q in &queues {
             self.hot.entry(q.clone()).or_insert(true);
@@ -383,6 +403,8 @@ impl Core {
             kinds: None,
             queues: Vec::new(),
             concurrency: 0,
+            prefetch: 0,
+            pace: Pace::default(),
             held: HashMap::new(),
             last_seen: now,
             leaving: false,
@@ -393,10 +415,11 @@ impl Core {
         entry.kinds = kinds;
         entry.queues = queues;
         entry.concurrency = concurrency as usize;
+        entry.prefetch = prefetch as usize;
         entry.last_seen = now;
         entry.leaving = false;
         entry.batch = hello.batch;
-        tracing::info!(peer = %hex(&peer), name = %entry.name, role = ?entry.role, queues = ?entry.queues, concurrency, "peer said hello");
+        tracing::info!(peer = %hex(&peer), name = %entry.name, role = ?entry.role, queues = ?entry.queues, concurrency, prefetch, "peer said hello");
         let welcome = Reply::Welcome {
             req: hello.req,
             version: VERSION,
@@ -755,6 +778,7 @@ struct Hello {
     kinds: Option<Vec<String>>,
     queues: Option<Vec<String>>,
     concurrency: Option<u32>,
+    prefetch: Option<u32>,
     batch: bool,
 }
 

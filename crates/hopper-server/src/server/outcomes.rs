@@ -34,10 +34,16 @@ impl Core {
     pub(super) fn take_finish(&mut self, peer: &PeerId, item: OutcomeItem) -> Finish {
         let (id, attempt) = item.lease();
         self.saw(id);
-        let counted = self
-            .peers
-            .get_mut(peer)
-            .and_then(|p| p.held.remove(&id))
+        let p = self.peers.get_mut(peer);
+        let ran = ran(&item);
+        let counted = p
+            .and_then(|p| {
+                let held = p.held.remove(&id)?;
+                if let Some(ran) = ran {
+                    p.pace.record(ran);
+                }
+                Some(held)
+            })
             .map_or(1, |h| h.counted_attempt);
         Finish {
             lease: Lease {
@@ -46,6 +52,19 @@ impl Core {
             },
             outcome: outcome(item, counted),
         }
+    }
+}
+
+/// How long the job of an outcome ran, for the worker's pace: the reported whole
+/// milliseconds plus half of one, since a job of 0.9 ms reports 0 (so the mean is not
+/// biased low); a negative figure counts as 0. `None` for outcomes of jobs that did not run (snoozed, released).
+fn ran(item: &OutcomeItem) -> Option<Duration> {
+    match item {
+        OutcomeItem::Completed { duration_ms, .. } | OutcomeItem::Failed { duration_ms, .. } => {
+            let ms = u64::try_from(*duration_ms).unwrap_or(0);
+            Some(Duration::from_millis(ms) + Duration::from_micros(500))
+        }
+        OutcomeItem::Snoozed { .. } | OutcomeItem::Released { .. } => None,
     }
 }
 

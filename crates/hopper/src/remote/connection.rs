@@ -37,6 +37,7 @@ pub(super) struct HelloInfo {
     pub kinds: Option<Vec<String>>,
     pub queues: Option<Vec<String>>,
     pub concurrency: Option<u32>,
+    pub prefetch: Option<u32>,
 }
 
 /// A transient error: the caller may retry.
@@ -58,6 +59,7 @@ fn hello(shared: &Shared, req: u64) -> Request {
         kinds: info.kinds,
         queues: info.queues,
         concurrency: info.concurrency,
+        prefetch: info.prefetch,
         batch: true,
     }
 }

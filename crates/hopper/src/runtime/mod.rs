@@ -9,7 +9,6 @@ mod completer;
 mod config;
 pub(crate) mod executor;
 mod maintenance;
-mod pace;
 mod prefetch;
 mod producer;
 
@@ -53,7 +52,7 @@ pub(crate) struct Shared {
     stop_claiming: CancellationToken,
     stop_services: CancellationToken,
     /// How long this node's jobs take: sizes the default prefetch.
-    pace: pace::Pace,
+    pace: hopper_core::pace::Pace,
 }
 
 impl Shared {
@@ -62,10 +61,10 @@ impl Shared {
     }
 
     /// Jobs to keep on hand beyond the free slots (one queue only): the configured figure,
-    /// or one sized to the pace of the jobs run so far ([`pace::prefetch_for`]).
+    /// or one sized to the pace of the jobs run so far ([`hopper_core::pace::prefetch_for`]).
     fn prefetch(&self) -> usize {
         self.config.prefetch.unwrap_or_else(|| {
-            pace::prefetch_for(
+            hopper_core::pace::prefetch_for(
                 self.config.concurrency,
                 self.pace.mean(),
                 self.config.claim_batch.max(1),
@@ -176,7 +175,7 @@ impl Runtime {
             promote: Arc::new(Notify::new()),
             stop_claiming: CancellationToken::new(),
             stop_services: CancellationToken::new(),
-            pace: pace::Pace::default(),
+            pace: hopper_core::pace::Pace::default(),
             config: self.config,
         });
         let completer = tokio::spawn(completer::run(

@@ -2,7 +2,7 @@
 //! several claims in flight.
 //!
 //! Besides the running jobs it keeps up to `prefetch` claimed jobs on hand (by default as
-//! many as its slots start in 10 ms at the jobs' pace, [`super::pace`]), and up to
+//! many as its slots start in 10 ms at the jobs' pace, [`hopper_core::pace`]), and up to
 //! `claims_in_flight` claims running at once, each asking for a share of what is missing
 //! (free slots + prefetch − on hand − already asked for). Jobs on hand start as slots free
 //! up while claims are in flight: claiming overlaps running, each claim (one commit, one

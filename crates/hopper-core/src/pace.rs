@@ -1,4 +1,5 @@
-//! How long this node's jobs take, and the prefetch that follows from it.
+//! How long a node's jobs take, and the prefetch that follows from it: the runtime's default
+//! prefetch, and the extra credit `hopper serve` grants a remote worker that announced one.
 //!
 //! A node that runs jobs of a few microseconds drains fastest with large claims (one commit
 //! for hundreds of jobs, measured on W3 in docs/benchmarks.md), while a node that runs jobs
@@ -11,19 +12,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long the last job on hand may wait for a slot, at the measured pace.
-pub(crate) const HORIZON: Duration = Duration::from_millis(10);
+pub const HORIZON: Duration = Duration::from_millis(10);
 
 /// The mean duration of the jobs this node ran: an exponentially weighted mean (each job
 /// weighs 1/16), so it follows a change of workload within a few dozen jobs.
 #[derive(Debug, Default)]
-pub(crate) struct Pace {
+pub struct Pace {
     /// Nanoseconds; 0 until a job has run.
     mean_ns: AtomicU64,
 }
 
 impl Pace {
     /// Counts one job that ran for `ran`.
-    pub(crate) fn record(&self, ran: Duration) {
+    pub fn record(&self, ran: Duration) {
         let sample = u64::try_from(ran.as_nanos()).unwrap_or(u64::MAX).max(1);
         // The closure always returns Some, so the update cannot fail.
         let _ = self
@@ -40,7 +41,7 @@ impl Pace {
     }
 
     /// The mean so far; `None` before the first job.
-    pub(crate) fn mean(&self) -> Option<Duration> {
+    pub fn mean(&self) -> Option<Duration> {
         match self.mean_ns.load(Ordering::Relaxed) {
             0 => None,
             ns => Some(Duration::from_nanos(ns)),
@@ -51,7 +52,7 @@ impl Pace {
 /// Jobs to keep on hand beyond the free slots: what `concurrency` slots start in
 /// [`HORIZON`] at `mean` per job, at least twice the concurrency, at most `most` (and never
 /// less than the floor, even if `most` is smaller). Before any job ran: the floor.
-pub(crate) fn prefetch_for(concurrency: usize, mean: Option<Duration>, most: usize) -> usize {
+pub fn prefetch_for(concurrency: usize, mean: Option<Duration>, most: usize) -> usize {
     let floor = concurrency.max(1).saturating_mul(2);
     let Some(mean) = mean else {
         return floor;
