@@ -14,6 +14,8 @@ use hopper_core::{CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpd
 
 use crate::error::map_pg;
 use crate::hot::millis;
+use crate::pooled::TxConnection;
+use crate::scheduling::{GENERIC_PLAN_OFF, GENERIC_PLAN_ON};
 use crate::settings::ClaimMode;
 use crate::{PgBackend, copy, listen, migrate, rows};
 
@@ -112,25 +114,36 @@ impl Backend for PgBackend {
     }
 
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
-        let client = self.client().await?;
-        self.finish_on(&client, finishes).await
+        // Failed or cancelled between its SET and RESET, the connection leaves the pool.
+        let client = TxConnection::new(self.client().await?);
+        self.finish_pooled(client, finishes).await
     }
 
     async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let client = self.client().await?;
+        // With a generic plan, as the outcomes (hot.rs, `finish_pooled`, says why); failed
+        // or cancelled between its SET and RESET, the connection leaves the pool.
+        let client = TxConnection::new(self.client().await?);
+        let statement = client
+            .prepare_cached(&self.inner.queries.job_extend_many)
+            .await
+            .map_err(map_pg)?;
         let ids: Vec<JobId> = leases.iter().map(|l| l.job_id).collect();
         let attempts: Vec<i32> = leases.iter().map(|l| l.attempt).collect();
         let now = self.inner.clock.now();
-        let rows = client
-            .query(
-                &self.inner.queries.job_extend_many,
-                &[&ids, &attempts, &millis(by), &now],
-            )
-            .await
-            .map_err(map_pg)?;
+        let by_ms = millis(by);
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&ids, &attempts, &by_ms, &now];
+        let (on, rows, off) = tokio::join!(
+            client.batch_execute(GENERIC_PLAN_ON),
+            client.query(&statement, &args),
+            client.batch_execute(GENERIC_PLAN_OFF),
+        );
+        on.map_err(map_pg)?;
+        let rows = rows.map_err(map_pg)?;
+        off.map_err(map_pg)?;
+        client.release();
         let kept: std::collections::HashSet<JobId> = rows.iter().map(|r| r.get(0)).collect();
         Ok(leases
             .iter()

@@ -61,6 +61,13 @@ struct Claimed {
 /// Reads the rows of `job_claim_fair.sql` / `job_claim_limited.sql`: running count, next
 /// cursor, rows locked but not claimed, groups that may have more, then the job (NULL
 /// when nothing was claimed).
+/// Puts claimed jobs in the claim index's order (priority, run_at, id), the order to start
+/// them in. The claims' UPDATEs find their rows by `id = ANY (…)` and return them in the
+/// primary key's order.
+pub(crate) fn in_claim_order(jobs: &mut [ClaimedJob]) {
+    jobs.sort_unstable_by_key(|j| (j.priority, j.run_at, j.lease.job_id));
+}
+
 fn read_claimed(rows: &[Row]) -> Result<Claimed> {
     let mut out = Claimed {
         jobs: Vec::with_capacity(rows.len()),
@@ -80,6 +87,7 @@ fn read_claimed(rows: &[Row]) -> Result<Claimed> {
             out.jobs.push(claimed_job(row, 4)?);
         }
     }
+    in_claim_order(&mut out.jobs);
     Ok(out)
 }
 
@@ -519,7 +527,8 @@ impl PgBackend {
 }
 
 /// Sent before a fair claim of a queue without limits, and [`GENERIC_PLAN_OFF`] after it
-/// in the same pipeline: the claim runs with a generic plan.
+/// in the same pipeline: the claim runs with a generic plan. The runtime's outcomes and
+/// lease extensions are sent the same way (hot.rs, `finish_pooled`, says why).
 ///
 /// Left to itself, PostgreSQL plans these statements anew for every execution (their
 /// custom plans look cheaper than the generic one), and planning the fair claim's
@@ -534,7 +543,7 @@ impl PgBackend {
 /// fails or is cancelled before it leaves its connection out of the pool (`TxConnection`).
 pub(super) const GENERIC_PLAN_ON: &str = "SET plan_cache_mode = force_generic_plan";
 
-/// Sent after a fair claim of a queue without limits (see [`GENERIC_PLAN_ON`]).
+/// Sent after a statement that [`GENERIC_PLAN_ON`] preceded.
 pub(super) const GENERIC_PLAN_OFF: &str = "RESET plan_cache_mode";
 
 /// Opens the claim transaction of a limited queue: a generic plan ([`GENERIC_PLAN_ON`]),

@@ -102,6 +102,16 @@
 --     and btree code (no symbol above 3%); per job the claim locks and rewrites the row
 --     and inserts into jobs_pkey and jobs_running_idx, and the outcome rewrites it and
 --     inserts into jobs_pkey again.
+-- 2026-11-24, session 5 (auto_explain on a database of its own during W3, statements of
+-- 3 ms or more): the UPDATE found the picked rows by a join (`FROM picked WHERE j.id =
+-- picked.id`), and a claim of about 1,000 was planned as a hash join over a sequential
+-- scan of the whole table (37-40 ms on 100,000 jobs). It now finds them by
+-- `id = ANY (ARRAY(…))`, a primary-key probe per row whatever the estimates, as the fair
+-- and limited claims already did. pgbench, 100 claims of 1,000 in a row on a fresh table of
+-- 100,000 jobs, 1 client, ms per claim: join 36.1 / 38.9, `id = ANY` 14.2 / 15.1, by ctid
+-- 14.0 / 12.9 (within the noise of `id = ANY`; not taken). The outcome statements had the
+-- same fault (hot.rs, `finish_pooled`). W3 with both, alternated, quiet: 53,481 / 54,862 /
+-- 44,977 / 55,439 against 37,990 / 48,448 / 46,683 / 52,378.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
@@ -121,8 +131,7 @@ SET state = 'running',
     attempted_at = coalesce($5::timestamptz, now()),
     lease_expires_at = coalesce($5::timestamptz, now())
                        + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
-FROM picked
-WHERE j.id = picked.id
+WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
           j.max_attempts, j.timeout_ms, j.created_at, j.run_at,
           clock_timestamp(), statement_timestamp()
