@@ -8,6 +8,7 @@ import threading
 import time
 import pathlib
 
+from conftest import psql
 from hopper_client import Client, Permanent, Snooze, Worker
 
 
@@ -128,3 +129,34 @@ def test_server_enforces_timeouts_on_workers_that_cannot(server):
     assert cancelled.is_set()
     assert job["attempts_used"] == 2
     assert "timed out" in job["errors"][0]["error"]
+
+
+def test_prefetched_orders_are_held_and_handed_back_unstarted(server):
+    """With `prefetch`, orders beyond the concurrency are held (twice the concurrency before
+    any job finished); the ones not started when the worker stops go back untouched."""
+    go = threading.Event()
+    started = []
+
+    def slow(job):
+        started.append(job.id)
+        go.wait(30)
+
+    with Client(server.endpoint, token=server.token) as client:
+        client.submit_batch([{"kind": "slow", "args": {"n": n}} for n in range(10)])
+    worker = Worker(server.endpoint, token=server.token, concurrency=1, prefetch=5,
+                    handlers={"slow": slow})
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    # One running, two held: 1 + twice the concurrency.
+    server.wait_for(lambda c: c.get("running") == 3 and c.get("available") == 7)
+    worker.stop()
+    # The two held orders go back at once, while the started one still runs.
+    server.wait_for(lambda c: c.get("running") == 1 and c.get("available") == 9)
+    go.set()
+    thread.join(timeout=30)
+    counts = server.wait_for(lambda c: c.get("completed") == 1)
+    assert counts.get("available") == 9
+    assert len(started) == 1
+    attempts = psql(f"SELECT count(*) FROM {server.schema}.jobs "
+                    "WHERE state = 'available' AND attempt - uncounted > 0")
+    assert attempts == "0", "released orders used no attempt"

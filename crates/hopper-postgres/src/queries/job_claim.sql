@@ -112,6 +112,9 @@
 -- 14.0 / 12.9 (within the noise of `id = ANY`; not taken). The outcome statements had the
 -- same fault (hot.rs, `finish_pooled`). W3 with both, alternated, quiet: 53,481 / 54,862 /
 -- 44,977 / 55,439 against 37,990 / 48,448 / 46,683 / 52,378.
+--   - LOST: this claim pipelined between SET and RESET plan_cache_mode = force_generic_plan
+--     (as the outcomes are), to spare its planning: 61,271 / 63,637 / 60,921 / 48,952
+--     against 63,395 / 62,112 / 62,839 / 60,884 without, alternated at load 1.8.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
