@@ -277,7 +277,7 @@ ALTER TABLE ONLY hopper.queues
     ADD CONSTRAINT queues_pkey PRIMARY KEY (name);
 
 
-CREATE INDEX jobs_claim_idx ON hopper.jobs USING btree (queue, priority, run_at, id) WHERE (state = 'available'::hopper.job_state);
+CREATE INDEX jobs_claim_idx ON hopper.jobs USING btree (hashtextextended(queue, (0)::bigint), priority, run_at, id) WHERE (state = 'available'::hopper.job_state);
 
 
 CREATE INDEX jobs_group_claim_idx ON hopper.jobs USING btree (queue, group_key, priority, run_at, id) WHERE ((state = 'available'::hopper.job_state) AND (group_key IS NOT NULL));

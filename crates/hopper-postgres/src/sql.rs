@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "names_checked_at_the_door",
         include_str!("../migrations/0004_names_checked_at_the_door.sql"),
     ),
+    (
+        5,
+        "claim_index_keyed_by_queue_hash",
+        include_str!("../migrations/0005_claim_index_keyed_by_queue_hash.sql"),
+    ),
 ];
 
 macro_rules! queries {

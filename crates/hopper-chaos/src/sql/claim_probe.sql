@@ -5,6 +5,7 @@ EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
 SELECT id
 FROM hopper.jobs
 WHERE state = 'available'
+  AND hashtextextended(queue, 0) = hashtextextended('default', 0)
   AND queue = 'default'
 ORDER BY priority, run_at, id
 LIMIT 100

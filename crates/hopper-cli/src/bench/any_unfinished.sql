@@ -7,7 +7,8 @@
 -- reading every finished job (measured: the poll then kept a backend busy beside the
 -- drain). Counting instead (unfinished.sql) would read the whole backlog each time.
 SELECT (SELECT true FROM hopper.jobs
-        WHERE state = 'available' AND queue = $1
+        WHERE state = 'available' AND hashtextextended(queue, 0) = hashtextextended($1, 0)
+          AND queue = $1
         ORDER BY priority, run_at, id LIMIT 1) IS NOT NULL
     OR (SELECT true FROM hopper.jobs
         WHERE state = 'running' AND queue = $1

@@ -8,9 +8,9 @@
 -- slow walk of the index head (dead entries, see below) from a slow commit or a busy
 -- client. (Two timestamps, not their difference in ms: `extract` makes a numeric per row.)
 --
--- Index: jobs_claim_idx (queue, priority, run_at, id) WHERE state = 'available'. The inner
--- SELECT walks that index from its start for one queue and stops after $3 unlocked rows, so
--- its cost depends on the batch size, not on the backlog: scheduled, running and finished
+-- Index: jobs_claim_idx (hashtextextended(queue, 0), priority, run_at, id) WHERE state =
+-- 'available' (migration 0005 says why the hash). The inner SELECT walks that index from
+-- its start for one queue and stops after $3 unlocked rows, so its cost depends on the batch size, not on the backlog: scheduled, running and finished
 -- jobs are not in the index at all. SKIP LOCKED lets concurrent claimers pass each other's
 -- rows instead of queueing behind them.
 --
@@ -21,7 +21,7 @@
 -- even marked LP_DEAD, and a claim from the head walks every entry claimed since the pin,
 -- visiting the heap for each. Hence the bound ($6-$8): while head claims are slow,
 -- cursor.rs passes the greatest key this process claimed, and the index scan starts there
--- (`queue = $1 AND ROW(priority, run_at, id) > ROW(...)` is one Index Cond; the btree
+-- (the queue's hash `= … AND ROW(priority, run_at, id) > ROW(...)` is one Index Cond; the btree
 -- descends straight to it, also as a generic plan), with a head claim every second (or
 -- five times the last one's duration) for jobs that sort before it. While head claims are
 -- fast, every claim passes NULL and the order is exactly the head's.
@@ -119,6 +119,7 @@ WITH picked AS (
     SELECT id
     FROM hopper.jobs
     WHERE state = 'available'
+      AND hashtextextended(queue, 0) = hashtextextended($1, 0)
       AND queue = $1
       AND (priority, run_at, id) > (coalesce($6::smallint, (-32768)::smallint),
                                     coalesce($7::timestamptz, '-infinity'::timestamptz),

@@ -90,6 +90,7 @@ picked AS (
         SELECT id
         FROM hopper.jobs
         WHERE state = 'available'
+          AND hashtextextended(queue, 0) = hashtextextended($1, 0)
           AND queue = $1
         ORDER BY priority, run_at, id
         LIMIT $3
