@@ -84,7 +84,9 @@ pub struct ServeConfig {
     pub lease: Duration,
     /// The largest frame accepted. Default: [`hopper_protocol::MAX_FRAME`] (2 MiB).
     pub max_frame: usize,
-    /// Most jobs claimed in one statement. Default: 500.
+    /// Most jobs claimed in one statement. Default: 1,000, what a runtime claims at once
+    /// (W7 with 4 remote workers, alternated: 33,323 / 31,676 / 31,324 jobs/s against 27,216 /
+    /// 28,807 / 24,948 at 500).
     pub claim_batch: usize,
     /// Longest wait between claims of a queue without a notification. Default: 1 s.
     pub poll_interval: Duration,
@@ -114,7 +116,7 @@ impl ServeConfig {
             heartbeat: Duration::from_millis(hopper_protocol::DEFAULT_HEARTBEAT_MS),
             lease: Duration::from_secs(30),
             max_frame: hopper_protocol::MAX_FRAME,
-            claim_batch: 500,
+            claim_batch: 1000,
             poll_interval: Duration::from_secs(1),
             node_dead_after: Duration::from_secs(30),
             unplaceable_delay: Duration::from_secs(1),
