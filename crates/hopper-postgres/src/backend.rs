@@ -14,8 +14,7 @@ use hopper_core::{CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpd
 
 use crate::error::map_pg;
 use crate::hot::millis;
-use crate::pooled::TxConnection;
-use crate::scheduling::{GENERIC_PLAN_OFF, GENERIC_PLAN_ON};
+use crate::pooled::{TxConnection, generic_plan};
 use crate::settings::ClaimMode;
 use crate::{PgBackend, copy, listen, migrate, rows};
 
@@ -135,14 +134,7 @@ impl Backend for PgBackend {
         let now = self.inner.clock.now();
         let by_ms = millis(by);
         let args: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&ids, &attempts, &by_ms, &now];
-        let (on, rows, off) = tokio::join!(
-            client.batch_execute(GENERIC_PLAN_ON),
-            client.query(&statement, &args),
-            client.batch_execute(GENERIC_PLAN_OFF),
-        );
-        on.map_err(map_pg)?;
-        let rows = rows.map_err(map_pg)?;
-        off.map_err(map_pg)?;
+        let rows = generic_plan(&client, client.query(&statement, &args)).await?;
         client.release();
         let kept: std::collections::HashSet<JobId> = rows.iter().map(|r| r.get(0)).collect();
         Ok(leases

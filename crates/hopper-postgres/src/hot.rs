@@ -19,8 +19,8 @@ use tokio_postgres::{Row, Statement};
 use crate::PgBackend;
 use crate::cursor::Start;
 use crate::error::map_pg;
-use crate::pooled::TxConnection;
-use crate::scheduling::{GENERIC_PLAN_OFF, GENERIC_PLAN_ON, claimed_job, in_claim_order};
+use crate::pooled::{TxConnection, generic_plan};
+use crate::scheduling::{claimed_job, in_claim_order};
 
 /// The column of job_claim.sql's rows that says when the row was written (the next one:
 /// when the statement started).
@@ -173,8 +173,8 @@ impl PgBackend {
     }
 
     /// Records many outcomes on a pooled connection: one statement per kind of outcome
-    /// present, each over the whole batch, pipelined in one round trip between
-    /// [`GENERIC_PLAN_ON`] and [`GENERIC_PLAN_OFF`]. One entry per input, in order.
+    /// present, each over the whole batch, pipelined in one round trip with a generic plan
+    /// ([`generic_plan`]). One entry per input, in order.
     ///
     /// The generic plan, because the custom one goes wrong: the batch's size is known to
     /// the planner then (1,000 rows), the running rows' is guessed (0.5% of the table), and
@@ -211,21 +211,14 @@ impl PgBackend {
             &s.snoozed.retry_ms,
             &now,
         ];
-        // Sent in this order when first polled: SET, the statements, RESET.
-        let (on, done, failed, snoozed, off) = tokio::join!(
-            client.batch_execute(GENERIC_PLAN_ON),
-            query_if(&client, done, &done_args),
-            query_if(&client, failed, &failed_args),
-            query_if(&client, snoozed, &snoozed_args),
-            client.batch_execute(GENERIC_PLAN_OFF),
-        );
-        on.map_err(map_pg)?;
-        let (done, failed, snoozed) = (
-            done.map_err(map_pg)?,
-            failed.map_err(map_pg)?,
-            snoozed.map_err(map_pg)?,
-        );
-        off.map_err(map_pg)?;
+        let statements = async {
+            tokio::try_join!(
+                query_if(&client, done, &done_args),
+                query_if(&client, failed, &failed_args),
+                query_if(&client, snoozed, &snoozed_args),
+            )
+        };
+        let (done, failed, snoozed) = generic_plan(&client, statements).await?;
         client.release();
         let mut recorded: HashMap<(JobId, i32), JobState> = HashMap::new();
         for row in done {

@@ -6,11 +6,17 @@
 //! the work is dropped midway (a caller's `select!` or timeout: the W5 feeder is dropped that
 //! way, and the next user of the connection got "current transaction is aborted"). So the
 //! connection leaves the pool when this guard is dropped, unless the work reached its end
-//! and said so with [`TxConnection::release`].
+//! and said so with [`TxConnection::release`]. The same holds for a session setting made
+//! around a statement ([`generic_plan`]).
 
+use std::future::Future;
 use std::ops::Deref;
 
 use deadpool_postgres::Object;
+use hopper_core::Result;
+
+use crate::error::map_pg;
+use crate::scheduling::{GENERIC_PLAN_OFF, GENERIC_PLAN_ON};
 
 /// See the module docs.
 pub(crate) struct TxConnection {
@@ -49,4 +55,23 @@ impl Drop for TxConnection {
             drop(Object::take(object));
         }
     }
+}
+
+/// Runs `work` (statements prepared beforehand, so that it sends at its first poll) on
+/// `client` with a generic plan: [`GENERIC_PLAN_ON`], the work and [`GENERIC_PLAN_OFF`]
+/// pipelined in one round trip. The caller releases the connection once this returned Ok;
+/// failed or cancelled before the RESET, the guard's drop keeps it out of the pool.
+pub(crate) async fn generic_plan<T>(
+    client: &TxConnection,
+    work: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+) -> Result<T> {
+    let (on, done, off) = tokio::join!(
+        client.batch_execute(GENERIC_PLAN_ON),
+        work,
+        client.batch_execute(GENERIC_PLAN_OFF),
+    );
+    on.map_err(map_pg)?;
+    let done = done.map_err(map_pg)?;
+    off.map_err(map_pg)?;
+    Ok(done)
 }
