@@ -624,3 +624,39 @@ impl RemoteBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_url_carries_the_options_and_refuses_bad_ones() {
+        let options =
+            RemoteOptions::from_url("tcp://127.0.0.1:7010?token=t&name=w1&kinds=a,b&prefetch=20")
+                .expect("a valid URL");
+        assert_eq!(options.endpoint, "tcp://127.0.0.1:7010");
+        assert_eq!(options.token.as_deref(), Some("t"));
+        assert_eq!(options.name.as_deref(), Some("w1"));
+        assert_eq!(options.kinds, Some(vec!["a".to_owned(), "b".to_owned()]));
+        assert_eq!(options.prefetch, 20);
+        let default = RemoteOptions::from_url("tcp://127.0.0.1:7010?token=t").expect("valid");
+        assert_eq!(default.prefetch, DEFAULT_PREFETCH);
+
+        for (url, says) in [
+            ("tcp://127.0.0.1:7010?token=t&prefetch=many", "prefetch"),
+            ("tcp://127.0.0.1:7010?token=t&prefetch=-1", "prefetch"),
+            (
+                "tcp://127.0.0.1:7010?token=t&speed=9",
+                "known: token, name, kinds, prefetch",
+            ),
+            ("http://127.0.0.1:7010", "tcp://"),
+        ] {
+            match RemoteOptions::from_url(url) {
+                Err(Error::InvalidInput(message)) => {
+                    assert!(message.contains(says), "{url}: {message}");
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+    }
+}
