@@ -109,6 +109,18 @@ CREATE FUNCTION hopper.resume_queue(queue text) RETURNS void
 $$;
 
 
+CREATE FUNCTION hopper.unfinished_jobs() RETURNS bigint
+    LANGUAGE sql STABLE
+    SET max_parallel_workers_per_gather TO '0'
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    AS $$
+    SELECT (SELECT count(*) FROM hopper.jobs WHERE state = 'available')
+         + (SELECT count(*) FROM hopper.jobs WHERE state = 'scheduled')
+         + (SELECT count(*) FROM hopper.jobs WHERE state = 'running')
+$$;
+
+
 CREATE FUNCTION hopper.uuid_v7() RETURNS uuid
     LANGUAGE sql
     AS $$

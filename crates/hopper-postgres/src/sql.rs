@@ -56,6 +56,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "claim_index_keyed_by_queue_hash",
         include_str!("../migrations/0005_claim_index_keyed_by_queue_hash.sql"),
     ),
+    (
+        6,
+        "unfinished_jobs",
+        include_str!("../migrations/0006_unfinished_jobs.sql"),
+    ),
 ];
 
 macro_rules! queries {

@@ -456,3 +456,57 @@ async fn a_bulk_insert_cancelled_mid_copy_leaves_the_pool_clean() -> anyhow::Res
     assert_eq!(other.query_one(&count, &[]).await?.get::<_, i64>(0), 11);
     Ok(())
 }
+
+#[tokio::test]
+async fn unfinished_jobs_counts_every_unfinished_state_of_every_queue() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let client = connect(db.url()).await?;
+    let unfinished = || async {
+        let row = client
+            .query_one(&format!("SELECT {}.unfinished_jobs()", db.schema()), &[])
+            .await?;
+        anyhow::Ok(row.get::<_, i64>(0))
+    };
+    assert_eq!(unfinished().await?, 0, "an empty table");
+
+    let job = |n: u64, queue: &str| NewJob::new(FromSql::KIND, json!({ "n": n })).with_queue(queue);
+    for n in 0..4 {
+        backend.job_insert(&job(n, "qa")).await?;
+    }
+    backend.job_insert(&job(4, "qb")).await?;
+    backend
+        .job_insert(&job(5, "qb").with_delay(Duration::from_secs(3600)))
+        .await?;
+    let cancelled = job(6, "qb");
+    backend.job_insert(&cancelled).await?;
+    backend.job_cancel(cancelled.id).await?;
+    assert_eq!(unfinished().await?, 6, "5 available and 1 scheduled");
+
+    let claim = |queue: &str, limit| hopper::ClaimParams {
+        queue: queue.into(),
+        node: uuid::Uuid::now_v7(),
+        limit,
+        lease: Duration::from_secs(60),
+    };
+    let running = backend.job_claim(&claim("qa", 2)).await?;
+    assert_eq!(unfinished().await?, 6, "running jobs are unfinished too");
+    let mut conn = connect(db.url()).await?;
+    let tx = conn.transaction().await?;
+    db.pg().complete_in(&tx, running[0].lease, 1).await?;
+    tx.commit().await?;
+    assert_eq!(unfinished().await?, 5, "a completed job is finished");
+
+    let by_scan = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {}.jobs WHERE state IN ('scheduled', 'available', 'running')",
+                db.schema()
+            ),
+            &[],
+        )
+        .await?
+        .get::<_, i64>(0);
+    assert_eq!(unfinished().await?, by_scan, "the same count as a plain scan");
+    Ok(())
+}
