@@ -507,6 +507,10 @@ async fn unfinished_jobs_counts_every_unfinished_state_of_every_queue() -> anyho
         )
         .await?
         .get::<_, i64>(0);
-    assert_eq!(unfinished().await?, by_scan, "the same count as a plain scan");
+    assert_eq!(
+        unfinished().await?,
+        by_scan,
+        "the same count as a plain scan"
+    );
     Ok(())
 }

@@ -43,11 +43,15 @@ WITH RECURSIVE ring(g, n, first) AS (
 -- jobs_group_claim_idx; the ones among the first 32 entries of jobs_claim_idx are handed to
 -- the claims, so they run when they reach the head of the queue instead of never. Reading
 -- the group of those 32 jobs costs 32 heap fetches, which is why the claims do not.
+-- The queue's hash is what reaches the index (migration 0005): without it, this read the
+-- whole table and sorted it for its first 32 (8.8 ms on 20,000 jobs against 0.1 ms, at
+-- every reload of every process's ring; tests/postgres_plans.rs).
 SELECT ARRAY(SELECT g FROM ring ORDER BY n),
        ARRAY(SELECT head.id
              FROM (SELECT id, group_key
                    FROM hopper.jobs
                    WHERE state = 'available'
+                     AND hashtextextended(queue, 0) = hashtextextended($1, 0)
                      AND queue = $1
                    ORDER BY priority, run_at, id
                    LIMIT 32) AS head
