@@ -61,63 +61,50 @@ async fn plan(
         .join("\n"))
 }
 
-fn assert_reads_indexes(what: &str, plan: &str) {
-    assert!(
-        !plan.contains("Seq Scan on jobs"),
-        "{what} scans the whole job table:\n{plan}"
-    );
-    assert!(plan.contains("Index"), "{what} reads no index:\n{plan}");
-}
-
 #[tokio::test]
 async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let sql = filled(&db).await?;
     let queries = Queries::new(db.schema());
     let node = uuid::Uuid::now_v7();
-
-    let ring = plan(
-        &sql,
-        "ring",
-        &queries.queue_groups_ready,
-        "text, text, integer",
-        "'bench', NULL, 16",
-    )
-    .await?;
-    assert_reads_indexes("the fair claim's ring (queue_groups_ready.sql)", &ring);
-
-    let claim = plan(
-        &sql,
-        "claim",
-        &queries.job_claim,
-        "text, uuid, bigint, integer, timestamptz, smallint, timestamptz, uuid",
-        &format!("'other', '{node}', 100, 30000, NULL, NULL, NULL, NULL"),
-    )
-    .await?;
-    assert_reads_indexes("the plain claim (job_claim.sql)", &claim);
-
-    let limited = plan(
-        &sql,
-        "limited",
-        &queries.job_claim_limited,
-        "text, uuid, bigint, integer, timestamptz, float8, timestamptz",
-        &format!("'other', '{node}', 100, 30000, NULL, NULL, NULL"),
-    )
-    .await?;
-    assert_reads_indexes("the limited claim (job_claim_limited.sql)", &limited);
-
-    let fair = plan(
-        &sql,
-        "fair",
-        &queries.job_claim_fair,
-        "text, uuid, bigint, integer, timestamptz, text[], integer, integer, float8, \
-         timestamptz, uuid[], boolean",
-        &format!(
-            "'bench', '{node}', 100, 30000, NULL, ARRAY['g1', 'g2', 'g3'], 10, 1000, NULL, \
-             NULL, ARRAY[]::uuid[], false"
+    // (what, statement, parameter types, arguments)
+    let statements = [
+        (
+            "the fair claim's ring (queue_groups_ready.sql)",
+            &queries.queue_groups_ready,
+            "text, text, integer",
+            "'bench', NULL, 16".to_owned(),
         ),
-    )
-    .await?;
-    assert_reads_indexes("the fair claim (job_claim_fair.sql)", &fair);
+        (
+            "the plain claim (job_claim.sql)",
+            &queries.job_claim,
+            "text, uuid, bigint, integer, timestamptz, smallint, timestamptz, uuid",
+            format!("'other', '{node}', 100, 30000, NULL, NULL, NULL, NULL"),
+        ),
+        (
+            "the limited claim (job_claim_limited.sql)",
+            &queries.job_claim_limited,
+            "text, uuid, bigint, integer, timestamptz, float8, timestamptz",
+            format!("'other', '{node}', 100, 30000, NULL, NULL, NULL"),
+        ),
+        (
+            "the fair claim (job_claim_fair.sql)",
+            &queries.job_claim_fair,
+            "text, uuid, bigint, integer, timestamptz, text[], integer, integer, float8, \
+             timestamptz, uuid[], boolean",
+            format!(
+                "'bench', '{node}', 100, 30000, NULL, ARRAY['g1', 'g2', 'g3'], 10, 1000, \
+                 NULL, NULL, ARRAY[]::uuid[], false"
+            ),
+        ),
+    ];
+    for (i, (what, statement, types, args)) in statements.iter().enumerate() {
+        let plan = plan(&sql, &format!("planned_{i}"), statement, types, args).await?;
+        assert!(
+            !plan.contains("Seq Scan on jobs"),
+            "{what} scans the whole job table:\n{plan}"
+        );
+        assert!(plan.contains("Index"), "{what} reads no index:\n{plan}");
+    }
     Ok(())
 }
