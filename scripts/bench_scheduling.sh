@@ -5,6 +5,7 @@
 # enqueued, the queue set up, VACUUM ANALYZE, then `hopper bench --workload drain`.
 # The runs of one round follow each other; ROUNDS rounds (default 3). Prints one line per
 # run: "round variant jobs/s", then each round's figures with their ratio to its plain run.
+# DRAIN_ARGS: extra arguments for the drain (e.g. "--prefetch 2000"), for tuning runs.
 # Needs a release build (cargo build --release -p hopper-cli) and psql.
 set -euo pipefail
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
@@ -34,7 +35,8 @@ run() {
     limited | both) $H --schema "$S" queues limit bench --concurrency 10000 >/dev/null ;;
   esac
   sql "VACUUM ANALYZE $S.jobs" >/dev/null
-  $H --schema "$S" bench --workload drain --json |
+  # shellcheck disable=SC2086 # DRAIN_ARGS is a list of arguments
+  $H --schema "$S" bench --workload drain --json ${DRAIN_ARGS:-} |
     sed -n 's/.*"jobs_per_sec": *\([0-9]*\).*/\1/p'
 }
 

@@ -218,7 +218,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub job_timeout: Option<String>,
     /// The runtime's prefetch for drain and latency (`RuntimeConfig::prefetch`; default:
-    /// twice the concurrency), for tuning experiments.
+    /// sized to the jobs' pace, up to one claim batch), for tuning experiments.
     #[arg(long)]
     pub prefetch: Option<usize>,
     /// The runtime's claims in flight for drain and latency

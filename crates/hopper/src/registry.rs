@@ -13,7 +13,8 @@ use crate::worker::{JobError, Worker};
 /// A worker with its argument type erased, so workers of many kinds share one map.
 #[async_trait]
 pub(crate) trait ErasedWorker: Send + Sync {
-    async fn process(&self, ctx: &JobContext, args: serde_json::Value) -> Result<(), JobError>;
+    /// Decodes `args` (read in place, not copied) and runs the job.
+    async fn process(&self, ctx: &JobContext, args: &serde_json::Value) -> Result<(), JobError>;
     fn timeout(&self) -> Option<Duration>;
     fn backoff(&self, attempt: i32) -> Duration;
 }
@@ -22,8 +23,8 @@ struct Typed<W>(W);
 
 #[async_trait]
 impl<W: Worker> ErasedWorker for Typed<W> {
-    async fn process(&self, ctx: &JobContext, args: serde_json::Value) -> Result<(), JobError> {
-        let args: W::Args = serde_json::from_value(args).map_err(|e| {
+    async fn process(&self, ctx: &JobContext, args: &serde_json::Value) -> Result<(), JobError> {
+        let args = <W::Args as serde::Deserialize>::deserialize(args).map_err(|e| {
             JobError::permanent(format!(
                 "args do not decode as the arguments of kind {:?}: {e}",
                 W::Args::KIND

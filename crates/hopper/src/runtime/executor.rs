@@ -88,8 +88,7 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                     shared.backend.clone(),
                     shared.blocking.clone(),
                 );
-                let handler =
-                    AssertUnwindSafe(worker.process(&ctx, job.args.clone())).catch_unwind();
+                let handler = AssertUnwindSafe(worker.process(&ctx, &job.args)).catch_unwind();
                 tokio::pin!(handler);
                 let result = loop {
                     let deadline = *run.deadline.lock().await;

@@ -211,7 +211,7 @@ pub(crate) async fn run_claimed(
     let job = Arc::new(job);
     let blocking = Arc::new(Semaphore::new(BLOCKING_THREADS));
     let ctx = JobContext::new(job.clone(), run.clone(), backend.clone(), blocking);
-    let handler = AssertUnwindSafe(worker.process(&ctx, job.args.clone())).catch_unwind();
+    let handler = AssertUnwindSafe(worker.process(&ctx, &job.args)).catch_unwind();
     tokio::pin!(handler);
     let result = loop {
         let deadline = *run.deadline.lock().await;
