@@ -90,7 +90,7 @@
 -- 3,965 / 4,235 tps without it, 4,270 / 3,944 / 3,961 with the head's stand-in. Not
 -- settled: repeat on a quiet machine.
 -- 2026-11-24, session 4 (W3, 100,000 jobs, fresh schema each, alternated; jobs/s):
---   - the runtime's prefetch sized to the jobs' pace (runtime/pace.rs: a full batch of
+--   - the runtime's prefetch sized to the jobs' pace (hopper_core::pace: a full batch of
 --     1,000 on hand for no-op jobs, two claims of 525 in flight) against the fixed twice
 --     the concurrency, load 3: 40,309 / 43,292 / 48,255 against 32,883 / 31,338 / 31,392;
 --   - LOST again, with large claims: every statement with synchronous_commit = off
