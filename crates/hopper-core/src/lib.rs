@@ -10,6 +10,8 @@
 //! - [`scheduling`]: queue settings (pause, global limits), unique-key policies and
 //!   periodic entries;
 //! - [`clock`]: injectable time ([`Clock`]), so tests never sleep for a lease to expire;
+//! - [`log_limit`]: truncating what peers send before it reaches a log, and logging a
+//!   repeated event at most once per interval;
 //! - [`pace`]: how long a node's jobs take, and how many to hold ahead of its free slots
 //!   (the runtime's prefetch, the server's extra credit);
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
@@ -19,6 +21,7 @@ pub mod clock;
 pub mod error;
 pub mod job;
 pub mod lease;
+pub mod log_limit;
 pub mod pace;
 pub mod scheduling;
 
