@@ -57,15 +57,16 @@ def test_each_token_does_what_its_role_allows(schema, tmp_path):
 def test_a_worker_that_said_bye_is_not_taken_for_silent(server):
     with Client(server.endpoint, token=server.token) as client:
         job_id = client.submit("quick", {})
-        worker = Worker(server.endpoint, token=server.token, handlers={"quick": lambda job: None},
-                        name="polite-worker")
-        thread = threading.Thread(target=worker.run, daemon=True)
-        thread.start()
-        server.wait_for(lambda c: c.get("completed") == 1, timeout=30)
-        worker.stop()
-        thread.join(timeout=30)
-        # Three heartbeat periods (300 ms each) and some: the server has ended the session.
-        time.sleep(2)
+    worker = Worker(server.endpoint, token=server.token, handlers={"quick": lambda job: None},
+                    name="polite-worker")
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    server.wait_for(lambda c: c.get("completed") == 1, timeout=30)
+    worker.stop()
+    thread.join(timeout=30)
+    # Three heartbeat periods (300 ms each) and some: the server has ended the session.
+    time.sleep(2)
+    with Client(server.endpoint, token=server.token) as client:
         assert client.status(job_id)["state"] == "completed"
     log = server.log.read_text()
     assert "went silent" not in log, log

@@ -213,6 +213,8 @@ impl Core {
         let name = shown(&p.name);
         if p.leaving {
             tracing::info!(peer = %hex(id), %name, jobs = p.held.len(), "peer left after bye");
+        } else if p.role != hopper_protocol::Role::Worker && p.held.is_empty() {
+            tracing::info!(peer = %hex(id), %name, ?silence, "idle client's session ended");
         } else {
             tracing::warn!(peer = %hex(id), %name, jobs = p.held.len(), ?silence, "peer went silent; dropped");
         }

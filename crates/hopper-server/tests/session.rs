@@ -432,3 +432,64 @@ async fn a_worker_that_said_bye_leaves_its_orders_uncounted() -> anyhow::Result<
     server.shutdown().await;
     Ok(())
 }
+
+/// The median of some durations.
+fn median(mut all: Vec<Duration>) -> Duration {
+    all.sort();
+    all[all.len() / 2]
+}
+
+#[tokio::test]
+async fn a_vanished_workers_job_runs_elsewhere_soon_after_it_is_dropped() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let heartbeat = Duration::from_millis(200);
+    let server = start(config(&db, heartbeat).await).await;
+    let mut spare = worker(server.endpoint(), "orphan", 1).await;
+    let beat = map(vec![("type", text("heartbeat")), ("req", int(2))]);
+    let mut after_drop = Vec::new();
+    for round in 0..10 {
+        // A worker with room takes the job, then vanishes without a word.
+        let mut gone = worker(server.endpoint(), "orphan", 100).await;
+        db.backend()
+            .job_insert(&NewJob::new(
+                "orphan",
+                serde_json::json!({ "round": round }),
+            ))
+            .await?;
+        let (id, _) = order(&mut gone).await;
+        let vanished = tokio::time::Instant::now();
+        drop(gone);
+        // The spare keeps its session (heartbeats) until the job comes to it.
+        let (again, attempt) = loop {
+            spare.send(&beat).await;
+            let r = spare.recv().await;
+            if text_of(&r, "type") == "order" {
+                let job = field(&r, "job").cloned().unwrap_or(Value::Null);
+                let attempt = field(&job, "attempt")
+                    .and_then(Value::as_integer)
+                    .and_then(|i| i64::try_from(i).ok())
+                    .unwrap_or(-1);
+                break (text_of(&job, "id").to_owned(), attempt);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(again, id);
+        let waited = vanished.elapsed();
+        // Dropped once silent for three periods (within 3.2): what follows is the release.
+        after_drop.push(waited.saturating_sub(heartbeat * 3));
+        spare
+            .send(&on_lease("completed", 3, &again, attempt, vec![]))
+            .await;
+        spare.recv_type("ack").await;
+        let job = state(&*db.backend(), &id).await?;
+        assert_eq!(job.attempt - job.uncounted, 2, "the vanished run counts");
+    }
+    let median = median(after_drop.clone());
+    println!("re-dispatched after the drop: median {median:?}, all {after_drop:?}");
+    assert!(
+        median < Duration::from_secs(2),
+        "median {median:?} from the drop to the next worker (all: {after_drop:?})"
+    );
+    server.shutdown().await;
+    Ok(())
+}
