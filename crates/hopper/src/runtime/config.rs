@@ -31,11 +31,9 @@ pub struct RuntimeConfig {
     /// How often expired leases and dead nodes are looked for. Default: 1 s.
     pub rescue_interval: Duration,
     /// Most jobs claimed in one statement. Default: 2,000: fewer, larger claims (one
-    /// commit and one walk of the index head for more jobs) drained no-op jobs faster
-    /// (W3 through the side-by-side harness's loop, alternated, 2026-11-24: 70,229 / 78,430 /
-    /// 70,053 / 68,755 / 49,823 / 67,283 jobs/s at 2,000 against 63,531 / 66,745 / 64,691 /
-    /// 53,479 / 62,512 / 54,070 at 1,000; 4,000 no better). The claims stay sized to what is
-    /// missing, and the prefetch to the jobs' pace, so slow jobs are claimed as before.
+    /// commit and one walk of the index head for more jobs) drain short jobs faster
+    /// (`docs/benchmarks.md`). The claims stay sized to what is missing, and the prefetch to
+    /// the jobs' pace, so slow jobs are not hoarded.
     pub claim_batch: usize,
     /// Claimed jobs a runtime serving one queue keeps on hand beyond its free slots, so
     /// that each claim carries more jobs and claims overlap running ones (measured in
