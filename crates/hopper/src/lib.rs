@@ -94,6 +94,9 @@ pub use worker::{JobError, Worker, default_backoff};
 /// The core crate, for backend authors.
 pub use hopper_core as core;
 
+/// The bounds every way in applies to instants and durations.
+pub use hopper_core::limits;
+
 /// The README's examples, compiled as doctests so they cannot rot.
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
