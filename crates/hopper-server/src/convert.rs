@@ -2,28 +2,15 @@
 
 use std::time::Duration;
 
+use hopper_core::limits::duration_ms;
 use hopper_core::{ClaimedJob, Error, JobRecord, NewJob, Priority, Result};
 use hopper_protocol::{
     AttemptInfo, ErrorCode, JobInfo, JobSpec, Order, OutcomeItem, PriorityValue,
 };
 
-/// The longest duration a peer may give (`delay_ms`, `retry_in_ms`, `by_ms`): ten years of
-/// 365 days, the one bound of every way in (`hopper_core::limits::MAX_DURATION_MS`).
-pub(crate) const MAX_DURATION_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
-
-/// A duration a peer gave, in milliseconds, refused as `invalid` beyond
-/// [`MAX_DURATION_MS`]: past it a job's next run would leave the range of instants the
-/// database holds, and its write would fail for ever.
-pub(crate) fn duration_ms(what: &str, ms: u64) -> Result<Duration> {
-    if ms > MAX_DURATION_MS {
-        return Err(Error::InvalidInput(format!(
-            "{what} of {ms} ms is too long: durations are at most {MAX_DURATION_MS} ms (10 years)"
-        )));
-    }
-    Ok(Duration::from_millis(ms))
-}
-
-/// Checks the durations of an outcome, so that what is queued for writing can be written.
+/// Checks the durations of an outcome against the one bound of every way in
+/// ([`hopper_core::limits::MAX_DURATION`]), so that what is queued for writing can be written: past it a
+/// job's next run would leave the range of instants the database holds.
 pub(crate) fn check_outcome(item: &OutcomeItem) -> Result<()> {
     match item {
         OutcomeItem::Failed {

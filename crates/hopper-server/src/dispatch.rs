@@ -19,7 +19,8 @@ use hopper_protocol::{Order, Reply};
 use tokio::time::Instant;
 
 use crate::convert;
-use crate::server::{Core, Event, Held, PeerId, hex, shown};
+use crate::server::{Core, Event, Held, PeerId, hex};
+use hopper_core::log_limit::capped;
 
 /// Most jobs in one `orders` push: each job's arguments may be up to 1 MiB, so a push
 /// stays within reason for the peer's reader.
@@ -210,7 +211,7 @@ impl Core {
             return;
         };
         let silence = now.duration_since(p.last_seen);
-        let name = shown(&p.name);
+        let name = capped(&p.name);
         if p.leaving {
             tracing::info!(peer = %hex(id), %name, jobs = p.held.len(), "peer left after bye");
         } else if p.role != hopper_protocol::Role::Worker && p.held.is_empty() {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hopper_core::log_limit::LogThrottle;
 use hopper_core::pace::{Pace, prefetch_for};
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wakeup};
 use hopper_protocol::{
@@ -29,6 +30,10 @@ use hello::Hello;
 
 /// Database requests of peers in flight at once; more get `internal` ("busy").
 const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
+
+/// Refused hellos (and requests before hello) are logged at most once per this interval,
+/// with the count held back.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How often per heartbeat period the loop looks for silent peers and late orders: a peer
 /// silent for three periods is dropped within 3.2.
@@ -151,9 +156,9 @@ pub(crate) struct Core {
     /// acknowledged) is answered `lease_lost` and never written.
     pub writing: HashSet<(JobId, i32)>,
     /// Refused hellos, logged at most once per interval.
-    pub refusals: hello::RefusalLog,
+    pub refusals: LogThrottle,
     /// Requests refused before a hello, logged at most once per interval.
-    pub early_refusals: hello::RefusalLog,
+    pub early_refusals: LogThrottle,
     /// Queues to claim from again at the next poll tick: their last claim found jobs, or an
     /// outcome was written for them since (a limit may have room again). Idle queues are
     /// not polled one by one; notifications wake them.
@@ -221,8 +226,8 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         seen: Some(HashSet::new()),
         requests: Arc::new(tokio::sync::Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
         writing: HashSet::new(),
-        refusals: hello::RefusalLog::default(),
-        early_refusals: hello::RefusalLog::default(),
+        refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
+        early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         active: HashSet::new(),
         poll_turn: 0,
         config,
@@ -377,7 +382,7 @@ impl Core {
             request => {
                 let Some(p) = self.peers.get_mut(&peer) else {
                     let req = request.req();
-                    if let Some(held_back) = self.early_refusals.check(now) {
+                    if let Some(held_back) = self.early_refusals.check() {
                         tracing::warn!(peer = %hex(&peer), held_back, "refused a request before hello");
                     }
                     self.reply(
@@ -473,7 +478,7 @@ impl Core {
                 attempt,
                 by_ms,
             } => {
-                let by = match convert::duration_ms("by_ms", by_ms) {
+                let by = match hopper_core::limits::duration_ms("by_ms", by_ms) {
                     Ok(by) => by,
                     Err(e) => {
                         let message = e.to_string();
@@ -777,25 +782,6 @@ fn wake(events: &mpsc::Sender<Event>, jobs: &[hopper_core::NewJob]) {
             let _ = events.try_send(Event::Wakeup(Wakeup::Jobs(job.queue.clone())));
         }
     }
-}
-
-/// A peer's text for a log line: at most 64 characters, control characters escaped, and
-/// when cut, the length of the whole, so nothing a peer sends can flood the log.
-pub(crate) fn shown(text: &str) -> String {
-    const SHOWN: usize = 64;
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == SHOWN {
-            out.push_str(&format!("…({} bytes)", text.len()));
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A routing id for logs.

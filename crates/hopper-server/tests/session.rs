@@ -14,8 +14,7 @@ use hopper::{Backend, JobState, NewJob};
 use hopper_server::{Access, Auth, Credential};
 use uuid::Uuid;
 
-/// Ten years of 365 days in milliseconds, the longest duration accepted.
-const MAX_DURATION_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+use hopper_core::limits::MAX_DURATION_MS;
 
 /// An unsigned CBOR integer.
 fn uint(n: u64) -> Value {

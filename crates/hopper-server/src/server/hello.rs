@@ -2,14 +2,14 @@
 //! keeping it. A refused hello changes nothing: a peer that had a session keeps it.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
+use hopper_core::log_limit::capped;
 use hopper_core::pace::Pace;
 use hopper_protocol::{ErrorCode, Reply, Role, VERSION};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{Core, Peer, PeerId, hex, shown};
+use super::{Core, Peer, PeerId, hex};
 use crate::auth::Access;
 
 /// Most queues one worker may serve: each served queue is claimed from for it, so the
@@ -25,9 +25,6 @@ pub(crate) const MAX_NAME_CHARS: usize = 128;
 /// Most orders a worker may run at once (`concurrency`) or hold ahead (`prefetch`).
 const MAX_CREDIT: u32 = 10_000;
 
-/// Refused hellos are logged at most once per this interval, with the count held back.
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
-
 /// The fields of a hello.
 pub(crate) struct Hello {
     pub req: u64,
@@ -42,29 +39,6 @@ pub(crate) struct Hello {
     pub batch: bool,
 }
 
-/// Lets one refusal be logged per interval, counting the ones held back, so a flood of bad
-/// hellos costs a line every few seconds rather than one per hello.
-#[derive(Debug, Default)]
-pub(crate) struct RefusalLog {
-    last: Option<Instant>,
-    held_back: u64,
-}
-
-impl RefusalLog {
-    /// `Some(n)` when a refusal may be logged now (`n` held back since the last one).
-    pub(super) fn check(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_INTERVAL)
-        {
-            self.held_back += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.held_back))
-    }
-}
-
 impl Core {
     pub(super) fn on_hello(&mut self, peer: PeerId, hello: Hello, now: Instant) {
         let req = Some(hello.req);
@@ -76,8 +50,8 @@ impl Core {
             return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
         }
         let refuse = |core: &mut Core, why: &str| {
-            if let Some(held_back) = core.refusals.check(now) {
-                let name = hello.name.as_deref().map(shown).unwrap_or_default();
+            if let Some(held_back) = core.refusals.check() {
+                let name = capped(hello.name.as_deref().unwrap_or(""));
                 tracing::warn!(peer = %hex(&peer), %name, held_back, "refused a hello: {why}");
             }
         };
@@ -135,7 +109,7 @@ impl Core {
         entry.last_seen = now;
         entry.leaving = false;
         entry.batch = hello.batch;
-        tracing::info!(peer = %hex(&peer), name = %shown(&entry.name), role = ?entry.role, access = access.as_str(), queues = entry.queues.len(), concurrency, prefetch, "peer said hello");
+        tracing::info!(peer = %hex(&peer), name = %capped(&entry.name), role = ?entry.role, access = access.as_str(), queues = entry.queues.len(), concurrency, prefetch, "peer said hello");
         let welcome = Reply::Welcome {
             req: hello.req,
             version: VERSION,
