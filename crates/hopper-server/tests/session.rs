@@ -492,3 +492,40 @@ async fn a_vanished_workers_job_runs_elsewhere_soon_after_it_is_dropped() -> any
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn after_a_restart_unclaimed_orders_go_back_uncounted_before_their_lease_ends()
+-> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let mut first = config(&db, Duration::from_secs(1)).await;
+    first.lease = Duration::from_secs(4);
+    let node = first.node_id;
+    let server = start(first).await;
+    let mut w = worker(server.endpoint(), "stranded", 1).await;
+    db.backend()
+        .job_insert(&NewJob::new("stranded", serde_json::json!({})))
+        .await?;
+    let (id, _) = order(&mut w).await;
+    // The server dies; its worker never comes back.
+    server.abort();
+    drop(w);
+    let mut again = config(&db, Duration::from_secs(1)).await;
+    again.lease = Duration::from_secs(4);
+    again.node_id = node;
+    let restarted = tokio::time::Instant::now();
+    let server = start(again).await;
+    // Released at half the lease (2 s), not after five periods (5 s, past the lease).
+    db.wait_for("default", Duration::from_secs(10), |s| s.available == 1)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let took = restarted.elapsed();
+    let job = state(&*db.backend(), &id).await?;
+    assert_eq!(job.attempt - job.uncounted, 0, "released, not counted");
+    assert!(job.errors.is_empty(), "{:?}", job.errors);
+    assert!(
+        took < Duration::from_millis(3500),
+        "released {took:?} after the restart"
+    );
+    server.shutdown().await;
+    Ok(())
+}
