@@ -159,6 +159,29 @@ async fn durations_past_the_bound_are_refused_and_the_writer_goes_on() -> anyhow
 }
 
 #[tokio::test]
+async fn an_error_text_with_nul_is_stored_not_retried_for_ever() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let mut w = worker(server.endpoint(), "nul", 1).await;
+    db.backend()
+        .job_insert(&NewJob::new("nul", serde_json::json!({})))
+        .await?;
+    let (id, attempt) = order(&mut w).await;
+    let failed = vec![
+        ("error", text("before\u{0}after")),
+        ("retryable", Value::Bool(false)),
+    ];
+    w.send(&on_lease("failed", 2, &id, attempt, failed)).await;
+    let r = w.recv_type("ack").await;
+    assert_eq!(text_of(&r, "result"), "recorded", "{r:?}");
+    let job = state(&*db.backend(), &id).await?;
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.errors[0].error, "before\u{FFFD}after");
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn submitted_ids_must_be_uuid_v7() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(5)).await).await;

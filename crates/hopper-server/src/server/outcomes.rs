@@ -88,6 +88,16 @@ fn ran(item: &OutcomeItem) -> Option<Duration> {
     }
 }
 
+/// An error text as it can be stored: PostgreSQL text cannot hold U+0000, and a write that
+/// fails on one would be retried for ever, so each becomes U+FFFD.
+fn storable(error: String) -> String {
+    if error.contains('\0') {
+        error.replace('\0', "\u{FFFD}")
+    } else {
+        error
+    }
+}
+
 /// What an item says, as the storage seam takes it.
 fn outcome(item: OutcomeItem, counted_attempt: i32) -> Outcome {
     match item {
@@ -99,7 +109,7 @@ fn outcome(item: OutcomeItem, counted_attempt: i32) -> Outcome {
             duration_ms,
             ..
         } => Outcome::Retry {
-            error,
+            error: storable(error),
             retry_in: retry_in_ms
                 .map(Duration::from_millis)
                 .unwrap_or_else(|| convert::default_backoff(counted_attempt)),
@@ -107,7 +117,10 @@ fn outcome(item: OutcomeItem, counted_attempt: i32) -> Outcome {
         },
         OutcomeItem::Failed {
             error, duration_ms, ..
-        } => Outcome::Failed { error, duration_ms },
+        } => Outcome::Failed {
+            error: storable(error),
+            duration_ms,
+        },
         OutcomeItem::Snoozed { delay_ms, .. } => Outcome::Snoozed {
             retry_in: Duration::from_millis(delay_ms),
         },
