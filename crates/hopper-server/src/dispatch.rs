@@ -6,8 +6,10 @@
 //! twice. Queues take turns. A short claim means the queue is drained: it is not claimed
 //! from again until a notification, a poll tick, or a resync says it may have jobs.
 //!
-//! A claimed job whose kind no worker with free credit declares (the worker set changed
-//! during the claim, or workers of that queue serve other kinds) is snoozed for
+//! When every worker with room in a queue declared the kinds it runs, only jobs of those
+//! kinds are claimed ([`hopper_core::Backend::job_claim_kinds`]): jobs that no connected
+//! worker runs stay in the queue untouched. A claimed job whose kind no worker with free
+//! credit declares all the same (the worker set changed during the claim) is snoozed for
 //! `unplaceable_delay`: back in the queue without using an attempt.
 
 use std::collections::{BTreeMap, HashMap};
@@ -60,12 +62,16 @@ impl Core {
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             lease: self.config.lease,
         };
+        let kinds = self.kinds_for(queue);
         self.claiming = true;
         self.claim_woken = false;
         let backend = self.backend.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let result = backend.job_claim(&params).await;
+            let result = match kinds {
+                Some(kinds) => backend.job_claim_kinds(&params, &kinds).await,
+                None => backend.job_claim(&params).await,
+            };
             let _ = events
                 .send(Event::Claimed {
                     queue: params.queue,
@@ -74,6 +80,21 @@ impl Core {
                 })
                 .await;
         });
+    }
+
+    /// The kinds the workers with room in `queue` run, when every one of them declared
+    /// its kinds: only those are claimed, and jobs of other kinds stay untouched in the
+    /// queue (their age visible) instead of being claimed and put back. `None` when some
+    /// worker takes any kind.
+    fn kinds_for(&self, queue: &str) -> Option<Vec<String>> {
+        let mut kinds = std::collections::BTreeSet::new();
+        for p in self.peers.values() {
+            if p.free() == 0 || !p.queues.iter().any(|q| q == queue) {
+                continue;
+            }
+            kinds.extend(p.kinds.as_ref()?.iter().map(String::as_str));
+        }
+        Some(kinds.into_iter().map(str::to_owned).collect())
     }
 
     /// Places claimed jobs with workers.

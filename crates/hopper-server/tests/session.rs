@@ -552,3 +552,33 @@ async fn after_a_restart_unclaimed_orders_go_back_uncounted_before_their_lease_e
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn jobs_no_connected_worker_runs_stay_untouched_and_show_their_age() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let orphan = NewJob::new("nobody-runs-this", serde_json::json!({}));
+    let orphan_id = orphan.id;
+    db.backend().job_insert(&orphan).await?;
+    let before = db.backend().job_get(orphan_id).await?.map(|j| j.run_at);
+    let mut w = worker(server.endpoint(), "served", 2).await;
+    // Polls and wake-ups come and go; the orphan is never claimed and put back.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let job = state(&*db.backend(), &orphan_id.to_string()).await?;
+    assert_eq!(job.state, JobState::Available);
+    assert_eq!(job.attempt, 0, "claimed {} times", job.attempt);
+    assert_eq!(Some(job.run_at), before, "its run_at moved");
+    let stats = db.queue_stats("default").await?;
+    assert!(
+        stats.oldest_available_secs >= 2.0,
+        "the queue's age tells the truth: {stats:?}"
+    );
+    // A job of the worker's kind, behind the orphan in the queue, still comes at once.
+    db.backend()
+        .job_insert(&NewJob::new("served", serde_json::json!({})))
+        .await?;
+    let (id, _) = order(&mut w).await;
+    assert_ne!(id, orphan_id.to_string());
+    server.shutdown().await;
+    Ok(())
+}
