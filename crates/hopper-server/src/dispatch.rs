@@ -180,9 +180,10 @@ impl Core {
         }
     }
 
-    /// Drops peers silent for three heartbeat periods and enforces timeouts; every
-    /// `node_beat`, also refreshes the server's node row and forgets queues nobody serves.
-    /// Runs five times per heartbeat period, so a silent peer goes within 3.2 periods.
+    /// Drops peers silent for three heartbeat periods; every `node_beat` (once per period),
+    /// also enforces timeouts, refreshes the server's node row and forgets queues nobody
+    /// serves. Runs five times per heartbeat period, so a silent peer goes within 3.2
+    /// periods.
     pub(crate) fn sweep(&mut self, node_beat: bool) {
         let now = Instant::now();
         let dead_after = self.config.heartbeat * 3;
@@ -202,10 +203,11 @@ impl Core {
             self.claiming = true;
             self.find_inherited();
         }
-        self.enforce_timeouts(now);
         if !node_beat {
             return;
         }
+        // Once per period: it reads every held order, and a timeout has two periods of grace.
+        self.enforce_timeouts(now);
         let node = tasks::node_info(&self.config, &self.peers);
         let backend = self.backend.clone();
         tokio::spawn(async move {
