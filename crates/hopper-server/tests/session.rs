@@ -403,7 +403,9 @@ async fn served_queues_are_bounded_and_cost_nothing_while_idle() -> anyhow::Resu
     );
     assert_eq!(text_of(&r.await, "type"), "welcome");
 
-    // Idle: the server must not claim from each of the 100 queues every poll (1 s).
+    // Idle: the server must not claim from each of the 100 queues every poll (1 s), which
+    // is 600 claims in the window. Its maintenance (promoter, rescuer, vacuum check) and one
+    // claim per poll measured 42 scans.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = table_scans(&db).await?;
     let window = Duration::from_secs(6);
@@ -411,8 +413,9 @@ async fn served_queues_are_bounded_and_cost_nothing_while_idle() -> anyhow::Resu
     // Statistics reach the view when each backend goes idle (at most a second later).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let scans = table_scans(&db).await? - before;
+    println!("idle with 100 queues: {scans} scans of the jobs table in {window:?}");
     assert!(
-        scans < 60,
+        scans < 150,
         "{scans} scans of the jobs table in {window:?} while idle with 100 queues"
     );
 
