@@ -1,7 +1,10 @@
 //! The runtime's settings, with documented defaults.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use hopper_core::{Clock, SystemClock};
 
 use crate::housekeeping::Housekeeping;
 
@@ -68,6 +71,10 @@ pub struct RuntimeConfig {
     /// (completed jobs kept 24 h, failed 7 days, pruned every 60 s; a vacuum check every
     /// 10 s).
     pub housekeeping: Housekeeping,
+    /// "Now" for what the runtime decides itself rather than in SQL: when periodic jobs are
+    /// due. Default: [`SystemClock`], this host's clock. Tests pass the backend's
+    /// [`hopper_core::TestClock`] here too, and move both by hand.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for RuntimeConfig {
@@ -89,6 +96,7 @@ impl Default for RuntimeConfig {
             shutdown_timeout: Duration::from_secs(30),
             node_name: None,
             housekeeping: Housekeeping::default(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
