@@ -47,6 +47,9 @@ impl Access {
             | Request::Released { .. }
             | Request::Extend { .. }
             | Request::Outcomes { .. } => Access::Worker,
+            // Listing leases keeps them alive (and adopts them after a restart): running
+            // jobs is a worker's business. An empty heartbeat only keeps the session.
+            Request::Heartbeat { leases, .. } if !leases.is_empty() => Access::Worker,
             Request::Hello { .. }
             | Request::Submit { .. }
             | Request::SubmitBatch { .. }

@@ -329,7 +329,21 @@ async fn each_token_does_what_its_role_allows() -> anyhow::Result<()> {
     ]))
     .await;
     assert_eq!(text_of(&c.recv().await, "type"), "job");
-    for refused in [&list, &stats, &on_lease("completed", 6, &id, 1, vec![])] {
+    let leases = map(vec![
+        ("type", text("heartbeat")),
+        ("req", int(7)),
+        (
+            "leases",
+            Value::Array(vec![map(vec![("id", text(&id)), ("attempt", int(1))])]),
+        ),
+    ]);
+    let refused_all = [
+        &list,
+        &stats,
+        &on_lease("completed", 6, &id, 1, vec![]),
+        &leases,
+    ];
+    for refused in refused_all {
         c.send(refused).await;
         let r = c.recv().await;
         assert_eq!(text_of(&r, "code"), "unauthorized", "{refused:?} -> {r:?}");
