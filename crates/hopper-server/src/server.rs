@@ -159,9 +159,9 @@ pub(crate) struct Core {
     pub refusals: LogThrottle,
     /// Requests refused before a hello, logged at most once per interval.
     pub early_refusals: LogThrottle,
-    /// Queues to claim from again at the next poll tick: their last claim found jobs, or an
-    /// outcome was written for them since (a limit may have room again). Idle queues are
-    /// not polled one by one; notifications wake them.
+    /// Queues to claim from again at the next poll tick: their last claim found jobs (or
+    /// failed). The queues of workers that reported outcomes join them at the tick (a limit
+    /// may have room again). Idle queues are not polled one by one; notifications wake them.
     pub active: HashSet<String>,
     /// The next queue the poll tick re-checks as a safety net, one per tick, whatever
     /// number of queues is served (the idle cost does not grow with it).
