@@ -15,6 +15,13 @@
 -- would cost every insert and claim of every queue a third index entry). Such a claim that
 -- finds nothing leaves the queue idle in the server until a notification says it has new
 -- jobs, so the cost is paid per wake-up, not per poll.
+--
+-- No claim cursor (cursor.rs): while the xmin horizon is pinned this walks the dead entries
+-- at the head as the plain claim did before the cursor. Where every job is of a served kind
+-- the filter passes every row; hopper-server's tests/drain.rs (10,000 jobs, 4 remote
+-- workers, debug build, load 6, alternated) drained 1,884 / 2,908 / 3,367 / 2,267 jobs/s
+-- with this statement against 2,775 / 2,899 / 1,773 / 2,934 with job_claim.sql: no
+-- difference beyond the noise.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
