@@ -128,12 +128,12 @@ impl PgConnectOptions {
             .map_err(Error::database)
     }
 
-    /// Turns a failure to connect into hopper's error, explained when TLS is the cause.
+    /// Turns a failure to connect into hopper's error ([`Error::Database`], which says
+    /// the call may succeed later), its message the whole reason: the server's own words
+    /// (`FATAL: …`), or a sentence when TLS is the cause.
     pub fn connect_error(&self, e: tokio_postgres::Error) -> Error {
-        match tls::explain(&e, &self.settings) {
-            Some(why) => Error::database(ConnectError { why, source: e }),
-            None => crate::map_pg(e),
-        }
+        let why = tls::explain(&e, &self.settings).unwrap_or_else(|| chain(&e));
+        Error::database(ConnectError { why, source: e })
     }
 
     /// [`PgConnectOptions::connect_error`] for a pool's error.

@@ -392,7 +392,8 @@ fn explain_rustls(e: &rustls::Error, settings: &TlsSettings) -> String {
             expected,
             presented,
         }) => format!(
-            "the server's certificate is not valid for the host name {expected:?} (it names {}); sslmode=verify-full checks the host name, verify-ca only the chain",
+            "the server's certificate is not valid for the host name {:?} (it names {}); sslmode=verify-full checks the host name, verify-ca only the chain",
+            expected.to_str(),
             presented.join(", ")
         ),
         rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
