@@ -114,10 +114,18 @@ impl TestCluster {
                 "--no-sync",
             ],
         )?;
-        cluster.append_conf(&[&format!(
-            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres application_name={application_name}'",
-            primary.port
-        )])?;
+        // `-R` wrote a primary_conninfo into postgresql.auto.conf, read after
+        // postgresql.conf: this one, with the standby's name, goes after it.
+        cluster.append_to(
+            "postgresql.auto.conf",
+            &[&format!(
+                "primary_conninfo = 'host=127.0.0.1 port={} user=postgres application_name={application_name}'",
+                primary.port
+            )],
+        )?;
+        // The primary's synchronous_standby_names came with the copy: promoted, this
+        // cluster has no standby of its own, and waiting for one would hang every commit.
+        cluster.append_conf(&["synchronous_standby_names = ''"])?;
         Ok(cluster)
     }
 
@@ -181,17 +189,27 @@ impl TestCluster {
     /// Appends lines to `postgresql.conf` (the port, the listen address and the socket
     /// directory are this cluster's already). Takes effect at the next start or reload.
     pub fn append_conf(&self, lines: &[&str]) -> Result<(), ClusterError> {
-        let path = self.data_dir().join("postgresql.conf");
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
         let own = [
             format!("port = {}", self.port),
             "listen_addresses = '127.0.0.1'".to_owned(),
             format!("unix_socket_directories = '{}'", self.root.display()),
         ];
-        for line in own.iter().map(String::as_str).chain(lines.iter().copied()) {
+        let all: Vec<&str> = own
+            .iter()
+            .map(String::as_str)
+            .chain(lines.iter().copied())
+            .collect();
+        self.append_to("postgresql.conf", &all)
+    }
+
+    /// Appends lines to a file of the data directory.
+    fn append_to(&self, name: &str, lines: &[&str]) -> Result<(), ClusterError> {
+        let path = self.data_dir().join(name);
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        for line in lines {
             writeln!(file, "{line}").map_err(|e| format!("{}: {e}", path.display()))?;
         }
         Ok(())
