@@ -133,7 +133,7 @@ impl PgConnectOptions {
     /// (`FATAL: …`), or a sentence when TLS is the cause.
     pub fn connect_error(&self, e: tokio_postgres::Error) -> Error {
         let why = tls::explain(&e, &self.settings).unwrap_or_else(|| chain(&e));
-        Error::database(ConnectError { why, source: e })
+        Error::database(ConnectError { why, driver: e })
     }
 
     /// [`PgConnectOptions::connect_error`] for a pool's error.
@@ -145,13 +145,20 @@ impl PgConnectOptions {
     }
 }
 
-/// A connection that failed, with the reason in words.
+/// A connection that failed, with the whole reason in its message (so the driver's error,
+/// whose causes the message already spells out, is not its `source`).
 #[derive(Debug, thiserror::Error)]
 #[error("could not connect to PostgreSQL: {why}")]
 pub struct ConnectError {
     why: String,
-    #[source]
-    source: tokio_postgres::Error,
+    driver: tokio_postgres::Error,
+}
+
+impl ConnectError {
+    /// The driver's error (for its SQLSTATE, `as_db_error`, …).
+    pub fn driver_error(&self) -> &tokio_postgres::Error {
+        &self.driver
+    }
 }
 
 /// An error and its causes on one line (the driver's own message stops at the first).
