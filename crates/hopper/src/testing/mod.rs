@@ -12,16 +12,20 @@
 //!   enqueueing task, through registered workers, on any backend.
 //! - **Isolated databases**: a [`TestDatabase`] is a fresh migrated PostgreSQL schema per
 //!   test, dropped afterwards, so tests run in parallel.
+//! - **PgBouncer**: a [`PgBouncer`] in transaction mode in front of the test database, for
+//!   code that runs behind one ([`TestDatabase::behind`] opens a backend through it).
 
 mod database;
 mod expect;
 mod inline;
+mod pgbouncer;
 mod require;
 mod run;
 
 pub use database::{TestDatabase, database_url, drop_schema};
 pub use expect::ExpectedJob;
 pub use inline::InlineClient;
+pub use pgbouncer::{PgBouncer, PgBouncerConfig};
 pub use require::{
     LISTED, RequireError, require_inserted, require_inserted_in, require_many_inserted,
     require_many_inserted_in, require_not_inserted, require_not_inserted_in,
