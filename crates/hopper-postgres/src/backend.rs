@@ -46,11 +46,8 @@ impl Backend for PgBackend {
         // The plain insert, prepared once per pooled connection: one round trip per job
         // instead of two (parse, then execute). Measured in docs/benchmarks.md (W2).
         let statement = self
-            .inner
-            .pooler
             .prepare(&client, &self.inner.queries.job_insert)
-            .await
-            .map_err(map_pg)?;
+            .await?;
         self.insert_plain(&**client, &statement, job).await
     }
 
@@ -73,12 +70,7 @@ impl Backend for PgBackend {
 
     async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
         let client = self.client().await?;
-        let statement = self
-            .inner
-            .pooler
-            .prepare(&client, &self.inner.queries.job_get)
-            .await
-            .map_err(map_pg)?;
+        let statement = self.prepare(&client, &self.inner.queries.job_get).await?;
         let row = statement
             .query_opt(&**client, &[&id])
             .await
@@ -135,11 +127,8 @@ impl Backend for PgBackend {
         // or cancelled between its SET and RESET, the connection leaves the pool.
         let client = TxConnection::new(self.client().await?);
         let statement = self
-            .inner
-            .pooler
             .prepare(&client, &self.inner.queries.job_extend_many)
-            .await
-            .map_err(map_pg)?;
+            .await?;
         let ids: Vec<JobId> = leases.iter().map(|l| l.job_id).collect();
         let attempts: Vec<i32> = leases.iter().map(|l| l.attempt).collect();
         let now = self.inner.clock.now();
@@ -211,11 +200,8 @@ impl Backend for PgBackend {
     async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
         let client = self.client().await?;
         let statement = self
-            .inner
-            .pooler
             .prepare(&client, &self.inner.queries.job_promote_scheduled)
-            .await
-            .map_err(map_pg)?;
+            .await?;
         let now = self.inner.clock.now();
         let mut total = 0u64;
         loop {

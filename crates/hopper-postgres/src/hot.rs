@@ -126,12 +126,7 @@ impl PgBackend {
         params: &ClaimParams,
         start: Start,
     ) -> Result<(Vec<ClaimedJob>, Option<Duration>)> {
-        let statement = self
-            .inner
-            .pooler
-            .prepare(client, &self.inner.queries.job_claim)
-            .await
-            .map_err(map_pg)?;
+        let statement = self.prepare(client, &self.inner.queries.job_claim).await?;
         let limit = i64::from(params.limit);
         let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
         let now = self.inner.clock.now();

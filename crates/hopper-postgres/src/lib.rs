@@ -317,6 +317,19 @@ impl PgBackend {
         self.inner.clock.now().unwrap_or_else(chrono::Utc::now)
     }
 
+    /// `query` ready to run on the pooled connection `client` (see [`Pooler::prepare`]).
+    pub(crate) async fn prepare<'q>(
+        &self,
+        client: &deadpool_postgres::Object,
+        query: &'q Query,
+    ) -> Result<Ready<'q>> {
+        self.inner
+            .pooler
+            .prepare(client, query)
+            .await
+            .map_err(map_pg)
+    }
+
     /// `query` sent whole at each run (see [`Pooler::text`]).
     pub(crate) fn text<'q>(&self, query: &'q Query) -> Ready<'q> {
         self.inner.pooler.text(query)

@@ -191,11 +191,8 @@ impl PgBackend {
     async fn load_settings(&self) -> Result<Vec<QueueSettings>> {
         let client = self.client().await?;
         let statement = self
-            .inner
-            .pooler
             .prepare(&client, &self.inner.queries.queue_settings_all)
-            .await
-            .map_err(map_pg)?;
+            .await?;
         let rows = statement
             .query(driver(&client), &[])
             .await

@@ -111,11 +111,8 @@ impl PgBackend {
     /// Loads the ring of `queue` now (`queue_groups_ready.sql`).
     pub(super) async fn load_ring(&self, client: &Object, queue: &str) -> Result<()> {
         let statement = self
-            .inner
-            .pooler
             .prepare(client, &self.inner.queries.queue_groups_ready)
-            .await
-            .map_err(map_pg)?;
+            .await?;
         let cursor = self.inner.settings.rings.cursor(queue);
         let row = statement
             .query_one(driver(client), &[&queue, &cursor, &ring::CAP])
