@@ -64,6 +64,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "unfinished_jobs",
         include_str!("../migrations/0006_unfinished_jobs.sql"),
     ),
+    (
+        7,
+        "enqueue_bounds",
+        include_str!("../migrations/0007_enqueue_bounds.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -129,6 +134,7 @@ queries!(
         UUID_ARRAY,
         BOOL
     ),
+    job_claim_kinds(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, TEXT_ARRAY),
     job_claim_flush(),
     job_claim_limited(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, FLOAT8, TIMESTAMPTZ),
     job_clear(TEXT),

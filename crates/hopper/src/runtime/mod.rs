@@ -7,7 +7,8 @@
 
 mod completer;
 mod config;
-pub(crate) mod executor;
+mod executor;
+pub(crate) mod handler;
 mod maintenance;
 mod prefetch;
 mod producer;
@@ -203,6 +204,7 @@ impl Runtime {
         if !self.periodic.is_empty() {
             services.push(tokio::spawn(crate::periodic::run(
                 shared.backend.clone(),
+                shared.config.clock.clone(),
                 self.periodic,
                 shared.stop_services.clone(),
             )));
