@@ -14,6 +14,16 @@ pub struct Cli {
     #[arg(long, env = "HOPPER_SCHEMA", default_value = "hopper", global = true)]
     pub schema: String,
 
+    /// What sits between hopper and PostgreSQL: none (or session) or transaction (PgBouncer
+    /// in transaction mode: no session state through it; see docs/deployment.md).
+    #[arg(long, env = "HOPPER_POOLER", default_value = "none", global = true)]
+    pub pooler: hopper::Pooler,
+
+    /// A URL straight to PostgreSQL, past a transaction pooler, for the LISTEN connection
+    /// (without one, workers behind the pooler poll).
+    #[arg(long, env = "HOPPER_DIRECT_URL", global = true, hide_env_values = true)]
+    pub direct_url: Option<String>,
+
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,

@@ -56,32 +56,40 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let (url, schema, json) = (cli.database_url.as_deref(), cli.schema.as_str(), cli.json);
+    let (url, json) = (cli.database_url.as_deref(), cli.json);
+    let schema = cli.schema.as_str();
+    let pg = PgOptions {
+        schema: schema.to_owned(),
+        pooler: cli.pooler,
+        direct_url: cli.direct_url.clone(),
+        ..PgOptions::default()
+    };
+    let open = |url| open(url, pg.clone());
     match cli.command {
-        Command::Migrate => admin::migrate(&open(url, schema).await?, schema, json).await,
+        Command::Migrate => admin::migrate(&open(url).await?, schema, json).await,
         Command::Enqueue(args) => {
             // Bad input is refused before connecting, so it never writes anything.
             let job = admin::new_job(&args)?;
-            admin::enqueue(&open(url, schema).await?, job, json).await
+            admin::enqueue(&open(url).await?, job, json).await
         }
         Command::Jobs(cmd) => {
             let action = admin::JobsAction::parse(cmd)?;
-            admin::jobs(&open(url, schema).await?, action, json).await
+            admin::jobs(&open(url).await?, action, json).await
         }
         Command::Stats(args) if args.watch => {
             let interval = admin::parse_duration("--interval", &args.interval)?;
-            watch::run(&open(url, schema).await?, interval, json).await
+            watch::run(&open(url).await?, interval, json).await
         }
-        Command::Stats(_) => admin::stats(&open(url, schema).await?, json).await,
+        Command::Stats(_) => admin::stats(&open(url).await?, json).await,
         Command::Queues(cmd) => {
             let action = queues::QueuesAction::parse(cmd)?;
-            queues::queues(&open(url, schema).await?, action, json).await
+            queues::queues(&open(url).await?, action, json).await
         }
-        Command::Cron(cmd) => queues::cron(&open(url, schema).await?, cmd, json).await,
-        Command::Demo(args) => demo::run(open(url, schema).await?, args, json).await,
-        Command::Bench(args) => bench::run(open(url, schema).await?, args, json).await,
-        Command::Serve(args) => serve::run(url, schema, args).await,
-        Command::Worker(args) => worker::run(open(url, schema).await?, args).await,
+        Command::Cron(cmd) => queues::cron(&open(url).await?, cmd, json).await,
+        Command::Demo(args) => demo::run(open(url).await?, args, json).await,
+        Command::Bench(args) => bench::run(open(url).await?, args, json).await,
+        Command::Serve(args) => serve::run(url, pg.clone(), args).await,
+        Command::Worker(args) => worker::run(open(url).await?, args).await,
     }
 }
 
@@ -89,9 +97,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 /// directory, so hopper runs on a machine with no database server.
 const DEFAULT_DATABASE_URL: &str = "sqlite://hopper.db";
 
-/// Connects to the configured database (`DATABASE_URL` / `--database-url`), or to the
-/// embedded SQLite default, said in one line on stderr.
-async fn open(url: Option<&str>, schema: &str) -> anyhow::Result<Arc<dyn Backend>> {
+/// Connects to the configured database (`DATABASE_URL` / `--database-url`) with `options`
+/// (schema, pooler), or to the embedded SQLite default, said in one line on stderr.
+async fn open(url: Option<&str>, options: PgOptions) -> anyhow::Result<Arc<dyn Backend>> {
     let url = match url {
         Some(url) => url,
         None => {
@@ -100,10 +108,6 @@ async fn open(url: Option<&str>, schema: &str) -> anyhow::Result<Arc<dyn Backend
             );
             DEFAULT_DATABASE_URL
         }
-    };
-    let options = PgOptions {
-        schema: schema.to_owned(),
-        ..PgOptions::default()
     };
     hopper::connect(url, options)
         .await

@@ -65,7 +65,9 @@ fn duration(what: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 /// Runs the server until SIGINT or SIGTERM.
-pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::Result<()> {
+    let schema = pg.schema.clone();
+    let schema = schema.as_str();
     let heartbeat = duration("heartbeat", &args.heartbeat)?;
     let lease = duration("lease", &args.lease)?;
     let node_dead_after = duration("node-dead-after", &args.node_dead_after)?;
@@ -84,9 +86,8 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
         anyhow::bail!("no database: set DATABASE_URL or pass --database-url postgres://…");
     };
     let options = PgOptions {
-        schema: schema.to_owned(),
         pool_size: usize::from(args.pool_size),
-        ..PgOptions::default()
+        ..pg
     };
     let backend = hopper::connect(url, options)
         .await

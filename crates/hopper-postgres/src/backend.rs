@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
 use hopper_core::{
     Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
     JobRetryManyParams, JobSearchParams, JobStatsParams, Lease, MinuteStats, NewJob, NodeId,
@@ -30,7 +31,7 @@ impl Backend for PgBackend {
 
     async fn migrate(&self) -> Result<()> {
         let mut client = self.client().await?;
-        migrate::migrate(&mut client, &self.inner.schema).await
+        migrate::migrate(&mut client, &self.inner.schema, self.inner.pooler).await
     }
 
     async fn job_insert(&self, job: &NewJob) -> Result<()> {
@@ -44,10 +45,9 @@ impl Backend for PgBackend {
         }
         // The plain insert, prepared once per pooled connection: one round trip per job
         // instead of two (parse, then execute). Measured in docs/benchmarks.md (W2).
-        let statement = client
-            .prepare_cached(&self.inner.queries.job_insert)
-            .await
-            .map_err(map_pg)?;
+        let statement = self
+            .prepare(&client, &self.inner.queries.job_insert)
+            .await?;
         self.insert_plain(&**client, &statement, job).await
     }
 
@@ -70,11 +70,11 @@ impl Backend for PgBackend {
 
     async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
         let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&self.inner.queries.job_get)
+        let statement = self.prepare(&client, &self.inner.queries.job_get).await?;
+        let row = statement
+            .query_opt(&**client, &[&id])
             .await
             .map_err(map_pg)?;
-        let row = client.query_opt(&statement, &[&id]).await.map_err(map_pg)?;
         row.as_ref().map(rows::job_record).transpose()
     }
 
@@ -82,9 +82,10 @@ impl Backend for PgBackend {
         let client = self.client().await?;
         let state = params.state.map(|s| s.as_str());
         let limit = i64::from(params.limit.max(1));
-        let rows = client
+        let rows = self
+            .text(&self.inner.queries.job_list)
             .query(
-                &self.inner.queries.job_list,
+                &**client,
                 &[
                     &params.queue,
                     &state,
@@ -139,16 +140,16 @@ impl Backend for PgBackend {
         // With a generic plan, as the outcomes (hot.rs, `finish_pooled`, says why); failed
         // or cancelled between its SET and RESET, the connection leaves the pool.
         let client = TxConnection::new(self.client().await?);
-        let statement = client
-            .prepare_cached(&self.inner.queries.job_extend_many)
-            .await
-            .map_err(map_pg)?;
+        let statement = self
+            .prepare(&client, &self.inner.queries.job_extend_many)
+            .await?;
         let ids: Vec<JobId> = leases.iter().map(|l| l.job_id).collect();
         let attempts: Vec<i32> = leases.iter().map(|l| l.attempt).collect();
         let now = self.inner.clock.now();
         let by_ms = millis(by);
         let args: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&ids, &attempts, &by_ms, &now];
-        let rows = generic_plan(&client, client.query(&statement, &args)).await?;
+        let work = statement.query(&***client, &args);
+        let rows = generic_plan(&client, self.inner.pooler, work).await?;
         client.release();
         let kept: std::collections::HashSet<JobId> = rows.iter().map(|r| r.get(0)).collect();
         Ok(leases
@@ -161,8 +162,9 @@ impl Backend for PgBackend {
     async fn job_retry(&self, id: JobId) -> Result<JobRecord> {
         let client = self.client().await?;
         let now = self.inner.clock.now();
-        let rows = client
-            .query(&self.inner.queries.job_retry, &[&id, &now])
+        let rows = self
+            .text(&self.inner.queries.job_retry)
+            .query(&**client, &[&id, &now])
             .await
             .map_err(map_pg)?;
         drop(client);
@@ -182,8 +184,9 @@ impl Backend for PgBackend {
     async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
         let client = self.client().await?;
         let now = self.inner.clock.now();
-        let rows = client
-            .query(&self.inner.queries.job_cancel, &[&id, &now])
+        let rows = self
+            .text(&self.inner.queries.job_cancel)
+            .query(&**client, &[&id, &now])
             .await
             .map_err(map_pg)?;
         drop(client);
@@ -202,23 +205,22 @@ impl Backend for PgBackend {
 
     async fn job_clear(&self, queue: Option<&str>) -> Result<u64> {
         let client = self.client().await?;
-        client
-            .execute(&self.inner.queries.job_clear, &[&queue])
+        self.text(&self.inner.queries.job_clear)
+            .execute(&**client, &[&queue])
             .await
             .map_err(map_pg)
     }
 
     async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
         let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&self.inner.queries.job_promote_scheduled)
-            .await
-            .map_err(map_pg)?;
+        let statement = self
+            .prepare(&client, &self.inner.queries.job_promote_scheduled)
+            .await?;
         let now = self.inner.clock.now();
         let mut total = 0u64;
         loop {
-            let row = client
-                .query_one(&statement, &[&now])
+            let row = statement
+                .query_one(&**client, &[&now])
                 .await
                 .map_err(map_pg)?;
             let promoted: i64 = row.get(0);
@@ -236,8 +238,9 @@ impl Backend for PgBackend {
         // as promotion does, so one call takes back every expired lease.
         let mut total = 0u64;
         loop {
-            let row = client
-                .query_one(&self.inner.queries.job_rescue_expired, &[&now])
+            let row = self
+                .text(&self.inner.queries.job_rescue_expired)
+                .query_one(&**client, &[&now])
                 .await
                 .map_err(map_pg)?;
             let rescued = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
@@ -251,9 +254,9 @@ impl Backend for PgBackend {
     async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {
         let client = self.client().await?;
         let now = self.inner.clock.now();
-        client
+        self.text(&self.inner.queries.node_heartbeat)
             .execute(
-                &self.inner.queries.node_heartbeat,
+                &**client,
                 &[&node.id, &node.name, &node.queues, &node.concurrency, &now],
             )
             .await
@@ -264,11 +267,9 @@ impl Backend for PgBackend {
     async fn node_release_dead(&self, dead_after: Duration) -> Result<u64> {
         let client = self.client().await?;
         let now = self.inner.clock.now();
-        let row = client
-            .query_one(
-                &self.inner.queries.node_release_dead,
-                &[&millis(dead_after), &now],
-            )
+        let row = self
+            .text(&self.inner.queries.node_release_dead)
+            .query_one(&**client, &[&millis(dead_after), &now])
             .await
             .map_err(map_pg)?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
@@ -276,8 +277,8 @@ impl Backend for PgBackend {
 
     async fn node_deregister(&self, node: NodeId) -> Result<()> {
         let client = self.client().await?;
-        client
-            .execute(&self.inner.queries.node_deregister, &[&node])
+        self.text(&self.inner.queries.node_deregister)
+            .execute(&**client, &[&node])
             .await
             .map_err(map_pg)?;
         Ok(())
@@ -286,8 +287,9 @@ impl Backend for PgBackend {
     async fn queue_stats(&self) -> Result<Vec<QueueStats>> {
         let client = self.client().await?;
         let now = self.inner.clock.now();
-        let rows = client
-            .query(&self.inner.queries.queue_stats, &[&now])
+        let rows = self
+            .text(&self.inner.queries.queue_stats)
+            .query(&**client, &[&now])
             .await
             .map_err(map_pg)?;
         Ok(rows
@@ -310,9 +312,10 @@ impl Backend for PgBackend {
         let list = &params.list;
         let state = list.state.map(|s| s.as_str());
         let limit = i64::from(list.limit.max(1));
-        let rows = client
+        let rows = self
+            .text(&self.inner.queries.job_search)
             .query(
-                &self.inner.queries.job_search,
+                &**client,
                 &[
                     &list.queue,
                     &state,
@@ -331,8 +334,9 @@ impl Backend for PgBackend {
 
     async fn job_delete(&self, id: JobId) -> Result<()> {
         let client = self.client().await?;
-        let rows = client
-            .query(&self.inner.queries.job_delete, &[&id])
+        let rows = self
+            .text(&self.inner.queries.job_delete)
+            .query(&**client, &[&id])
             .await
             .map_err(map_pg)?;
         drop(client);
@@ -351,11 +355,9 @@ impl Backend for PgBackend {
     async fn job_retry_many(&self, params: &JobRetryManyParams) -> Result<u64> {
         let client = self.client().await?;
         let now = self.inner.clock.now();
-        let rows = client
-            .query(
-                &self.inner.queries.job_retry_many,
-                &[&params.queue, &params.kind, &now],
-            )
+        let rows = self
+            .text(&self.inner.queries.job_retry_many)
+            .query(&**client, &[&params.queue, &params.kind, &now])
             .await
             .map_err(map_pg)?;
         let mut total = 0u64;
@@ -369,11 +371,9 @@ impl Backend for PgBackend {
     async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
         let client = self.client().await?;
         let now = self.inner.clock.now();
-        let rows = client
-            .query(
-                &self.inner.queries.job_stats_per_minute,
-                &[&millis(params.window), &now],
-            )
+        let rows = self
+            .text(&self.inner.queries.job_stats_per_minute)
+            .query(&**client, &[&millis(params.window), &now])
             .await
             .map_err(map_pg)?;
         rows.iter()
@@ -394,12 +394,15 @@ impl Backend for PgBackend {
     async fn subscribe(&self) -> Result<WakeupStream> {
         let backend = self.clone();
         let on_settings: listen::OnSettings = Arc::new(move || backend.inner.settings.invalidate());
-        let remote = listen::subscribe(
-            self.inner.connect.clone(),
-            format!("{}_wake", self.inner.schema),
-            on_settings,
-        )
-        .await?;
+        // Behind a transaction pooler with no direct URL there is no session to LISTEN
+        // in: the runtime polls (its `poll_interval`), settings are reloaded by age.
+        let remote = match &self.inner.listen {
+            Some(config) => {
+                let channel = format!("{}_wake", self.inner.schema);
+                listen::subscribe(config.clone(), channel, on_settings).await?
+            }
+            None => futures_util::stream::pending().boxed(),
+        };
         // Wake-ups this process arms for itself (a limited queue has room again).
         let local =
             futures_util::stream::unfold(self.inner.local_wake.subscribe(), |mut rx| async move {

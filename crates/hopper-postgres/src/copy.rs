@@ -4,6 +4,10 @@
 //! Two entry points: [`insert_jobs`] inside a caller's transaction, and [`insert_jobs_pooled`]
 //! on a pooled connection of hopper's own, which pipelines its statements so that a call
 //! costs two round trips instead of seven (W1, `docs/benchmarks.md`).
+//!
+//! tokio-postgres runs a `COPY` only as a named prepared statement, so behind a transaction
+//! pooler ([`crate::Pooler::Transaction`]) bulk inserts take `job_insert_many_full.sql`
+//! instead (`PgBackend::needs_upsert_many`).
 
 use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
@@ -49,7 +53,7 @@ pub async fn insert_jobs(
     now: DateTime<Utc>,
 ) -> Result<()> {
     let sink = tx
-        .copy_in(&queries.job_insert_many_copy)
+        .copy_in(&queries.job_insert_many_copy.sql)
         .await
         .map_err(map_pg)?;
     let writer = writer(sink, state_type);
@@ -58,7 +62,7 @@ pub async fn insert_jobs(
     writer.finish().await.map_err(map_pg)?;
     let due = due_queues(jobs, now);
     if !due.is_empty() {
-        tx.execute(&queries.job_notify_queues, &[&due])
+        tx.execute(&queries.job_notify_queues.sql, &[&due])
             .await
             .map_err(map_pg)?;
     }
@@ -97,11 +101,11 @@ async fn pipelined(
     // Both prepared before anything is sent: a statement prepared inside the pipeline
     // would queue its execution behind the COPY, which ends only after the rows.
     let copy = client
-        .prepare_cached(&queries.job_insert_many_copy)
+        .prepare_cached(&queries.job_insert_many_copy.sql)
         .await
         .map_err(map_pg)?;
     let notify = client
-        .prepare_cached(&queries.job_notify_queues)
+        .prepare_cached(&queries.job_notify_queues.sql)
         .await
         .map_err(map_pg)?;
     let due = due_queues(jobs, now);
@@ -192,7 +196,7 @@ fn due_queues(jobs: &[NewJob], now: DateTime<Utc>) -> Vec<&str> {
 /// The schema's `job_state` enum type, whose OID differs per database.
 pub async fn state_type(client: &impl GenericClient, queries: &Queries) -> Result<Type> {
     let statement = client
-        .prepare(&queries.job_state_type)
+        .prepare(&queries.job_state_type.sql)
         .await
         .map_err(map_pg)?;
     statement

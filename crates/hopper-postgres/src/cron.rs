@@ -32,33 +32,35 @@ impl PgBackend {
             hopper_core::job::validate_name("periodic job", &e.name)?;
             hopper_core::job::validate_name("queue", &e.queue)?;
             hopper_core::job::validate_name("kind", &e.kind)?;
-            tx.execute(
-                &self.inner.queries.cron_register,
-                &[
-                    &e.name,
-                    &e.schedule,
-                    &e.timezone,
-                    &e.queue,
-                    &e.kind,
-                    &e.args,
-                    &e.priority.0,
-                    &e.max_attempts,
-                    &e.timeout_ms,
-                    &e.catch_up,
-                    &e.next_run_at,
-                    &now,
-                ],
-            )
-            .await
-            .map_err(map_pg)?;
+            self.text(&self.inner.queries.cron_register)
+                .execute(
+                    &*tx,
+                    &[
+                        &e.name,
+                        &e.schedule,
+                        &e.timezone,
+                        &e.queue,
+                        &e.kind,
+                        &e.args,
+                        &e.priority.0,
+                        &e.max_attempts,
+                        &e.timeout_ms,
+                        &e.catch_up,
+                        &e.next_run_at,
+                        &now,
+                    ],
+                )
+                .await
+                .map_err(map_pg)?;
         }
         tx.commit().await.map_err(map_pg)
     }
 
     pub(crate) async fn cron_entries_list(&self) -> Result<Vec<CronEntry>> {
         let client = self.client().await?;
-        let rows = client
-            .query(&self.inner.queries.cron_list, &[])
+        let rows = self
+            .text(&self.inner.queries.cron_list)
+            .query(&**client, &[])
             .await
             .map_err(map_pg)?;
         rows.iter()
@@ -101,9 +103,10 @@ impl PgBackend {
             .collect();
         let last = advance.jobs.last().map(|(tick, _)| *tick);
         let last_id: Option<JobId> = jobs.last().map(|j| j.id);
-        let moved = tx
+        let moved = self
+            .text(&self.inner.queries.cron_advance)
             .query_opt(
-                &self.inner.queries.cron_advance,
+                &*tx,
                 &[
                     &advance.name,
                     &advance.expected_next_run_at,

@@ -8,19 +8,20 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::Object;
 use hopper_core::{
     ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobState, Lease, Outcome, Result,
 };
 
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Row, Statement};
 
 use crate::PgBackend;
 use crate::cursor::Start;
 use crate::error::map_pg;
 use crate::pooled::{TxConnection, generic_plan};
 use crate::scheduling::{claimed_job, in_claim_order};
+use crate::statement::{Pooler, Query, Ready, driver};
 
 /// The column of job_claim.sql's rows that says when the row was written (the next one:
 /// when the statement started).
@@ -101,7 +102,7 @@ impl PgBackend {
     /// the claim index or after this process's cursor for the queue (`cursor.rs`).
     pub(crate) async fn claim_plain(
         &self,
-        client: &impl GenericClient,
+        client: &Object,
         params: &ClaimParams,
     ) -> Result<Vec<ClaimedJob>> {
         let cursors = &self.inner.cursors;
@@ -122,20 +123,19 @@ impl PgBackend {
     /// of the plain claims.
     pub(crate) async fn claim_kinds(
         &self,
-        client: &impl GenericClient,
+        client: &Object,
         params: &ClaimParams,
         kinds: &[String],
     ) -> Result<Vec<ClaimedJob>> {
-        let statement = client
-            .prepare_cached(&self.inner.queries.job_claim_kinds)
-            .await
-            .map_err(map_pg)?;
+        let statement = self
+            .prepare(client, &self.inner.queries.job_claim_kinds)
+            .await?;
         let limit = i64::from(params.limit);
         let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
         let now = self.inner.clock.now();
-        let rows = client
+        let rows = statement
             .query(
-                &statement,
+                driver(client),
                 &[&params.queue, &params.node, &limit, &lease_ms, &now, &kinds],
             )
             .await
@@ -152,14 +152,11 @@ impl PgBackend {
     /// it wrote its last row (`None` when it claimed nothing).
     async fn claim_plain_from(
         &self,
-        client: &impl GenericClient,
+        client: &Object,
         params: &ClaimParams,
         start: Start,
     ) -> Result<(Vec<ClaimedJob>, Option<Duration>)> {
-        let statement = client
-            .prepare_cached(&self.inner.queries.job_claim)
-            .await
-            .map_err(map_pg)?;
+        let statement = self.prepare(client, &self.inner.queries.job_claim).await?;
         let limit = i64::from(params.limit);
         let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
         let now = self.inner.clock.now();
@@ -167,9 +164,9 @@ impl PgBackend {
             Start::After(key) => Some(key),
             Start::Head { .. } => None,
         };
-        let rows = client
+        let rows = statement
             .query(
-                &statement,
+                driver(client),
                 &[
                     &params.queue,
                     &params.node,
@@ -221,9 +218,23 @@ impl PgBackend {
         let q = &self.inner.queries;
         let now = self.inner.clock.now();
         let s = Split::new(finishes);
-        let done = prepare_if(&client, !s.done.ids.is_empty(), &q.job_complete_many).await?;
-        let failed = prepare_if(&client, !s.failed.ids.is_empty(), &q.job_fail_many).await?;
-        let snoozed = prepare_if(&client, !s.snoozed.ids.is_empty(), &q.job_snooze_many).await?;
+        let pooler = self.inner.pooler;
+        let done = prepare_if(
+            pooler,
+            &client,
+            !s.done.ids.is_empty(),
+            &q.job_complete_many,
+        )
+        .await?;
+        let failed =
+            prepare_if(pooler, &client, !s.failed.ids.is_empty(), &q.job_fail_many).await?;
+        let snoozed = prepare_if(
+            pooler,
+            &client,
+            !s.snoozed.ids.is_empty(),
+            &q.job_snooze_many,
+        )
+        .await?;
         let f = &s.failed;
         let done_args: [&(dyn ToSql + Sync); 4] =
             [&s.done.ids, &s.done.attempts, &s.done.duration_ms, &now];
@@ -249,7 +260,7 @@ impl PgBackend {
                 query_if(&client, snoozed, &snoozed_args),
             )
         };
-        let (done, failed, snoozed) = generic_plan(&client, statements).await?;
+        let (done, failed, snoozed) = generic_plan(&client, pooler, statements).await?;
         client.release();
         let mut recorded: HashMap<(JobId, i32), JobState> = HashMap::new();
         for row in done {
@@ -271,10 +282,20 @@ impl PgBackend {
     }
 }
 
-/// `sql` prepared (cached per connection) if `needed`.
-async fn prepare_if(client: &TxConnection, needed: bool, sql: &str) -> Result<Option<Statement>> {
+/// `query` ready to run on `client` (prepared and cached per connection, or unnamed) if
+/// `needed`.
+async fn prepare_if<'q>(
+    pooler: Pooler,
+    client: &TxConnection,
+    needed: bool,
+    query: &'q Query,
+) -> Result<Option<Ready<'q>>> {
     match needed {
-        true => client.prepare_cached(sql).await.map(Some).map_err(map_pg),
+        true => pooler
+            .prepare(client, query)
+            .await
+            .map(Some)
+            .map_err(map_pg),
         false => Ok(None),
     }
 }
@@ -282,11 +303,11 @@ async fn prepare_if(client: &TxConnection, needed: bool, sql: &str) -> Result<Op
 /// Runs `statement` if there is one; no rows if not.
 async fn query_if(
     client: &TxConnection,
-    statement: Option<Statement>,
+    statement: Option<Ready<'_>>,
     args: &[&(dyn ToSql + Sync)],
 ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
     match statement {
-        Some(statement) => client.query(&statement, args).await,
+        Some(statement) => statement.query(driver(client), args).await,
         None => Ok(Vec::new()),
     }
 }

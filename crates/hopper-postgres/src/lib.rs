@@ -25,6 +25,7 @@ mod rows;
 mod scheduling;
 mod settings;
 pub mod sql;
+mod statement;
 mod upsert;
 mod vacuum;
 
@@ -40,6 +41,8 @@ pub use connect::{ConnectError, MakeRustlsConnect, PgConnectOptions, PgTlsStream
 pub use cursor::{CLAIM_HEAD_SPACING, ClaimCursorConfig, ClaimStartMode};
 pub use error::map_pg;
 use sql::Queries;
+use statement::Ready;
+pub use statement::{Pooler, Query};
 
 /// How to connect, and where hopper's tables live.
 #[derive(Debug, Clone)]
@@ -50,6 +53,13 @@ pub struct PgOptions {
     pub pool_size: usize,
     /// The clock for every "now" (default: the database's `now()`).
     pub clock: Arc<dyn Clock>,
+    /// What sits between hopper and PostgreSQL (default [`Pooler::None`]); set
+    /// [`Pooler::Transaction`] behind PgBouncer in transaction mode (`docs/deployment.md`).
+    pub pooler: Pooler,
+    /// A URL straight to PostgreSQL, past the pooler, for what needs a session of its own:
+    /// the LISTEN connection of wake-ups and cancellations. Used with
+    /// [`Pooler::Transaction`] (without one, workers poll); otherwise the main URL serves.
+    pub direct_url: Option<String>,
 }
 
 impl Default for PgOptions {
@@ -58,6 +68,8 @@ impl Default for PgOptions {
             schema: "hopper".to_owned(),
             pool_size: 10,
             clock: Arc::new(SystemClock),
+            pooler: Pooler::None,
+            direct_url: None,
         }
     }
 }
@@ -71,8 +83,13 @@ pub struct PgBackend {
 #[derive(Debug)]
 struct Inner {
     pool: Pool,
-    /// How every connection is made: the pool's, and the LISTEN connection's.
+    /// How every connection of the pool is made.
     connect: PgConnectOptions,
+    /// How statements are sent (`statement.rs`).
+    pooler: Pooler,
+    /// Where the LISTEN connection goes: the main URL, the direct one behind a transaction
+    /// pooler, or nowhere (behind a transaction pooler with no direct URL: polling).
+    listen: Option<PgConnectOptions>,
     schema: String,
     queries: Queries,
     clock: Arc<dyn Clock>,
@@ -99,6 +116,11 @@ impl PgBackend {
     /// Connects with connection options already parsed (and perhaps adjusted).
     pub async fn connect_with(connect: PgConnectOptions, options: PgOptions) -> Result<Self> {
         sql::validate_schema(&options.schema)?;
+        let listen = match (options.pooler, &options.direct_url) {
+            (Pooler::None, _) => Some(connect.clone()),
+            (Pooler::Transaction, Some(direct)) => Some(PgConnectOptions::parse(direct)?),
+            (Pooler::Transaction, None) => None,
+        };
         let pool = connect.pool(options.pool_size)?;
         // Fail now, with the reason in words, if the database cannot be reached.
         drop(pool.get().await.map_err(|e| connect.pool_error(e))?);
@@ -107,6 +129,8 @@ impl PgBackend {
             inner: Arc::new(Inner {
                 pool,
                 connect,
+                pooler: options.pooler,
+                listen,
                 queries: Queries::new(&options.schema),
                 schema: options.schema,
                 clock: options.clock,
@@ -148,6 +172,12 @@ impl PgBackend {
         &self.inner.pool
     }
 
+    /// What sits between hopper and PostgreSQL ([`PgOptions::pooler`]): behind a
+    /// transaction pooler, statements on [`PgBackend::pool`] connections must be unnamed.
+    pub fn pooler(&self) -> Pooler {
+        self.inner.pooler
+    }
+
     /// Inserts one job using the caller's client or transaction: the job commits or rolls
     /// back with the caller's own writes.
     pub async fn insert_in(&self, client: &impl GenericClient, job: &NewJob) -> Result<()> {
@@ -166,28 +196,25 @@ impl PgBackend {
         if self.needs_full_insert(job) {
             return self.upsert_one_in(client, job).await;
         }
-        self.insert_plain(client, self.inner.queries.job_insert.as_str(), job)
-            .await?;
+        let insert = self.inner.pooler.text(&self.inner.queries.job_insert);
+        self.insert_plain(client, &insert, job).await?;
         Ok(InsertOutcome::Inserted)
     }
 
     /// Inserts a job that needs no upsert with `statement` (`job_insert.sql`, as text or
     /// prepared). On a pooled connection [`hopper_core::Backend::job_insert`] passes the
     /// connection's cached prepared statement, which saves a round trip per job.
-    pub(crate) async fn insert_plain<S>(
+    pub(crate) async fn insert_plain(
         &self,
         client: &impl GenericClient,
-        statement: &S,
+        statement: &Ready<'_>,
         job: &NewJob,
-    ) -> Result<()>
-    where
-        S: tokio_postgres::ToStatement + ?Sized + Sync + Send,
-    {
+    ) -> Result<()> {
         let now = self.inner.clock.now();
         let timeout_ms = job.timeout_ms();
-        client
+        statement
             .execute(
-                statement,
+                client,
                 &[
                     &job.id,
                     &job.queue,
@@ -239,13 +266,14 @@ impl PgBackend {
     }
 
     /// Validates `jobs` and says whether any needs `INSERT … ON CONFLICT` rather than
-    /// COPY: a group, a unique key, or a queue whose jobs carry groups.
+    /// COPY: a group, a unique key, or a queue whose jobs carry groups; behind a
+    /// transaction pooler, every job (COPY needs a named statement there).
     pub(crate) async fn needs_upsert_many(&self, jobs: &[NewJob]) -> Result<bool> {
         for job in jobs {
             job.validate()?;
         }
         self.refresh_settings().await?;
-        Ok(jobs.iter().any(|job| self.needs_full_insert(job)))
+        Ok(self.inner.pooler.unnamed() || jobs.iter().any(|job| self.needs_full_insert(job)))
     }
 
     /// The schema's `job_state` enum type (looked up once).
@@ -266,9 +294,12 @@ impl PgBackend {
         duration_ms: i64,
     ) -> Result<()> {
         let now = self.inner.clock.now();
-        let rows = client
+        let rows = self
+            .inner
+            .pooler
+            .text(&self.inner.queries.job_complete_many)
             .query(
-                &self.inner.queries.job_complete_many,
+                client,
                 &[
                     &vec![lease.job_id],
                     &vec![lease.attempt],
@@ -289,6 +320,24 @@ impl PgBackend {
     /// than in SQL: a bulk insert's due jobs, the claim cursor's intervals).
     pub(crate) fn now_or_local(&self) -> chrono::DateTime<chrono::Utc> {
         self.inner.clock.now().unwrap_or_else(chrono::Utc::now)
+    }
+
+    /// `query` ready to run on the pooled connection `client` (see [`Pooler::prepare`]).
+    pub(crate) async fn prepare<'q>(
+        &self,
+        client: &deadpool_postgres::Object,
+        query: &'q Query,
+    ) -> Result<Ready<'q>> {
+        self.inner
+            .pooler
+            .prepare(client, query)
+            .await
+            .map_err(map_pg)
+    }
+
+    /// `query` sent whole at each run (see [`Pooler::text`]).
+    pub(crate) fn text<'q>(&self, query: &'q Query) -> Ready<'q> {
+        self.inner.pooler.text(query)
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object> {

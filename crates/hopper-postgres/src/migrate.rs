@@ -3,22 +3,33 @@
 
 use hopper_core::{Error, Result};
 use tokio_postgres::Client;
+use tokio_postgres::types::Type;
 
 use crate::error::map_pg;
 use crate::sql::{MIGRATIONS, bind};
+use crate::statement::{Pooler, Query};
 
 /// Applies every migration `schema` lacks, in one transaction.
 ///
 /// A transaction-scoped advisory lock keyed on the schema name serialises concurrent
-/// migrators: the second waits, then finds nothing left to do.
-pub async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
-    let tx = client.transaction().await.map_err(map_pg)?;
-    tx.execute(
+/// migrators: the second waits, then finds nothing left to do. Nothing outlives the
+/// transaction, so this runs as well behind a transaction pooler.
+pub async fn migrate(client: &mut Client, schema: &str, pooler: Pooler) -> Result<()> {
+    let lock = Query::new(
         "SELECT pg_advisory_xact_lock(hashtext('hopper migrate ' || $1::text))",
-        &[&schema],
-    )
-    .await
-    .map_err(map_pg)?;
+        &[Type::TEXT],
+    );
+    let applied = Query::new(format!("SELECT max(version) FROM {schema}.migrations"), &[]);
+    let record = Query::new(
+        format!("INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2)"),
+        &[Type::INT4, Type::TEXT],
+    );
+    let tx = client.transaction().await.map_err(map_pg)?;
+    pooler
+        .text(&lock)
+        .execute(&tx, &[&schema])
+        .await
+        .map_err(map_pg)?;
     tx.batch_execute(&format!(
         "CREATE SCHEMA IF NOT EXISTS {schema};
          CREATE TABLE IF NOT EXISTS {schema}.migrations (
@@ -29,11 +40,9 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
     ))
     .await
     .map_err(map_pg)?;
-    let applied: Option<i32> = tx
-        .query_one(
-            &format!("SELECT max(version) FROM {schema}.migrations"),
-            &[],
-        )
+    let applied: Option<i32> = pooler
+        .text(&applied)
+        .query_one(&tx, &[])
         .await
         .map_err(map_pg)?
         .get(0);
@@ -52,12 +61,11 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
                 map_pg(e)
             ))
         })?;
-        tx.execute(
-            &format!("INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2)"),
-            &[version, name],
-        )
-        .await
-        .map_err(map_pg)?;
+        pooler
+            .text(&record)
+            .execute(&tx, &[version, name])
+            .await
+            .map_err(map_pg)?;
     }
     tx.commit().await.map_err(map_pg)
 }

@@ -7,7 +7,8 @@
 //! way, and the next user of the connection got "current transaction is aborted"). So the
 //! connection leaves the pool when this guard is dropped, unless the work reached its end
 //! and said so with [`TxConnection::release`]. The same holds for a session setting made
-//! around a statement ([`generic_plan`]).
+//! around a statement ([`generic_plan`]), and for its transaction behind a transaction
+//! pooler.
 
 use std::future::Future;
 use std::ops::Deref;
@@ -17,6 +18,7 @@ use hopper_core::Result;
 
 use crate::error::map_pg;
 use crate::scheduling::{GENERIC_PLAN_OFF, GENERIC_PLAN_ON};
+use crate::statement::Pooler;
 
 /// See the module docs.
 pub(crate) struct TxConnection {
@@ -58,20 +60,39 @@ impl Drop for TxConnection {
 }
 
 /// Runs `work` (statements prepared beforehand, so that it sends at its first poll) on
-/// `client` with a generic plan: [`GENERIC_PLAN_ON`], the work and [`GENERIC_PLAN_OFF`]
-/// pipelined in one round trip. The caller releases the connection once this returned Ok;
-/// failed or cancelled before the RESET, the guard's drop keeps it out of the pool.
+/// `client` with a generic plan: the setting, the work and its undoing
+/// ([`generic_plan_brackets`]) pipelined in one round trip. The caller releases the
+/// connection once this returned Ok; failed or cancelled before the end, the guard's drop
+/// keeps it out of the pool.
 pub(crate) async fn generic_plan<T>(
     client: &TxConnection,
+    pooler: Pooler,
     work: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
 ) -> Result<T> {
+    let (before, after) = generic_plan_brackets(pooler);
     let (on, done, off) = tokio::join!(
-        client.batch_execute(GENERIC_PLAN_ON),
+        client.batch_execute(before),
         work,
-        client.batch_execute(GENERIC_PLAN_OFF),
+        client.batch_execute(after),
     );
     on.map_err(map_pg)?;
     let done = done.map_err(map_pg)?;
     off.map_err(map_pg)?;
     Ok(done)
 }
+
+/// What is sent before and after statements that run with a generic plan: the session
+/// setting [`GENERIC_PLAN_ON`] and [`GENERIC_PLAN_OFF`], so that the statements run on
+/// their own (their row locks end with each); or, behind a transaction pooler, where a
+/// session setting would stay with whichever server session ran it, a transaction whose
+/// `SET LOCAL` ends at its `COMMIT`. A failed statement then rolls back the others of the
+/// transaction, which the caller's retry writes again.
+pub(crate) fn generic_plan_brackets(pooler: Pooler) -> (&'static str, &'static str) {
+    match pooler {
+        Pooler::None => (GENERIC_PLAN_ON, GENERIC_PLAN_OFF),
+        Pooler::Transaction => (GENERIC_PLAN_LOCAL, "COMMIT"),
+    }
+}
+
+/// [`GENERIC_PLAN_ON`] for one transaction.
+const GENERIC_PLAN_LOCAL: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";

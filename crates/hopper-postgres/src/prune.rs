@@ -16,16 +16,13 @@ impl PgBackend {
             millis(params.failed_retention),
         );
         let row = if params.dry_run {
-            client
-                .query_one(&self.inner.queries.job_prune_count, &[&done, &failed, &now])
+            self.text(&self.inner.queries.job_prune_count)
+                .query_one(&**client, &[&done, &failed, &now])
                 .await
         } else {
             let limit = i64::from(params.limit.max(1));
-            client
-                .query_one(
-                    &self.inner.queries.job_prune,
-                    &[&done, &failed, &limit, &now],
-                )
+            self.text(&self.inner.queries.job_prune)
+                .query_one(&**client, &[&done, &failed, &limit, &now])
                 .await
         }
         .map_err(map_pg)?;

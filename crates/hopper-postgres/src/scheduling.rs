@@ -17,6 +17,7 @@ use crate::error::map_pg;
 use crate::pooled::TxConnection;
 use crate::settings::ring::Turns;
 use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
+use crate::statement::driver;
 
 pub(crate) mod combine;
 mod fair;
@@ -189,11 +190,13 @@ impl PgBackend {
 
     async fn load_settings(&self) -> Result<Vec<QueueSettings>> {
         let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&self.inner.queries.queue_settings_all)
+        let statement = self
+            .prepare(&client, &self.inner.queries.queue_settings_all)
+            .await?;
+        let rows = statement
+            .query(driver(&client), &[])
             .await
             .map_err(map_pg)?;
-        let rows = client.query(&statement, &[]).await.map_err(map_pg)?;
         rows.iter().map(queue_settings).collect()
     }
 
@@ -316,7 +319,11 @@ impl PgBackend {
             }
         };
         let q = &self.inner.queries;
-        let lock = client.prepare_cached(&q.queue_lock).await.map_err(map_pg)?;
+        let pooler = self.inner.pooler;
+        let lock = pooler
+            .prepare(client, &q.queue_lock)
+            .await
+            .map_err(map_pg)?;
         let now = self.inner.clock.now();
         let lock_args: [&(dyn ToSql + Sync); 2] = [&params.queue, &now];
         let cached = self
@@ -343,7 +350,7 @@ impl PgBackend {
             );
             let (begun, row, claimed) = tokio::join!(
                 client.batch_execute(LIMITED_CLAIM),
-                client.query_opt(&lock, &lock_args),
+                lock.query_opt(driver(client), &lock_args),
                 claim,
             );
             begun.map_err(map_pg)?;
@@ -375,7 +382,7 @@ impl PgBackend {
             None => {
                 let (begun, row) = tokio::join!(
                     client.batch_execute(LIMITED_CLAIM),
-                    client.query_opt(&lock, &lock_args),
+                    lock.query_opt(driver(client), &lock_args),
                 );
                 begun.map_err(map_pg)?;
                 let Some(row) = row.map_err(map_pg)? else {
@@ -455,8 +462,9 @@ impl PgBackend {
                 .run_fair(client, params, allowed, turns, fair, Some(handoff))
                 .await;
         }
-        let claim = client
-            .prepare_cached(&self.inner.queries.job_claim_limited)
+        let pooler = self.inner.pooler;
+        let claim = pooler
+            .prepare(client, &self.inner.queries.job_claim_limited)
             .await
             .map_err(map_pg)?;
         let lease = lease_ms(params.lease);
@@ -470,14 +478,14 @@ impl PgBackend {
             &tokens,
             &refill_at,
         ];
-        let flush = client
-            .prepare_cached(&self.inner.queries.job_claim_flush)
+        let flush = pooler
+            .prepare(client, &self.inner.queries.job_claim_flush)
             .await
             .map_err(map_pg)?;
         let (rows, committed, flushed) = tokio::join!(
-            client.query(&claim, &args),
+            claim.query(driver(client), &args),
             commit_and_pass(client, handoff),
-            client.execute(&flush, &[]),
+            flush.execute(driver(client), &[]),
         );
         let rows = rows.map_err(map_pg)?;
         committed.map_err(map_pg)?;
@@ -503,9 +511,10 @@ impl PgBackend {
         let rate_jobs = rate.map(|r| as_i32(r.jobs));
         let rate_ms = rate.map(|r| i32::try_from(r.per.as_millis()).unwrap_or(i32::MAX));
         let rate_burst = rate.map(|r| as_i32(r.burst));
-        let row = client
+        let row = self
+            .text(&self.inner.queries.queue_update)
             .query_one(
-                &self.inner.queries.queue_update,
+                &**client,
                 &[
                     &update.queue,
                     &update.paused,

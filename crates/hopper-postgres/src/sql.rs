@@ -6,6 +6,9 @@
 //! schema name is checked ([`validate_schema`]) so the replacement cannot inject anything.
 
 use hopper_core::{Error, Result};
+use tokio_postgres::types::Type;
+
+pub use crate::statement::Query;
 
 /// Checks a schema name: a lowercase SQL identifier that needs no quoting.
 pub fn validate_schema(schema: &str) -> Result<()> {
@@ -69,69 +72,159 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
 ];
 
 macro_rules! queries {
-    ($($name:ident),* $(,)?) => {
-        /// Every query, bound to one schema. One field per `.sql` file in `src/queries/`.
+    ($($name:ident($($ty:ident),*)),* $(,)?) => {
+        /// Every query, bound to one schema, with its parameters' types (which the unnamed
+        /// statements of a transaction pooler need: `statement.rs`). One field per `.sql`
+        /// file in `src/queries/`.
         #[derive(Debug)]
         #[allow(missing_docs)]
         pub struct Queries {
-            $(pub $name: String,)*
+            $(pub $name: Query,)*
         }
 
         impl Queries {
             /// Loads every query for `schema`.
             pub fn new(schema: &str) -> Self {
                 Queries {
-                    $($name: bind(include_str!(concat!("queries/", stringify!($name), ".sql")), schema),)*
+                    $($name: Query::new(
+                        bind(include_str!(concat!("queries/", stringify!($name), ".sql")), schema),
+                        &[$(Type::$ty),*],
+                    ),)*
                 }
+            }
+
+            /// Every query with its name, for the check of the declared types.
+            pub fn all(&self) -> Vec<(&'static str, &Query)> {
+                vec![$((stringify!($name), &self.$name)),*]
             }
         }
     };
 }
 
 queries!(
-    cron_advance,
-    cron_list,
-    cron_register,
-    job_cancel,
-    job_claim,
-    job_claim_fair,
-    job_claim_kinds,
-    job_claim_flush,
-    job_claim_limited,
-    job_clear,
-    job_complete_many,
-    job_delete,
-    job_extend_many,
-    job_fail_many,
-    job_get,
-    job_insert,
-    job_insert_full,
-    job_insert_many_copy,
-    job_insert_many_full,
-    job_list,
-    job_notify_queues,
-    job_promote_scheduled,
-    job_prune,
-    job_prune_count,
-    job_replace,
-    job_rescue_expired,
-    job_retry,
-    job_retry_many,
-    job_search,
-    job_state_type,
-    job_stats_per_minute,
-    job_snooze_many,
-    job_unique_holder,
-    job_vacuum_due,
-    node_deregister,
-    node_heartbeat,
-    node_release_dead,
-    queue_groups_ready,
-    queue_lock,
-    queue_mark_grouped,
-    queue_settings_all,
-    queue_stats,
-    queue_update,
+    cron_advance(TEXT, TIMESTAMPTZ, TIMESTAMPTZ, TIMESTAMPTZ, UUID),
+    cron_list(),
+    cron_register(
+        TEXT,
+        TEXT,
+        TEXT,
+        TEXT,
+        TEXT,
+        JSONB,
+        INT2,
+        INT4,
+        INT4,
+        BOOL,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ
+    ),
+    job_cancel(UUID, TIMESTAMPTZ),
+    job_claim(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, INT2, TIMESTAMPTZ, UUID),
+    job_claim_fair(
+        TEXT,
+        UUID,
+        INT8,
+        INT4,
+        TIMESTAMPTZ,
+        TEXT_ARRAY,
+        INT4,
+        INT4,
+        FLOAT8,
+        TIMESTAMPTZ,
+        UUID_ARRAY,
+        BOOL
+    ),
+    job_claim_kinds(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, TEXT_ARRAY),
+    job_claim_flush(),
+    job_claim_limited(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, FLOAT8, TIMESTAMPTZ),
+    job_clear(TEXT),
+    job_complete_many(UUID_ARRAY, INT4_ARRAY, INT8_ARRAY, TIMESTAMPTZ),
+    job_delete(UUID),
+    job_extend_many(UUID_ARRAY, INT4_ARRAY, INT8, TIMESTAMPTZ),
+    job_fail_many(
+        UUID_ARRAY,
+        INT4_ARRAY,
+        TEXT_ARRAY,
+        INT8_ARRAY,
+        BOOL_ARRAY,
+        INT8_ARRAY,
+        TIMESTAMPTZ
+    ),
+    job_get(UUID),
+    job_insert(
+        UUID,
+        TEXT,
+        TEXT,
+        JSONB,
+        INT2,
+        TIMESTAMPTZ,
+        INT4,
+        INT4,
+        TIMESTAMPTZ
+    ),
+    job_insert_full(
+        UUID,
+        TEXT,
+        TEXT,
+        JSONB,
+        INT2,
+        TIMESTAMPTZ,
+        INT4,
+        INT4,
+        TIMESTAMPTZ,
+        TEXT,
+        TEXT,
+        TIMESTAMPTZ
+    ),
+    job_insert_many_copy(),
+    job_insert_many_full(
+        UUID_ARRAY,
+        TEXT_ARRAY,
+        TEXT_ARRAY,
+        JSONB_ARRAY,
+        INT2_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        INT4_ARRAY,
+        INT4_ARRAY,
+        TEXT_ARRAY,
+        TEXT_ARRAY,
+        TIMESTAMPTZ_ARRAY,
+        TIMESTAMPTZ
+    ),
+    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT),
+    job_notify_queues(TEXT_ARRAY),
+    job_promote_scheduled(TIMESTAMPTZ),
+    job_prune(INT8, INT8, INT8, TIMESTAMPTZ),
+    job_prune_count(INT8, INT8, TIMESTAMPTZ),
+    job_replace(
+        UUID,
+        TEXT,
+        JSONB,
+        INT2,
+        TIMESTAMPTZ,
+        INT4,
+        INT4,
+        TEXT,
+        TIMESTAMPTZ
+    ),
+    job_rescue_expired(TIMESTAMPTZ),
+    job_retry(UUID, TIMESTAMPTZ),
+    job_retry_many(TEXT, TEXT, TIMESTAMPTZ),
+    job_search(TEXT, TEXT, TEXT, UUID, TIMESTAMPTZ, TIMESTAMPTZ, INT8, TEXT),
+    job_state_type(),
+    job_stats_per_minute(INT8, TIMESTAMPTZ),
+    job_snooze_many(UUID_ARRAY, INT4_ARRAY, INT8_ARRAY, TIMESTAMPTZ),
+    job_unique_holder(TEXT, TIMESTAMPTZ),
+    job_vacuum_due(INT8),
+    node_deregister(UUID),
+    node_heartbeat(UUID, TEXT, TEXT_ARRAY, INT4, TIMESTAMPTZ),
+    node_release_dead(INT8, TIMESTAMPTZ),
+    queue_groups_ready(TEXT, TEXT, INT4),
+    queue_lock(TEXT, TIMESTAMPTZ),
+    queue_mark_grouped(TEXT_ARRAY),
+    queue_settings_all(),
+    queue_stats(TIMESTAMPTZ),
+    queue_update(TEXT, BOOL, BOOL, INT4, BOOL, INT4, BOOL, INT4, INT4, INT4),
 );
 
 #[cfg(test)]

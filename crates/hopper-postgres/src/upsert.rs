@@ -27,6 +27,12 @@ impl PgBackend {
         job.needs_upsert() || self.inner.settings.is_grouped(&job.queue)
     }
 
+    /// True when a bulk insert writes `job` with binary COPY: it needs no full insert, and
+    /// no transaction pooler stands in the way (COPY needs a named statement: `copy.rs`).
+    fn copies(&self, job: &NewJob) -> bool {
+        !self.inner.pooler.unnamed() && !self.needs_full_insert(job)
+    }
+
     /// Marks the queues of `jobs` that get their first grouped job as grouped.
     async fn mark_grouped(&self, client: &impl GenericClient, jobs: &[NewJob]) -> Result<()> {
         let mut queues: Vec<&str> = Vec::new();
@@ -39,8 +45,8 @@ impl PgBackend {
         if queues.is_empty() {
             return Ok(());
         }
-        client
-            .execute(&self.inner.queries.queue_mark_grouped, &[&queues])
+        self.text(&self.inner.queries.queue_mark_grouped)
+            .execute(client, &[&queues])
             .await
             .map_err(map_pg)?;
         for queue in queues {
@@ -73,9 +79,9 @@ impl PgBackend {
         )))
     }
 
-    /// Inserts `jobs` inside `tx`: plain ones with binary COPY, the others with one
-    /// `INSERT … SELECT unnest(…) ON CONFLICT DO NOTHING`, then applies the unique policy
-    /// of each job that was not inserted.
+    /// Inserts `jobs` inside `tx`: plain ones with binary COPY, the others (behind a
+    /// transaction pooler, all) with one `INSERT … SELECT unnest(…) ON CONFLICT DO
+    /// NOTHING`, then applies the unique policy of each job that was not inserted.
     pub(crate) async fn upsert_many_in(
         &self,
         tx: &Transaction<'_>,
@@ -86,16 +92,24 @@ impl PgBackend {
         }
         self.mark_grouped(tx, jobs).await?;
         let (full, plain): (Vec<&NewJob>, Vec<&NewJob>) =
-            jobs.iter().partition(|j| self.needs_full_insert(j));
+            jobs.iter().partition(|j| !self.copies(j));
         if !plain.is_empty() {
             let plain: Vec<NewJob> = plain.into_iter().cloned().collect();
             self.copy_in(tx, &plain).await?;
+        }
+        // ON CONFLICT would take a repeated id for the first one's (COPY refuses it).
+        let mut ids = HashSet::with_capacity(full.len());
+        if let Some(twice) = full.iter().find(|j| !ids.insert(j.id)) {
+            return Err(Error::Conflict(format!(
+                "job id {} appears twice in one insert",
+                twice.id
+            )));
         }
         let now = self.now_or_local();
         let inserted = self.insert_many_full(tx, &full, now).await?;
         let mut outcomes = Vec::with_capacity(jobs.len());
         for job in jobs {
-            if !self.needs_full_insert(job) || inserted.contains(&job.id) {
+            if self.copies(job) || inserted.contains(&job.id) {
                 outcomes.push(InsertOutcome::Inserted);
                 continue;
             }
@@ -128,9 +142,10 @@ impl PgBackend {
         job: &NewJob,
         window: Option<DateTime<Utc>>,
     ) -> Result<bool> {
-        let row = client
+        let row = self
+            .text(&self.inner.queries.job_insert_full)
             .query_one(
-                &self.inner.queries.job_insert_full,
+                client,
                 &[
                     &job.id,
                     &job.queue,
@@ -175,9 +190,10 @@ impl PgBackend {
             .iter()
             .map(|j| j.unique_window_start(j.run_at.unwrap_or(now)))
             .collect();
-        let rows = client
+        let rows = self
+            .text(&self.inner.queries.job_insert_many_full)
             .query(
-                &self.inner.queries.job_insert_many_full,
+                client,
                 &[
                     &ids,
                     &queues,
@@ -211,8 +227,9 @@ impl PgBackend {
         let Some(key) = &job.unique_key else {
             return Err(Error::Conflict(format!("a job with id {} exists", job.id)));
         };
-        let Some(row) = client
-            .query_opt(&self.inner.queries.job_unique_holder, &[key, &window])
+        let Some(row) = self
+            .text(&self.inner.queries.job_unique_holder)
+            .query_opt(client, &[key, &window])
             .await
             .map_err(map_pg)?
         else {
@@ -226,9 +243,10 @@ impl PgBackend {
                 "unique key {key:?} is held by job {holder} ({state})"
             ))),
             UniquePolicy::Replace => {
-                let replaced = client
+                let replaced = self
+                    .text(&self.inner.queries.job_replace)
                     .query_opt(
-                        &self.inner.queries.job_replace,
+                        client,
                         &[
                             &holder,
                             &job.kind,

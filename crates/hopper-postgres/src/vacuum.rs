@@ -12,14 +12,18 @@ impl PgBackend {
     /// Vacuums and analyzes the job table if it is due and no other node is at it.
     pub(crate) async fn jobs_vacuum(&self, min_interval: Duration) -> Result<bool> {
         let client = self.client().await?;
-        let due: bool = client
-            .query_one(&self.inner.queries.job_vacuum_due, &[&millis(min_interval)])
+        let due: bool = self
+            .text(&self.inner.queries.job_vacuum_due)
+            .query_one(&**client, &[&millis(min_interval)])
             .await
             .map_err(map_pg)?
             .try_get(0)
             .map_err(Error::database)?;
         if !due {
             return Ok(false);
+        }
+        if self.inner.pooler.unnamed() {
+            return self.vacuum_skip_locked(&client).await;
         }
         // A session lock: VACUUM cannot run inside a transaction, so the election holds
         // for this connection until the unlock below.
@@ -43,6 +47,16 @@ impl PgBackend {
             .map_err(map_pg);
         vacuumed?;
         unlocked?;
+        Ok(true)
+    }
+
+    /// The vacuum behind a transaction pooler, where a session lock would stay with
+    /// whichever server session took it: no election, but `SKIP_LOCKED`, so a node that
+    /// finds the table being vacuumed (by another node or autovacuum) skips it rather than
+    /// waiting. True even when it skipped: the table is being vacuumed.
+    async fn vacuum_skip_locked(&self, client: &tokio_postgres::Client) -> Result<bool> {
+        let sql = format!("VACUUM (ANALYZE, SKIP_LOCKED) {}.jobs", self.inner.schema);
+        client.batch_execute(&sql).await.map_err(map_pg)?;
         Ok(true)
     }
 }

@@ -85,6 +85,7 @@ pub use hopper_core::{
 };
 pub use hopper_postgres::{
     ClaimCursorConfig, ClaimStartMode, ConnectError, PgBackend, PgConnectOptions, PgOptions,
+    Pooler,
 };
 pub use hopper_sqlite::{SqliteBackend, SqliteOptions};
 pub use periodic::PeriodicJob;

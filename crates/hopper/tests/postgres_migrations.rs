@@ -17,6 +17,7 @@ async fn backend_on(schema: &str) -> anyhow::Result<PgBackend> {
             schema: schema.to_owned(),
             pool_size: 2,
             clock: Arc::new(SystemClock),
+            ..PgOptions::default()
         },
     )
     .await?)

@@ -105,7 +105,7 @@ async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()>
         ),
     ];
     for (i, (what, statement, types, args)) in statements.iter().enumerate() {
-        let plan = plan(&sql, &format!("planned_{i}"), statement, types, args).await?;
+        let plan = plan(&sql, &format!("planned_{i}"), &statement.sql, types, args).await?;
         assert!(
             !plan.contains("Seq Scan on jobs"),
             "{what} scans the whole job table:\n{plan}"

@@ -125,8 +125,9 @@ async fn counters(pg: &PgBackend) -> anyhow::Result<Counters> {
         .get()
         .await
         .context("reading WAL and commit counters")?;
+    // Unnamed (no parameters to type): it works behind a transaction pooler too.
     let row = conn
-        .query_one(COUNTERS_SQL, &[])
+        .query_typed_one(COUNTERS_SQL, &[])
         .await
         .context("reading pg_stat_wal and pg_stat_database")?;
     Ok(Counters {

@@ -2,9 +2,13 @@
 //! `VACUUM ANALYZE` between workloads (as `bench-peers/harness.py` does for every system).
 
 use anyhow::Context;
-use hopper::{Client, PgBackend};
+use hopper::{Client, PgBackend, Pooler};
+use tokio_postgres::types::Type;
 
 use super::QUEUE;
+
+/// The type of the counts' one parameter (the queue), for unnamed statements.
+const TEXT: Type = Type::TEXT;
 
 /// `unfinished.sql`, written against the schema `hopper`.
 const UNFINISHED_SQL: &str = include_str!("unfinished.sql");
@@ -31,14 +35,17 @@ pub async fn unfinished(client: &Client) -> anyhow::Result<u64> {
         return Ok(u64::try_from(n).unwrap_or(0));
     };
     let conn = pg.pool().get().await.context("counting unfinished jobs")?;
-    let statement = conn
-        .prepare_cached(&bind(UNFINISHED_SQL, pg))
-        .await
-        .context("counting unfinished jobs")?;
-    let row = conn
-        .query_one(&statement, &[&QUEUE])
-        .await
-        .context("counting unfinished jobs")?;
+    let sql = bind(UNFINISHED_SQL, pg);
+    // Prepared once per connection, or unnamed behind a transaction pooler.
+    let row = match pg.pooler() {
+        Pooler::None => {
+            let statement = conn.prepare_cached(&sql).await;
+            let statement = statement.context("counting unfinished jobs")?;
+            conn.query_one(&statement, &[&QUEUE]).await
+        }
+        Pooler::Transaction => conn.query_typed_one(&sql, &[(&QUEUE, TEXT)]).await,
+    }
+    .context("counting unfinished jobs")?;
     let n: i64 = row.try_get(0).context("counting unfinished jobs")?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
@@ -53,14 +60,16 @@ pub async fn any_unfinished(client: &Client) -> anyhow::Result<bool> {
         .get()
         .await
         .context("looking for unfinished jobs")?;
-    let statement = conn
-        .prepare_cached(&bind(ANY_UNFINISHED_SQL, pg))
-        .await
-        .context("looking for unfinished jobs")?;
-    let row = conn
-        .query_one(&statement, &[&QUEUE])
-        .await
-        .context("looking for unfinished jobs")?;
+    let sql = bind(ANY_UNFINISHED_SQL, pg);
+    let row = match pg.pooler() {
+        Pooler::None => {
+            let statement = conn.prepare_cached(&sql).await;
+            let statement = statement.context("looking for unfinished jobs")?;
+            conn.query_one(&statement, &[&QUEUE]).await
+        }
+        Pooler::Transaction => conn.query_typed_one(&sql, &[(&QUEUE, TEXT)]).await,
+    }
+    .context("looking for unfinished jobs")?;
     row.try_get(0).context("looking for unfinished jobs")
 }
 

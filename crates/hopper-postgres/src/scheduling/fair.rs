@@ -13,13 +13,12 @@ use tokio_postgres::types::ToSql;
 use crate::pooled::TxConnection;
 
 use super::combine::Handoff;
-use super::{
-    Claimed, GENERIC_PLAN_OFF, GENERIC_PLAN_ON, commit_and_pass, groups_to_serve, lease_ms,
-    read_claimed,
-};
+use super::{Claimed, commit_and_pass, groups_to_serve, lease_ms, read_claimed};
 use crate::PgBackend;
 use crate::error::map_pg;
+use crate::pooled::generic_plan_brackets;
 use crate::settings::ring::{self, Turns};
+use crate::statement::driver;
 
 /// The limits a fair claim applies in SQL ($7-$10 of `job_claim_fair.sql`); all `None`
 /// for a queue without limits.
@@ -111,13 +110,12 @@ impl PgBackend {
 
     /// Loads the ring of `queue` now (`queue_groups_ready.sql`).
     pub(super) async fn load_ring(&self, client: &Object, queue: &str) -> Result<()> {
-        let statement = client
-            .prepare_cached(&self.inner.queries.queue_groups_ready)
-            .await
-            .map_err(map_pg)?;
+        let statement = self
+            .prepare(client, &self.inner.queries.queue_groups_ready)
+            .await?;
         let cursor = self.inner.settings.rings.cursor(queue);
-        let row = client
-            .query_one(&statement, &[&queue, &cursor, &ring::CAP])
+        let row = statement
+            .query_one(driver(client), &[&queue, &cursor, &ring::CAP])
             .await
             .map_err(map_pg)?;
         self.store_ring(queue, &row)
@@ -150,12 +148,13 @@ impl PgBackend {
         limited: Option<&Handoff>,
     ) -> Result<Claimed> {
         let q = &self.inner.queries;
-        let claim = client
-            .prepare_cached(&q.job_claim_fair)
+        let pooler = self.inner.pooler;
+        let claim = pooler
+            .prepare(client, &q.job_claim_fair)
             .await
             .map_err(map_pg)?;
-        let reload = client
-            .prepare_cached(&q.queue_groups_ready)
+        let reload = pooler
+            .prepare(client, &q.queue_groups_ready)
             .await
             .map_err(map_pg)?;
         let lease = lease_ms(params.lease);
@@ -179,39 +178,42 @@ impl PgBackend {
         let reload_args: [&(dyn ToSql + Sync); 3] = [&params.queue, &cursor, &ring::CAP];
         let flush = match limited {
             Some(_) => Some(
-                client
-                    .prepare_cached(&q.job_claim_flush)
+                pooler
+                    .prepare(client, &q.job_claim_flush)
                     .await
                     .map_err(map_pg)?,
             ),
             None => None,
         };
-        // Sent in this order when first polled: SET, claim, reload, RESET; or claim, reload,
+        // Sent in this order when first polled: SET, claim, reload, RESET (behind a
+        // transaction pooler: BEGIN and SET LOCAL, claim, reload, COMMIT); or claim, reload,
         // COMMIT, flush.
+        let (before, after) = generic_plan_brackets(pooler);
+        let session = driver(client);
         let (begun, rows, reloaded, committed, flushed) = tokio::join!(
             async {
                 match limited {
-                    None => client.batch_execute(GENERIC_PLAN_ON).await,
+                    None => client.batch_execute(before).await,
                     Some(_) => Ok(()),
                 }
             },
-            client.query(&claim, &args),
+            claim.query(session, &args),
             async {
                 if turns.stale {
-                    client.query_one(&reload, &reload_args).await.map(Some)
+                    reload.query_one(session, &reload_args).await.map(Some)
                 } else {
                     Ok(None)
                 }
             },
             async {
                 match limited {
-                    None => client.batch_execute(GENERIC_PLAN_OFF).await,
+                    None => client.batch_execute(after).await,
                     Some(handoff) => commit_and_pass(client, handoff).await,
                 }
             },
             async {
                 match &flush {
-                    Some(flush) => client.execute(flush, &[]).await.map(Some),
+                    Some(flush) => flush.execute(session, &[]).await.map(Some),
                     None => Ok(None),
                 }
             },

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hopper_core::{Backend, Clock, QueueStats, Result, SystemClock};
-use hopper_postgres::{PgBackend, PgOptions};
+use hopper_postgres::{PgBackend, PgOptions, Pooler};
+
+use super::PgBouncer;
 
 /// The URL tests connect to.
 pub fn database_url() -> String {
@@ -41,6 +43,7 @@ impl TestDatabase {
                 schema: schema.clone(),
                 pool_size: 16,
                 clock,
+                ..PgOptions::default()
             },
         )
         .await?;
@@ -60,6 +63,29 @@ impl TestDatabase {
                 schema: self.schema.clone(),
                 pool_size: 16,
                 clock,
+                ..PgOptions::default()
+            },
+        )
+        .await
+    }
+
+    /// Another backend on the same schema, reached through `bouncer` (a pooler in
+    /// transaction mode: [`Pooler::Transaction`]), with `direct` as its direct URL for
+    /// LISTEN (`None`: it polls), and `clock` for "now".
+    pub async fn behind(
+        &self,
+        bouncer: &PgBouncer,
+        direct: Option<&str>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<PgBackend> {
+        PgBackend::connect(
+            bouncer.url(),
+            PgOptions {
+                schema: self.schema.clone(),
+                pool_size: 16,
+                clock,
+                pooler: Pooler::Transaction,
+                direct_url: direct.map(str::to_owned),
             },
         )
         .await

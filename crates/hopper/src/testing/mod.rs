@@ -14,11 +14,14 @@
 //!   test, dropped afterwards, so tests run in parallel.
 //! - **Private clusters**: a [`TestCluster`] is a PostgreSQL server of the test's own
 //!   (`initdb`, a free port), for TLS with the test's certificates and for failover.
+//! - **PgBouncer**: a [`PgBouncer`] in transaction mode in front of the test database, for
+//!   code that runs behind one ([`TestDatabase::behind`] opens a backend through it).
 
 mod cluster;
 mod database;
 mod expect;
 mod inline;
+mod pgbouncer;
 mod require;
 mod run;
 
@@ -26,6 +29,7 @@ pub use cluster::{ClusterError, StopMode, TestCluster};
 pub use database::{TestDatabase, database_url, drop_schema};
 pub use expect::ExpectedJob;
 pub use inline::InlineClient;
+pub use pgbouncer::{PgBouncer, PgBouncerConfig};
 pub use require::{
     LISTED, RequireError, require_inserted, require_inserted_in, require_many_inserted,
     require_many_inserted_in, require_not_inserted, require_not_inserted_in,

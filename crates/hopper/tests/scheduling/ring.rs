@@ -130,6 +130,7 @@ async fn claims_leave_their_connection_as_they_found_it() -> anyhow::Result<()> 
             schema: db.schema().to_owned(),
             pool_size: 1,
             clock: Arc::new(hopper::SystemClock),
+            ..hopper::PgOptions::default()
         },
     )
     .await?;

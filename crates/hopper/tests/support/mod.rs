@@ -50,6 +50,7 @@ pub async fn node_backend(db: &TestDatabase, pool_size: usize) -> anyhow::Result
             schema: db.schema().to_owned(),
             pool_size,
             clock: Arc::new(SystemClock),
+            ..PgOptions::default()
         },
     )
     .await?;

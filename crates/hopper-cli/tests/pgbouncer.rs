@@ -1,0 +1,71 @@
+//! The `hopper` binary behind a real PgBouncer in transaction mode (`HOPPER_POOLER=
+//! transaction`, `docs/deployment.md`): the demo, and the bench's enqueue and drain, with
+//! `DATABASE_URL` pointing at the pooler.
+
+use hopper::testing::{PgBouncer, TestDatabase};
+use serde_json::Value;
+use tokio::process::Command;
+
+/// Runs `hopper --json ARGS` through `bouncer` on the test's schema, with `direct` as the
+/// direct URL (none: polling); returns its output's JSON values.
+async fn hopper(
+    db: &TestDatabase,
+    bouncer: &PgBouncer,
+    direct: Option<&str>,
+    args: &[&str],
+) -> anyhow::Result<Vec<Value>> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+    command
+        .env("DATABASE_URL", bouncer.url())
+        .env("HOPPER_SCHEMA", db.schema())
+        .env("HOPPER_POOLER", "transaction")
+        .env_remove("HOPPER_DIRECT_URL")
+        .env_remove("HOPPER_LOG")
+        .arg("--json")
+        .args(args);
+    if let Some(direct) = direct {
+        command.env("HOPPER_DIRECT_URL", direct);
+    }
+    let output = command.output().await?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{args:?}: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout)?;
+    serde_json::Deserializer::from_str(&stdout)
+        .into_iter()
+        .map(|v| Ok(v?))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_demo_runs_through_pgbouncer() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let bouncer = PgBouncer::start()?;
+    for direct in [None, Some(db.url())] {
+        let lines = hopper(&db, &bouncer, direct, &["demo", "--jobs", "120"]).await?;
+        let summary = lines.first().ok_or_else(|| anyhow::anyhow!("no output"))?;
+        assert_eq!(summary["completed"], 110, "{summary}");
+        assert_eq!(summary["failed"], 10, "{summary}");
+    }
+    let stats = db.queue_stats("demo").await?;
+    assert_eq!((stats.completed, stats.failed), (110, 10));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_bench_enqueues_and_drains_through_pgbouncer() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let bouncer = PgBouncer::start()?;
+    let enqueue = ["bench", "--workload", "enqueue", "--jobs", "2000"];
+    hopper(&db, &bouncer, None, &enqueue).await?;
+    let drain = ["bench", "--workload", "drain", "--concurrency", "16"];
+    let lines = hopper(&db, &bouncer, None, &drain).await?;
+    let drained = lines.first().ok_or_else(|| anyhow::anyhow!("no output"))?;
+    assert_eq!(drained["jobs"].as_f64(), Some(2000.0), "{drained}");
+    let stats = db.queue_stats("bench").await?;
+    assert_eq!((stats.completed, stats.available), (2000, 0), "{stats:?}");
+    Ok(())
+}
