@@ -15,7 +15,7 @@ use crate::common::{ADMIN, READ, Web, code, message};
 
 /// What a test's subscriber wrote.
 #[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Logs(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Logs {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -33,7 +33,7 @@ impl Write for Logs {
 
 impl Logs {
     /// Captures everything logged on this thread (the test's runtime) until the guard drops.
-    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+    pub(crate) fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
         let logs = Logs::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -44,7 +44,7 @@ impl Logs {
         (logs, tracing::subscriber::set_default(subscriber))
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
         String::from_utf8_lossy(&bytes).into_owned()
     }
