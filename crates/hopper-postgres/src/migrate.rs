@@ -1,17 +1,17 @@
 //! Applying migrations: numbered, embedded, in hopper's own schema, safe to run twice and
 //! from several processes at once, and refusing a database newer than this build.
 
-use hopper_core::{Error, Result};
+use hopper_core::{AppliedMigration, Error, Result};
 use tokio_postgres::Client;
 
 use crate::error::map_pg;
 use crate::sql::{MIGRATIONS, bind};
 
-/// Applies every migration `schema` lacks, in one transaction.
+/// Applies every migration `schema` lacks, in one transaction, and returns them.
 ///
 /// A transaction-scoped advisory lock keyed on the schema name serialises concurrent
 /// migrators: the second waits, then finds nothing left to do.
-pub async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
+pub async fn migrate(client: &mut Client, schema: &str) -> Result<Vec<AppliedMigration>> {
     let tx = client.transaction().await.map_err(map_pg)?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext('hopper migrate ' || $1::text))",
@@ -44,6 +44,7 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
             "schema {schema} is at version {applied}, but this hopper knows versions up to {known}; upgrade hopper"
         )));
     }
+    let mut done = Vec::new();
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
         tracing::info!(schema, version, name, "applying migration");
         tx.batch_execute(&bind(sql, schema)).await.map_err(|e| {
@@ -58,6 +59,11 @@ pub async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
         )
         .await
         .map_err(map_pg)?;
+        done.push(AppliedMigration {
+            version: i64::from(*version),
+            name: (*name).to_owned(),
+        });
     }
-    tx.commit().await.map_err(map_pg)
+    tx.commit().await.map_err(map_pg)?;
+    Ok(done)
 }
