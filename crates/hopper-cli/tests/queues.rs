@@ -106,8 +106,10 @@ async fn enqueue_with_group_and_unique_key() -> anyhow::Result<()> {
     assert_eq!(first, second, "the key's holder is printed");
     let mut rejecting = args.to_vec();
     rejecting.extend(["--unique-policy", "reject"]);
-    let (ok, _, err) = hopper(&db, &rejecting);
-    assert!(!ok && err.contains("conflict"), "{err}");
+    // Under --json the error is a JSON object on stdout.
+    let (ok, out, _) = hopper(&db, &rejecting);
+    let error: serde_json::Value = serde_json::from_str(&out)?;
+    assert!(!ok && error["error"]["code"] == "conflict", "{out}");
     let list = json(&db, &["--json", "queues", "list"]);
     assert_eq!(list["queues"][0]["grouped"], true);
     Ok(())
