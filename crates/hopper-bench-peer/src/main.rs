@@ -84,7 +84,9 @@ async fn main() -> anyhow::Result<()> {
     let command = parse(&args)?;
     let client = connect().await?;
     match command {
-        Command::Setup => client.migrate().await.context("migrating")?,
+        Command::Setup => {
+            client.migrate().await.context("migrating")?;
+        }
         Command::Bulk { jobs, batch } => enqueue::bulk(&client, jobs, batch).await?,
         Command::Single { jobs } => enqueue::single(&client, jobs).await?,
         Command::Paced { jobs, rate } => enqueue::paced(&client, jobs, rate).await?,

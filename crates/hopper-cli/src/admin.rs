@@ -11,20 +11,34 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
-use hopper::{Backend, JobId, JobListParams, JobRecord, JobState, NewJob, Priority, QueueStats};
+use hopper::{
+    Backend, InsertOutcome, JobId, JobListParams, JobRecord, JobState, NewJob, Priority, QueueStats,
+};
 use serde_json::json;
 
 use crate::cli::{EnqueueArgs, JobsCommand};
+use crate::output::outln;
 
-/// `hopper migrate`: applies pending migrations and says so.
+/// `hopper migrate`: applies pending migrations and says which (`--json`: their
+/// versions and names under `applied`, empty when the schema was up to date).
 pub async fn migrate(backend: &Arc<dyn Backend>, schema: &str, json: bool) -> anyhow::Result<()> {
-    backend.migrate().await?;
+    let applied = backend.migrate().await?;
     if json {
-        print_json(&json!({ "migrated": true, "schema": schema }))
-    } else {
-        println!("schema {schema} is up to date");
-        Ok(())
+        return print_json(&json!({ "migrated": true, "schema": schema, "applied": applied }));
     }
+    if applied.is_empty() {
+        outln!("schema {schema} is up to date");
+        return Ok(());
+    }
+    for m in &applied {
+        outln!("applied migration {:04}_{}", m.version, m.name);
+    }
+    outln!(
+        "schema {schema} is up to date ({} migration{} applied)",
+        applied.len(),
+        if applied.len() == 1 { "" } else { "s" }
+    );
+    Ok(())
 }
 
 /// Builds and validates the job `hopper enqueue` asks for, without touching the database.
@@ -58,15 +72,33 @@ pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
     Ok(job)
 }
 
-/// `hopper enqueue`: inserts the job built by [`new_job`] and prints its id.
+/// `hopper enqueue`: inserts the job built by [`new_job`] and prints its id; when its
+/// unique key was taken, says so: `duplicate of <id>` (or `replaced <id>`), and under
+/// `--json` the `outcome` (`inserted`, `duplicate`, `replaced`) as the HTTP API gives it.
 pub async fn enqueue(backend: &Arc<dyn Backend>, job: NewJob, json: bool) -> anyhow::Result<()> {
-    let id = hopper::Client::new(backend.clone()).insert(job).await?;
-    if json {
-        print_json(&json!({ "id": id }))
+    let client = hopper::Client::new(backend.clone());
+    let own = job.id;
+    let outcome = if job.needs_upsert() {
+        client.upsert(job).await?
     } else {
-        println!("{id}");
-        Ok(())
+        client.insert(job).await?;
+        InsertOutcome::Inserted
+    };
+    let id = outcome.id(own);
+    let name = match outcome {
+        InsertOutcome::Inserted => "inserted",
+        InsertOutcome::Duplicate { .. } => "duplicate",
+        InsertOutcome::Replaced { .. } => "replaced",
+    };
+    if json {
+        return print_json(&json!({ "id": id, "outcome": name }));
     }
+    match outcome {
+        InsertOutcome::Inserted => outln!("{id}"),
+        InsertOutcome::Duplicate { .. } => outln!("duplicate of {id}"),
+        InsertOutcome::Replaced { .. } => outln!("replaced {id}"),
+    }
+    Ok(())
 }
 
 /// A `hopper jobs …` command with its input parsed.
@@ -128,20 +160,18 @@ pub async fn jobs(
             if json {
                 print_json(&jobs)
             } else {
-                print_job_table(&jobs);
-                Ok(())
+                print_job_table(&jobs)
             }
         }
         JobsAction::Show(id) => {
             let job = client
                 .job(id)
                 .await?
-                .ok_or_else(|| anyhow::anyhow!("not found: job {id}"))?;
+                .ok_or_else(|| hopper::Error::NotFound(format!("job {id}")))?;
             if json {
                 print_json(&job)
             } else {
-                print_job(&job);
-                Ok(())
+                print_job(&job)
             }
         }
         JobsAction::Retry(id) => print_new_state(&client.retry(id).await?, json),
@@ -162,7 +192,7 @@ pub async fn stats(backend: &Arc<dyn Backend>, json: bool) -> anyhow::Result<()>
         return print_json(&Stats { queues: &queues });
     }
     if queues.is_empty() {
-        println!("no jobs");
+        outln!("no jobs");
         return Ok(());
     }
     let rows = queues.iter().map(stats_row).collect();
@@ -179,8 +209,7 @@ pub async fn stats(backend: &Arc<dyn Backend>, json: bool) -> anyhow::Result<()>
             "OLDEST AVAILABLE",
         ],
         rows,
-    );
-    Ok(())
+    )
 }
 
 pub(crate) fn stats_row(s: &QueueStats) -> Vec<String> {
@@ -230,7 +259,7 @@ fn parse_id(text: &str) -> anyhow::Result<JobId> {
 }
 
 pub(crate) fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
@@ -238,15 +267,15 @@ fn print_new_state(job: &JobRecord, json: bool) -> anyhow::Result<()> {
     if json {
         print_json(job)
     } else {
-        println!("job {} is now {}", job.id, job.state);
+        outln!("job {} is now {}", job.id, job.state);
         Ok(())
     }
 }
 
-fn print_job_table(jobs: &[JobRecord]) {
+fn print_job_table(jobs: &[JobRecord]) -> anyhow::Result<()> {
     if jobs.is_empty() {
-        println!("no jobs");
-        return;
+        outln!("no jobs");
+        return Ok(());
     }
     let rows = jobs
         .iter()
@@ -269,22 +298,24 @@ fn print_job_table(jobs: &[JobRecord]) {
             "ID", "QUEUE", "KIND", "GROUP", "STATE", "PRIORITY", "ATTEMPTS", "RUN AT",
         ],
         rows,
-    );
+    )
 }
 
-fn print_job(j: &JobRecord) {
-    let field = |name: &str, value: String| println!("{name:<14}{value}");
+fn print_job(j: &JobRecord) -> anyhow::Result<()> {
+    let field = |name: &str, value: String| -> std::io::Result<()> {
+        crate::output::write_stdout(format_args!("{name:<14}{value}\n"))
+    };
     let optional = |t: Option<DateTime<Utc>>| t.map_or_else(|| "-".to_owned(), time);
-    field("id", j.id.to_string());
-    field("queue", j.queue.clone());
-    field("kind", j.kind.clone());
+    field("id", j.id.to_string())?;
+    field("queue", j.queue.clone())?;
+    field("kind", j.kind.clone())?;
     let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
-    field("group", or_dash(&j.group));
-    field("unique key", or_dash(&j.unique_key));
-    field("state", j.state.to_string());
-    field("priority", format!("{} ({})", j.priority, j.priority.0));
-    field("args", j.args.to_string());
-    field("run at", time(j.run_at));
+    field("group", or_dash(&j.group))?;
+    field("unique key", or_dash(&j.unique_key))?;
+    field("state", j.state.to_string())?;
+    field("priority", format!("{} ({})", j.priority, j.priority.0))?;
+    field("args", j.args.to_string())?;
+    field("run at", time(j.run_at))?;
     field(
         "attempts",
         format!(
@@ -293,25 +324,25 @@ fn print_job(j: &JobRecord) {
             j.max_attempts,
             j.attempt
         ),
-    );
-    field("timeout", format_ms(i64::from(j.timeout_ms)));
+    )?;
+    field("timeout", format_ms(i64::from(j.timeout_ms)))?;
     field(
         "node",
         j.node_id.map_or_else(|| "-".to_owned(), |n| n.to_string()),
-    );
-    field("lease expires", optional(j.lease_expires_at));
-    field("created at", time(j.created_at));
-    field("attempted at", optional(j.attempted_at));
-    field("finished at", optional(j.finished_at));
+    )?;
+    field("lease expires", optional(j.lease_expires_at))?;
+    field("created at", time(j.created_at))?;
+    field("attempted at", optional(j.attempted_at))?;
+    field("finished at", optional(j.finished_at))?;
     field(
         "duration",
         j.duration_ms.map_or_else(|| "-".to_owned(), format_ms),
-    );
+    )?;
     if j.errors.is_empty() {
-        field("errors", "none".to_owned());
-        return;
+        field("errors", "none".to_owned())?;
+        return Ok(());
     }
-    println!("errors ({}):", j.errors.len());
+    outln!("errors ({}):", j.errors.len());
     let rows = j
         .errors
         .iter()
@@ -324,29 +355,35 @@ fn print_job(j: &JobRecord) {
             ]
         })
         .collect();
-    print_table("  ", &["ATTEMPT", "AT", "DURATION", "ERROR"], rows);
+    print_table("  ", &["ATTEMPT", "AT", "DURATION", "ERROR"], rows)
 }
 
 /// Prints `rows` under `headers`, each column as wide as its widest cell, every line
 /// starting with `indent`.
-pub(crate) fn print_table(indent: &str, headers: &[&str], rows: Vec<Vec<String>>) {
+pub(crate) fn print_table(
+    indent: &str,
+    headers: &[&str],
+    rows: Vec<Vec<String>>,
+) -> anyhow::Result<()> {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let line = |cells: &[String]| {
+    let line = |cells: &[String]| -> anyhow::Result<()> {
         let mut out = indent.to_owned();
         for (cell, width) in cells.iter().zip(&widths) {
             out.push_str(&format!("{cell:<width$}  "));
         }
-        println!("{}", out.trim_end());
+        outln!("{}", out.trim_end());
+        Ok(())
     };
-    line(&headers.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>());
+    line(&headers.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>())?;
     for row in &rows {
-        line(row);
+        line(row)?;
     }
+    Ok(())
 }
 
 fn time(t: DateTime<Utc>) -> String {

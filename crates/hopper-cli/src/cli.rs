@@ -117,8 +117,8 @@ pub enum JobsCommand {
         /// Only this group (tenant).
         #[arg(long)]
         group: Option<String>,
-        /// At most this many.
-        #[arg(long, default_value_t = 20)]
+        /// At most this many (at least 1; 0 is refused).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
     },
     /// Show one job with its error history.

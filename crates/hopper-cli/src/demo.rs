@@ -11,6 +11,7 @@ mod worker;
 
 use std::io::IsTerminal;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hopper::{
@@ -22,6 +23,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::cli::DemoArgs;
+use crate::output::outln;
 use worker::{DemoJob, DemoWorker};
 
 /// The demo's own queue, so clearing it never touches anyone else's jobs.
@@ -68,7 +70,9 @@ pub async fn run(backend: Arc<dyn Backend>, args: DemoArgs, json: bool) -> anyho
     let started = Instant::now();
     client.insert_many(&demo_jobs(args.jobs)?).await?;
     let mut workers = Workers::new();
-    workers.register(DemoWorker);
+    let worker = DemoWorker::default();
+    let running = worker.running();
+    workers.register(worker);
     let config = RuntimeConfig {
         queues: vec![QUEUE.to_owned()],
         concurrency: CONCURRENCY,
@@ -76,7 +80,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: DemoArgs, json: bool) -> anyho
     };
     let handle = Runtime::new(backend, workers, config).start().await?;
     let bar = progress_bar(u64::from(args.jobs), json);
-    let waited = wait_until_finished(&client, &bar).await;
+    let waited = wait_until_finished(&client, &bar, &running).await;
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     handle.shutdown().await;
@@ -84,9 +88,9 @@ pub async fn run(backend: Arc<dyn Backend>, args: DemoArgs, json: bool) -> anyho
 
     let summary = summarize(&client, seconds).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        print_summary(args.jobs, &summary);
+        print_summary(args.jobs, &summary)?;
     }
     Ok(())
 }
@@ -122,8 +126,14 @@ fn progress_bar(total: u64, json: bool) -> ProgressBar {
     bar
 }
 
-/// Polls the demo queue's counts until no job is left unfinished, or Ctrl-C.
-async fn wait_until_finished(client: &Client, bar: &ProgressBar) -> anyhow::Result<()> {
+/// Polls the demo queue's counts until no job is left unfinished, or Ctrl-C. The bar shows
+/// the jobs the worker is running (at most [`CONCURRENCY`]), not the database's `running`
+/// count, which also holds jobs claimed ahead and waiting for a free slot.
+async fn wait_until_finished(
+    client: &Client,
+    bar: &ProgressBar,
+    running: &AtomicUsize,
+) -> anyhow::Result<()> {
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
     let mut tick = tokio::time::interval(POLL);
@@ -134,7 +144,8 @@ async fn wait_until_finished(client: &Client, bar: &ProgressBar) -> anyhow::Resu
         }
         let s = queue_stats(client).await?;
         bar.set_position(u64::try_from(s.completed + s.failed).unwrap_or(0));
-        bar.set_message(format!("{} running, {} failed", s.running, s.failed));
+        let now = running.load(Ordering::Relaxed);
+        bar.set_message(format!("{now} running, {} failed", s.failed));
         if s.available + s.scheduled + s.running == 0 {
             return Ok(());
         }
@@ -212,19 +223,20 @@ fn add_job(summary: &mut Summary, job: &JobRecord) {
     }
 }
 
-fn print_summary(jobs: u32, s: &Summary) {
+fn print_summary(jobs: u32, s: &Summary) -> anyhow::Result<()> {
     let each = match s.failed_attempts {
         (low, high) if low == high => format!("{low} attempts each"),
         (low, high) => format!("{low} to {high} attempts each"),
     };
-    println!("demo: {jobs} jobs on queue {QUEUE:?}, concurrency {CONCURRENCY}");
-    println!("  completed  {}", s.completed);
+    outln!("demo: {jobs} jobs on queue {QUEUE:?}, concurrency {CONCURRENCY}");
+    outln!("  completed  {}", s.completed);
     if s.failed > 0 {
-        println!("  failed     {} ({each})", s.failed);
+        outln!("  failed     {} ({each})", s.failed);
     } else {
-        println!("  failed     0");
+        outln!("  failed     0");
     }
-    println!("  attempts   {}", s.attempts);
-    println!("  avg run    {:.1} ms", s.avg_duration_ms);
-    println!("  took       {:.2} s", s.seconds);
+    outln!("  attempts   {}", s.attempts);
+    outln!("  avg run    {:.1} ms", s.avg_duration_ms);
+    outln!("  took       {:.2} s", s.seconds);
+    Ok(())
 }

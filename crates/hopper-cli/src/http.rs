@@ -10,6 +10,11 @@
 //!    (mode 0600), and the path is printed.
 //!
 //! `--http-open` turns authentication off, and is refused on any address but loopback.
+//!
+//! In every mode, a request whose `Host` does not name this server (its bound address,
+//! `localhost` on loopback, or a name given with `--http-host` / `HOPPER_HTTP_HOSTS`) is
+//! refused, and so are mutations from another origin or with a body that is not JSON:
+//! see `hopper_web::cross_site`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,7 +23,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use hopper::Backend;
-use hopper_web::{AuthConfig, WebState};
+use hopper_web::{AllowedHosts, AuthConfig, WebState};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +44,18 @@ pub struct HttpArgs {
     /// token (mode 0600) if it does not exist. Default: ~/.config/hopper/http.token.
     #[arg(long, env = "HOPPER_HTTP_TOKEN_FILE", requires = "http")]
     pub http_token_file: Option<PathBuf>,
+    /// A host name clients use to reach the HTTP side (e.g. hopper.example.com, behind a
+    /// proxy); repeat or comma-separate for several. Requests naming any other host are
+    /// refused (DNS-rebinding defence); the bound address and, on loopback, localhost are
+    /// always accepted.
+    #[arg(
+        long,
+        env = "HOPPER_HTTP_HOSTS",
+        value_name = "NAME",
+        value_delimiter = ',',
+        requires = "http"
+    )]
+    pub http_host: Vec<String>,
 }
 
 /// The running HTTP server.
@@ -83,7 +100,16 @@ pub async fn start(
     };
     let auth = auth(args, addr)?;
     let open = auth.is_open();
-    let mut state = WebState::new(backend, auth);
+    let mut hosts = AllowedHosts::for_address(addr);
+    for name in args
+        .http_host
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+    {
+        hosts = hosts.with_name(name).context("--http-host")?;
+    }
+    let mut state = WebState::new(backend, auth).with_allowed_hosts(hosts);
     let prometheus = prometheus.context("the metrics recorder was not installed")?;
     state = state.with_prometheus(prometheus.clone());
     let listener = tokio::net::TcpListener::bind(addr)

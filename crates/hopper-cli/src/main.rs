@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod demo;
 mod http;
+mod output;
 mod prune;
 mod queues;
 mod serve;
@@ -26,20 +27,56 @@ async fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("HOPPER_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
+        .with_ansi(output::colour_stderr())
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let json = cli.json;
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::from(output::BROKEN_PIPE_EXIT),
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            let message = one_line(&e);
+            if json {
+                // Best effort: stdout may be the thing that failed.
+                let _ =
+                    output::write_stdout(format_args!("{}\n", output::error_json(&e, &message)));
+            } else {
+                eprintln!("error: {message}");
+            }
             ExitCode::FAILURE
         }
     }
 }
 
-/// The error and its causes on one line, each cause once (a message that already ends
-/// with its cause's text does not repeat it).
+/// A command line clap refused: its own message (help and version too), or under
+/// `--json` a JSON error object on stdout; status 2 either way, 0 for help and version.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let json = std::env::args_os().any(|a| a == "--json");
+    if json && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let message = e.kind().as_str().map_or_else(
+            || e.to_string(),
+            |kind| {
+                let detail = e.to_string();
+                let first = detail.lines().next().unwrap_or(kind);
+                first.trim_start_matches("error: ").to_owned()
+            },
+        );
+        let body = serde_json::json!({ "error": { "code": "usage", "message": message } });
+        let _ = output::write_stdout(format_args!("{body}\n"));
+        return ExitCode::from(2);
+    }
+    let _ = e.print();
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
+/// The error and its causes on one line, each said once: a cause that the message already
+/// ends with is not repeated, nor a bare `database:` prefix right after a message that
+/// already says what could not be reached.
 fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
@@ -47,10 +84,20 @@ fn one_line(e: &anyhow::Error) -> String {
         if line.ends_with(&text) {
             continue;
         }
+        let mut text = text.as_str();
+        while let Some(rest) = text.strip_prefix("database: ") {
+            if line.is_empty() {
+                break;
+            }
+            text = rest;
+        }
+        if line.ends_with(text) {
+            continue;
+        }
         if !line.is_empty() {
             line.push_str(": ");
         }
-        line.push_str(&text);
+        line.push_str(text);
     }
     line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -109,7 +156,13 @@ async fn open(url: Option<&str>, options: PgOptions) -> anyhow::Result<Arc<dyn B
             DEFAULT_DATABASE_URL
         }
     };
+    let what = match url.split_once('?') {
+        // A `hopper serve` endpoint, named without its token.
+        _ if !url.starts_with("tcp://") => "cannot open the database".to_owned(),
+        Some((endpoint, _)) => format!("cannot reach the hopper server at {endpoint}"),
+        None => format!("cannot reach the hopper server at {url}"),
+    };
     hopper::connect(url, options)
         .await
-        .map_err(|e| anyhow::Error::new(e).context("cannot open the database"))
+        .map_err(|e| anyhow::Error::new(e).context(what))
 }

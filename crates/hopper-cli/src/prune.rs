@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::admin::{parse_duration, print_json};
 use crate::cli::PruneArgs;
+use crate::output::outln;
 
 /// A prune with its input checked.
 #[derive(Debug)]
@@ -92,7 +93,7 @@ impl Prune {
         } else {
             "deleted"
         };
-        println!(
+        outln!(
             "{verb} {} jobs ({} completed, {} cancelled, {} failed) in {:.1}s",
             total.total(),
             total.completed,

@@ -13,6 +13,7 @@ use hopper::{Backend, Client, QueueSettings, QueueUpdate, RateLimit};
 use serde::Serialize;
 
 use crate::admin::{print_json, print_table};
+use crate::output::outln;
 
 /// `hopper queues …`.
 #[derive(Debug, Subcommand)]
@@ -23,11 +24,18 @@ pub enum QueuesCommand {
     Pause {
         /// The queue.
         name: String,
+        /// Pause a queue that has no jobs or settings yet (otherwise refused, so that a
+        /// misspelt name is not paused silently).
+        #[arg(long)]
+        create: bool,
     },
     /// Let nodes claim jobs of a paused queue again.
     Resume {
         /// The queue.
         name: String,
+        /// Accept a queue that has no jobs or settings yet.
+        #[arg(long)]
+        create: bool,
     },
     /// Set global limits of a queue, across every node; `off` removes one.
     Limit {
@@ -45,6 +53,9 @@ pub enum QueuesCommand {
         /// Most jobs started at once after a quiet spell (default: a tenth of the rate).
         #[arg(long, requires = "rate")]
         burst: Option<u32>,
+        /// Set limits of a queue that has no jobs or settings yet.
+        #[arg(long)]
+        create: bool,
     },
 }
 
@@ -60,8 +71,13 @@ pub enum CronCommand {
 pub enum QueuesAction {
     /// List queues.
     List,
-    /// Change one queue's settings.
-    Update(QueueUpdate),
+    /// Change one queue's settings; `create`: also when the queue is unknown.
+    Update {
+        /// The change.
+        update: QueueUpdate,
+        /// Accept a queue with no jobs and no settings.
+        create: bool,
+    },
 }
 
 /// `N` or `off`.
@@ -79,22 +95,29 @@ fn parse_limit(flag: &str, value: &str) -> anyhow::Result<Option<u32>> {
 impl QueuesAction {
     /// Parses and validates, refusing bad names and limits before connecting.
     pub fn parse(cmd: QueuesCommand) -> anyhow::Result<Self> {
-        let update = match cmd {
+        let (update, create) = match cmd {
             QueuesCommand::List => return Ok(QueuesAction::List),
-            QueuesCommand::Pause { name } => QueueUpdate {
-                paused: Some(true),
-                ..QueueUpdate::new(name)
-            },
-            QueuesCommand::Resume { name } => QueueUpdate {
-                paused: Some(false),
-                ..QueueUpdate::new(name)
-            },
+            QueuesCommand::Pause { name, create } => (
+                QueueUpdate {
+                    paused: Some(true),
+                    ..QueueUpdate::new(name)
+                },
+                create,
+            ),
+            QueuesCommand::Resume { name, create } => (
+                QueueUpdate {
+                    paused: Some(false),
+                    ..QueueUpdate::new(name)
+                },
+                create,
+            ),
             QueuesCommand::Limit {
                 name,
                 concurrency,
                 group_concurrency,
                 rate,
                 burst,
+                create,
             } => {
                 anyhow::ensure!(
                     concurrency.is_some() || group_concurrency.is_some() || rate.is_some(),
@@ -112,7 +135,7 @@ impl QueuesAction {
                         Some(Some(limit))
                     }
                 };
-                QueueUpdate {
+                let update = QueueUpdate {
                     max_running: concurrency
                         .map(|v| parse_limit("--concurrency", &v))
                         .transpose()?,
@@ -121,11 +144,12 @@ impl QueuesAction {
                         .transpose()?,
                     rate,
                     ..QueueUpdate::new(name)
-                }
+                };
+                (update, create)
             }
         };
         update.validate()?;
-        Ok(QueuesAction::Update(update))
+        Ok(QueuesAction::Update { update, create })
     }
 }
 
@@ -159,7 +183,15 @@ pub async fn queues(
 ) -> anyhow::Result<()> {
     let client = Client::new(backend.clone());
     match action {
-        QueuesAction::Update(update) => {
+        QueuesAction::Update { update, create } => {
+            if !create && !known(&client, &update.queue).await? {
+                return Err(hopper::Error::NotFound(format!(
+                    "queue {:?} has no jobs and no settings; check the name, or pass --create \
+                     to set it ahead of its first job",
+                    update.queue
+                ))
+                .into());
+            }
             let settings = client.update_queue(&update).await?;
             let mut line = QueueLine {
                 queue: settings.queue.clone(),
@@ -169,7 +201,7 @@ pub async fn queues(
             if json {
                 return print_json(&line);
             }
-            println!("{}", describe(&line));
+            outln!("{}", describe(&line));
             Ok(())
         }
         QueuesAction::List => {
@@ -202,7 +234,7 @@ pub async fn queues(
                 return print_json(&Queues { queues: &lines });
             }
             if lines.is_empty() {
-                println!("no queues");
+                outln!("no queues");
                 return Ok(());
             }
             let off = |n: Option<u32>| n.map_or("-".to_owned(), |n| n.to_string());
@@ -236,10 +268,17 @@ pub async fn queues(
                     "RUNNING",
                 ],
                 rows,
-            );
-            Ok(())
+            )
         }
     }
+}
+
+/// True when `queue` has jobs (in any state) or settings.
+async fn known(client: &Client, queue: &str) -> anyhow::Result<bool> {
+    if client.queues().await?.iter().any(|s| s.queue == queue) {
+        return Ok(true);
+    }
+    Ok(client.stats().await?.iter().any(|s| s.queue == queue))
 }
 
 fn describe(line: &QueueLine) -> String {
@@ -274,7 +313,7 @@ pub async fn cron(backend: &Arc<dyn Backend>, cmd: CronCommand, json: bool) -> a
         });
     }
     if entries.is_empty() {
-        println!("no periodic jobs");
+        outln!("no periodic jobs");
         return Ok(());
     }
     let time = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
@@ -304,6 +343,5 @@ pub async fn cron(backend: &Arc<dyn Backend>, cmd: CronCommand, json: bool) -> a
             "LAST",
         ],
         rows,
-    );
-    Ok(())
+    )
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use hopper::{Backend, QueueStats};
 
 use crate::admin::{print_table, stats_row};
+use crate::output::{out, outln};
 
 /// Refreshes every `interval` until Ctrl-C (or SIGTERM).
 pub async fn run(backend: &Arc<dyn Backend>, interval: Duration, json: bool) -> anyhow::Result<()> {
@@ -55,14 +56,14 @@ pub async fn run(backend: &Arc<dyn Backend>, interval: Duration, json: bool) -> 
                 "queues": queues,
                 "finished_per_sec": rates,
             });
-            println!("{line}");
+            outln!("{line}");
             continue;
         }
         if redraw {
             // Clear the screen and move home.
-            print!("\x1b[2J\x1b[H");
+            out!("\x1b[2J\x1b[H");
         }
-        draw(&queues, &rates, interval);
+        draw(&queues, &rates, interval)?;
     }
 }
 
@@ -86,15 +87,19 @@ fn rates(
         .collect()
 }
 
-fn draw(queues: &[QueueStats], rates: &HashMap<String, f64>, interval: Duration) {
-    println!(
+fn draw(
+    queues: &[QueueStats],
+    rates: &HashMap<String, f64>,
+    interval: Duration,
+) -> anyhow::Result<()> {
+    outln!(
         "hopper stats --watch  {}  (every {}; Ctrl-C to stop)\n",
         chrono::Local::now().format("%H:%M:%S"),
         humantime::format_duration(interval)
     );
     if queues.is_empty() {
-        println!("no jobs");
-        return;
+        outln!("no jobs");
+        return Ok(());
     }
     let rows = queues
         .iter()
@@ -122,5 +127,5 @@ fn draw(queues: &[QueueStats], rates: &HashMap<String, f64>, interval: Duration)
             "FINISHED/S",
         ],
         rows,
-    );
+    )
 }

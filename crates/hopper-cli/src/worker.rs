@@ -17,6 +17,7 @@ use hopper::{Backend, Runtime, RuntimeConfig, Workers};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::bench::{BenchWorker, QUEUE};
+use crate::output::outln;
 
 /// `hopper worker`.
 #[derive(Debug, Args)]
@@ -54,7 +55,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
     };
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     if args.stdin_control {
-        println!("ready");
+        outln!("ready");
         // A line means go; end of input means the parent is gone: stop before starting.
         if stdin.next_line().await.context("reading stdin")?.is_none() {
             return Ok(());

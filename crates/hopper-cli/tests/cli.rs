@@ -107,11 +107,14 @@ async fn migrate_twice_on_a_fresh_schema() {
 
     let first = hopper(&db, &["migrate"]).ok();
     assert!(first.contains(db.schema()), "{first}");
+    assert!(first.contains("applied migration 0001_"), "{first}");
     let second = hopper(&db, &["migrate", "--json"]).json();
     assert_eq!(
         second,
-        serde_json::json!({ "migrated": true, "schema": db.schema() })
+        serde_json::json!({ "migrated": true, "schema": db.schema(), "applied": [] })
     );
+    let third = hopper(&db, &["migrate"]).ok();
+    assert!(!third.contains("applied migration"), "{third}");
     assert!(all_jobs(&db).await.is_empty());
 }
 
@@ -469,9 +472,8 @@ async fn an_unreachable_database_is_one_clear_line() {
     for command in [&["stats"][..], &["migrate"], &["jobs", "list"], &["demo"]] {
         let mut args = vec!["--database-url", nowhere];
         args.extend_from_slice(command);
-        hopper(&db, &args).fails_with(
-            "cannot open the database: database: error connecting to server: Connection refused",
-        );
+        hopper(&db, &args)
+            .fails_with("cannot open the database: error connecting to server: Connection refused");
     }
     // Bad input is reported as such, before any connection is tried.
     hopper(

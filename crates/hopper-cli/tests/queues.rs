@@ -34,7 +34,15 @@ fn json(db: &TestDatabase, args: &[&str]) -> Value {
 #[tokio::test]
 async fn queues_pause_resume_limit_and_list() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
-    let paused = json(&db, &["--json", "queues", "pause", "mail"]);
+    // A queue with no jobs and no settings may be a typo: refused, nothing written.
+    for verb in ["pause", "resume"] {
+        let (ok, _, err) = hopper(&db, &["queues", verb, "mail"]);
+        assert!(!ok && err.contains("--create"), "{verb}: {err}");
+    }
+    let (ok, _, err) = hopper(&db, &["queues", "limit", "mail", "--concurrency", "5"]);
+    assert!(!ok && err.contains("--create"), "{err}");
+    assert!(hopper::Client::new(db.backend()).queues().await?.is_empty());
+    let paused = json(&db, &["--json", "queues", "pause", "mail", "--create"]);
     assert_eq!(paused["paused"], true);
     let limited = json(
         &db,
@@ -98,8 +106,10 @@ async fn enqueue_with_group_and_unique_key() -> anyhow::Result<()> {
     assert_eq!(first, second, "the key's holder is printed");
     let mut rejecting = args.to_vec();
     rejecting.extend(["--unique-policy", "reject"]);
-    let (ok, _, err) = hopper(&db, &rejecting);
-    assert!(!ok && err.contains("conflict"), "{err}");
+    // Under --json the error is a JSON object on stdout.
+    let (ok, out, _) = hopper(&db, &rejecting);
+    let error: serde_json::Value = serde_json::from_str(&out)?;
+    assert!(!ok && error["error"]["code"] == "conflict", "{out}");
     let list = json(&db, &["--json", "queues", "list"]);
     assert_eq!(list["queues"][0]["grouped"], true);
     Ok(())

@@ -267,6 +267,15 @@ pub enum Wakeup {
     Resync,
 }
 
+/// A migration that [`Backend::migrate`] applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedMigration {
+    /// Its number: migrations apply in this order.
+    pub version: i64,
+    /// What it does (`0001_jobs` has the name `jobs`).
+    pub name: String,
+}
+
 /// A stream of [`Wakeup`]s.
 pub type WakeupStream = Pin<Box<dyn Stream<Item = Wakeup> + Send>>;
 
@@ -279,8 +288,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// For backend-specific features (completing a job inside the caller's transaction).
     fn as_any(&self) -> &dyn std::any::Any;
 
-    /// Applies every pending migration. Safe to run twice and from two processes at once.
-    async fn migrate(&self) -> Result<()>;
+    /// Applies every pending migration and returns those it applied, oldest first (none
+    /// when the schema was up to date). Safe to run twice and from two processes at once.
+    async fn migrate(&self) -> Result<Vec<AppliedMigration>>;
 
     /// Inserts one job.
     async fn job_insert(&self, job: &NewJob) -> Result<()>;

@@ -29,9 +29,9 @@ pub mod pace;
 pub mod scheduling;
 
 pub use backend::{
-    Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams, JobPruneOutcome,
-    JobPruneParams, JobRetryManyParams, JobSearchParams, JobStatsParams, MinuteStats, NodeInfo,
-    Outcome, QueueStats, Wakeup, WakeupStream,
+    AppliedMigration, Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams,
+    JobPruneOutcome, JobPruneParams, JobRetryManyParams, JobSearchParams, JobStatsParams,
+    MinuteStats, NodeInfo, Outcome, QueueStats, Wakeup, WakeupStream,
 };
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{Error, Result};

@@ -7,11 +7,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use hopper_core::{
+    AppliedMigration, CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate, Wakeup,
+};
+use hopper_core::{
     Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
     JobRetryManyParams, JobSearchParams, JobStatsParams, Lease, MinuteStats, NewJob, NodeId,
     NodeInfo, QueueStats, Result, WakeupStream,
 };
-use hopper_core::{CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate, Wakeup};
 
 use crate::error::map_pg;
 use crate::hot::millis;
@@ -29,7 +31,7 @@ impl Backend for PgBackend {
         self
     }
 
-    async fn migrate(&self) -> Result<()> {
+    async fn migrate(&self) -> Result<Vec<AppliedMigration>> {
         let mut client = self.client().await?;
         migrate::migrate(&mut client, &self.inner.schema, self.inner.pooler).await
     }

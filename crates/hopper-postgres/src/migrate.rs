@@ -1,7 +1,7 @@
 //! Applying migrations: numbered, embedded, in hopper's own schema, safe to run twice and
 //! from several processes at once, and refusing a database newer than this build.
 
-use hopper_core::{Error, Result};
+use hopper_core::{AppliedMigration, Error, Result};
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
@@ -9,12 +9,12 @@ use crate::error::map_pg;
 use crate::sql::{MIGRATIONS, bind};
 use crate::statement::{Pooler, Query};
 
-/// Applies every migration `schema` lacks, in one transaction.
+/// Applies every migration `schema` lacks, in one transaction, and returns them.
 ///
 /// A transaction-scoped advisory lock keyed on the schema name serialises concurrent
 /// migrators: the second waits, then finds nothing left to do. Nothing outlives the
 /// transaction, so this runs as well behind a transaction pooler.
-pub async fn migrate(client: &mut Client, schema: &str, pooler: Pooler) -> Result<()> {
+pub async fn migrate(client: &mut Client, schema: &str, pooler: Pooler) -> Result<Vec<AppliedMigration>> {
     let lock = Query::new(
         "SELECT pg_advisory_xact_lock(hashtext('hopper migrate ' || $1::text))",
         &[Type::TEXT],
@@ -53,6 +53,7 @@ pub async fn migrate(client: &mut Client, schema: &str, pooler: Pooler) -> Resul
             "schema {schema} is at version {applied}, but this hopper knows versions up to {known}; upgrade hopper"
         )));
     }
+    let mut done = Vec::new();
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
         tracing::info!(schema, version, name, "applying migration");
         tx.batch_execute(&bind(sql, schema)).await.map_err(|e| {
@@ -66,6 +67,11 @@ pub async fn migrate(client: &mut Client, schema: &str, pooler: Pooler) -> Resul
             .execute(&tx, &[version, name])
             .await
             .map_err(map_pg)?;
+        done.push(AppliedMigration {
+            version: i64::from(*version),
+            name: (*name).to_owned(),
+        });
     }
-    tx.commit().await.map_err(map_pg)
+    tx.commit().await.map_err(map_pg)?;
+    Ok(done)
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hopper_core::{
-    Backend, ClaimParams, ClaimedJob, CronAdvance, CronEntry, Error, Finish, FinishResult,
-    InsertOutcome, JobId, JobListParams, JobPruneOutcome, JobPruneParams, JobRecord,
+    AppliedMigration, Backend, ClaimParams, ClaimedJob, CronAdvance, CronEntry, Error, Finish,
+    FinishResult, InsertOutcome, JobId, JobListParams, JobPruneOutcome, JobPruneParams, JobRecord,
     JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Lease, MinuteStats, NewJob,
     NodeId, NodeInfo, QueueSettings, QueueStats, QueueUpdate, Result, Wakeup, WakeupStream,
 };
@@ -117,7 +117,7 @@ impl Backend for SqliteBackend {
         self
     }
 
-    async fn migrate(&self) -> Result<()> {
+    async fn migrate(&self) -> Result<Vec<AppliedMigration>> {
         let inner = self.inner.clone();
         let now = micros(self.now());
         self.inner

@@ -1,18 +1,23 @@
 //! Applying migrations: numbered, embedded, safe to run twice and from several processes
 //! at once, and refusing a database newer than this build.
 
-use hopper_core::{Error, Result};
+use hopper_core::{AppliedMigration, Error, Result};
 use rusqlite::{Transaction, named_params};
 
 use crate::error::map_sqlite;
 use crate::sql::{MIGRATIONS, Queries, bind};
 
-/// Applies every migration the database lacks, inside `tx`.
+/// Applies every migration the database lacks, inside `tx`, and returns them.
 ///
 /// `tx` is a `BEGIN IMMEDIATE` transaction: it holds the file's write lock from its first
 /// statement, so a second migrator (another process) waits for it, then finds nothing left
 /// to do. SQLite's DDL is transactional, so a failed migration leaves nothing half done.
-pub fn migrate(tx: &Transaction<'_>, queries: &Queries, prefix: &str, now: i64) -> Result<()> {
+pub fn migrate(
+    tx: &Transaction<'_>,
+    queries: &Queries,
+    prefix: &str,
+    now: i64,
+) -> Result<Vec<AppliedMigration>> {
     tx.execute_batch(&queries.migrate[0]).map_err(map_sqlite)?;
     let applied: i64 = tx
         .query_row(&queries.migrate[1], [], |row| row.get(0))
@@ -23,6 +28,7 @@ pub fn migrate(tx: &Transaction<'_>, queries: &Queries, prefix: &str, now: i64) 
             "tables {prefix}_* are at version {applied}, but this hopper knows versions up to {known}; upgrade hopper"
         )));
     }
+    let mut done = Vec::new();
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
         tracing::info!(prefix, version, name, "applying migration");
         tx.execute_batch(&bind(sql, prefix)).map_err(|e| {
@@ -36,6 +42,10 @@ pub fn migrate(tx: &Transaction<'_>, queries: &Queries, prefix: &str, now: i64) 
             named_params! { ":version": version, ":name": name, ":now": now },
         )
         .map_err(map_sqlite)?;
+        done.push(AppliedMigration {
+            version: *version,
+            name: (*name).to_owned(),
+        });
     }
-    Ok(())
+    Ok(done)
 }

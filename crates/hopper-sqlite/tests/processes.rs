@@ -60,7 +60,9 @@ async fn child() -> anyhow::Result<()> {
     };
     let backend = SqliteBackend::open(&db, SqliteOptions::default()).await?;
     match mode.as_str() {
-        "migrate" => backend.migrate().await?,
+        "migrate" => {
+            backend.migrate().await?;
+        }
         "claim" => {
             start_together(&db).await?;
             let mut claimed = Vec::new();

@@ -237,7 +237,7 @@ pub(crate) async fn require_role(
     let role = match state.auth().authenticate(request.headers()) {
         Ok(role) => role,
         Err(e) => {
-            log_refusal(&request, &e);
+            state.log_refusal(&request, &e);
             return Err(e);
         }
     };
@@ -249,23 +249,11 @@ pub(crate) async fn require_role(
     if role < needed {
         let e =
             ApiError::forbidden("this token is read-only; an admin token is needed to change jobs");
-        log_refusal(&request, &e);
+        state.log_refusal(&request, &e);
         return Err(e);
     }
     request.extensions_mut().insert(role);
     Ok(next.run(request).await)
-}
-
-/// Logs a refused request as a warning: the method, the path (not the query, which may
-/// carry anything) and why. Never the credentials: the reasons name no token.
-fn log_refusal(request: &Request, e: &ApiError) {
-    tracing::warn!(
-        method = %request.method(),
-        path = request.uri().path(),
-        status = e.status().as_u16(),
-        "refused an HTTP request: {}",
-        e.message()
-    );
 }
 
 #[cfg(test)]

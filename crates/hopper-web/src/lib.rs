@@ -12,7 +12,10 @@
 //!   plus the runtime's counters and histograms when [`metrics::install_recorder`] was
 //!   called in this process;
 //! - **authentication** on by default: bearer tokens with a read-only and an admin role
-//!   ([`AuthConfig`]).
+//!   ([`AuthConfig`]);
+//! - **DNS-rebinding and cross-site defences** in every authentication mode: a foreign
+//!   `Host` is refused, and so are mutations from another origin or with a body that is
+//!   not JSON ([`AllowedHosts`], [`cross_site`]).
 //!
 //! Nest it in your own app, or run it alone with [`serve`]:
 //!
@@ -36,6 +39,7 @@
 
 mod api;
 pub mod auth;
+pub mod cross_site;
 mod dashboard;
 mod error;
 pub mod metrics;
@@ -43,6 +47,7 @@ pub mod metrics;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -50,11 +55,13 @@ use axum::http::{HeaderValue, header};
 use axum::middleware;
 use axum::response::Response;
 use axum::routing::get;
+use hopper::core::log_limit::{LogThrottle, capped};
 use hopper::{Backend, Client};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tracing::Instrument;
 
 pub use auth::{AuthConfig, Role, Secret};
+pub use cross_site::AllowedHosts;
 pub use error::{ApiError, Error, Result};
 
 /// The default limit on a request body: 16 MiB, room for a batch of jobs (one job's
@@ -63,6 +70,13 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// The most jobs one batch request may enqueue.
 pub const MAX_BATCH_JOBS: usize = 10_000;
+
+/// How many refused requests are logged per [`REFUSALS_INTERVAL`]; the others are
+/// counted, and the count is logged with the next line let through.
+pub const REFUSALS_LOGGED: u32 = 10;
+
+/// The interval of [`REFUSALS_LOGGED`].
+pub const REFUSALS_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What the handlers share: the backend, who may call, and the metrics to export. Cheap
 /// to clone.
@@ -75,8 +89,10 @@ pub struct WebState {
 struct Inner {
     client: Client,
     auth: AuthConfig,
+    allowed_hosts: AllowedHosts,
     prometheus: Option<PrometheusHandle>,
     max_body_bytes: usize,
+    refusals: Arc<LogThrottle>,
 }
 
 impl std::fmt::Debug for WebState {
@@ -84,6 +100,7 @@ impl std::fmt::Debug for WebState {
         f.debug_struct("WebState")
             .field("backend", &self.inner.client.backend().name())
             .field("auth", &self.inner.auth)
+            .field("allowed_hosts", &self.inner.allowed_hosts)
             .field("prometheus", &self.inner.prometheus.is_some())
             .field("max_body_bytes", &self.inner.max_body_bytes)
             .finish()
@@ -91,16 +108,34 @@ impl std::fmt::Debug for WebState {
 }
 
 impl WebState {
-    /// State over `backend`, with `auth` deciding who may call.
+    /// State over `backend`, with `auth` deciding who may call. Only the loopback names
+    /// are accepted in `Host` ([`AllowedHosts::loopback`]) until
+    /// [`WebState::with_allowed_hosts`] says more ([`serve`] adds its bound address).
     pub fn new(backend: Arc<dyn Backend>, auth: AuthConfig) -> Self {
         WebState {
             inner: Arc::new(Inner {
                 client: Client::new(backend),
                 auth,
+                allowed_hosts: AllowedHosts::loopback(),
                 prometheus: None,
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                refusals: Arc::new(LogThrottle::per_interval(
+                    REFUSALS_LOGGED,
+                    REFUSALS_INTERVAL,
+                )),
             }),
         }
+    }
+
+    /// Sets the names and addresses accepted in a request's `Host` (and, for the names
+    /// added with [`AllowedHosts::with_name`], in `Origin`). See [`cross_site`].
+    pub fn with_allowed_hosts(self, hosts: AllowedHosts) -> Self {
+        self.map(|inner| inner.allowed_hosts = hosts)
+    }
+
+    /// The names and addresses accepted in `Host`.
+    pub fn allowed_hosts(&self) -> &AllowedHosts {
+        &self.inner.allowed_hosts
     }
 
     /// Also exports the metrics recorded in this process (see [`metrics::install_recorder`]).
@@ -132,6 +167,24 @@ impl WebState {
         self.inner.prometheus.as_ref()
     }
 
+    /// Logs a refused request as a warning: the method, the path (cut to a few dozen
+    /// characters; never the query, which may carry anything) and why. At most
+    /// [`REFUSALS_LOGGED`] lines per [`REFUSALS_INTERVAL`]; the next line let through says
+    /// how many were left out. Never the credentials: the reasons name no token.
+    pub(crate) fn log_refusal(&self, request: &axum::extract::Request, e: &ApiError) {
+        let Some(suppressed) = self.inner.refusals.check() else {
+            return;
+        };
+        tracing::warn!(
+            method = %capped(request.method().as_str()),
+            path = %capped(request.uri().path()),
+            status = e.status().as_u16(),
+            suppressed,
+            "refused an HTTP request: {}",
+            e.message()
+        );
+    }
+
     fn map(self, f: impl FnOnce(&mut Inner)) -> Self {
         let mut inner = Arc::unwrap_or_clone(self.inner);
         f(&mut inner);
@@ -156,19 +209,24 @@ pub fn router(state: WebState) -> Router {
         .merge(protected)
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            cross_site::check,
+        ))
         .layer(DefaultBodyLimit::max(state.inner.max_body_bytes))
         .layer(middleware::map_response(security_headers))
         .layer(middleware::from_fn(trace_request))
         .with_state(state)
 }
 
-/// One span per request (method and path: never headers or query strings, so no secret
-/// reaches a log), and one event with the status and time taken.
+/// One span per request (method and path, cut to a few dozen characters: never headers
+/// or query strings, so no secret reaches a log), and one event with the status and time
+/// taken.
 async fn trace_request(request: axum::extract::Request, next: middleware::Next) -> Response {
     let span = tracing::info_span!(
         "http",
-        method = %request.method(),
-        path = %request.uri().path(),
+        method = %capped(request.method().as_str()),
+        path = %capped(request.uri().path()),
     );
     let started = std::time::Instant::now();
     let response = next.run(request).instrument(span.clone()).await;
@@ -207,7 +265,8 @@ async fn security_headers(mut response: Response) -> Response {
 }
 
 /// Serves [`router`] on `addr` until the process ends. Refuses to run without
-/// authentication on anything but a loopback address.
+/// authentication on anything but a loopback address. The bound address is added to the
+/// state's [`AllowedHosts`].
 pub async fn serve(addr: SocketAddr, state: WebState) -> Result<()> {
     serve_with_shutdown(addr, state, std::future::pending()).await
 }
@@ -227,6 +286,8 @@ pub async fn serve_with_shutdown(
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let hosts = state.allowed_hosts().clone().with_address(local);
+    let state = state.with_allowed_hosts(hosts);
     if state.auth().is_open() {
         tracing::warn!(%local, "HTTP API and dashboard running WITHOUT authentication (loopback only)");
     }

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use hopper_core::{
-    Backend, Error, JobArgs, JobId, JobListParams, JobRecord, NewJob, QueueStats, Result,
+    AppliedMigration, Backend, Error, JobArgs, JobId, JobListParams, JobRecord, NewJob, QueueStats,
+    Result,
 };
 use hopper_postgres::{PgBackend, PgOptions};
 use hopper_sqlite::{SqliteBackend, SqliteOptions};
@@ -78,8 +79,8 @@ impl Client {
         &self.backend
     }
 
-    /// Applies pending migrations.
-    pub async fn migrate(&self) -> Result<()> {
+    /// Applies pending migrations; returns those applied (none when up to date).
+    pub async fn migrate(&self) -> Result<Vec<AppliedMigration>> {
         self.backend.migrate().await
     }
 

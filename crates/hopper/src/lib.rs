@@ -74,10 +74,10 @@ mod worker;
 pub use client::{Client, connect};
 pub use context::JobContext;
 pub use hopper_core::{
-    AttemptError, Backend, ClaimParams, ClaimedJob, Clock, Error, Finish, FinishResult, JobArgs,
-    JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, JobState, JobStatsParams,
-    Lease, MinuteStats, NewJob, NodeInfo, Outcome, Priority, QueueStats, Result, SystemClock,
-    TestClock, Wakeup,
+    AppliedMigration, AttemptError, Backend, ClaimParams, ClaimedJob, Clock, Error, Finish,
+    FinishResult, JobArgs, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams,
+    JobState, JobStatsParams, Lease, MinuteStats, NewJob, NodeInfo, Outcome, Priority, QueueStats,
+    Result, SystemClock, TestClock, Wakeup,
 };
 pub use hopper_core::{
     CronEntry, InsertOutcome, JobPruneOutcome, JobPruneParams, QueueSettings, QueueUpdate,

@@ -1,6 +1,8 @@
 //! The demo's job and worker: sleep 100 ms, and fail for good on every job whose number is
 //! a multiple of 12.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hopper::{JobArgs, JobContext, JobError, Worker};
@@ -24,14 +26,38 @@ impl JobArgs for DemoJob {
 }
 
 /// Sleeps [`WORK`], then succeeds, unless the job's number is a multiple of [`FAIL_EVERY`].
-#[derive(Debug)]
-pub struct DemoWorker;
+///
+/// Counts the jobs it is running, for the progress bar: the database's `running` count
+/// also holds the jobs the runtime claimed ahead of its free slots (its prefetch), which
+/// are not running yet.
+#[derive(Debug, Default)]
+pub struct DemoWorker {
+    running: Arc<AtomicUsize>,
+}
+
+impl DemoWorker {
+    /// A shared count of the jobs running right now.
+    pub fn running(&self) -> Arc<AtomicUsize> {
+        self.running.clone()
+    }
+}
+
+/// Decrements the running count however the job ends.
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 #[async_trait::async_trait]
 impl Worker for DemoWorker {
     type Args = DemoJob;
 
     async fn process(&self, _ctx: &JobContext, job: DemoJob) -> Result<(), JobError> {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        let _running = Running(self.running.clone());
         tokio::time::sleep(WORK).await;
         if job.n.is_multiple_of(FAIL_EVERY) {
             return Err(JobError::retry(format!(

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::common::{ADMIN, READ, Web, code};
 
 /// Every mutating endpoint, with a body it accepts.
-fn mutations(id: &str) -> Vec<(Method, String, Option<serde_json::Value>)> {
+pub(crate) fn mutations(id: &str) -> Vec<(Method, String, Option<serde_json::Value>)> {
     vec![
         (
             Method::POST,

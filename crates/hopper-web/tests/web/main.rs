@@ -5,6 +5,7 @@
 
 mod auth;
 mod common;
+mod cross_site;
 mod dashboard;
 mod jobs;
 mod listing;

@@ -102,6 +102,24 @@ async fn refused_requests_are_logged_and_tokens_never_are() -> anyhow::Result<()
     for secret in [ADMIN, READ, &wrong, &in_query, &basic_of(&wrong)] {
         assert!(!text.contains(secret), "{secret} reached the logs:\n{text}");
     }
+
+    // A flood of refusals with a 60 KB path: the path is cut short, and no more than
+    // REFUSALS_LOGGED lines a minute are written (4 were written above).
+    let long = format!("/api/v1/jobs/{}", "x".repeat(60_000));
+    for _ in 0..3 * hopper_web::REFUSALS_LOGGED {
+        let answer = web.call(Method::GET, &long, None, None).await?;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    }
+    let text = logs.text();
+    let refused: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("refused an HTTP request"))
+        .collect();
+    assert_eq!(refused.len(), hopper_web::REFUSALS_LOGGED as usize);
+    assert!(refused[4].contains("(60013 bytes)"), "{}", refused[4]);
+    let longest = text.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 1000, "a log line of {longest} bytes");
+    assert_eq!(web.get("/api/v1/jobs").await?.status, StatusCode::OK);
     Ok(())
 }
 

@@ -34,10 +34,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use hopper_core::{
-    AttemptError, Backend, ClaimParams, ClaimedJob, CronEntry, Error, Finish, FinishResult, JobId,
-    JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, JobState, Lease, NewJob, NodeId,
-    NodeInfo, Outcome, Priority, QueueSettings, QueueStats, QueueUpdate, Result, Wakeup,
-    WakeupStream,
+    AppliedMigration, AttemptError, Backend, ClaimParams, ClaimedJob, CronEntry, Error, Finish,
+    FinishResult, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, JobState,
+    Lease, NewJob, NodeId, NodeInfo, Outcome, Priority, QueueSettings, QueueStats, QueueUpdate,
+    Result, Wakeup, WakeupStream,
 };
 use hopper_protocol::{
     ErrorCode, FinishResult as WireResult, JobInfo, JobSpec, PriorityValue, Reply, Request, Role,
@@ -401,8 +401,8 @@ impl Backend for RemoteBackend {
     }
 
     /// The server migrates its database when it starts; nothing to do here.
-    async fn migrate(&self) -> Result<()> {
-        Ok(())
+    async fn migrate(&self) -> Result<Vec<AppliedMigration>> {
+        Ok(Vec::new())
     }
 
     async fn job_insert(&self, job: &NewJob) -> Result<()> {

@@ -1,0 +1,73 @@
+//! What the binary writes, the way command-line tools write it.
+//!
+//! - **A closed stdout ends the command quietly.** Every line goes through [`outln!`],
+//!   which returns the write's error instead of panicking as `println!` does; `main` sees
+//!   a broken pipe in the error chain and exits with status [`BROKEN_PIPE_EXIT`] (141, what
+//!   a shell reports for a process ended by `SIGPIPE`, as `cat` or `seq` would be), saying
+//!   nothing. So `hopper jobs list --json | head -1` and `hopper stats --watch | head` end
+//!   like any Unix tool; a script under `set -o pipefail` sees the same 141 it sees for
+//!   `seq 1000 | head -1`.
+//! - **Colour only on a terminal**: log lines on stderr are coloured when stderr is a
+//!   terminal and `NO_COLOR` is unset or empty (<https://no-color.org>).
+//! - **Errors as JSON under `--json`**: `{"error": {"code": …, "message": …}}` on stdout
+//!   (see [`error_json`]), so a script reading stdout always gets JSON.
+
+use std::io::{IsTerminal, Write};
+
+/// The exit status after stdout was closed by the reader: 128 + `SIGPIPE` (13).
+pub const BROKEN_PIPE_EXIT: u8 = 141;
+
+/// Writes one formatted line to stdout, returning the error (`?`) instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
+/// Writes to stdout without a newline, returning the error (`?`).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))?
+    };
+}
+
+pub(crate) use {out, outln};
+
+/// Writes `args` to stdout and flushes it, so a closed pipe is seen at once.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_fmt(args)?;
+    stdout.flush()
+}
+
+/// True when `e` comes from writing to a pipe whose reader is gone.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Whether log lines on stderr may carry ANSI colours: a terminal, and no `NO_COLOR`.
+pub fn colour_stderr() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
+}
+
+/// The JSON error object of `--json`: a stable `code` (the HTTP API's codes where one
+/// applies: `invalid_input`, `not_found`, `conflict`, `unavailable`; else `error`) and the
+/// one-line `message`.
+pub fn error_json(e: &anyhow::Error, message: &str) -> serde_json::Value {
+    let code = e
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<hopper::Error>())
+        .map_or("error", |e| match e {
+            hopper::Error::InvalidInput(_) | hopper::Error::Args(_) => "invalid_input",
+            hopper::Error::NotFound(_) => "not_found",
+            hopper::Error::Conflict(_) => "conflict",
+            hopper::Error::Database(_) | hopper::Error::Shutdown => "unavailable",
+            hopper::Error::Schema(_) => "schema",
+            _ => "error",
+        });
+    serde_json::json!({ "error": { "code": code, "message": message } })
+}
