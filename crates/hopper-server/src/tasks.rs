@@ -163,45 +163,30 @@ async fn write_batch(
         .iter()
         .flat_map(|i| i.finishes.iter().cloned())
         .collect();
-    let mut backoff = Duration::from_millis(50);
-    let results = loop {
-        if finishes.is_empty() {
-            break Ok(Vec::new());
-        }
-        match backend.job_finish_many(&finishes).await {
-            Ok(results) => break Ok(results),
-            Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => break Err(e),
-        }
-    };
-    let wire = |i: usize| match &results {
-        Ok(results) => match results.get(i) {
-            Some(FinishResult::Recorded(_)) => WireResult::Recorded,
-            _ => WireResult::LeaseLost,
-        },
-        Err(_) => WireResult::LeaseLost,
+    // Transient failures are retried until they pass; an outcome refused for good is
+    // isolated from the batch, answered with its error and counted (hopper::outcomes).
+    let results = hopper::outcomes::write_isolating(backend, &finishes).await;
+    let wire = |i: usize| match results.get(i) {
+        Some(Ok(FinishResult::Recorded(_))) => WireResult::Recorded,
+        _ => WireResult::LeaseLost,
     };
     let mut at = 0;
     for item in batch {
         let range = at..at + item.finishes.len();
         at = range.end;
-        let (peer, reply) = match (item.reply_to, &results) {
+        let (peer, reply) = match (item.reply_to, results.get(range.start)) {
             (ReplyTo::Nobody, _) => continue,
-            (ReplyTo::Ack(peer, req) | ReplyTo::Acks(peer, req, _), Err(e)) => {
+            (ReplyTo::Ack(peer, req), Some(Err(e))) => {
                 (peer, Reply::error(Some(req), error_code(e), e.to_string()))
             }
-            (ReplyTo::Ack(peer, req), Ok(_)) => (
+            (ReplyTo::Ack(peer, req), _) => (
                 peer,
                 Reply::Ack {
                     req,
                     result: wire(range.start),
                 },
             ),
-            (ReplyTo::Acks(peer, req, preset), Ok(_)) => {
+            (ReplyTo::Acks(peer, req, preset), _) => {
                 let mut written = range.map(wire);
                 let results = preset
                     .into_iter()

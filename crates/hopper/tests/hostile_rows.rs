@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use hopper::testing::TestDatabase;
-use hopper::{Backend, ClaimParams, JobListParams, JobRecord, JobState, NewJob};
+use hopper::{ClaimParams, JobListParams, JobRecord, JobState, NewJob};
 use serde_json::json;
 use support::connect;
 use uuid::Uuid;
