@@ -115,13 +115,13 @@ const FINISH_BATCH: usize = 1000;
 /// Writes outcomes in batches (one statement per kind of outcome per batch) and
 /// acknowledges each. `writers` batches are written at once, so one slow round trip does
 /// not hold up the rest. A failed write is retried with backoff, never dropped.
+/// The channel is shared so that a run restarted by its supervisor takes it over.
 pub(crate) async fn finish(
     backend: Arc<dyn Backend>,
-    items: mpsc::Receiver<FinishItem>,
+    items: Arc<tokio::sync::Mutex<mpsc::Receiver<FinishItem>>>,
     out: mpsc::Sender<(PeerId, Reply)>,
     writers: usize,
 ) {
-    let items = Arc::new(tokio::sync::Mutex::new(items));
     let mut tasks = Vec::new();
     for _ in 0..writers.max(1) {
         let (backend, items, out) = (backend.clone(), items.clone(), out.clone());
