@@ -15,7 +15,7 @@ use crate::limits;
 use crate::scheduling::UniquePolicy;
 
 /// A job's id: a UUIDv7, so ids are ordered by creation time and the primary-key index
-/// grows at its right edge instead of being split at random pages (seed 001).
+/// grows at its right edge instead of being split at random pages.
 pub type JobId = Uuid;
 
 /// The queue a job goes to when none is named.

@@ -1,4 +1,4 @@
-//! `hopper serve`: the network server of hopper (seed 002, extended).
+//! `hopper serve`: the network server of hopper.
 //!
 //! Three roles: clients submit jobs, this server runs the queue loop against the database,
 //! workers process jobs. Clients and workers connect with ZeroMQ DEALER sockets to the
@@ -43,7 +43,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use auth::{
-    Auth, constant_time_eq, default_token_path, generate_token, read_tokens, write_new_token,
+    Access, Auth, Credential, MIN_TOKEN_LEN, constant_time_eq, default_token_path, generate_token,
+    read_credentials, read_tokens, write_new_token,
 };
 
 /// Why the server could not start.

@@ -114,17 +114,22 @@ const FINISH_BATCH: usize = 1000;
 
 /// Writes outcomes in batches (one statement per kind of outcome per batch) and
 /// acknowledges each. `writers` batches are written at once, so one slow round trip does
-/// not hold up the rest. A failed write is retried with backoff, never dropped.
-/// The channel is shared so that a run restarted by its supervisor takes it over.
+/// not hold up the rest. A write that fails because the database is unreachable is retried
+/// with backoff, never dropped; an outcome refused for good is isolated from its batch and
+/// answered with its error ([`hopper::outcomes`]); the loop hears of every lease written
+/// ([`Event::Written`]). The channel is shared so that a run restarted by its supervisor
+/// takes it over.
 pub(crate) async fn finish(
     backend: Arc<dyn Backend>,
     items: Arc<tokio::sync::Mutex<mpsc::Receiver<FinishItem>>>,
     out: mpsc::Sender<(PeerId, Reply)>,
+    events: mpsc::Sender<Event>,
     writers: usize,
 ) {
     let mut tasks = Vec::new();
     for _ in 0..writers.max(1) {
         let (backend, items, out) = (backend.clone(), items.clone(), out.clone());
+        let events = events.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let batch = {
@@ -145,7 +150,12 @@ pub(crate) async fn finish(
                     }
                     batch
                 };
+                let leases = batch
+                    .iter()
+                    .flat_map(|i| i.finishes.iter().map(|f| f.lease))
+                    .collect();
                 write_batch(&*backend, batch, &out).await;
+                let _ = events.send(Event::Written(leases)).await;
             }
         }));
     }
@@ -214,7 +224,9 @@ pub(crate) async fn listen(
             s = backend.subscribe() => match s {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::warn!(error = %e, "subscribing to wake-ups failed; polling meanwhile");
+                    tracing::warn!(error = %crate::convert::detail(&e), "subscribing to wake-ups failed; polling meanwhile");
+                    // No announcements meanwhile: every served queue is claimed from again.
+                    let _ = events.send(Event::Wakeup(hopper_core::Wakeup::Resync)).await;
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
                         _ = stop.cancelled() => return,

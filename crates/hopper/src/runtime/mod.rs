@@ -7,7 +7,8 @@
 
 mod completer;
 mod config;
-pub(crate) mod executor;
+mod executor;
+pub(crate) mod handler;
 mod maintenance;
 mod prefetch;
 mod producer;
@@ -228,12 +229,20 @@ impl Runtime {
         ];
         if !self.periodic.is_empty() {
             let (backend, periodic) = (shared.backend.clone(), self.periodic);
+            let clock = shared.config.clock.clone();
             services.push(supervise(
                 "periodic",
                 &health,
                 policy,
                 stop.clone(),
-                move || crate::periodic::run(backend.clone(), periodic.clone(), stop.clone()),
+                move || {
+                    crate::periodic::run(
+                        backend.clone(),
+                        clock.clone(),
+                        periodic.clone(),
+                        stop.clone(),
+                    )
+                },
             ));
         }
         let producer = tokio::spawn(producer::run(shared.clone()));
