@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use hopper::Backend;
+use hopper::supervise::{Policy, supervise};
+use hopper::{Backend, Health};
 use hopper_web::{AllowedHosts, AuthConfig, WebState};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
@@ -62,19 +63,19 @@ pub struct HttpArgs {
 #[derive(Debug)]
 pub struct HttpServer {
     stop: CancellationToken,
-    task: JoinHandle<std::io::Result<()>>,
+    task: JoinHandle<()>,
     _upkeep: hopper_web::metrics::Upkeep,
 }
 
 impl HttpServer {
-    /// Stops accepting, lets in-flight requests finish, and returns the serve loop's error
-    /// if it failed.
+    /// Stops accepting and lets in-flight requests finish. The serve loop runs under
+    /// [`hopper::supervise`]: its failures were logged, restarted, and reported to the
+    /// process's health.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.stop.cancel();
         self.task
             .await
-            .context("the HTTP server task panicked")?
-            .context("serving HTTP")
+            .context("the HTTP server's supervisor panicked")
     }
 }
 
@@ -94,6 +95,7 @@ pub async fn start(
     args: &HttpArgs,
     backend: Arc<dyn Backend>,
     prometheus: Option<PrometheusHandle>,
+    health: &Health,
 ) -> anyhow::Result<Option<HttpServer>> {
     let Some(addr) = args.http else {
         return Ok(None);
@@ -109,7 +111,9 @@ pub async fn start(
     {
         hosts = hosts.with_name(name).context("--http-host")?;
     }
-    let mut state = WebState::new(backend, auth).with_allowed_hosts(hosts);
+    let mut state = WebState::new(backend, auth)
+        .with_allowed_hosts(hosts)
+        .with_health(health.clone());
     let prometheus = prometheus.context("the metrics recorder was not installed")?;
     state = state.with_prometheus(prometheus.clone());
     let listener = tokio::net::TcpListener::bind(addr)
@@ -117,11 +121,23 @@ pub async fn start(
         .with_context(|| format!("binding the HTTP address {addr}"))?;
     let local = listener.local_addr()?;
     let stop = CancellationToken::new();
-    let shutdown = stop.clone().cancelled_owned();
-    let task = tokio::spawn(async move {
-        axum::serve(listener, hopper_web::router(state))
-            .with_graceful_shutdown(shutdown)
-            .await
+    // A restarted serve loop binds the address again; the first uses the bound listener.
+    let first = Arc::new(std::sync::Mutex::new(Some(listener)));
+    let task = supervise("http", health, Policy::default(), stop.clone(), {
+        let stop = stop.clone();
+        move || {
+            let (state, stop) = (state.clone(), stop.clone());
+            let listener = first.lock().ok().and_then(|mut first| first.take());
+            async move {
+                let listener = match listener {
+                    Some(listener) => listener,
+                    None => tokio::net::TcpListener::bind(local).await?,
+                };
+                axum::serve(listener, hopper_web::router(state))
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+            }
+        }
     });
     eprintln!(
         "hopper serve: HTTP API on http://{local}/api/v1, dashboard on http://{local}/, metrics on http://{local}/metrics{}",

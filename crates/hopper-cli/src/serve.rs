@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use hopper::PgOptions;
+use hopper::{Health, PgOptions};
 use hopper_server::{Auth, ServeConfig, Server};
 
 /// `hopper serve`.
@@ -115,16 +115,23 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
         );
         server = Some(started);
     }
-    let http = crate::http::start(&args.http, backend, prometheus).await?;
-    hopper::shutdown_signal().await;
-    tracing::info!("signal received; stopping");
+    // One health for the process: the ZeroMQ server's tasks and the HTTP server's.
+    let health = server.as_ref().map_or_else(Health::new, |s| s.health());
+    let http = crate::http::start(&args.http, backend, prometheus, &health).await?;
+    tokio::select! {
+        _ = hopper::shutdown_signal() => tracing::info!("signal received; stopping"),
+        failure = health.failed() => tracing::error!(%failure, "unhealthy; stopping"),
+    }
     if let Some(server) = server {
         server.shutdown().await;
     }
     if let Some(http) = http {
         http.shutdown().await?;
     }
-    Ok(())
+    match health.failure() {
+        Some(failure) => anyhow::bail!("stopped unhealthy: {failure}"),
+        None => Ok(()),
+    }
 }
 
 /// Reads the tokens, or generates the first one.

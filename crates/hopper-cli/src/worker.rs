@@ -65,14 +65,15 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
         .start()
         .await
         .context("starting the runtime")?;
-    if args.stdin_control {
-        tokio::select! {
-            _ = async { while let Ok(Some(_)) = stdin.next_line().await {} } => {}
-            _ = hopper::shutdown_signal() => {}
-        }
-    } else {
-        hopper::shutdown_signal().await;
+    let health = handle.health();
+    tokio::select! {
+        _ = async { while let Ok(Some(_)) = stdin.next_line().await {} }, if args.stdin_control => {}
+        _ = hopper::shutdown_signal() => {}
+        failure = health.failed() => tracing::error!(%failure, "the runtime is unhealthy; stopping"),
     }
     handle.shutdown().await;
-    Ok(())
+    match health.failure() {
+        Some(failure) => anyhow::bail!("stopped unhealthy: {failure}"),
+        None => Ok(()),
+    }
 }

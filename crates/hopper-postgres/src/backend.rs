@@ -19,7 +19,7 @@ use crate::error::map_pg;
 use crate::hot::millis;
 use crate::pooled::{TxConnection, generic_plan};
 use crate::settings::ClaimMode;
-use crate::{PgBackend, copy, listen, migrate, rows};
+use crate::{PgBackend, copy, listen, migrate};
 
 #[async_trait]
 impl Backend for PgBackend {
@@ -71,13 +71,8 @@ impl Backend for PgBackend {
     }
 
     async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
-        let client = self.client().await?;
-        let statement = self.prepare(&client, &self.inner.queries.job_get).await?;
-        let row = statement
-            .query_opt(&**client, &[&id])
-            .await
-            .map_err(map_pg)?;
-        row.as_ref().map(rows::job_record).transpose()
+        let rows: Vec<_> = self.job_row(id).await?.into_iter().collect();
+        Ok(self.job_records(&rows).await?.pop())
     }
 
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
@@ -99,20 +94,25 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(map_pg)?;
-        rows.iter().map(rows::job_record).collect()
+        drop(client);
+        self.job_records(&rows).await
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         // Queues that use a scheduling feature have their own statements; the others
         // keep the plain one below (settings.rs picks, from a cache).
-        match self.claim_mode(&params.queue).await? {
-            ClaimMode::Plain => {}
+        let jobs = match self.claim_mode(&params.queue).await? {
             ClaimMode::Paused => return Ok(Vec::new()),
-            ClaimMode::Fair => return self.claim_fair(params).await,
-            ClaimMode::Limited { fair } => return self.claim_limited(params, fair).await,
-        }
-        let client = self.client().await?;
-        self.claim_plain(&client, params).await
+            ClaimMode::Fair => self.claim_fair(params).await,
+            ClaimMode::Limited { fair } => self.claim_limited(params, fair).await,
+            ClaimMode::Plain => {
+                let client = self.client().await?;
+                self.claim_plain(&client, params).await
+            }
+        };
+        // Jobs the claim could not read are failed once it has committed (poison.rs).
+        self.quarantine_held().await;
+        jobs
     }
 
     async fn job_claim_kinds(
@@ -220,15 +220,25 @@ impl Backend for PgBackend {
             .await?;
         let now = self.inner.clock.now();
         let mut total = 0u64;
+        let mut quarantined = false;
         loop {
             let row = statement
                 .query_one(&**client, &[&now])
                 .await
                 .map_err(map_pg)?;
-            let promoted: i64 = row.get(0);
+            let promoted: i64 = row.try_get(0).map_err(Error::database)?;
             total += u64::try_from(promoted).unwrap_or(0);
             if promoted < 1000 {
-                return Ok((total, row.get(2)));
+                match row.try_get(2) {
+                    Ok(next) => return Ok((total, next)),
+                    // A scheduled job's run_at cannot be read: fail those jobs, look again.
+                    Err(e) if !quarantined => {
+                        quarantined = true;
+                        self.quarantine_unreadable_scheduled(&Error::database(e))
+                            .await?;
+                    }
+                    Err(e) => return Err(Error::database(e)),
+                }
             }
         }
     }
@@ -331,7 +341,8 @@ impl Backend for PgBackend {
             )
             .await
             .map_err(map_pg)?;
-        rows.iter().map(rows::job_record).collect()
+        drop(client);
+        self.job_records(&rows).await
     }
 
     async fn job_delete(&self, id: JobId) -> Result<()> {

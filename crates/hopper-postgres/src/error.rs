@@ -3,8 +3,8 @@
 use hopper_core::Error;
 use tokio_postgres::error::SqlState;
 
-/// Turns a driver error into hopper's error: constraint violations become
-/// [`Error::InvalidInput`] with the database's own message, everything else
+/// Turns a driver error into hopper's error: constraint violations and data exceptions
+/// become [`Error::InvalidInput`] with the database's own message, everything else
 /// [`Error::Database`].
 pub fn map_pg(e: tokio_postgres::Error) -> Error {
     if let Some(db) = e.as_db_error() {
@@ -14,6 +14,11 @@ pub fn map_pg(e: tokio_postgres::Error) -> Error {
             || *code == SqlState::INVALID_TEXT_REPRESENTATION
             || *code == SqlState::NOT_NULL_VIOLATION
         {
+            return Error::InvalidInput(db.message().to_owned());
+        }
+        // Class 22, data exceptions (a value out of range, an overflowing interval): the
+        // same statement with the same values fails again, so it is not worth retrying.
+        if code.code().starts_with("22") {
             return Error::InvalidInput(db.message().to_owned());
         }
         if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::UNDEFINED_FUNCTION {

@@ -19,6 +19,7 @@ use tokio_postgres::types::ToSql;
 use crate::PgBackend;
 use crate::cursor::Start;
 use crate::error::map_pg;
+use crate::poison::Poisoned;
 use crate::pooled::{TxConnection, generic_plan};
 use crate::scheduling::{claimed_job, in_claim_order};
 use crate::statement::{Pooler, Query, Ready, driver};
@@ -192,10 +193,13 @@ impl PgBackend {
             }
             None => None,
         };
-        let mut jobs: Vec<ClaimedJob> = rows
-            .iter()
-            .map(|row| claimed_job(row, 0))
-            .collect::<Result<_>>()?;
+        let mut jobs: Vec<ClaimedJob> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match claimed_job(row, 0) {
+                Ok(job) => jobs.push(job),
+                Err(e) => self.inner.quarantine.hold(Poisoned::of(row, 0, &e)?),
+            }
+        }
         in_claim_order(&mut jobs);
         Ok((jobs, took))
     }

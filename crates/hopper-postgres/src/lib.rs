@@ -19,6 +19,7 @@ mod error;
 mod hot;
 mod listen;
 mod migrate;
+mod poison;
 mod pooled;
 mod prune;
 mod rows;
@@ -100,6 +101,8 @@ struct Inner {
     combiner: scheduling::combine::Combiner,
     /// Where each queue's plain claims start (`cursor.rs`).
     cursors: cursor::Cursors,
+    /// Jobs claims could not read, waiting to be failed (`poison.rs`).
+    quarantine: poison::Quarantine,
     /// Wake-ups this process sends itself (a limited queue has room again), merged into
     /// every [`hopper_core::Backend::subscribe`] stream.
     local_wake: tokio::sync::broadcast::Sender<Wakeup>,
@@ -138,6 +141,7 @@ impl PgBackend {
                 settings: settings::Cache::new(local_wake.clone()),
                 combiner: scheduling::combine::Combiner::default(),
                 cursors: cursor::Cursors::default(),
+                quarantine: poison::Quarantine::default(),
                 local_wake,
             }),
         })

@@ -14,6 +14,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::PgBackend;
 use crate::error::map_pg;
+use crate::poison::{Poisoned, Quarantine};
 use crate::pooled::TxConnection;
 use crate::settings::ring::Turns;
 use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
@@ -69,7 +70,7 @@ pub(crate) fn in_claim_order(jobs: &mut [ClaimedJob]) {
     jobs.sort_unstable_by_key(|j| (j.priority, j.run_at, j.lease.job_id));
 }
 
-fn read_claimed(rows: &[Row]) -> Result<Claimed> {
+fn read_claimed(rows: &[Row], quarantine: &Quarantine) -> Result<Claimed> {
     let mut out = Claimed {
         jobs: Vec::with_capacity(rows.len()),
         running: None,
@@ -85,7 +86,10 @@ fn read_claimed(rows: &[Row]) -> Result<Claimed> {
         out.more = more.unwrap_or_default();
         let id: Option<uuid::Uuid> = row.try_get(4).map_err(Error::database)?;
         if id.is_some() {
-            out.jobs.push(claimed_job(row, 4)?);
+            match claimed_job(row, 4) {
+                Ok(job) => out.jobs.push(job),
+                Err(e) => quarantine.hold(Poisoned::of(row, 4, &e)?),
+            }
         }
     }
     in_claim_order(&mut out.jobs);
@@ -490,7 +494,7 @@ impl PgBackend {
         let rows = rows.map_err(map_pg)?;
         committed.map_err(map_pg)?;
         flushed.map_err(map_pg)?;
-        read_claimed(&rows)
+        read_claimed(&rows, &self.inner.quarantine)
     }
 
     /// Every queue that has settings.

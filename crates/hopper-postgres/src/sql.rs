@@ -196,6 +196,7 @@ queries!(
     job_promote_scheduled(TIMESTAMPTZ),
     job_prune(INT8, INT8, INT8, TIMESTAMPTZ),
     job_prune_count(INT8, INT8, TIMESTAMPTZ),
+    job_quarantine(UUID_ARRAY, TEXT_ARRAY, TIMESTAMPTZ),
     job_replace(
         UUID,
         TEXT,
@@ -215,6 +216,7 @@ queries!(
     job_stats_per_minute(INT8, TIMESTAMPTZ),
     job_snooze_many(UUID_ARRAY, INT4_ARRAY, INT8_ARRAY, TIMESTAMPTZ),
     job_unique_holder(TEXT, TIMESTAMPTZ),
+    job_unreadable_scheduled(),
     job_vacuum_due(INT8),
     node_deregister(UUID),
     node_heartbeat(UUID, TEXT, TEXT_ARRAY, INT4, TIMESTAMPTZ),

@@ -163,6 +163,7 @@ pub struct ServerHandle {
     node_id: NodeId,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    health: hopper::Health,
 }
 
 impl ServerHandle {
@@ -194,10 +195,20 @@ impl ServerHandle {
         }
     }
 
-    /// Serves until SIGINT or SIGTERM, then stops.
+    /// Whether every maintenance task still runs (see [`hopper::supervise`]).
+    pub fn health(&self) -> hopper::Health {
+        self.health.clone()
+    }
+
+    /// Serves until SIGINT or SIGTERM, or until a maintenance task gives up (the server is
+    /// then unhealthy: see [`ServerHandle::health`]), then stops.
     pub async fn run_until_signal(self) {
-        hopper::shutdown_signal().await;
-        tracing::info!("signal received; stopping the server");
+        tokio::select! {
+            _ = hopper::shutdown_signal() => tracing::info!("signal received; stopping the server"),
+            failure = self.health.failed() => {
+                tracing::error!(%failure, "the server is unhealthy; stopping");
+            }
+        }
         self.shutdown().await;
     }
 }

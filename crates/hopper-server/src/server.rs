@@ -6,13 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hopper::Health;
+use hopper::supervise::{Policy, supervise};
 use hopper_core::log_limit::LogThrottle;
 use hopper_core::pace::{Pace, prefetch_for};
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wakeup};
 use hopper_protocol::{
     ErrorCode, FinishResult, LeaseRef, OutcomeItem, Reply, Request, Role, decode_request,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -232,37 +234,45 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         poll_turn: 0,
         config,
     };
+    let health = Health::new();
     let mut tasks = vec![
         tokio::spawn(tasks::receive(recv_half, events_tx.clone(), stop.clone())),
         tokio::spawn(tasks::send(send_half, out_rx)),
-        tokio::spawn(tasks::finish(
-            backend.clone(),
-            finish_rx,
-            out_tx,
-            events_tx.clone(),
-            3,
-        )),
-        tokio::spawn(tasks::listen(backend.clone(), events_tx, stop.clone())),
-        tokio::spawn(tasks::rescue(
-            backend.clone(),
-            core.config.node_dead_after,
-            stop.clone(),
-        )),
-        tokio::spawn(tasks::promote(
-            backend.clone(),
-            core.config.poll_interval,
-            stop.clone(),
-        )),
-        tokio::spawn(hopper::housekeeping::pruner(
-            backend.clone(),
-            core.config.housekeeping.clone(),
-            stop.clone(),
-        )),
-        tokio::spawn(hopper::housekeeping::vacuumer(
-            backend,
-            core.config.housekeeping.clone(),
-            stop.clone(),
-        )),
+        supervised("outcome_writer", &health, &stop, {
+            let (backend, finish_rx) = (backend.clone(), Arc::new(Mutex::new(finish_rx)));
+            let events = events_tx.clone();
+            move || {
+                let (backend, items) = (backend.clone(), finish_rx.clone());
+                tasks::finish(backend, items, out_tx.clone(), events.clone(), 3)
+            }
+        }),
+        supervised("listener", &health, &stop, {
+            let (backend, stop) = (backend.clone(), stop.clone());
+            move || tasks::listen(backend.clone(), events_tx.clone(), stop.clone())
+        }),
+        supervised("rescuer", &health, &stop, {
+            let (backend, stop) = (backend.clone(), stop.clone());
+            let dead_after = core.config.node_dead_after;
+            move || tasks::rescue(backend.clone(), dead_after, stop.clone())
+        }),
+        supervised("promoter", &health, &stop, {
+            let (backend, stop, poll) = (backend.clone(), stop.clone(), core.config.poll_interval);
+            move || tasks::promote(backend.clone(), poll, stop.clone())
+        }),
+        supervised("pruner", &health, &stop, {
+            let (backend, stop) = (backend.clone(), stop.clone());
+            let housekeeping = core.config.housekeeping.clone();
+            move || {
+                hopper::housekeeping::pruner(backend.clone(), housekeeping.clone(), stop.clone())
+            }
+        }),
+        supervised("vacuumer", &health, &stop, {
+            let (backend, stop) = (backend, stop.clone());
+            let housekeeping = core.config.housekeeping.clone();
+            move || {
+                hopper::housekeeping::vacuumer(backend.clone(), housekeeping.clone(), stop.clone())
+            }
+        }),
         tokio::spawn(run(core, events_rx, stop.clone())),
     ];
     tasks.extend(guard);
@@ -272,7 +282,23 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         node_id,
         stop,
         tasks,
+        health,
     })
+}
+
+/// Spawns a maintenance task under [`hopper::supervise`]: restarted when it panics,
+/// reported to `health` when it keeps failing.
+fn supervised<F, Fut>(
+    name: &'static str,
+    health: &Health,
+    stop: &CancellationToken,
+    task: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    supervise(name, health, Policy::default(), stop.clone(), task)
 }
 
 async fn run(mut core: Core, mut events: mpsc::Receiver<Event>, stop: CancellationToken) {

@@ -115,15 +115,17 @@ const FINISH_BATCH: usize = 1000;
 /// Writes outcomes in batches (one statement per kind of outcome per batch) and
 /// acknowledges each. `writers` batches are written at once, so one slow round trip does
 /// not hold up the rest. A write that fails because the database is unreachable is retried
-/// with backoff, never dropped; the loop hears of every lease written ([`Event::Written`]).
+/// with backoff, never dropped; an outcome refused for good is isolated from its batch and
+/// answered with its error ([`hopper::outcomes`]); the loop hears of every lease written
+/// ([`Event::Written`]). The channel is shared so that a run restarted by its supervisor
+/// takes it over.
 pub(crate) async fn finish(
     backend: Arc<dyn Backend>,
-    items: mpsc::Receiver<FinishItem>,
+    items: Arc<tokio::sync::Mutex<mpsc::Receiver<FinishItem>>>,
     out: mpsc::Sender<(PeerId, Reply)>,
     events: mpsc::Sender<Event>,
     writers: usize,
 ) {
-    let items = Arc::new(tokio::sync::Mutex::new(items));
     let mut tasks = Vec::new();
     for _ in 0..writers.max(1) {
         let (backend, items, out) = (backend.clone(), items.clone(), out.clone());
@@ -171,48 +173,30 @@ async fn write_batch(
         .iter()
         .flat_map(|i| i.finishes.iter().cloned())
         .collect();
-    let mut backoff = Duration::from_millis(50);
-    let results = loop {
-        if finishes.is_empty() {
-            break Ok(Vec::new());
-        }
-        match backend.job_finish_many(&finishes).await {
-            Ok(results) => break Ok(results),
-            Err(e) if e.is_transient() => {
-                tracing::warn!(error = %crate::convert::detail(&e), jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => {
-                tracing::error!(error = %crate::convert::detail(&e), jobs = finishes.len(), "writing outcomes failed; not retrying");
-                break Err(e);
-            }
-        }
-    };
-    let wire = |i: usize| match &results {
-        Ok(results) => match results.get(i) {
-            Some(FinishResult::Recorded(_)) => WireResult::Recorded,
-            _ => WireResult::LeaseLost,
-        },
-        Err(_) => WireResult::LeaseLost,
+    // Transient failures are retried until they pass; an outcome refused for good is
+    // isolated from the batch, answered with its error and counted (hopper::outcomes).
+    let results = hopper::outcomes::write_isolating(backend, &finishes).await;
+    let wire = |i: usize| match results.get(i) {
+        Some(Ok(FinishResult::Recorded(_))) => WireResult::Recorded,
+        _ => WireResult::LeaseLost,
     };
     let mut at = 0;
     for item in batch {
         let range = at..at + item.finishes.len();
         at = range.end;
-        let (peer, reply) = match (item.reply_to, &results) {
+        let (peer, reply) = match (item.reply_to, results.get(range.start)) {
             (ReplyTo::Nobody, _) => continue,
-            (ReplyTo::Ack(peer, req) | ReplyTo::Acks(peer, req, _), Err(e)) => {
+            (ReplyTo::Ack(peer, req), Some(Err(e))) => {
                 (peer, Reply::error(Some(req), error_code(e), e.to_string()))
             }
-            (ReplyTo::Ack(peer, req), Ok(_)) => (
+            (ReplyTo::Ack(peer, req), _) => (
                 peer,
                 Reply::Ack {
                     req,
                     result: wire(range.start),
                 },
             ),
-            (ReplyTo::Acks(peer, req, preset), Ok(_)) => {
+            (ReplyTo::Acks(peer, req, preset), _) => {
                 let mut written = range.map(wire);
                 let results = preset
                     .into_iter()

@@ -11,6 +11,8 @@
 //! - **Prometheus metrics** at `/metrics`: jobs by queue and state read at scrape time,
 //!   plus the runtime's counters and histograms when [`metrics::install_recorder`] was
 //!   called in this process;
+//! - **health** at `/health`, open to anyone: 503 once a supervised background task of the
+//!   process gave up ([`WebState::with_health`]);
 //! - **authentication** on by default: bearer tokens with a read-only and an admin role
 //!   ([`AuthConfig`]);
 //! - **DNS-rebinding and cross-site defences** in every authentication mode: a foreign
@@ -42,6 +44,7 @@ pub mod auth;
 pub mod cross_site;
 mod dashboard;
 mod error;
+mod health;
 pub mod metrics;
 
 use std::future::Future;
@@ -93,6 +96,7 @@ struct Inner {
     prometheus: Option<PrometheusHandle>,
     max_body_bytes: usize,
     refusals: Arc<LogThrottle>,
+    health: Option<hopper::Health>,
 }
 
 impl std::fmt::Debug for WebState {
@@ -123,6 +127,7 @@ impl WebState {
                     REFUSALS_LOGGED,
                     REFUSALS_INTERVAL,
                 )),
+                health: None,
             }),
         }
     }
@@ -141,6 +146,11 @@ impl WebState {
     /// Also exports the metrics recorded in this process (see [`metrics::install_recorder`]).
     pub fn with_prometheus(self, handle: PrometheusHandle) -> Self {
         self.map(|inner| inner.prometheus = Some(handle))
+    }
+
+    /// Answers `GET /health` with `health`: 503 once a supervised task gave up.
+    pub fn with_health(self, health: hopper::Health) -> Self {
+        self.map(|inner| inner.health = Some(health))
     }
 
     /// Sets the limit on request bodies (default [`DEFAULT_MAX_BODY_BYTES`]). Larger
@@ -206,6 +216,7 @@ pub fn router(state: WebState) -> Router {
     Router::new()
         .merge(dashboard::routes())
         .route("/api/v1/openapi.json", get(api::openapi))
+        .route("/health", get(health::health))
         .merge(protected)
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)

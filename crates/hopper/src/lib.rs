@@ -64,10 +64,12 @@ mod context;
 mod control;
 pub mod housekeeping;
 pub mod metrics;
+pub mod outcomes;
 mod periodic;
 mod registry;
 pub mod remote;
 mod runtime;
+pub mod supervise;
 pub mod testing;
 mod worker;
 
@@ -92,6 +94,7 @@ pub use periodic::PeriodicJob;
 pub use registry::Workers;
 pub use remote::{RemoteBackend, RemoteOptions};
 pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle, shutdown_signal};
+pub use supervise::Health;
 pub use worker::{JobError, Worker, default_backoff};
 
 /// The core crate, for backend authors.

@@ -18,6 +18,8 @@
 //! | [`JOB_DURATION_SECONDS`] | histogram | queue, kind | by the executor, run time of an attempt |
 //! | [`JOBS`] | gauge | queue, state | by `hopper-web` at scrape time |
 //! | [`QUEUE_OLDEST_AVAILABLE_SECONDS`] | gauge | queue | by `hopper-web` at scrape time |
+//! | [`OUTCOMES_REFUSED_TOTAL`] | counter | | by [`crate::outcomes`], an outcome refused for a permanent reason |
+//! | [`TASK_FAILURES_TOTAL`] | counter | task | by [`crate::supervise`], a background task panicked or failed |
 
 use std::time::Duration;
 
@@ -47,6 +49,25 @@ pub const JOBS: &str = "hopper_jobs";
 /// Gauge: age in seconds of the oldest available job of a queue (0 when none), read from
 /// the database at scrape time.
 pub const QUEUE_OLDEST_AVAILABLE_SECONDS: &str = "hopper_queue_oldest_available_seconds";
+
+/// Counter: failures (panics or errors) of supervised background tasks, by task name
+/// (`promoter`, `completer`, ...). Each is logged at error level; see [`crate::supervise`].
+pub const TASK_FAILURES_TOTAL: &str = "hopper_task_failures_total";
+
+/// Counter: outcomes not written because the database refused them for a permanent
+/// reason, or because a delay was over the bound (see [`crate::outcomes`]). Their jobs run
+/// again once their lease expires.
+pub const OUTCOMES_REFUSED_TOTAL: &str = "hopper_outcomes_refused_total";
+
+/// Counts one refused outcome.
+pub(crate) fn outcome_refused() {
+    metrics::counter!(OUTCOMES_REFUSED_TOTAL).increment(1);
+}
+
+/// Counts one failure of the supervised task `task`.
+pub(crate) fn task_failed(task: &'static str) {
+    metrics::counter!(TASK_FAILURES_TOTAL, "task" => task).increment(1);
+}
 
 /// The histograms, for recorders that need them declared (Prometheus buckets).
 pub const HISTOGRAMS: [&str; 2] = [JOB_START_LATENCY_SECONDS, JOB_DURATION_SECONDS];

@@ -223,7 +223,7 @@ impl PgBackend {
         let reloaded = reloaded.map_err(map_pg)?;
         committed.map_err(map_pg)?;
         flushed.map_err(map_pg)?;
-        let claimed = read_claimed(&rows)?;
+        let claimed = read_claimed(&rows, &self.inner.quarantine)?;
         if claimed.unpicked > 0 {
             // Rows this claim locked but left were skipped by concurrent claims, which may
             // have come back short and stopped claiming: they are free now, say so.

@@ -2,15 +2,17 @@
 //!
 //! Handlers hand their outcome to a channel and return; this task drains the channel and
 //! writes everything waiting in one statement per kind of outcome. Under load batches grow
-//! by themselves; when idle, each outcome is written at once. A failed write is retried
-//! with backoff, never dropped: until it lands the job stays leased, and if the process
-//! dies first, the lease expires and the job runs again (at-least-once).
+//! by themselves; when idle, each outcome is written at once. A write that fails for a
+//! transient reason is retried with backoff, never dropped: until it lands the job stays
+//! leased, and if the process dies first, the lease expires and the job runs again
+//! (at-least-once). An outcome the database refuses for good (a data exception) is
+//! isolated from its batch and skipped, so it cannot wedge the others
+//! ([`crate::outcomes`]); its job runs again when its lease expires.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use hopper_core::{Backend, Finish, FinishResult, JobState};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Mutex, Notify, mpsc};
 
 /// One outcome to write. `expect_lost` marks a job already completed in the handler's own
 /// transaction: a lost lease then is expected, not worth a warning.
@@ -24,12 +26,15 @@ pub(crate) struct Pending {
 ///
 /// `scheduled` is notified whenever an outcome put a job back in `scheduled` (a retry after
 /// a backoff, a snooze), so the promoter can wake in time for a short backoff.
+/// The channel is shared so that a run restarted by its supervisor takes it over; a run
+/// holds it for its whole life.
 pub(crate) async fn run(
     backend: Arc<dyn Backend>,
-    mut rx: mpsc::Receiver<Pending>,
+    rx: Arc<Mutex<mpsc::Receiver<Pending>>>,
     batch: usize,
     scheduled: Arc<Notify>,
 ) {
+    let mut rx = rx.lock().await;
     let mut buffer: Vec<Pending> = Vec::with_capacity(batch);
     while let Some(first) = rx.recv().await {
         buffer.push(first);
@@ -46,30 +51,26 @@ pub(crate) async fn run(
     }
 }
 
-/// Writes one batch, retrying until it lands. True if any job went back to `scheduled`.
+/// Writes one batch ([`crate::outcomes::write_isolating`]: transient failures retried
+/// until they pass, a permanently refused outcome isolated and skipped). True if any job
+/// went back to `scheduled`.
 async fn write(backend: &dyn Backend, pending: &[Pending]) -> bool {
     let finishes: Vec<Finish> = pending.iter().map(|p| p.finish.clone()).collect();
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match backend.job_finish_many(&finishes).await {
-            Ok(results) => {
-                let scheduled = results.contains(&FinishResult::Recorded(JobState::Scheduled));
-                for (p, result) in pending.iter().zip(results) {
-                    if result == FinishResult::LeaseLost && !p.expect_lost {
-                        tracing::warn!(
-                            job_id = %p.finish.lease.job_id,
-                            attempt = p.finish.lease.attempt,
-                            "outcome discarded: lease lost (the job was re-claimed, cancelled or released)"
-                        );
-                    }
-                }
-                return scheduled;
+    let results = crate::outcomes::write_isolating(backend, &finishes).await;
+    let mut scheduled = false;
+    for (p, result) in pending.iter().zip(results) {
+        match result {
+            Ok(FinishResult::Recorded(JobState::Scheduled)) => scheduled = true,
+            Ok(FinishResult::LeaseLost) if !p.expect_lost => {
+                tracing::warn!(
+                    job_id = %p.finish.lease.job_id,
+                    attempt = p.finish.lease.attempt,
+                    "outcome discarded: lease lost (the job was re-claimed, cancelled or released)"
+                );
             }
-            Err(e) => {
-                tracing::warn!(error = %e, jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
+            // Refusals are logged and counted where they are decided.
+            Ok(_) | Err(_) => {}
         }
     }
+    scheduled
 }

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use hopper_core::{Backend, JobId, Lease, NodeInfo, Result};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinHandle;
@@ -28,6 +29,7 @@ pub use config::RuntimeConfig;
 
 use crate::context::{RunState, StopReason};
 use crate::registry::Workers;
+use crate::supervise::{Health, Policy, supervise};
 
 /// A job being run by this node.
 #[derive(Debug)]
@@ -179,35 +181,69 @@ impl Runtime {
             pace: hopper_core::pace::Pace::default(),
             config: self.config,
         });
-        let completer = tokio::spawn(completer::run(
-            self.backend,
-            completer_rx,
-            shared.config.complete_batch.max(1),
-            shared.promote.clone(),
-        ));
+        let health = Health::new();
+        let policy = Policy::default();
+        // The completer ends when every sender is gone, so nothing stops its restarts but
+        // that; it takes the channel back from the run that failed.
+        let completer_rx = Arc::new(tokio::sync::Mutex::new(completer_rx));
+        let (backend, batch) = (self.backend, shared.config.complete_batch.max(1));
+        let promote = shared.promote.clone();
+        let completer = supervise("completer", &health, policy, CancellationToken::new(), {
+            move || {
+                completer::run(
+                    backend.clone(),
+                    completer_rx.clone(),
+                    batch,
+                    promote.clone(),
+                )
+            }
+        });
+        let stop = shared.stop_services.clone();
+        let service = |name: &'static str, task: fn(Arc<Shared>) -> BoxFuture<'static, ()>| {
+            let shared = shared.clone();
+            supervise(name, &health, policy, stop.clone(), move || {
+                task(shared.clone())
+            })
+        };
         let mut services = vec![
-            tokio::spawn(maintenance::listener(shared.clone())),
-            tokio::spawn(maintenance::heartbeat(shared.clone())),
-            tokio::spawn(maintenance::rescuer(shared.clone())),
-            tokio::spawn(maintenance::promoter(shared.clone())),
-            tokio::spawn(crate::housekeeping::pruner(
-                shared.backend.clone(),
-                shared.config.housekeeping.clone(),
-                shared.stop_services.clone(),
-            )),
-            tokio::spawn(crate::housekeeping::vacuumer(
-                shared.backend.clone(),
-                shared.config.housekeeping.clone(),
-                shared.stop_services.clone(),
-            )),
+            service("listener", |s| Box::pin(maintenance::listener(s))),
+            service("heartbeat", |s| Box::pin(maintenance::heartbeat(s))),
+            service("rescuer", |s| Box::pin(maintenance::rescuer(s))),
+            service("promoter", |s| Box::pin(maintenance::promoter(s))),
+            service("pruner", |s| {
+                let (backend, config) = (s.backend.clone(), s.config.housekeeping.clone());
+                Box::pin(crate::housekeeping::pruner(
+                    backend,
+                    config,
+                    s.stop_services.clone(),
+                ))
+            }),
+            service("vacuumer", |s| {
+                let (backend, config) = (s.backend.clone(), s.config.housekeeping.clone());
+                Box::pin(crate::housekeeping::vacuumer(
+                    backend,
+                    config,
+                    s.stop_services.clone(),
+                ))
+            }),
         ];
         if !self.periodic.is_empty() {
-            services.push(tokio::spawn(crate::periodic::run(
-                shared.backend.clone(),
-                shared.config.clock.clone(),
-                self.periodic,
-                shared.stop_services.clone(),
-            )));
+            let (backend, periodic) = (shared.backend.clone(), self.periodic);
+            let clock = shared.config.clock.clone();
+            services.push(supervise(
+                "periodic",
+                &health,
+                policy,
+                stop.clone(),
+                move || {
+                    crate::periodic::run(
+                        backend.clone(),
+                        clock.clone(),
+                        periodic.clone(),
+                        stop.clone(),
+                    )
+                },
+            ));
         }
         let producer = tokio::spawn(producer::run(shared.clone()));
         tracing::info!(node = %shared.node.id, name = %shared.node.name, queues = ?shared.node.queues, concurrency, "runtime started");
@@ -216,6 +252,7 @@ impl Runtime {
             producer,
             completer,
             services,
+            health,
         })
     }
 }
@@ -238,6 +275,7 @@ pub struct RuntimeHandle {
     producer: JoinHandle<()>,
     completer: JoinHandle<()>,
     services: Vec<JoinHandle<()>>,
+    health: Health,
 }
 
 impl std::fmt::Debug for Shared {
@@ -259,10 +297,20 @@ impl RuntimeHandle {
         self.shared.running().len()
     }
 
-    /// Waits for SIGINT or SIGTERM, then shuts down gracefully.
+    /// Whether every background task still runs (see [`crate::supervise`]).
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
+    /// Waits for SIGINT or SIGTERM, or for a background task to give up (the runtime is
+    /// then unhealthy: see [`RuntimeHandle::health`]), then shuts down gracefully.
     pub async fn run_until_signal(self) {
-        shutdown_signal().await;
-        tracing::info!("signal received; shutting down");
+        tokio::select! {
+            _ = shutdown_signal() => tracing::info!("signal received; shutting down"),
+            failure = self.health.failed() => {
+                tracing::error!(%failure, "the runtime is unhealthy; shutting down");
+            }
+        }
         self.shutdown().await;
     }
 

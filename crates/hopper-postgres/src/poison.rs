@@ -1,0 +1,168 @@
+//! Rows hopper cannot read, and what becomes of them.
+//!
+//! A row may hold what hopper's types cannot decode: an infinite `run_at` written into the
+//! table by hand, an instant beyond what chrono reads, an error history from an older
+//! version or a bug. Such a row must never stop anything else, so every path that reads
+//! jobs decodes them one by one, and hands the rows that fail to [`PgBackend::quarantine`]:
+//! they are moved to `failed`, the decode error appended to their error history, and the
+//! unreadable columns replaced (`job_quarantine.sql`), so that they can be read, shown
+//! and retried by hand from then on.
+//!
+//! - A claim keeps the jobs it could read and holds the others ([`Quarantine::hold`]);
+//!   they are moved once the claim has returned (its transaction committed, its locks
+//!   released), so that a due `-infinity` job does not strand the rest of its claim.
+//! - The promoter, when the next due time cannot be read, moves the scheduled jobs whose
+//!   `run_at` lies outside the range of `hopper_core::limits` and carries on.
+//! - Listing, showing and searching move the rows they could not read, then read them again.
+
+use std::sync::Mutex;
+
+use hopper_core::{Error, JobId, JobRecord, Result};
+use tokio_postgres::Row;
+
+use crate::PgBackend;
+use crate::error::map_pg;
+use crate::rows;
+
+/// A job whose row could not be read, and why.
+#[derive(Debug, Clone)]
+pub(crate) struct Poisoned {
+    /// The job.
+    pub id: JobId,
+    /// The decode error, as its error history will show it.
+    pub reason: String,
+}
+
+impl Poisoned {
+    /// The job of `row` (its id in column `id_column`), which failed to decode with `error`.
+    pub fn of(row: &Row, id_column: usize, error: &Error) -> Result<Self> {
+        let id: JobId = row.try_get(id_column).map_err(Error::database)?;
+        Ok(Poisoned {
+            id,
+            reason: format!("the job's row could not be read, so it was failed: {error}"),
+        })
+    }
+}
+
+/// Jobs a claim could not read, waiting to be moved once the claim has committed.
+#[derive(Debug, Default)]
+pub(crate) struct Quarantine {
+    held: Mutex<Vec<Poisoned>>,
+}
+
+impl Quarantine {
+    /// Holds `job` until the next [`PgBackend::quarantine_held`].
+    pub fn hold(&self, job: Poisoned) {
+        tracing::error!(job = %job.id, reason = %job.reason, "a claimed job's row cannot be read; failing it");
+        self.lock().push(job);
+    }
+
+    fn take(&self) -> Vec<Poisoned> {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Poisoned>> {
+        // A panic while the list was held left it whole (push and take cannot tear it).
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl PgBackend {
+    /// Moves `jobs` to `failed` with their reasons (`job_quarantine.sql`); returns how many
+    /// rows were moved.
+    pub(crate) async fn quarantine(&self, jobs: &[Poisoned]) -> Result<u64> {
+        if jobs.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+        let reasons: Vec<&str> = jobs.iter().map(|j| j.reason.as_str()).collect();
+        let now = self.inner.clock.now();
+        let client = self.client().await?;
+        let moved = self
+            .text(&self.inner.queries.job_quarantine)
+            .execute(&**client, &[&ids, &reasons, &now])
+            .await
+            .map_err(map_pg)?;
+        for job in jobs {
+            tracing::error!(job = %job.id, reason = %job.reason, "moved an unreadable job to failed");
+        }
+        Ok(moved)
+    }
+
+    /// Moves the jobs claims held ([`Quarantine::hold`]). On failure they stay held for the
+    /// next claim, and the error is logged, not returned: the claim itself succeeded.
+    pub(crate) async fn quarantine_held(&self) {
+        let held = self.inner.quarantine.take();
+        if held.is_empty() {
+            return;
+        }
+        if let Err(e) = self.quarantine(&held).await {
+            tracing::error!(error = %e, jobs = held.len(), "failing unreadable jobs failed; trying again at the next claim");
+            self.inner.quarantine.lock().extend(held);
+        }
+    }
+
+    /// Moves the scheduled jobs whose `run_at` lies outside the range of
+    /// `hopper_core::limits` (the promoter could not read its next due time: `cause`).
+    pub(crate) async fn quarantine_unreadable_scheduled(&self, cause: &Error) -> Result<u64> {
+        let client = self.client().await?;
+        let rows = self
+            .text(&self.inner.queries.job_unreadable_scheduled)
+            .query(&**client, &[])
+            .await
+            .map_err(map_pg)?;
+        drop(client);
+        let jobs = rows
+            .iter()
+            .map(|row| {
+                let run_at: String = row.try_get(1).map_err(Error::database)?;
+                Ok(Poisoned {
+                    id: row.try_get(0).map_err(Error::database)?,
+                    reason: format!(
+                        "the job's run_at {run_at} could not be read ({cause}), so it was failed"
+                    ),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.quarantine(&jobs).await
+    }
+
+    /// Reads job records; a row that cannot be read is moved to `failed` and read again.
+    /// A row that still cannot be read is left out, with an error logged.
+    pub(crate) async fn job_records(&self, rows: &[Row]) -> Result<Vec<JobRecord>> {
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            match rows::job_record(row) {
+                Ok(job) => jobs.push(job),
+                Err(e) => {
+                    let poisoned = Poisoned::of(row, 0, &e)?;
+                    self.quarantine(std::slice::from_ref(&poisoned)).await?;
+                    match self.job_get_once(poisoned.id).await {
+                        Ok(Some(job)) => jobs.push(job),
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::error!(job = %poisoned.id, error = %e, "a failed job's row still cannot be read; left out");
+                        }
+                    }
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// Reads one job, without moving it if it cannot be read.
+    async fn job_get_once(&self, id: JobId) -> Result<Option<JobRecord>> {
+        let row = self.job_row(id).await?;
+        row.as_ref().map(rows::job_record).transpose()
+    }
+
+    /// The row of one job (`job_get.sql`), not yet decoded.
+    pub(crate) async fn job_row(&self, id: JobId) -> Result<Option<Row>> {
+        let client = self.client().await?;
+        let statement = self.prepare(&client, &self.inner.queries.job_get).await?;
+        statement
+            .query_opt(&**client, &[&id])
+            .await
+            .map_err(map_pg)
+    }
+}

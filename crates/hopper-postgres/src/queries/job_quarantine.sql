@@ -1,0 +1,43 @@
+-- Moves jobs whose rows hopper could not read (an infinite run_at written by hand, a
+-- column from an older version, a bug) to 'failed', with the reason appended to their
+-- error history, and makes the row readable again: every instant outside the range of
+-- hopper_core::limits becomes now (NULL where the column may be NULL), an error history
+-- that is not a list of attempt objects is replaced by one holding its text.
+-- $1 ids, $2 reasons, $3 now. Index: jobs_pkey, one probe per id. Rare: only rows that
+-- failed to decode come here.
+UPDATE hopper.jobs AS j
+SET state = 'failed',
+    run_at = CASE WHEN j.run_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
+                                    AND timestamptz '9999-12-31 23:59:59.999999+00'
+                  THEN j.run_at ELSE coalesce($3::timestamptz, now()) END,
+    created_at = CASE WHEN j.created_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
+                                            AND timestamptz '9999-12-31 23:59:59.999999+00'
+                      THEN j.created_at ELSE coalesce($3::timestamptz, now()) END,
+    attempted_at = CASE WHEN j.attempted_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
+                                                AND timestamptz '9999-12-31 23:59:59.999999+00'
+                        THEN j.attempted_at END,
+    finished_at = coalesce($3::timestamptz, now()),
+    lease_expires_at = NULL,
+    errors = CASE
+            WHEN jsonb_typeof(j.errors) = 'array' AND NOT EXISTS (
+                SELECT 1 FROM jsonb_array_elements(j.errors) AS e
+                WHERE jsonb_typeof(e) <> 'object'
+                   OR jsonb_typeof(e -> 'attempt') IS DISTINCT FROM 'number'
+                   OR jsonb_typeof(e -> 'at') IS DISTINCT FROM 'string'
+                   OR jsonb_typeof(e -> 'error') IS DISTINCT FROM 'string')
+            THEN j.errors
+            ELSE jsonb_build_array(jsonb_build_object(
+                'attempt', j.attempt,
+                'at', coalesce($3::timestamptz, now()),
+                'error', 'unreadable error history: ' || left(j.errors::text, 4096),
+                'node', NULL,
+                'duration_ms', NULL))
+        END || jsonb_build_object(
+            'attempt', j.attempt,
+            'at', coalesce($3::timestamptz, now()),
+            'error', b.reason,
+            'node', NULL,
+            'duration_ms', NULL)
+FROM unnest($1::uuid[], $2::text[]) AS b(id, reason)
+WHERE j.id = b.id
+RETURNING j.id
