@@ -221,7 +221,8 @@ CREATE TABLE hopper.nodes (
     queues text[] DEFAULT '{}'::text[] NOT NULL,
     concurrency integer DEFAULT 0 NOT NULL,
     started_at timestamp with time zone DEFAULT now() NOT NULL,
-    heartbeat_at timestamp with time zone DEFAULT now() NOT NULL
+    heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
+    liveness_key bigint
 );
 
 

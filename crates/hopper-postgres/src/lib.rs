@@ -17,6 +17,7 @@ mod cursor;
 mod error;
 mod hot;
 mod listen;
+mod liveness;
 mod migrate;
 mod pooled;
 mod prune;
@@ -38,6 +39,7 @@ use tokio_postgres::{GenericClient, NoTls, Transaction};
 
 pub use cursor::{CLAIM_HEAD_SPACING, ClaimCursorConfig, ClaimStartMode};
 pub use error::map_pg;
+pub use liveness::{PING_PERIOD, PING_TIMEOUT};
 use sql::Queries;
 
 /// How to connect, and where hopper's tables live.
@@ -84,6 +86,8 @@ struct Inner {
     /// Wake-ups this process sends itself (a limited queue has room again), merged into
     /// every [`hopper_core::Backend::subscribe`] stream.
     local_wake: tokio::sync::broadcast::Sender<Wakeup>,
+    /// Whether nodes hold a liveness lock (`liveness.rs`); on by default.
+    liveness: std::sync::atomic::AtomicBool,
 }
 
 impl PgBackend {
@@ -125,6 +129,7 @@ impl PgBackend {
                 combiner: scheduling::combine::Combiner::default(),
                 cursors: cursor::Cursors::default(),
                 local_wake,
+                liveness: std::sync::atomic::AtomicBool::new(true),
             }),
         })
     }
@@ -146,6 +151,18 @@ impl PgBackend {
     /// the last claimed key (head claims are slow).
     pub fn claim_start_mode(&self, queue: &str) -> ClaimStartMode {
         self.inner.cursors.mode(queue)
+    }
+
+    /// Turns node liveness ([`hopper_core::NodeLiveness`]) on or off for runtimes started
+    /// on this backend from now on (shared by every clone). On by default: each node holds
+    /// a session-level advisory lock on a connection of its own, and a crashed node's jobs
+    /// are released within a second. Turn it off where a session lock means nothing (a
+    /// pooler in transaction mode between hopper and PostgreSQL): nodes are then found
+    /// dead by their silent heartbeats only (`node_dead_after`) and their leases.
+    pub fn set_node_liveness(&self, on: bool) {
+        self.inner
+            .liveness
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The connection pool, for applications that want to share it.

@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "unfinished_jobs",
         include_str!("../migrations/0006_unfinished_jobs.sql"),
     ),
+    (
+        7,
+        "node_liveness",
+        include_str!("../migrations/0007_node_liveness.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -119,6 +124,7 @@ queries!(
     job_vacuum_due,
     node_deregister,
     node_heartbeat,
+    node_hold,
     node_release_dead,
     queue_groups_ready,
     queue_lock,
