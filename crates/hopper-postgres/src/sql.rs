@@ -63,8 +63,13 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (
         7,
+        "enqueue_bounds",
+        include_str!("../migrations/0007_enqueue_bounds.sql"),
+    ),
+    (
+        8,
         "node_liveness",
-        include_str!("../migrations/0007_node_liveness.sql"),
+        include_str!("../migrations/0008_node_liveness.sql"),
     ),
 ];
 
