@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod demo;
 mod http;
+mod outage;
 mod prune;
 mod queues;
 mod serve;

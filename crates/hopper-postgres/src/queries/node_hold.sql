@@ -9,13 +9,16 @@ WITH lock AS (
     SELECT key, pg_try_advisory_lock(key) AS held
     FROM (SELECT hashtextextended('hopper node ' || $1::uuid::text, 0) AS key) AS k
 )
-INSERT INTO hopper.nodes (id, name, queues, concurrency, started_at, heartbeat_at, liveness_key)
-SELECT $1, $2, $3, $4, coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()), key
+INSERT INTO hopper.nodes (id, name, queues, concurrency, started_at, heartbeat_at,
+                          liveness_key, liveness_epoch)
+SELECT $1, $2, $3, $4, coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()),
+       key, pg_postmaster_start_time()
 FROM lock
 WHERE held
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = excluded.heartbeat_at,
     queues = excluded.queues,
     concurrency = excluded.concurrency,
-    liveness_key = excluded.liveness_key
+    liveness_key = excluded.liveness_key,
+    liveness_epoch = excluded.liveness_epoch
 RETURNING liveness_key

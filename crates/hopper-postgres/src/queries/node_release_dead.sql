@@ -8,7 +8,9 @@
 -- for this transaction (a transaction-level try on the same key): a live node's lock is
 -- held by its session, so the try fails and the node is left alone; a node re-taking its
 -- lock cannot do so in the middle of its own release; two nodes checking at once do not
--- both release it. That check runs every 500 ms on every node: it reads the few rows of
+-- both release it. A lock taken before the server (re)started proves nothing: a restart
+-- or a failover ends every session; such nodes take their lock again, or are found dead by
+-- their heartbeat. That check runs every 500 ms on every node: it reads the few rows of
 -- `nodes` and tries one lock per registered holder, and with no vanished node it writes
 -- nothing (docs/reliability.md measures it).
 -- Index for the release: jobs_running_idx (the running jobs only).
@@ -16,7 +18,9 @@
 WITH dead AS (
     DELETE FROM hopper.nodes
     WHERE CASE WHEN $3::boolean
-               THEN liveness_key IS NOT NULL AND pg_try_advisory_xact_lock(liveness_key)
+               THEN liveness_key IS NOT NULL
+                    AND liveness_epoch = pg_postmaster_start_time()
+                    AND pg_try_advisory_xact_lock(liveness_key)
                ELSE heartbeat_at < coalesce($2::timestamptz, now())
                                    - make_interval(secs => $1::bigint / 1000.0)
           END
