@@ -151,6 +151,17 @@ pub fn text_of<'a>(v: &'a Value, name: &str) -> &'a str {
     field(v, name).and_then(Value::as_text).unwrap_or("")
 }
 
+/// Waits for a worker's next `order`: its job id and attempt.
+pub async fn order(peer: &mut RawPeer) -> (String, i64) {
+    let order = peer.recv_type("order").await;
+    let job = field(&order, "job").cloned().unwrap_or(Value::Null);
+    let attempt = field(&job, "attempt")
+        .and_then(Value::as_integer)
+        .and_then(|i| i64::try_from(i).ok())
+        .unwrap_or(-1);
+    (text_of(&job, "id").to_owned(), attempt)
+}
+
 /// Counts the connections of `app` in `pg_stat_activity`.
 pub async fn connections(db: &TestDatabase, app: &str) -> i64 {
     let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
