@@ -4,10 +4,10 @@
 //! down", then refused connections).
 //!
 //! The restarted server is a private cluster of this test (`initdb` into a temporary
-//! directory, `pg_ctl` on a free port, as the `postgres` user when the test runs as root),
+//! directory, `pg_ctl` of the newest installed PostgreSQL on a free port, as the `postgres` user when the test runs as root),
 //! never the machine's shared one.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,17 @@ use hopper::{Backend, Client, JobListParams, JobState, NewJob, PgBackend, PgOpti
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-const BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The programs of the newest PostgreSQL installed (Debian's layout, as `.ci/run` installs it).
+fn bin() -> PathBuf {
+    let versions = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten();
+    let newest = versions
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(15);
+    PathBuf::from(format!("/usr/lib/postgresql/{newest}/bin"))
+}
 
 /// A PostgreSQL cluster of its own: stopped and deleted on drop.
 struct Cluster {
@@ -87,7 +97,7 @@ impl Cluster {
 
     /// Runs a PostgreSQL program, as `postgres` when this test is root.
     async fn run(&self, program: &str, args: &[&str]) -> anyhow::Result<()> {
-        let path = Path::new(BIN).join(program);
+        let path = bin().join(program);
         let mut command = if as_root() {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(&path);
@@ -110,7 +120,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let data = self.data();
         let args = ["-D", data.as_str(), "-m", "immediate", "-w", "stop"];
-        let path = Path::new(BIN).join("pg_ctl");
+        let path = bin().join("pg_ctl");
         let _ = if as_root() {
             std::process::Command::new("runuser")
                 .args(["-u", "postgres", "--"])
