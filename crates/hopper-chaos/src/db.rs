@@ -3,7 +3,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use tokio_postgres::NoTls;
+use hopper::PgConnectOptions;
 
 /// A database created for one run.
 #[derive(Debug)]
@@ -71,23 +71,19 @@ pub fn with_database(url: &str, name: &str) -> String {
 
 /// One connection, its driver spawned.
 pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
+    let client = PgConnectOptions::parse(url)?
+        .connect()
         .await
-        .with_context(|| "connecting to PostgreSQL".to_owned())?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!("connection closed: {e}");
-        }
-    });
+        .context("connecting to PostgreSQL")?;
     Ok(client)
 }
 
 /// A small pool on `url` that reconnects by itself (after a database restart).
 pub fn pool(url: &str, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
-    let config: tokio_postgres::Config = url.parse().context("parsing the database URL")?;
+    let options = PgConnectOptions::parse(url)?;
     let manager = deadpool_postgres::Manager::from_config(
-        config,
-        NoTls,
+        options.config().clone(),
+        options.tls(),
         deadpool_postgres::ManagerConfig {
             recycling_method: deadpool_postgres::RecyclingMethod::Verified,
         },

@@ -394,7 +394,7 @@ impl Backend for PgBackend {
         let backend = self.clone();
         let on_settings: listen::OnSettings = Arc::new(move || backend.inner.settings.invalidate());
         let remote = listen::subscribe(
-            self.inner.config.clone(),
+            self.inner.connect.clone(),
             format!("{}_wake", self.inner.schema),
             on_settings,
         )

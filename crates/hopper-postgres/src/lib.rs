@@ -11,6 +11,7 @@
 //! ([`PgBackend::complete_in`]).
 
 mod backend;
+mod connect;
 mod copy;
 mod cron;
 mod cursor;
@@ -29,14 +30,14 @@ mod upsert;
 mod vacuum;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::Pool;
 use hopper_core::{Clock, Error, InsertOutcome, Lease, NewJob, Result, SystemClock, Wakeup};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, NoTls, Transaction};
+use tokio_postgres::{GenericClient, Transaction};
 
+pub use connect::{ConnectError, MakeRustlsConnect, PgConnectOptions, PgTlsStream};
 pub use cursor::{CLAIM_HEAD_SPACING, ClaimCursorConfig, ClaimStartMode};
 pub use error::map_pg;
 pub use liveness::{PING_PERIOD, PING_TIMEOUT};
@@ -72,7 +73,8 @@ pub struct PgBackend {
 #[derive(Debug)]
 struct Inner {
     pool: Pool,
-    config: tokio_postgres::Config,
+    /// How every connection is made: the pool's, and the LISTEN connection's.
+    connect: PgConnectOptions,
     schema: String,
     queries: Queries,
     clock: Arc<dyn Clock>,
@@ -91,36 +93,24 @@ struct Inner {
 }
 
 impl PgBackend {
-    /// Connects to `url` (`postgres://…`) and checks that the database answers.
+    /// Connects to `url` (a `postgres://` URL or libpq's `key=value` string, read as
+    /// [`PgConnectOptions::parse`] reads it: TLS, several hosts) and checks that the
+    /// database answers.
     pub async fn connect(url: &str, options: PgOptions) -> Result<Self> {
+        Self::connect_with(PgConnectOptions::parse(url)?, options).await
+    }
+
+    /// Connects with connection options already parsed (and perhaps adjusted).
+    pub async fn connect_with(connect: PgConnectOptions, options: PgOptions) -> Result<Self> {
         sql::validate_schema(&options.schema)?;
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| Error::InvalidInput(format!("database URL: {e}")))?;
-        if config.get_application_name().is_none() {
-            config.application_name("hopper");
-        }
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(5));
-        }
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size.max(1))
-            .build()
-            .map_err(Error::database)?;
-        // Fail now, with the driver's reason, if the database cannot be reached.
-        drop(pool.get().await.map_err(error::map_pool)?);
+        let pool = connect.pool(options.pool_size)?;
+        // Fail now, with the reason in words, if the database cannot be reached.
+        drop(pool.get().await.map_err(|e| connect.pool_error(e))?);
         let (local_wake, _) = tokio::sync::broadcast::channel(256);
         Ok(PgBackend {
             inner: Arc::new(Inner {
                 pool,
-                config,
+                connect,
                 queries: Queries::new(&options.schema),
                 schema: options.schema,
                 clock: options.clock,
@@ -163,6 +153,11 @@ impl PgBackend {
         self.inner
             .liveness
             .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How this backend connects (for a tool that needs a connection of its own).
+    pub fn connect_options(&self) -> &PgConnectOptions {
+        &self.inner.connect
     }
 
     /// The connection pool, for applications that want to share it.

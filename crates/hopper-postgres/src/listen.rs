@@ -13,7 +13,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use hopper_core::{Error, Result, Wakeup, WakeupStream};
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::{AsyncMessage, Client, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
+
+use crate::PgConnectOptions;
 
 /// Called when a queue's settings changed.
 pub type OnSettings = Arc<dyn Fn() + Send + Sync>;
@@ -31,7 +33,7 @@ fn parse(payload: &str) -> Option<Wakeup> {
 /// Starts listening on `channel`. The first connection is made before returning, so a bad
 /// URL is reported here; later losses are retried in the background with backoff.
 pub async fn subscribe(
-    config: Config,
+    config: PgConnectOptions,
     channel: String,
     on_settings: OnSettings,
 ) -> Result<WakeupStream> {
@@ -78,12 +80,12 @@ pub async fn subscribe(
 /// Opens one listening connection: the client, and a receiver that resolves when the
 /// connection ends.
 async fn listen_once(
-    config: &Config,
+    config: &PgConnectOptions,
     channel: &str,
     tx: mpsc::Sender<Wakeup>,
     on_settings: OnSettings,
 ) -> Result<(Client, oneshot::Receiver<()>)> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(Error::database)?;
+    let (client, mut connection) = config.connect_raw().await?;
     let (ended_tx, ended_rx) = oneshot::channel();
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
     tokio::spawn(async move {

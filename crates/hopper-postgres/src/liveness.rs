@@ -22,7 +22,7 @@ use futures_util::FutureExt;
 use hopper_core::{Error, NodeHold, NodeInfo, NodeLiveness, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::PgBackend;
 use crate::error::map_pg;
@@ -59,12 +59,7 @@ impl Drop for Guard {
 #[async_trait]
 impl NodeLiveness for PgBackend {
     async fn node_hold(&self, node: &NodeInfo) -> Result<NodeHold> {
-        let (client, connection) = self
-            .inner
-            .config
-            .connect(NoTls)
-            .await
-            .map_err(Error::database)?;
+        let (client, connection) = self.inner.connect.connect_raw().await?;
         let (lost_tx, mut lost_rx) = mpsc::channel::<String>(2);
         let ended = lost_tx.clone();
         tokio::spawn(async move {

@@ -19,14 +19,16 @@ pub struct Client {
 
 /// Opens the backend named by `url`:
 ///
-/// - `postgres://…` or `postgresql://…`: PostgreSQL, with `options`;
+/// - `postgres://…` or `postgresql://…`, or libpq's `key=value` form (`host=a,b
+///   dbname=app sslmode=verify-full`): PostgreSQL, with `options`; TLS, several hosts and
+///   `target_session_attrs` as libpq reads them (see [`hopper_postgres::PgConnectOptions`]);
 /// - `sqlite://path/to/file.db`, `sqlite:///absolute/path.db`, `sqlite:path.db` or
 ///   `sqlite::memory:`: SQLite ([`SqliteBackend`](hopper_sqlite::SqliteBackend)), no server
 ///   needed. From `options` it takes the clock, `schema` as the table prefix
 ///   (`hopper_jobs`, …) and `pool_size` as the most reader connections;
 /// - `tcp://host:port?token=…`: a `hopper serve` server.
 pub async fn connect(url: &str, options: PgOptions) -> Result<Arc<dyn Backend>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") || is_key_values(url) {
         Ok(Arc::new(PgBackend::connect(url, options).await?))
     } else if url.starts_with("sqlite:") {
         let sqlite = SqliteOptions {
@@ -44,10 +46,20 @@ pub async fn connect(url: &str, options: PgOptions) -> Result<Arc<dyn Backend>> 
         ))
     } else {
         Err(Error::InvalidInput(format!(
-            "unsupported database URL {:?}: expected postgres://, postgresql://, sqlite:// (or sqlite::memory:) or tcp://",
+            "unsupported database URL {:?}: expected postgres://, postgresql://, key=value (libpq), sqlite:// (or sqlite::memory:) or tcp://",
             url.split(':').next().unwrap_or_default()
         )))
     }
+}
+
+/// Whether `url` is a libpq `key=value` connection string (`host=… dbname=…`) rather than
+/// a URL: no scheme, and a first word that is a keyword followed by `=`.
+fn is_key_values(url: &str) -> bool {
+    !url.contains("://")
+        && url.trim_start().split_once('=').is_some_and(|(key, _)| {
+            let key = key.trim_end();
+            !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
 }
 
 impl Client {

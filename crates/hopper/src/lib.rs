@@ -83,7 +83,9 @@ pub use hopper_core::{
     CronEntry, InsertOutcome, JobPruneOutcome, JobPruneParams, QueueSettings, QueueUpdate,
     RateLimit, UniquePolicy,
 };
-pub use hopper_postgres::{ClaimCursorConfig, ClaimStartMode, PgBackend, PgOptions};
+pub use hopper_postgres::{
+    ClaimCursorConfig, ClaimStartMode, ConnectError, PgBackend, PgConnectOptions, PgOptions,
+};
 pub use hopper_sqlite::{SqliteBackend, SqliteOptions};
 pub use periodic::PeriodicJob;
 pub use registry::Workers;

@@ -126,7 +126,9 @@ impl TestDatabase {
     /// (and commits it) before it notices the client is gone. A test that reads the state a
     /// killed process left behind waits for those first.
     pub async fn settle(&self, limit: Duration) -> std::result::Result<(), String> {
-        let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+        let (client, conn) = hopper_postgres::PgConnectOptions::parse(&self.url)
+            .map_err(|e| e.to_string())?
+            .connect_raw()
             .await
             .map_err(|e| e.to_string())?;
         let conn = tokio::spawn(conn);
@@ -182,7 +184,10 @@ pub fn drop_schema(url: &str, schema: &str) {
             return;
         };
         rt.block_on(async move {
-            if let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+            let Ok(options) = hopper_postgres::PgConnectOptions::parse(&url) else {
+                return;
+            };
+            if let Ok((client, conn)) = options.connect_raw().await {
                 tokio::spawn(conn);
                 drop_schema_on(&client, &schema).await;
             }

@@ -12,13 +12,17 @@
 //!   enqueueing task, through registered workers, on any backend.
 //! - **Isolated databases**: a [`TestDatabase`] is a fresh migrated PostgreSQL schema per
 //!   test, dropped afterwards, so tests run in parallel.
+//! - **Private clusters**: a [`TestCluster`] is a PostgreSQL server of the test's own
+//!   (`initdb`, a free port), for TLS with the test's certificates and for failover.
 
+mod cluster;
 mod database;
 mod expect;
 mod inline;
 mod require;
 mod run;
 
+pub use cluster::{ClusterError, StopMode, TestCluster};
 pub use database::{TestDatabase, database_url, drop_schema};
 pub use expect::ExpectedJob;
 pub use inline::InlineClient;

@@ -1,0 +1,174 @@
+//! Connection establishment: a connection string read as libpq reads it, TLS by rustls,
+//! and every connection hopper opens (pool, LISTEN, migrations, tools) made from it.
+//!
+//! [`PgConnectOptions::parse`] takes a `postgres://` URL or a `key=value` string. The TLS
+//! parameters (`sslmode` up to `verify-full`, `sslrootcert`, `sslcert`, `sslkey`) are read
+//! here (see `tls.rs` for what each mode checks); everything else, including several hosts
+//! (`host=a,b`, `postgres://h1:5432,h2:5432/db`) and `target_session_attrs=read-write`, is
+//! tokio-postgres's, which tries the hosts in order and keeps the first that qualifies.
+
+mod conninfo;
+mod tls;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use hopper_core::{Error, Result};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Config, Connection, Socket};
+pub use tokio_postgres_rustls::MakeRustlsConnect;
+
+use tls::TlsSettings;
+
+/// The TLS stream of a connection made by [`PgConnectOptions::connect_raw`].
+pub type PgTlsStream = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
+
+/// A parsed connection string: the driver's configuration and the TLS connector built
+/// from its `ssl*` parameters. Cheap to clone.
+#[derive(Clone)]
+pub struct PgConnectOptions {
+    config: Config,
+    settings: Arc<TlsSettings>,
+    tls: MakeRustlsConnect,
+}
+
+impl fmt::Debug for PgConnectOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgConnectOptions")
+            .field("config", &self.config)
+            .field("tls", &self.settings)
+            .finish()
+    }
+}
+
+impl PgConnectOptions {
+    /// Reads `conninfo` (a `postgres://` or `postgresql://` URL, or libpq's `key=value`
+    /// form) and loads the certificate files it names. A missing file, an unknown
+    /// parameter or a bad value is an [`Error::InvalidInput`] that names it; nothing
+    /// connects yet. `application_name` defaults to `hopper` and `connect_timeout` to 5 s.
+    pub fn parse(conninfo: &str) -> Result<Self> {
+        let invalid = |e: String| Error::InvalidInput(format!("database URL: {e}"));
+        let (rest, params) = conninfo::split(conninfo).map_err(invalid)?;
+        let settings = TlsSettings::resolve(&params).map_err(invalid)?;
+        let mut config: Config = rest
+            .parse()
+            .map_err(|e| Error::InvalidInput(format!("database URL: {}", chain(&e))))?;
+        config.ssl_mode(settings.mode.driver_mode());
+        if config.get_application_name().is_none() {
+            config.application_name("hopper");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        let tls = MakeRustlsConnect::new(settings.client_config().map_err(invalid)?);
+        Ok(PgConnectOptions {
+            config,
+            settings: Arc::new(settings),
+            tls,
+        })
+    }
+
+    /// The driver's configuration (hosts, user, database, …).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The driver's configuration, to change before connecting.
+    pub fn config_mut(&mut self) -> &mut Config {
+        &mut self.config
+    }
+
+    /// The TLS connector, for the driver's own `connect` or a pool of another kind.
+    pub fn tls(&self) -> MakeRustlsConnect {
+        self.tls.clone()
+    }
+
+    /// The `sslmode` in force, as libpq names it (`prefer` when the string gave none).
+    pub fn ssl_mode(&self) -> &'static str {
+        self.settings.mode.name()
+    }
+
+    /// Opens one connection and returns the client and its connection, which the caller
+    /// drives (as tokio-postgres's own `connect` does). A failure says why in one
+    /// sentence (for TLS: wrong CA, wrong host name, …).
+    pub async fn connect_raw(&self) -> Result<(Client, Connection<Socket, PgTlsStream>)> {
+        self.config
+            .connect(self.tls.clone())
+            .await
+            .map_err(|e| self.connect_error(e))
+    }
+
+    /// Opens one connection, driven by a spawned task until the client is dropped.
+    pub async fn connect(&self) -> Result<Client> {
+        let (client, connection) = self.connect_raw().await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "PostgreSQL connection closed");
+            }
+        });
+        Ok(client)
+    }
+
+    /// A pool of at most `size` connections. Nothing connects until the first `get`. A
+    /// connection that broke (the server went away, a failover) is found broken when it
+    /// is next taken and replaced by a fresh one, which goes through the host list again.
+    pub fn pool(&self, size: usize) -> Result<Pool> {
+        let manager = Manager::from_config(
+            self.config.clone(),
+            self.tls.clone(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        Pool::builder(manager)
+            .max_size(size.max(1))
+            .build()
+            .map_err(Error::database)
+    }
+
+    /// Turns a failure to connect into hopper's error ([`Error::Database`], which says
+    /// the call may succeed later), its message the whole reason: the server's own words
+    /// (`FATAL: …`), or a sentence when TLS is the cause.
+    pub fn connect_error(&self, e: tokio_postgres::Error) -> Error {
+        let why = tls::explain(&e, &self.settings).unwrap_or_else(|| chain(&e));
+        Error::database(ConnectError { why, driver: e })
+    }
+
+    /// [`PgConnectOptions::connect_error`] for a pool's error.
+    pub fn pool_error(&self, e: deadpool_postgres::PoolError) -> Error {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => self.connect_error(e),
+            other => Error::database(other),
+        }
+    }
+}
+
+/// A connection that failed, with the whole reason in its message (so the driver's error,
+/// whose causes the message already spells out, is not its `source`).
+#[derive(Debug, thiserror::Error)]
+#[error("could not connect to PostgreSQL: {why}")]
+pub struct ConnectError {
+    why: String,
+    driver: tokio_postgres::Error,
+}
+
+impl ConnectError {
+    /// The driver's error (for its SQLSTATE, `as_db_error`, …).
+    pub fn driver_error(&self) -> &tokio_postgres::Error {
+        &self.driver
+    }
+}
+
+/// An error and its causes on one line (the driver's own message stops at the first).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
