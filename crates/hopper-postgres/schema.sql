@@ -249,7 +249,9 @@ CREATE TABLE hopper.nodes (
     queues text[] DEFAULT '{}'::text[] NOT NULL,
     concurrency integer DEFAULT 0 NOT NULL,
     started_at timestamp with time zone DEFAULT now() NOT NULL,
-    heartbeat_at timestamp with time zone DEFAULT now() NOT NULL
+    heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
+    liveness_key bigint,
+    liveness_epoch timestamp with time zone
 );
 
 

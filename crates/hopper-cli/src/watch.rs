@@ -31,8 +31,9 @@ pub async fn run(backend: &Arc<dyn Backend>, interval: Duration, json: bool) -> 
         }
         let queues = match backend.queue_stats().await {
             Ok(q) => q,
-            // A live view keeps going through a database restart; it says so and retries.
-            Err(e) if !json => {
+            // A live view keeps going through a database restart, with or without --json:
+            // it says so on stderr and tries again at the next refresh.
+            Err(e) if e.is_transient() => {
                 eprintln!("hopper stats --watch: {e}; retrying");
                 continue;
             }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::job::{JobId, JobRecord, JobState, NewJob, Priority};
 use crate::lease::{Lease, NodeId};
+use crate::liveness::NodeLiveness;
 use crate::scheduling::{CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate};
 
 /// Parameters of [`Backend::job_claim`].
@@ -354,6 +355,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Forgets a node that shut down cleanly.
     async fn node_deregister(&self, node: NodeId) -> Result<()>;
+
+    /// Node liveness tracked by the storage itself ([`NodeLiveness`]), if this backend can
+    /// offer it here; without it, dead nodes are found by their silent heartbeats only.
+    fn node_liveness(&self) -> Option<&dyn NodeLiveness> {
+        None
+    }
 
     /// Counts by queue and state.
     async fn queue_stats(&self) -> Result<Vec<QueueStats>>;

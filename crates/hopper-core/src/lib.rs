@@ -5,6 +5,7 @@
 //! - [`job`]: what a job is ([`NewJob`], [`JobRecord`], [`JobState`], [`Priority`]) and the
 //!   validation every entry point applies before anything is written;
 //! - [`lease`]: the fencing token a worker holds while it runs a job ([`Lease`]);
+//! - [`liveness`]: the capability of backends that see a node die at once ([`NodeLiveness`]);
 //! - [`backend`]: the storage seam ([`Backend`]), the one trait every storage backend
 //!   implements, with one params struct per method;
 //! - [`scheduling`]: queue settings (pause, global limits), unique-key policies and
@@ -24,6 +25,7 @@ pub mod error;
 pub mod job;
 pub mod lease;
 pub mod limits;
+pub mod liveness;
 pub mod log_limit;
 pub mod pace;
 pub mod scheduling;
@@ -40,6 +42,7 @@ pub use job::{
     JobState, MAX_ARGS_BYTES, NewJob, Priority,
 };
 pub use lease::{Lease, NodeId};
+pub use liveness::{NodeHold, NodeLiveness};
 pub use scheduling::{
     CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate, RateLimit, UniquePolicy,
 };

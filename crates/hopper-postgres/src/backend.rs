@@ -277,14 +277,7 @@ impl Backend for PgBackend {
     }
 
     async fn node_release_dead(&self, dead_after: Duration) -> Result<u64> {
-        let client = self.client().await?;
-        let now = self.inner.clock.now();
-        let row = self
-            .text(&self.inner.queries.node_release_dead)
-            .query_one(&**client, &[&millis(dead_after), &now])
-            .await
-            .map_err(map_pg)?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        self.release_dead(Some(dead_after)).await
     }
 
     async fn node_deregister(&self, node: NodeId) -> Result<()> {
@@ -294,6 +287,14 @@ impl Backend for PgBackend {
             .await
             .map_err(map_pg)?;
         Ok(())
+    }
+
+    fn node_liveness(&self) -> Option<&dyn hopper_core::NodeLiveness> {
+        let on = self
+            .inner
+            .liveness
+            .load(std::sync::atomic::Ordering::Relaxed);
+        on.then_some(self as &dyn hopper_core::NodeLiveness)
     }
 
     async fn queue_stats(&self) -> Result<Vec<QueueStats>> {

@@ -18,6 +18,7 @@ mod cursor;
 mod error;
 mod hot;
 mod listen;
+mod liveness;
 mod migrate;
 mod poison;
 mod pooled;
@@ -41,6 +42,7 @@ use tokio_postgres::{GenericClient, Transaction};
 pub use connect::{ConnectError, MakeRustlsConnect, PgConnectOptions, PgTlsStream};
 pub use cursor::{CLAIM_HEAD_SPACING, ClaimCursorConfig, ClaimStartMode};
 pub use error::map_pg;
+pub use liveness::{PING_PERIOD, PING_TIMEOUT};
 use sql::Queries;
 use statement::Ready;
 pub use statement::{Pooler, Query};
@@ -106,6 +108,8 @@ struct Inner {
     /// Wake-ups this process sends itself (a limited queue has room again), merged into
     /// every [`hopper_core::Backend::subscribe`] stream.
     local_wake: tokio::sync::broadcast::Sender<Wakeup>,
+    /// Whether nodes hold a liveness lock (`liveness.rs`); on by default.
+    liveness: std::sync::atomic::AtomicBool,
 }
 
 impl PgBackend {
@@ -143,6 +147,7 @@ impl PgBackend {
                 cursors: cursor::Cursors::default(),
                 quarantine: poison::Quarantine::default(),
                 local_wake,
+                liveness: std::sync::atomic::AtomicBool::new(true),
             }),
         })
     }
@@ -164,6 +169,18 @@ impl PgBackend {
     /// the last claimed key (head claims are slow).
     pub fn claim_start_mode(&self, queue: &str) -> ClaimStartMode {
         self.inner.cursors.mode(queue)
+    }
+
+    /// Turns node liveness ([`hopper_core::NodeLiveness`]) on or off for runtimes started
+    /// on this backend from now on (shared by every clone). On by default: each node holds
+    /// a session-level advisory lock on a connection of its own, and a crashed node's jobs
+    /// are released within a second. Turn it off where a session lock means nothing (a
+    /// pooler in transaction mode between hopper and PostgreSQL): nodes are then found
+    /// dead by their silent heartbeats only (`node_dead_after`) and their leases.
+    pub fn set_node_liveness(&self, on: bool) {
+        self.inner
+            .liveness
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How this backend connects (for a tool that needs a connection of its own).

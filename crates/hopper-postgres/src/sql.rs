@@ -69,6 +69,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "enqueue_bounds",
         include_str!("../migrations/0007_enqueue_bounds.sql"),
     ),
+    (
+        8,
+        "node_liveness",
+        include_str!("../migrations/0008_node_liveness.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -220,7 +225,8 @@ queries!(
     job_vacuum_due(INT8),
     node_deregister(UUID),
     node_heartbeat(UUID, TEXT, TEXT_ARRAY, INT4, TIMESTAMPTZ),
-    node_release_dead(INT8, TIMESTAMPTZ),
+    node_hold(UUID, TEXT, TEXT_ARRAY, INT4, TIMESTAMPTZ),
+    node_release_dead(INT8, TIMESTAMPTZ, BOOL),
     queue_groups_ready(TEXT, TEXT, INT4),
     queue_lock(TEXT, TIMESTAMPTZ),
     queue_mark_grouped(TEXT_ARRAY),

@@ -255,7 +255,8 @@ pub(crate) async fn listen(
     }
 }
 
-/// Takes back expired leases and dead nodes' jobs, every second.
+/// Takes back expired leases and dead nodes' jobs, every second (at once for nodes whose
+/// liveness lock went free, where the backend tracks liveness).
 pub(crate) async fn rescue(
     backend: Arc<dyn Backend>,
     node_dead_after: Duration,
@@ -270,6 +271,13 @@ pub(crate) async fn rescue(
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
             Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
+        }
+        if let Some(liveness) = backend.node_liveness() {
+            match liveness.node_release_vanished().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(jobs = n, "released the jobs of vanished nodes"),
+                Err(e) => tracing::warn!(error = %e, "releasing vanished nodes failed"),
+            }
         }
         match backend.node_release_dead(node_dead_after).await {
             Ok(0) => {}

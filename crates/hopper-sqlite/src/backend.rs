@@ -102,7 +102,7 @@ impl SqliteBackend {
         wake::send(&self.inner.wake, wakeup);
     }
 
-    fn wake_queues(&self, queues: &[String]) {
+    pub(crate) fn wake_queues(&self, queues: &[String]) {
         wake::send_queues(&self.inner.wake, queues.iter().map(String::as_str));
     }
 }
@@ -405,70 +405,42 @@ impl Backend for SqliteBackend {
     }
 
     async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let node = node.clone();
-        self.inner
-            .pool
-            .write_tx(move |tx| {
-                let queues = serde_json::to_string(&node.queues)?;
-                tx.prepare_cached(&inner.queries.node_heartbeat[0])
-                    .and_then(|mut s| {
-                        s.execute(named_params! {
-                            ":id": node.id.hyphenated().to_string(),
-                            ":name": node.name,
-                            ":queues": queues,
-                            ":concurrency": node.concurrency,
-                            ":now": now,
-                        })
-                    })
-                    .map_err(map_sqlite)?;
-                Ok(())
-            })
-            .await
+        self.register(node, None).await
     }
 
     async fn node_release_dead(&self, dead_after: Duration) -> Result<u64> {
-        let inner = self.inner.clone();
-        let now = self.now();
-        let (count, woken) = self
-            .inner
-            .pool
-            .write_tx(move |tx| {
-                let q = &inner.queries.node_release_dead;
-                let dead_before = micros(now).saturating_sub(delay_us(dead_after));
-                let mut statement = tx.prepare_cached(&q[0]).map_err(map_sqlite)?;
-                let released = released_rows(
-                    &mut statement,
-                    named_params! {
-                        ":now": micros(now),
-                        ":now_text": rfc3339(now),
-                        ":dead_before": dead_before,
-                    },
-                )?;
-                tx.prepare_cached(&q[1])
-                    .and_then(|mut s| s.execute(named_params! { ":dead_before": dead_before }))
-                    .map_err(map_sqlite)?;
-                Ok(released)
-            })
-            .await?;
-        self.wake_queues(&woken);
-        Ok(count)
+        let dead_before = micros(self.now()).saturating_sub(delay_us(dead_after));
+        self.release_dead(dead_before, None).await
     }
 
     async fn node_deregister(&self, node: NodeId) -> Result<()> {
         let inner = self.inner.clone();
-        self.inner
+        let lock_path: Option<String> = self
+            .inner
             .pool
             .write_tx(move |tx| {
                 tx.prepare_cached(&inner.queries.node_deregister[0])
                     .and_then(|mut s| {
-                        s.execute(named_params! { ":id": node.hyphenated().to_string() })
+                        s.query_row(
+                            named_params! { ":id": node.hyphenated().to_string() },
+                            |r| r.get(0),
+                        )
+                        .optional()
                     })
-                    .map_err(map_sqlite)?;
-                Ok(())
+                    .map(Option::flatten)
+                    .map_err(map_sqlite)
             })
-            .await
+            .await?;
+        // The node still holds its lock (it gives it back after this); the file goes now.
+        if let Some(path) = lock_path {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    }
+
+    fn node_liveness(&self) -> Option<&dyn hopper_core::NodeLiveness> {
+        self.liveness_file()
+            .map(|_| self as &dyn hopper_core::NodeLiveness)
     }
 
     async fn queue_stats(&self) -> Result<Vec<QueueStats>> {

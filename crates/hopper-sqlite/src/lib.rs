@@ -2,6 +2,7 @@
 
 mod backend;
 mod error;
+mod liveness;
 mod migrate;
 mod minute_stats;
 mod outcome;
@@ -21,6 +22,7 @@ use hopper_core::{Clock, Error, Result, SystemClock, Wakeup};
 use tokio::sync::broadcast;
 
 pub use error::map_sqlite;
+pub use liveness::lock_file;
 pub use pool::Location;
 use pool::{Pool, Settings};
 use sql::Queries;

@@ -74,6 +74,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "scheduling_and_control",
         include_str!("../migrations/0002_scheduling_and_control.sql"),
     ),
+    (
+        3,
+        "node_liveness",
+        include_str!("../migrations/0003_node_liveness.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -134,6 +139,7 @@ queries!(
     migrate: 3,
     node_deregister: 1,
     node_heartbeat: 1,
+    node_lock_paths: 1,
     node_release_dead: 2,
     queue_list: 1,
     queue_mark_grouped: 2,

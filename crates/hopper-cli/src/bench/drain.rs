@@ -13,6 +13,7 @@ use hopper::{Runtime, RuntimeConfig, Workers};
 use super::job::BenchWorker;
 use super::report::progress;
 use super::{Bench, QUEUE, Report, db};
+use crate::outage;
 
 /// How often the drain counts unfinished jobs.
 pub const POLL: Duration = Duration::from_millis(50);
@@ -40,7 +41,7 @@ pub fn runtime_config(bench: &Bench) -> RuntimeConfig {
 
 /// Runs W3 and reports the jobs that were unfinished at its start over the time taken.
 pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
-    let jobs = db::unfinished(&bench.client).await?;
+    let jobs = outage::retry("counting unfinished jobs", || db::unfinished(&bench.client)).await?;
     let bar = progress(jobs, "W3 drain", bench.json);
     let config = runtime_config(bench);
     let mut workers = Workers::new();
@@ -70,9 +71,12 @@ pub(super) async fn wait_until_drained(
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<()> {
     let mut counted = Instant::now();
-    while db::any_unfinished(&bench.client).await? {
+    // The runtime rides through a database restart; so does the poll.
+    let any_unfinished = || db::any_unfinished(&bench.client);
+    while outage::retry("looking for unfinished jobs", any_unfinished).await? {
         if !bar.is_hidden() && counted.elapsed() >= COUNT_EVERY {
-            let left = db::unfinished(&bench.client).await?;
+            let left =
+                outage::retry("counting unfinished jobs", || db::unfinished(&bench.client)).await?;
             bar.set_position(jobs.saturating_sub(left));
             counted = Instant::now();
         }

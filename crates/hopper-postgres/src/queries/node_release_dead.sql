@@ -1,9 +1,29 @@
--- Releases at once every job held by nodes whose heartbeat stopped more than $1 ms ago, and
--- forgets those nodes (seed 004's node lock key). Each release counts as a failed attempt.
--- $1 dead after (ms), $2 now.
+-- Releases at once every running job of dead nodes, and forgets those nodes (seed 004's
+-- node lock key). Each release counts as a failed attempt, as for an expired lease: a job
+-- that kills its worker must reach its last attempt rather than kill workers for ever.
+--
+-- Dead means, with $3 false, silent: a heartbeat older than $1 ms. With $3 true, vanished:
+-- a registered holder of a liveness lock whose lock is free, because the session that held
+-- it ended (its process died, or its connection did). The lock of each such node is taken
+-- for this transaction (a transaction-level try on the same key): a live node's lock is
+-- held by its session, so the try fails and the node is left alone; a node re-taking its
+-- lock cannot do so in the middle of its own release; two nodes checking at once do not
+-- both release it. A lock taken before the server (re)started proves nothing: a restart
+-- or a failover ends every session; such nodes take their lock again, or are found dead by
+-- their heartbeat. That check runs every 500 ms on every node: it reads the few rows of
+-- `nodes` and tries one lock per registered holder, and with no vanished node it writes
+-- nothing (docs/reliability.md measures it).
+-- Index for the release: jobs_running_idx (the running jobs only).
+-- $1 dead after (ms), $2 now, $3 vanished.
 WITH dead AS (
     DELETE FROM hopper.nodes
-    WHERE heartbeat_at < coalesce($2::timestamptz, now()) - make_interval(secs => $1::bigint / 1000.0)
+    WHERE CASE WHEN $3::boolean
+               THEN liveness_key IS NOT NULL
+                    AND liveness_epoch = pg_postmaster_start_time()
+                    AND pg_try_advisory_xact_lock(liveness_key)
+               ELSE heartbeat_at < coalesce($2::timestamptz, now())
+                                   - make_interval(secs => $1::bigint / 1000.0)
+          END
     RETURNING id
 ),
 released AS (
@@ -16,7 +36,9 @@ released AS (
         errors = j.errors || jsonb_build_object(
             'attempt', j.attempt,
             'at', coalesce($2::timestamptz, now()),
-            'error', 'node ' || j.node_id || ' stopped heartbeating',
+            'error', 'node ' || j.node_id || CASE WHEN $3::boolean
+                THEN ' vanished: its liveness lock was released (its process or connection ended)'
+                ELSE ' stopped heartbeating' END,
             'node', j.node_id,
             'duration_ms', NULL),
         lease_expires_at = NULL

@@ -1,8 +1,10 @@
 -- Both statements run in one `BEGIN IMMEDIATE` transaction, so no heartbeat can land
 -- between them.
 --
--- Statement 1: releases at once every job held by nodes whose heartbeat stopped before
--- :dead_before (seed 004's node lock key). Each release counts as a failed attempt.
+-- Statement 1: releases at once every running job of dead nodes (seed 004's node lock
+-- key): those whose heartbeat stopped before :dead_before, or node :id, whose lock file
+-- the caller found free and holds (its process ended). Each release counts as a failed
+-- attempt, as for an expired lease; :reason says which death it was.
 -- Index: hopper_jobs_node_idx (node_id) WHERE state = 'running'.
 UPDATE hopper_jobs
 SET state = CASE WHEN attempt - uncounted >= max_attempts
@@ -12,14 +14,14 @@ SET state = CASE WHEN attempt - uncounted >= max_attempts
     errors = json_insert(errors, '$[#]', json_object(
         'attempt', attempt,
         'at', :now_text,
-        'error', 'node ' || node_id || ' stopped heartbeating',
+        'error', 'node ' || node_id || :reason,
         'node', node_id,
         'duration_ms', NULL)),
     lease_expires_at = NULL
 WHERE state = 'running'
-  AND node_id IN (SELECT id FROM hopper_nodes WHERE heartbeat_at < :dead_before)
+  AND node_id IN (SELECT id FROM hopper_nodes WHERE heartbeat_at < :dead_before OR id = :id)
 RETURNING queue, state;
 
 -- Statement 2: forgets those nodes.
 DELETE FROM hopper_nodes
-WHERE heartbeat_at < :dead_before;
+WHERE heartbeat_at < :dead_before OR id = :id;

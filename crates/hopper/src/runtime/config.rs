@@ -29,7 +29,9 @@ pub struct RuntimeConfig {
     /// How often the node heartbeats and renews its leases. Default: 5 s (and at most a
     /// third of `lease`).
     pub heartbeat_interval: Duration,
-    /// A node silent this long is dead and its jobs are released. Default: 30 s.
+    /// A node silent this long is dead and its jobs are released. Default: 30 s. Where the
+    /// backend tracks node liveness (PostgreSQL, a SQLite file), a crashed node's jobs are
+    /// released sooner, as soon as its liveness lock is free (docs/reliability.md).
     pub node_dead_after: Duration,
     /// How often expired leases and dead nodes are looked for. Default: 1 s.
     pub rescue_interval: Duration,

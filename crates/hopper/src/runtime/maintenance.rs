@@ -2,7 +2,8 @@
 //! every period, logs and backs off on errors, and stops when its token is cancelled.
 //!
 //! - heartbeat: keeps the node registered and renews the leases of running jobs;
-//! - rescuer: takes back jobs whose lease expired and releases dead nodes' jobs;
+//! - rescuer: takes back jobs whose lease expired and releases dead nodes' jobs (at once
+//!   for nodes whose liveness lock went free, where the backend tracks it);
 //! - promoter: makes scheduled jobs available when due, sleeping until the next one;
 //! - listener: turns LISTEN/NOTIFY wake-ups into producer wake-ups and cancellations;
 //! - pruner and vacuumer: retention and vacuuming of the job table, shared with `hopper
@@ -14,10 +15,12 @@
 //! that pass, so one node at a time deletes.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use hopper_core::Wakeup;
+use hopper_core::liveness::VANISHED_CHECK_PERIOD;
+use hopper_core::{Lease, Wakeup};
 use tokio::time::Instant;
 
 use super::Shared;
@@ -31,33 +34,64 @@ async fn tick(shared: &Shared, period: Duration) -> bool {
 pub(crate) async fn heartbeat(shared: Arc<Shared>) {
     let period = shared.config.effective_heartbeat();
     while tick(&shared, period).await {
+        // A fenced node does not say it is alive: it may have been released.
+        if shared.fenced.load(Ordering::Acquire) {
+            continue;
+        }
         if let Err(e) = shared.backend.node_heartbeat(&shared.node).await {
             tracing::warn!(error = %e, "node heartbeat failed");
             continue;
         }
         let due: Vec<_> = shared.running_due_for_renewal(period);
-        if due.is_empty() {
-            continue;
-        }
-        match shared
-            .backend
-            .job_extend_many(&due, shared.config.lease)
-            .await
-        {
-            Ok(lost) => {
-                shared.running_renewed(&due, Instant::now());
-                for lease in lost {
-                    tracing::warn!(job_id = %lease.job_id, attempt = lease.attempt, "lease lost; stopping the handler");
-                    shared.running_stop(lease.job_id, StopReason::LeaseLost);
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, jobs = due.len(), "renewing leases failed"),
-        }
+        renew(&shared, &due).await;
     }
 }
 
+/// Extends the leases of `due` running jobs, and stops the handlers of those lost.
+pub(super) async fn renew(shared: &Shared, due: &[Lease]) {
+    if due.is_empty() {
+        return;
+    }
+    match shared
+        .backend
+        .job_extend_many(due, shared.config.lease)
+        .await
+    {
+        Ok(lost) => {
+            shared.running_renewed(due, Instant::now());
+            for lease in lost {
+                tracing::warn!(job_id = %lease.job_id, attempt = lease.attempt, "lease lost; stopping the handler");
+                shared.running_stop(lease.job_id, StopReason::LeaseLost);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, jobs = due.len(), "renewing leases failed"),
+    }
+}
+
+/// Every `rescue_interval`, takes back expired leases and the jobs of nodes silent for
+/// `node_dead_after`. Where the backend tracks node liveness, it also looks every
+/// [`VANISHED_CHECK_PERIOD`] for nodes whose liveness lock went free and releases their
+/// jobs at once.
 pub(crate) async fn rescuer(shared: Arc<Shared>) {
-    while tick(&shared, shared.config.rescue_interval).await {
+    let liveness = shared.backend.node_liveness().is_some();
+    let period = if liveness {
+        shared.config.rescue_interval.min(VANISHED_CHECK_PERIOD)
+    } else {
+        shared.config.rescue_interval
+    };
+    let mut last_rescue = Instant::now();
+    while tick(&shared, period).await {
+        if let Some(liveness) = shared.backend.node_liveness() {
+            match liveness.node_release_vanished().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(jobs = n, "released the jobs of vanished nodes"),
+                Err(e) => tracing::warn!(error = %e, "releasing vanished nodes failed"),
+            }
+        }
+        if last_rescue.elapsed() + period / 2 < shared.config.rescue_interval {
+            continue;
+        }
+        last_rescue = Instant::now();
         match shared.backend.job_rescue_expired().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),

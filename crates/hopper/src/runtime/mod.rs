@@ -9,16 +9,18 @@ mod completer;
 mod config;
 mod executor;
 pub(crate) mod handler;
+mod liveness;
 mod maintenance;
 mod prefetch;
 mod producer;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use hopper_core::{Backend, JobId, Lease, NodeInfo, Result};
+use hopper_core::{Backend, ClaimParams, ClaimedJob, JobId, Lease, NodeInfo, Result};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -56,6 +58,9 @@ pub(crate) struct Shared {
     stop_services: CancellationToken,
     /// How long this node's jobs take: sizes the default prefetch.
     pace: hopper_core::pace::Pace,
+    /// Set while the node has lost its liveness lock and not yet taken it again: it then
+    /// neither claims nor heartbeats ([`liveness`]).
+    fenced: AtomicBool,
 }
 
 impl Shared {
@@ -73,6 +78,15 @@ impl Shared {
                 self.config.claim_batch.max(1),
             )
         })
+    }
+
+    /// Claims for this node, unless it is fenced (then nothing, as from a drained queue:
+    /// the producers wait for a wake-up or their poll interval).
+    async fn claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
+        if self.fenced.load(Ordering::Acquire) {
+            return Ok(Vec::new());
+        }
+        self.backend.job_claim(params).await
     }
 
     fn running_insert(&self, id: JobId, running: Running) {
@@ -163,7 +177,14 @@ impl Runtime {
             queues: self.config.queues.clone(),
             concurrency: i32::try_from(concurrency).unwrap_or(i32::MAX),
         };
-        self.backend.node_heartbeat(&node).await?;
+        // With node liveness, the node holds its lock before it is registered as holding it.
+        let hold = match self.backend.node_liveness() {
+            Some(liveness) => Some(liveness.node_hold(&node).await?),
+            None => {
+                self.backend.node_heartbeat(&node).await?;
+                None
+            }
+        };
         let (completer_tx, completer_rx) =
             mpsc::channel(concurrency.max(self.config.complete_batch) * 2);
         let shared = Arc::new(Shared {
@@ -179,6 +200,7 @@ impl Runtime {
             stop_claiming: CancellationToken::new(),
             stop_services: CancellationToken::new(),
             pace: hopper_core::pace::Pace::default(),
+            fenced: AtomicBool::new(false),
             config: self.config,
         });
         let health = Health::new();
@@ -245,6 +267,7 @@ impl Runtime {
                 },
             ));
         }
+        let keeper = hold.map(|hold| tokio::spawn(liveness::keep(shared.clone(), hold)));
         let producer = tokio::spawn(producer::run(shared.clone()));
         tracing::info!(node = %shared.node.id, name = %shared.node.name, queues = ?shared.node.queues, concurrency, "runtime started");
         Ok(RuntimeHandle {
@@ -253,6 +276,7 @@ impl Runtime {
             completer,
             services,
             health,
+            keeper,
         })
     }
 }
@@ -276,6 +300,8 @@ pub struct RuntimeHandle {
     completer: JoinHandle<()>,
     services: Vec<JoinHandle<()>>,
     health: Health,
+    /// Keeps the node's liveness lock, and gives it back when the services stop.
+    keeper: Option<JoinHandle<Option<hopper_core::NodeHold>>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -348,6 +374,12 @@ impl RuntimeHandle {
         for service in self.services {
             let _ = service.await;
         }
+        // The lock is given back last: while outcomes are still being written, other
+        // nodes must not take this node for vanished.
+        let hold = match self.keeper {
+            Some(keeper) => keeper.await.ok().flatten(),
+            None => None,
+        };
         if let Err(e) = shared.backend.node_deregister(shared.node.id).await {
             tracing::warn!(error = %e, "deregistering the node failed");
         }
@@ -361,6 +393,7 @@ impl RuntimeHandle {
                 "outcomes could not be written within 30 s; their leases will expire and the jobs run again"
             );
         }
+        drop(hold);
         tracing::info!("runtime stopped");
     }
 }

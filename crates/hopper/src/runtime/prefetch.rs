@@ -161,7 +161,7 @@ fn claim(shared: Arc<Shared>, queue: String, want: usize) -> Claim {
             limit: u32::try_from(want).unwrap_or(u32::MAX),
             lease: shared.config.lease,
         };
-        let result = shared.backend.job_claim(&params).await;
+        let result = shared.claim(&params).await;
         (want, result)
     })
 }

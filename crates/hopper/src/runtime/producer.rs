@@ -68,7 +68,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     limit: (want - claimed.len()) as u32,
                     lease: shared.config.lease,
                 };
-                match shared.backend.job_claim(&params).await {
+                match shared.claim(&params).await {
                     Ok(jobs) => claimed.extend(jobs),
                     Err(e) => {
                         tracing::warn!(error = %e, %queue, retry_in = ?backoff, "claim failed");
@@ -171,7 +171,7 @@ async fn claim_weighted(
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
                 lease: shared.config.lease,
             };
-            let jobs = shared.backend.job_claim(&params).await?;
+            let jobs = shared.claim(&params).await?;
             drained[i] = jobs.len() < limit;
             claimed.extend(jobs);
         }

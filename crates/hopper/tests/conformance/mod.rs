@@ -240,6 +240,9 @@ macro_rules! conformance_suite {
                 dead_node_jobs_are_released_before_their_leases_expire,
                 heartbeating_node_keeps_its_jobs,
                 rescue_takes_back_every_expired_lease,
+                vanished_node_jobs_are_released_at_once,
+                a_held_liveness_lock_keeps_a_silent_node_alive,
+                a_liveness_lock_is_held_by_one_holder_at_a_time,
             }
             admin {
                 retry_of_failed_job_gives_fresh_attempts,

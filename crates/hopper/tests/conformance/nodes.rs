@@ -161,3 +161,98 @@ pub async fn rescue_takes_back_every_expired_lease(h: &Harness) -> anyhow::Resul
     assert_eq!((stats[0].available, stats[0].running), (N as i64, 0));
     Ok(())
 }
+
+/// The backend's liveness capability: every backend of this suite offers it on the store
+/// the harness gives (a database, a file).
+fn liveness(h: &Harness) -> anyhow::Result<&dyn hopper::core::NodeLiveness> {
+    h.backend
+        .node_liveness()
+        .ok_or_else(|| anyhow::anyhow!("{} offers no node liveness", h.backend.name()))
+}
+
+pub async fn vanished_node_jobs_are_released_at_once(h: &Harness) -> anyhow::Result<()> {
+    let liveness = liveness(h)?;
+    let gone = node_info("gone");
+    let stays = node_info("stays");
+    let gone_hold = liveness.node_hold(&gone).await?;
+    let _stays_hold = liveness.node_hold(&stays).await?;
+    let gone_job = h.insert(job("n", "default")).await?;
+    let last_try = h.insert(job("n", "default").with_max_attempts(1)).await?;
+    h.claim_as(gone.id, "default", 2, TEN_MINUTES).await?;
+    let stays_job = h.insert(job("n", "default")).await?;
+    h.claim_as(stays.id, "default", 1, TEN_MINUTES).await?;
+    assert_eq!(
+        liveness.node_release_vanished().await?,
+        0,
+        "every lock is held"
+    );
+
+    // The holder goes away (its session, its process): the lock is free, no time passes.
+    drop(gone_hold);
+    let released = wait_for_release(liveness).await?;
+    assert_eq!(released, 2);
+    for (id, state) in [
+        (gone_job, JobState::Available),
+        (last_try, JobState::Failed),
+    ] {
+        let got = h.get(id).await?;
+        assert_eq!(got.state, state, "{got:?}");
+        assert_eq!(got.run_at, h.now());
+        assert_eq!(got.lease_expires_at, None);
+        assert_eq!(got.errors.len(), 1, "a counted attempt");
+        assert!(got.errors[0].error.contains("vanished"), "{:?}", got.errors);
+        assert_eq!(got.errors[0].node, Some(gone.id));
+    }
+    assert_eq!(h.get(stays_job).await?.state, JobState::Running);
+    assert_eq!(h.claim("default", 10).await?.len(), 1);
+    // Forgotten: asking again releases nothing.
+    assert_eq!(liveness.node_release_vanished().await?, 0);
+    Ok(())
+}
+
+/// Releases vanished nodes until one is found: a PostgreSQL session ends a moment after
+/// its client closes the connection.
+async fn wait_for_release(liveness: &dyn hopper::core::NodeLiveness) -> anyhow::Result<u64> {
+    for _ in 0..500 {
+        let released = liveness.node_release_vanished().await?;
+        if released > 0 {
+            return Ok(released);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("the dropped hold was never seen free")
+}
+
+pub async fn a_held_liveness_lock_keeps_a_silent_node_alive(h: &Harness) -> anyhow::Result<()> {
+    let liveness = liveness(h)?;
+    let quiet = node_info("quiet");
+    let _hold = liveness.node_hold(&quiet).await?;
+    let id = h.insert(job("n", "default")).await?;
+    h.claim_as(quiet.id, "default", 1, TEN_MINUTES).await?;
+    // No heartbeat for five minutes: only the lock counts here.
+    h.advance(Duration::from_secs(300));
+    assert_eq!(liveness.node_release_vanished().await?, 0);
+    assert_eq!(h.get(id).await?.state, JobState::Running);
+    Ok(())
+}
+
+pub async fn a_liveness_lock_is_held_by_one_holder_at_a_time(h: &Harness) -> anyhow::Result<()> {
+    let liveness = liveness(h)?;
+    let node = node_info("twice");
+    let hold = liveness.node_hold(&node).await?;
+    let err = liveness
+        .node_hold(&node)
+        .await
+        .err()
+        .ok_or_else(|| anyhow::anyhow!("a second holder took a held lock"))?;
+    assert!(matches!(err, hopper::Error::Conflict(_)), "{err}");
+    // Given back, it can be taken again (the node re-taking its lock).
+    drop(hold);
+    for _ in 0..500 {
+        if liveness.node_hold(&node).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("the lock given back was never free again")
+}

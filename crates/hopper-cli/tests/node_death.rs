@@ -1,0 +1,210 @@
+//! A worker process killed with SIGKILL while it holds running jobs: another node runs them
+//! again within 2 s, long before their 30 s leases expire, on PostgreSQL (the node's
+//! advisory lock goes with its session) and on SQLite (its lock file goes with the
+//! process). Ten kills per backend; the median and the worst are printed, and
+//! docs/reliability.md keeps the figures.
+//!
+//! Each round: `hopper worker` (a separate process, concurrency 4) claims the round's 4
+//! jobs, each a sleep of a minute; a runtime in this test serves the same queue; the worker
+//! is killed; the time until this runtime has started all 4 again is one sample.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper::testing::TestDatabase;
+use hopper::{
+    Backend, Client, JobArgs, JobContext, JobError, JobListParams, JobState, NewJob, Runtime,
+    RuntimeConfig, SqliteBackend, SqliteOptions, Worker, Workers,
+};
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+const ROUNDS: usize = 10;
+const JOBS: usize = 4;
+/// Every sample must be under this; the median under [`MEDIAN_BOUND`].
+const WORST_BOUND: Duration = Duration::from_secs(5);
+const MEDIAN_BOUND: Duration = Duration::from_secs(2);
+
+/// The bench job's arguments, as `hopper worker` runs them.
+#[derive(Debug, Serialize, Deserialize)]
+struct Bench {
+    n: u64,
+}
+
+impl JobArgs for Bench {
+    const KIND: &'static str = "bench";
+}
+
+/// Says when each job starts here, then holds it (the round ends before it would finish).
+struct Rerun(mpsc::UnboundedSender<Instant>);
+
+#[async_trait::async_trait]
+impl Worker for Rerun {
+    type Args = Bench;
+
+    async fn process(&self, _ctx: &JobContext, _args: Bench) -> Result<(), JobError> {
+        let _ = self.0.send(Instant::now());
+        Ok(())
+    }
+}
+
+/// `hopper worker` on `queue`: 4 at once, each job a minute long.
+fn worker(db_args: &[String], queue: &str) -> std::io::Result<Child> {
+    Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(db_args)
+        .args(["worker", "--queue", queue, "--concurrency", "4"])
+        .args(["--work-ms", "60000"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+}
+
+/// Runs the rounds on `backend` (what `db_args` point the worker process at); the samples,
+/// sorted.
+async fn rounds(backend: Arc<dyn Backend>, db_args: &[String]) -> anyhow::Result<Vec<Duration>> {
+    let client = Client::new(backend.clone());
+    let mut samples = Vec::new();
+    for round in 0..ROUNDS {
+        let queue = format!("death{round}");
+        let jobs: Vec<NewJob> = (0..JOBS as u64)
+            .map(|n| NewJob::new("bench", serde_json::json!({ "n": n })).with_queue(&queue))
+            .collect();
+        client.insert_many(&jobs).await?;
+        let mut child = worker(db_args, &queue)?;
+        let held = wait_until(&client, &queue, Duration::from_secs(20), |running| {
+            running == JOBS
+        })
+        .await;
+        if let Err(e) = held {
+            child.kill().await?;
+            let output = child.wait_with_output().await?;
+            anyhow::bail!(
+                "round {round}: the worker never held its jobs: {e}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        // The other node: serves the queue, runs its rescuer.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut workers = Workers::new();
+        workers.register(Rerun(tx));
+        let config = RuntimeConfig {
+            queues: vec![queue.clone()],
+            concurrency: JOBS,
+            ..RuntimeConfig::default()
+        };
+        let other = Runtime::new(backend.clone(), workers, config)
+            .start()
+            .await?;
+
+        let killed = Instant::now();
+        child.kill().await?; // SIGKILL, then reaps it
+        let mut last = killed;
+        for _ in 0..JOBS {
+            last = tokio::time::timeout(WORST_BOUND * 2, rx.recv())
+                .await
+                .map_err(|_| anyhow::anyhow!("round {round}: the jobs did not run again"))?
+                .ok_or_else(|| anyhow::anyhow!("the runtime stopped"))?;
+        }
+        samples.push(last - killed);
+        other.shutdown().await;
+
+        for job in round_jobs(&client, &queue).await? {
+            assert_eq!(job.state, JobState::Completed, "{job:?}");
+            assert_eq!(job.attempt, 2, "{job:?}");
+            assert!(
+                job.errors[0].error.contains("vanished"),
+                "released as a vanished node's job: {:?}",
+                job.errors
+            );
+        }
+    }
+    samples.sort();
+    Ok(samples)
+}
+
+async fn round_jobs(client: &Client, queue: &str) -> hopper::Result<Vec<hopper::JobRecord>> {
+    client
+        .jobs(&JobListParams {
+            queue: Some(queue.to_owned()),
+            limit: 100,
+            ..JobListParams::default()
+        })
+        .await
+}
+
+/// Waits until `done(number of running jobs of queue)`.
+async fn wait_until(
+    client: &Client,
+    queue: &str,
+    limit: Duration,
+    done: impl Fn(usize) -> bool,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let jobs = round_jobs(client, queue).await?;
+        let running = jobs.iter().filter(|j| j.state == JobState::Running).count();
+        if done(running) {
+            return Ok(());
+        }
+        anyhow::ensure!(start.elapsed() < limit, "{running} running after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn check(backend: &str, samples: &[Duration]) {
+    let median = samples[samples.len() / 2];
+    let worst = samples[samples.len() - 1];
+    println!(
+        "{backend}: a killed worker's jobs ran again after {:?} (median of {}), worst {worst:?}; all: {samples:?}",
+        median,
+        samples.len()
+    );
+    assert!(median <= MEDIAN_BOUND, "{backend}: median {median:?}");
+    assert!(worst <= WORST_BOUND, "{backend}: worst {worst:?}");
+}
+
+#[tokio::test]
+async fn postgres_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let args = vec![
+        "--database-url".to_owned(),
+        db.url().to_owned(),
+        "--schema".to_owned(),
+        db.schema().to_owned(),
+    ];
+    let samples = rounds(db.backend(), &args).await?;
+    check("postgres", &samples);
+    Ok(())
+}
+
+/// A directory of its own under the system's temp dir, removed with its files on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn sqlite_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::Result<()> {
+    let dir = TempDir(std::env::temp_dir().join(format!("hopper-death-{}", uuid::Uuid::now_v7())));
+    std::fs::create_dir_all(&dir.0)?;
+    let path = dir.0.join("jobs.db");
+    let backend = SqliteBackend::open(&path, SqliteOptions::default()).await?;
+    backend.migrate().await?;
+    let args = vec![
+        "--database-url".to_owned(),
+        format!("sqlite://{}", path.display()),
+    ];
+    let samples = rounds(Arc::new(backend), &args).await?;
+    check("sqlite", &samples);
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! Node liveness on PostgreSQL ([`NodeLiveness`]): each node holds a session-level
+//! advisory lock, keyed by its id, on a connection of its own. PostgreSQL releases the
+//! lock the moment that session ends (the process died, or its connection did), and the
+//! other nodes' rescuers find the node's registered key free (`node_release_vanished.sql`)
+//! and release its jobs without waiting for their leases.
+//!
+//! The holder learns that its lock is gone when the connection ends or stops answering a
+//! ping ([`PING_PERIOD`], [`PING_TIMEOUT`]); the runtime is then fenced until it holds the
+//! lock again. On the server side the session asks for TCP keepalives, so a session whose
+//! client vanished without closing its socket (a machine lost, a cable cut) ends within
+//! about half a minute instead of the system's two hours, and for no idle timeout.
+//!
+//! Behind a pooler in transaction mode a session lock means nothing (the server session is
+//! shared); such deployments turn the capability off ([`PgBackend::set_node_liveness`]) and rely on
+//! heartbeats and leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::FutureExt;
+use hopper_core::{Error, NodeHold, NodeInfo, NodeLiveness, Result};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_postgres::Client;
+
+use crate::PgBackend;
+use crate::error::map_pg;
+use crate::hot::millis;
+
+/// How often the holder checks that its lock connection still answers.
+pub const PING_PERIOD: Duration = Duration::from_secs(1);
+
+/// A ping unanswered this long means the connection is lost: the lock may be gone.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settings of the lock session: server-side keepalives (a silent client is noticed in
+/// 10 + 3 × 5 s) and no idle timeout on PostgreSQL 14 and later (the session is idle
+/// between pings by design).
+const SESSION_SETTINGS: &str = "SELECT set_config('tcp_keepalives_idle', '10', false), \
+     set_config('tcp_keepalives_interval', '5', false), \
+     set_config('tcp_keepalives_count', '3', false), \
+     (SELECT set_config('idle_session_timeout', '0', false) \
+      WHERE current_setting('server_version_num')::int >= 140000)";
+
+/// Keeps the lock session open: dropping it stops the ping and closes the connection,
+/// which releases the lock.
+struct Guard {
+    _client: Arc<Client>,
+    ping: JoinHandle<()>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.ping.abort();
+    }
+}
+
+#[async_trait]
+impl NodeLiveness for PgBackend {
+    async fn node_hold(&self, node: &NodeInfo) -> Result<NodeHold> {
+        let (client, connection) = self.inner.connect.connect_raw().await?;
+        let (lost_tx, mut lost_rx) = mpsc::channel::<String>(2);
+        let ended = lost_tx.clone();
+        tokio::spawn(async move {
+            let why = match connection.await {
+                Ok(()) => "the liveness connection was closed".to_owned(),
+                Err(e) => format!("the liveness connection failed: {e}"),
+            };
+            let _ = ended.try_send(why);
+        });
+        // Dropping the client on an error below closes the session, and with it any lock
+        // the statement took.
+        client
+            .batch_execute(SESSION_SETTINGS)
+            .await
+            .map_err(map_pg)?;
+        let now = self.inner.clock.now();
+        let row = client
+            .query_opt(
+                self.inner.queries.node_hold.sql.as_str(),
+                &[&node.id, &node.name, &node.queues, &node.concurrency, &now],
+            )
+            .await
+            .map_err(map_pg)?;
+        if row.is_none() {
+            return Err(Error::Conflict(format!(
+                "the liveness lock of node {} is held by another session (its own earlier \
+                 session not yet ended, or a release of the node in progress)",
+                node.id
+            )));
+        }
+        let client = Arc::new(client);
+        let ping = tokio::spawn(ping(client.clone(), lost_tx));
+        let lost = async move {
+            lost_rx
+                .recv()
+                .await
+                .unwrap_or_else(|| "the liveness connection ended".to_owned())
+        };
+        Ok(NodeHold::new(
+            lost.boxed(),
+            Box::new(Guard {
+                _client: client,
+                ping,
+            }),
+        ))
+    }
+
+    async fn node_release_vanished(&self) -> Result<u64> {
+        self.release_dead(None).await
+    }
+}
+
+impl PgBackend {
+    /// Releases the jobs of dead nodes and forgets them (`node_release_dead.sql`): nodes
+    /// silent for `dead_after`, or with `None` the holders whose liveness lock is free.
+    pub(crate) async fn release_dead(&self, dead_after: Option<Duration>) -> Result<u64> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let vanished = dead_after.is_none();
+        let dead_after_ms = dead_after.map_or(0, millis);
+        let row = self
+            .text(&self.inner.queries.node_release_dead)
+            .query_one(&**client, &[&dead_after_ms, &now, &vanished])
+            .await
+            .map_err(map_pg)?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+}
+
+/// Pings the lock session every [`PING_PERIOD`]; reports the first failure or timeout.
+async fn ping(client: Arc<Client>, lost: mpsc::Sender<String>) {
+    loop {
+        tokio::time::sleep(PING_PERIOD).await;
+        let why = match tokio::time::timeout(PING_TIMEOUT, client.simple_query("")).await {
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => format!("the liveness connection failed a ping: {e}"),
+            Err(_) => {
+                format!("the liveness connection did not answer a ping within {PING_TIMEOUT:?}")
+            }
+        };
+        let _ = lost.try_send(why);
+        return;
+    }
+}
