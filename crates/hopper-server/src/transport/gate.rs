@@ -9,7 +9,9 @@
 //! of idle ones fills it too and ends within a handshake period.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use hopper_core::log_limit::LogThrottle;
 
 /// How often one kind of refusal may be logged.
 const LOG_PERIOD: Duration = Duration::from_secs(10);
@@ -124,33 +126,20 @@ fn protocol_error(value: u32) -> &'static str {
     }
 }
 
-/// At most one log line per kind per [`LOG_PERIOD`].
+/// At most one log line per kind per [`LOG_PERIOD`], kinds being told apart by name.
 #[derive(Default)]
 pub(super) struct Throttle {
-    kinds: HashMap<&'static str, (Instant, u64)>,
+    kinds: HashMap<&'static str, LogThrottle>,
 }
 
 impl Throttle {
     /// `Some(n)` when a line may be logged now, `n` being how many were held back since
     /// the last one; `None` to stay quiet.
     pub fn allow(&mut self, kind: &'static str) -> Option<u64> {
-        let now = Instant::now();
-        match self.kinds.get_mut(kind) {
-            Some((last, held)) if now.duration_since(*last) < LOG_PERIOD => {
-                *held += 1;
-                None
-            }
-            Some((last, held)) => {
-                let more = *held;
-                *last = now;
-                *held = 0;
-                Some(more)
-            }
-            None => {
-                self.kinds.insert(kind, (now, 0));
-                Some(0)
-            }
-        }
+        self.kinds
+            .entry(kind)
+            .or_insert_with(|| LogThrottle::new(LOG_PERIOD))
+            .check()
     }
 }
 
