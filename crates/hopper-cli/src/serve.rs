@@ -156,8 +156,7 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
 /// The CURVE key pair when the server encrypts: with --curve, or on an endpoint other hosts
 /// can reach unless --insecure-plaintext. Read from the key file, created on first start.
 fn curve_keys(args: &ServeArgs, listen: &str) -> anyhow::Result<Option<ServerKeys>> {
-    let wanted = args.curve || (!args.insecure_plaintext && !hopper_server::is_loopback(listen));
-    if !wanted {
+    if !wants_curve(args.curve, args.insecure_plaintext, listen) {
         return Ok(None);
     }
     let path = match (&args.key_file, &args.token_file) {
@@ -174,6 +173,11 @@ fn curve_keys(args: &ServeArgs, listen: &str) -> anyhow::Result<Option<ServerKey
         );
     }
     Ok(Some(keys))
+}
+
+/// CURVE is on with --curve, and off loopback unless --insecure-plaintext.
+fn wants_curve(curve: bool, insecure_plaintext: bool, listen: &str) -> bool {
+    curve || (!insecure_plaintext && !hopper_server::is_loopback(listen))
 }
 
 /// Reads the tokens, or generates the first one.
@@ -213,4 +217,18 @@ fn host_name() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wants_curve;
+
+    #[test]
+    fn curve_is_on_off_loopback_unless_plaintext_is_asked_for() {
+        assert!(wants_curve(false, false, "tcp://0.0.0.0:7010"));
+        assert!(wants_curve(false, false, "tcp://10.1.2.3:7010"));
+        assert!(!wants_curve(false, true, "tcp://0.0.0.0:7010"));
+        assert!(!wants_curve(false, false, "tcp://127.0.0.1:7010"));
+        assert!(wants_curve(true, false, "tcp://127.0.0.1:7010"));
+    }
 }

@@ -106,23 +106,37 @@ async fn open(
 }
 
 /// Sends one hello and waits for its welcome (5 s at most). A hello that could not be sent
-/// (no connection up yet) is sent again when a connection is.
+/// (no connection up yet) is sent again when a connection completes its handshake, and
+/// every 25 ms meanwhile (libzmq may report the handshake a moment before the connection
+/// takes messages).
 async fn try_open(shared: &Shared, link: &mut Link) -> Result<Duration> {
     let mut req = shared.next_req();
     send(link, &hello(shared, req))?;
     let deadline = Instant::now() + Duration::from_secs(5);
+    let mut resend_at: Option<Instant> = None;
     loop {
-        let incoming = match tokio::time::timeout_at(deadline, link.recv()).await {
-            Ok(Some(incoming)) => incoming,
-            Ok(None) => return Err(unavailable("the socket's thread ended")),
-            Err(_) => {
-                return Err(unavailable("no welcome from the hopper server within 5 s"));
+        let resend = async {
+            match resend_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
             }
+        };
+        let incoming = tokio::select! {
+            incoming = tokio::time::timeout_at(deadline, link.recv()) => match incoming {
+                Ok(Some(incoming)) => incoming,
+                Ok(None) => return Err(unavailable("the socket's thread ended")),
+                Err(_) => return Err(unavailable("no welcome from the hopper server within 5 s")),
+            },
+            () = resend => Incoming::Up,
         };
         let frame = match incoming {
             Incoming::Frame(frame) => frame,
-            Incoming::Unsent => continue,
+            Incoming::Unsent => {
+                resend_at = Some(Instant::now() + Duration::from_millis(25));
+                continue;
+            }
             Incoming::Up => {
+                resend_at = None;
                 req = shared.next_req();
                 send(link, &hello(shared, req))?;
                 continue;
