@@ -100,6 +100,11 @@ pub(crate) fn start(
     let monitor = context
         .socket(zmq::PAIR)
         .map_err(|e| fail("creating the monitor", e))?;
+    // A flood of connections is a flood of events: a deep queue, so that none is dropped
+    // (the connection count would drift).
+    monitor
+        .set_rcvhwm(OUTBOX_HWM)
+        .map_err(|e| fail("setting monitor options", e))?;
     monitor
         .connect(&monitor_endpoint)
         .map_err(|e| fail("connecting the monitor", e))?;
