@@ -1,5 +1,7 @@
 """Submitting, inspecting and cancelling jobs."""
 
+import os
+import time
 import uuid
 
 from ._connection import Connection, HopperError, Unavailable
@@ -16,8 +18,17 @@ def _job_spec(kind, args=None, **options):
     if options:
         raise TypeError(f"unknown job options: {sorted(options)}")
     # The client picks the id, so a submit retried after a lost reply cannot insert twice.
-    spec["id"] = str(uuid.uuid4())
+    # The server accepts UUIDv7 only: ids sort by creation time.
+    spec["id"] = _uuid7()
     return spec
+
+
+def _uuid7():
+    """A UUIDv7 (RFC 9562): 48 bits of Unix time in ms, then random bits."""
+    raw = bytearray(int(time.time() * 1000).to_bytes(6, "big") + os.urandom(10))
+    raw[6] = (raw[6] & 0x0F) | 0x70
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return str(uuid.UUID(bytes=bytes(raw)))
 
 
 class Client:

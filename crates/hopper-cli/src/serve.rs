@@ -1,8 +1,10 @@
 //! `hopper serve`: runs the network server (`hopper-server`) against the database.
 //!
 //! Security is on by default: with no `--token-file` and no `--insecure-no-auth`, the
-//! server reads its tokens from the default token file, and if there is none it generates
-//! a token, writes it there readable by this user only (mode 0600) and says where. Off
+//! server reads its tokens (each with its role) from the default token file, and if there
+//! is none it generates an admin token, writes it there readable by this user only (mode
+//! 0600) and says where. A token file that others may read, or that holds a token shorter
+//! than 16 characters, is refused. Off
 //! loopback, traffic is encrypted with CURVE: the server's key pair is read from its key
 //! file, generated there (0600) on first start; `--insecure-plaintext` turns it off and
 //! `--curve` turns it on for loopback.
@@ -26,8 +28,10 @@ pub struct ServeArgs {
     /// serves HTTP only.
     #[arg(long, env = "HOPPER_LISTEN")]
     pub listen: Option<String>,
-    /// The file of accepted tokens, one per line (`#` comments allowed). Created with a
-    /// new token (mode 0600) if it does not exist. Default: ~/.config/hopper/serve.token.
+    /// The file of accepted tokens, one per line (`#` comments allowed), each a bare token
+    /// (admin) or `client TOKEN`, `worker TOKEN`, `admin TOKEN`; at least 16 characters
+    /// each, the file readable by its owner only. Created with a new admin token (mode
+    /// 0600) if it does not exist. Default: ~/.config/hopper/serve.token.
     #[arg(long, env = "HOPPER_TOKEN_FILE", conflicts_with = "insecure_no_auth")]
     pub token_file: Option<PathBuf>,
     /// Accept every peer without a token.
@@ -193,12 +197,12 @@ fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
         .clone()
         .unwrap_or_else(hopper_server::default_token_path);
     if path.exists() {
-        let tokens = hopper_server::read_tokens(&path)
+        let credentials = hopper_server::read_credentials(&path)
             .with_context(|| format!("reading the token file {}", path.display()))?;
-        if tokens.is_empty() {
+        if credentials.is_empty() {
             anyhow::bail!("the token file {} holds no token", path.display());
         }
-        return Ok(Auth::Tokens(tokens));
+        return Ok(Auth::Credentials(credentials));
     }
     let token = hopper_server::write_new_token(&path)
         .with_context(|| format!("writing a new token to {}", path.display()))?;

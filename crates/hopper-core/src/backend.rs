@@ -298,6 +298,20 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// a priority. Each claim is a new attempt with a lease.
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>>;
 
+    /// As [`Backend::job_claim`], but only jobs of `kinds`: jobs of other kinds are left as
+    /// they are (not claimed, their `run_at` unmoved). For a claimer that knows which kinds
+    /// it can run (`hopper serve`, when every worker with room declared its kinds). The
+    /// default claims every kind, as `job_claim` does; the claimer then puts back what it
+    /// cannot run.
+    async fn job_claim_kinds(
+        &self,
+        params: &ClaimParams,
+        kinds: &[String],
+    ) -> Result<Vec<ClaimedJob>> {
+        let _ = kinds;
+        self.job_claim(params).await
+    }
+
     /// Records many outcomes at once. The answer has one entry per input, in order.
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>>;
 

@@ -112,6 +112,20 @@ impl Backend for PgBackend {
         self.claim_plain(&client, params).await
     }
 
+    async fn job_claim_kinds(
+        &self,
+        params: &ClaimParams,
+        kinds: &[String],
+    ) -> Result<Vec<ClaimedJob>> {
+        // Only plain queues: the scheduling statements pick by their own rules and keep
+        // claiming every kind.
+        if self.claim_mode(&params.queue).await? != ClaimMode::Plain {
+            return self.job_claim(params).await;
+        }
+        let client = self.client().await?;
+        self.claim_kinds(&client, params, kinds).await
+    }
+
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
         // Failed or cancelled between its SET and RESET, the connection leaves the pool.
         let client = TxConnection::new(self.client().await?);

@@ -117,6 +117,37 @@ impl PgBackend {
         result.map(|(jobs, _)| jobs)
     }
 
+    /// Claims from a plain queue only jobs of `kinds` (job_claim_kinds.sql), from the head
+    /// of the claim index. The claim cursor is neither used nor moved: it tracks the order
+    /// of the plain claims.
+    pub(crate) async fn claim_kinds(
+        &self,
+        client: &impl GenericClient,
+        params: &ClaimParams,
+        kinds: &[String],
+    ) -> Result<Vec<ClaimedJob>> {
+        let statement = client
+            .prepare_cached(&self.inner.queries.job_claim_kinds)
+            .await
+            .map_err(map_pg)?;
+        let limit = i64::from(params.limit);
+        let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
+        let now = self.inner.clock.now();
+        let rows = client
+            .query(
+                &statement,
+                &[&params.queue, &params.node, &limit, &lease_ms, &now, &kinds],
+            )
+            .await
+            .map_err(map_pg)?;
+        let mut jobs: Vec<ClaimedJob> = rows
+            .iter()
+            .map(|row| claimed_job(row, 0))
+            .collect::<Result<_>>()?;
+        in_claim_order(&mut jobs);
+        Ok(jobs)
+    }
+
     /// Runs job_claim.sql from `start`: the jobs, and how long the statement had run when
     /// it wrote its last row (`None` when it claimed nothing).
     async fn claim_plain_from(

@@ -95,6 +95,7 @@ queries!(
     job_cancel,
     job_claim,
     job_claim_fair,
+    job_claim_kinds,
     job_claim_flush,
     job_claim_limited,
     job_clear,

@@ -1,19 +1,105 @@
 //! Authentication: per-peer tokens, compared in constant time, and the token file that
 //! `hopper serve` writes when started with none.
 //!
-//! zmq.rs has no CURVE, so the protocol authenticates with a shared-secret token in the
-//! `hello`. Tokens travel in clear text: run the server on loopback, a private network or
-//! through WireGuard/stunnel (see `docs/protocol.md`).
+//! The protocol authenticates with a token in the `hello`; each token has a role
+//! ([`Access`]: client, worker or admin) that decides which requests its peer may make.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use hopper_protocol::{Request, Role};
+
+/// The shortest token accepted, as on the HTTP side: shorter ones can be guessed.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// What a token lets its peer do. Each level includes the one before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    /// Submit jobs, read and cancel them (`submit`, `submit_batch`, `status`, `cancel`).
+    Client,
+    /// A client that may also say hello as a worker and run jobs: orders, outcomes,
+    /// heartbeats with leases, `extend`.
+    Worker,
+    /// Everything, the admin requests included (`list_jobs`, `retry`, `delete`,
+    /// `retry_failed`, `clear`, `queue_stats`, `list_queues`, `update_queue`, `list_cron`).
+    Admin,
+}
+
+impl Access {
+    /// The name used in the token file and in error messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Client => "client",
+            Access::Worker => "worker",
+            Access::Admin => "admin",
+        }
+    }
+
+    /// The access a request needs.
+    pub fn needed_by(request: &Request) -> Access {
+        match request {
+            Request::Hello {
+                role: Role::Worker, ..
+            }
+            | Request::Completed { .. }
+            | Request::Failed { .. }
+            | Request::Snoozed { .. }
+            | Request::Released { .. }
+            | Request::Extend { .. }
+            | Request::Outcomes { .. } => Access::Worker,
+            // Listing leases keeps them alive (and adopts them after a restart): running
+            // jobs is a worker's business. An empty heartbeat only keeps the session.
+            Request::Heartbeat { leases, .. } if !leases.is_empty() => Access::Worker,
+            Request::Hello { .. }
+            | Request::Submit { .. }
+            | Request::SubmitBatch { .. }
+            | Request::Status { .. }
+            | Request::Cancel { .. }
+            | Request::Heartbeat { .. }
+            | Request::Bye { .. } => Access::Client,
+            _ => Access::Admin,
+        }
+    }
+}
+
+impl std::str::FromStr for Access {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "client" => Ok(Access::Client),
+            "worker" => Ok(Access::Worker),
+            "admin" => Ok(Access::Admin),
+            other => Err(format!(
+                "unknown role {other:?}; roles are client, worker and admin"
+            )),
+        }
+    }
+}
+
+/// A token and what it allows.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credential {
+    /// The secret a peer puts in its `hello`.
+    pub token: String,
+    /// What its peer may do.
+    pub access: Access,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credential({}, <secret>)", self.access.as_str())
+    }
+}
+
 /// Who may connect.
 #[derive(Clone)]
 pub enum Auth {
-    /// A `hello` must carry one of these tokens.
+    /// A `hello` must carry one of these tokens; each allows everything (admin).
     Tokens(Vec<String>),
-    /// Anyone may connect (`--insecure-no-auth`).
+    /// A `hello` must carry one of these tokens; each allows what its role says.
+    Credentials(Vec<Credential>),
+    /// Anyone may connect and do everything (`--insecure-no-auth`).
     Insecure,
 }
 
@@ -21,26 +107,35 @@ impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Auth::Tokens(t) => write!(f, "Tokens({} configured)", t.len()),
+            Auth::Credentials(c) => write!(f, "Credentials({} configured)", c.len()),
             Auth::Insecure => f.write_str("Insecure"),
         }
     }
 }
 
 impl Auth {
-    /// True when `token` is acceptable. Every configured token is compared, each in time
-    /// independent of where the bytes differ, so timing does not reveal a prefix.
+    /// True when `token` is acceptable.
     pub fn accepts(&self, token: Option<&str>) -> bool {
-        match self {
-            Auth::Insecure => true,
-            Auth::Tokens(tokens) => {
-                let given = token.unwrap_or("").as_bytes();
-                let mut ok = false;
-                for t in tokens {
-                    ok |= constant_time_eq(t.as_bytes(), given);
-                }
-                ok && !given.is_empty()
+        self.access(token).is_some()
+    }
+
+    /// What `token` allows, or `None` when it is not acceptable. Every configured token is
+    /// compared, each in time independent of where the bytes differ, so timing does not
+    /// reveal a prefix.
+    pub fn access(&self, token: Option<&str>) -> Option<Access> {
+        let given = token.unwrap_or("").as_bytes();
+        let mut found = None;
+        let mut check = |secret: &str, access: Access| {
+            if constant_time_eq(secret.as_bytes(), given) {
+                found = found.max(Some(access));
             }
+        };
+        match self {
+            Auth::Insecure => return Some(Access::Admin),
+            Auth::Tokens(tokens) => tokens.iter().for_each(|t| check(t, Access::Admin)),
+            Auth::Credentials(list) => list.iter().for_each(|c| check(&c.token, c.access)),
         }
+        found.filter(|_| !given.is_empty())
     }
 }
 
@@ -66,6 +161,77 @@ pub fn read_tokens(path: &Path) -> std::io::Result<Vec<String>> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(str::to_owned)
         .collect())
+}
+
+/// Reads a token file of `hopper serve`: one token per line, optionally after its role
+/// (`client`, `worker` or `admin`) and a space; a bare token is an admin token, so a file
+/// of bare tokens means what it always meant. Blank lines and lines starting with `#` are
+/// skipped.
+///
+/// Refused, with the line number (never the token): a token shorter than
+/// [`MIN_TOKEN_LEN`] characters, an unknown role, a line of more than two words, and a file
+/// that the group or others may read or write (secrets there are not secret).
+pub fn read_credentials(path: &Path) -> std::io::Result<Vec<Credential>> {
+    check_private(path)?;
+    let text = std::fs::read_to_string(path)?;
+    let invalid = |n: usize, why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} line {}: {why}", path.display(), n + 1),
+        )
+    };
+    let mut credentials = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (access, token) = match words[..] {
+            [token] => (Access::Admin, token),
+            [role, token] => (role.parse().map_err(|e| invalid(n, e))?, token),
+            _ => {
+                return Err(invalid(
+                    n,
+                    "expected a token, or a role (client, worker, admin) and a token".into(),
+                ));
+            }
+        };
+        if token.chars().count() < MIN_TOKEN_LEN {
+            return Err(invalid(
+                n,
+                format!(
+                    "the token is shorter than {MIN_TOKEN_LEN} characters; use a long random one (hopper serve generates 64)"
+                ),
+            ));
+        }
+        credentials.push(Credential {
+            token: token.to_owned(),
+            access,
+        });
+    }
+    Ok(credentials)
+}
+
+/// Refuses a secrets file that its group or others may read or write.
+fn check_private(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)?.permissions().mode();
+        if mode & 0o066 != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is readable or writable by others (mode {:o}); make it private: chmod 600 {}",
+                    path.display(),
+                    mode & 0o777,
+                    path.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A new random token: 32 bytes as 64 hex characters.
@@ -121,6 +287,44 @@ pub fn default_token_path() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roles_come_from_the_token_file_and_bare_tokens_are_admin() -> std::io::Result<()> {
+        let dir = std::env::temp_dir().join(format!("hopper-roles-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("serve.token");
+        let write = |text: &str, mode: u32| -> std::io::Result<()> {
+            std::fs::write(&path, text)?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+            }
+            Ok(())
+        };
+        let (c, w, a) = ("c".repeat(16), "w".repeat(20), "a".repeat(64));
+        write(&format!("# peers\nclient {c}\n\nworker  {w}\n{a}\n"), 0o600)?;
+        let auth = Auth::Credentials(read_credentials(&path)?);
+        assert_eq!(auth.access(Some(&c)), Some(Access::Client));
+        assert_eq!(auth.access(Some(&w)), Some(Access::Worker));
+        assert_eq!(auth.access(Some(&a)), Some(Access::Admin));
+        assert_eq!(auth.access(Some("c")), None);
+        write("short-token\n", 0o600)?;
+        let err = read_credentials(&path).expect_err("short");
+        assert!(err.to_string().contains("line 1"), "{err}");
+        assert!(!err.to_string().contains("short-token"), "{err}");
+        write(&format!("boss {a}\n"), 0o600)?;
+        assert!(read_credentials(&path).is_err());
+        write(&format!("worker {a} extra\n"), 0o600)?;
+        assert!(read_credentials(&path).is_err());
+        #[cfg(unix)]
+        for mode in [0o640, 0o604, 0o620] {
+            write(&format!("{a}\n"), mode)?;
+            let err = read_credentials(&path).expect_err("not private");
+            assert!(err.to_string().contains("chmod 600"), "{err}");
+        }
+        std::fs::remove_dir_all(dir)
+    }
 
     #[test]
     fn tokens_compare_exactly() {

@@ -2,13 +2,38 @@
 
 use std::time::Duration;
 
+use hopper_core::limits::duration_ms;
 use hopper_core::{ClaimedJob, Error, JobRecord, NewJob, Priority, Result};
-use hopper_protocol::{AttemptInfo, ErrorCode, JobInfo, JobSpec, Order, PriorityValue};
+use hopper_protocol::{
+    AttemptInfo, ErrorCode, JobInfo, JobSpec, Order, OutcomeItem, PriorityValue,
+};
+
+/// Checks the durations of an outcome against the one bound of every way in
+/// ([`hopper_core::limits::MAX_DURATION`]), so that what is queued for writing can be written: past it a
+/// job's next run would leave the range of instants the database holds.
+pub(crate) fn check_outcome(item: &OutcomeItem) -> Result<()> {
+    match item {
+        OutcomeItem::Failed {
+            retry_in_ms: Some(ms),
+            ..
+        } => duration_ms("retry_in_ms", *ms).map(drop),
+        OutcomeItem::Snoozed { delay_ms, .. } => duration_ms("delay_ms", *delay_ms).map(drop),
+        _ => Ok(()),
+    }
+}
 
 /// Builds the job to insert from a submitted spec, and validates it.
 pub(crate) fn new_job(spec: JobSpec) -> Result<NewJob> {
     let mut job = NewJob::new(spec.kind, spec.args);
     if let Some(id) = spec.id {
+        // Ids are UUIDv7 so that they sort by creation: listing newest first, paging with
+        // `before` and the FIFO order of a batch rely on it.
+        if id.get_version_num() != 7 {
+            return Err(Error::InvalidInput(format!(
+                "id {id} is a UUID of version {}; job ids must be UUIDv7",
+                id.get_version_num()
+            )));
+        }
         job.id = id;
     }
     if let Some(queue) = spec.queue {
@@ -27,7 +52,7 @@ pub(crate) fn new_job(spec: JobSpec) -> Result<NewJob> {
             ));
         }
         (Some(at), None) => job.run_at = Some(at),
-        (None, Some(ms)) => job = job.with_delay(Duration::from_millis(ms)),
+        (None, Some(ms)) => job = job.with_delay(duration_ms("delay_ms", ms)?),
         (None, None) => {}
     }
     if let Some(max) = spec.max_attempts {
@@ -97,6 +122,22 @@ pub(crate) fn error_code(e: &Error) -> ErrorCode {
         Error::LeaseLost(_) => ErrorCode::Conflict,
         _ => ErrorCode::Internal,
     }
+}
+
+/// An error with the chain of its causes, for logs: a database error says what the
+/// database said ("database: db error: ERROR: … "), not only "db error".
+pub(crate) fn detail(e: &Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Exponential backoff with jitter for failed attempts that name no delay: about

@@ -6,8 +6,10 @@
 //! twice. Queues take turns. A short claim means the queue is drained: it is not claimed
 //! from again until a notification, a poll tick, or a resync says it may have jobs.
 //!
-//! A claimed job whose kind no worker with free credit declares (the worker set changed
-//! during the claim, or workers of that queue serve other kinds) is snoozed for
+//! When every worker with room in a queue declared the kinds it runs, only jobs of those
+//! kinds are claimed ([`hopper_core::Backend::job_claim_kinds`]): jobs that no connected
+//! worker runs stay in the queue untouched. A claimed job whose kind no worker with free
+//! credit declares all the same (the worker set changed during the claim) is snoozed for
 //! `unplaceable_delay`: back in the queue without using an attempt.
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::convert;
 use crate::server::{Core, Event, Held, PeerId, hex};
+use hopper_core::log_limit::capped;
 
 /// Most jobs in one `orders` push: each job's arguments may be up to 1 MiB, so a push
 /// stays within reason for the peer's reader.
@@ -59,12 +62,16 @@ impl Core {
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             lease: self.config.lease,
         };
+        let kinds = self.kinds_for(queue);
         self.claiming = true;
         self.claim_woken = false;
         let backend = self.backend.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let result = backend.job_claim(&params).await;
+            let result = match kinds {
+                Some(kinds) => backend.job_claim_kinds(&params, &kinds).await,
+                None => backend.job_claim(&params).await,
+            };
             let _ = events
                 .send(Event::Claimed {
                     queue: params.queue,
@@ -73,6 +80,21 @@ impl Core {
                 })
                 .await;
         });
+    }
+
+    /// The kinds the workers with room in `queue` run, when every one of them declared
+    /// its kinds: only those are claimed, and jobs of other kinds stay untouched in the
+    /// queue (their age visible) instead of being claimed and put back. `None` when some
+    /// worker takes any kind.
+    fn kinds_for(&self, queue: &str) -> Option<Vec<String>> {
+        let mut kinds = std::collections::BTreeSet::new();
+        for p in self.peers.values() {
+            if p.free() == 0 || !p.queues.iter().any(|q| q == queue) {
+                continue;
+            }
+            kinds.extend(p.kinds.as_ref()?.iter().map(String::as_str));
+        }
+        Some(kinds.into_iter().map(str::to_owned).collect())
     }
 
     /// Places claimed jobs with workers.
@@ -86,11 +108,15 @@ impl Core {
         let jobs = match result {
             Ok(jobs) => jobs,
             Err(e) => {
-                tracing::warn!(error = %e, %queue, "claim failed; retrying at the next poll");
+                tracing::warn!(error = %convert::detail(&e), %queue, "claim failed; retrying at the next poll");
+                self.active.insert(queue.clone());
                 self.hot.insert(queue, false);
                 return;
             }
         };
+        if !jobs.is_empty() {
+            self.active.insert(queue.clone());
+        }
         if jobs.len() < limit && !self.claim_woken {
             self.hot.insert(queue, false);
         }
@@ -124,15 +150,12 @@ impl Core {
                 None => {
                     tracing::debug!(job_id = %job.lease.job_id, kind = %job.kind, queue = %job.queue,
                         "no connected worker with free credit takes this kind; putting it back");
-                    self.queue_finish(
-                        Finish {
-                            lease: job.lease,
-                            outcome: Outcome::Snoozed {
-                                retry_in: self.config.unplaceable_delay,
-                            },
+                    self.queue_own_finish(Finish {
+                        lease: job.lease,
+                        outcome: Outcome::Snoozed {
+                            retry_in: self.config.unplaceable_delay,
                         },
-                        None,
-                    );
+                    });
                 }
             }
         }
@@ -157,9 +180,11 @@ impl Core {
         }
     }
 
-    /// Drops peers silent for three heartbeat periods (failing their jobs for a retry at
-    /// once) and refreshes the server's node row.
-    pub(crate) fn sweep(&mut self) {
+    /// Drops peers silent for three heartbeat periods; every `node_beat` (once per period),
+    /// also enforces timeouts, refreshes the server's node row and forgets queues nobody
+    /// serves. Runs five times per heartbeat period, so a silent peer goes within 3.2
+    /// periods.
+    pub(crate) fn sweep(&mut self, node_beat: bool) {
         let now = Instant::now();
         let dead_after = self.config.heartbeat * 3;
         let silent: Vec<_> = self
@@ -169,32 +194,7 @@ impl Core {
             .map(|(id, _)| id.clone())
             .collect();
         for id in silent {
-            let Some(p) = self.peers.remove(&id) else {
-                continue;
-            };
-            let silence = now.duration_since(p.last_seen);
-            tracing::warn!(peer = %hex(&id), name = %p.name, jobs = p.held.len(), ?silence, "peer went silent; dropped");
-            for (job_id, held) in p.held {
-                let error = format!(
-                    "worker {} went silent ({} ms without a message); retrying elsewhere",
-                    p.name,
-                    silence.as_millis()
-                );
-                self.queue_finish(
-                    Finish {
-                        lease: Lease {
-                            job_id,
-                            attempt: held.attempt,
-                        },
-                        outcome: Outcome::Retry {
-                            error,
-                            retry_in: std::time::Duration::ZERO,
-                            duration_ms: 0,
-                        },
-                    },
-                    None,
-                );
-            }
+            self.drop_peer(&id, now);
         }
         // Listed while no claim is under way (and none starts until the list is back), so
         // every running job of this node the list shows is either seen or inherited.
@@ -203,12 +203,16 @@ impl Core {
             self.claiming = true;
             self.find_inherited();
         }
+        if !node_beat {
+            return;
+        }
+        // Once per period: it reads every held order, and a timeout has two periods of grace.
         self.enforce_timeouts(now);
         let node = tasks::node_info(&self.config, &self.peers);
         let backend = self.backend.clone();
         tokio::spawn(async move {
             if let Err(e) = backend.node_heartbeat(&node).await {
-                tracing::warn!(error = %e, "node heartbeat failed");
+                tracing::warn!(error = %convert::detail(&e), "node heartbeat failed");
             }
         });
         // Forget queues nobody serves any more.
@@ -218,6 +222,74 @@ impl Core {
             .flat_map(|p| p.queues.iter().map(|q| (q.as_str(), ())))
             .collect();
         self.hot.retain(|q, _| served.contains_key(q.as_str()));
+        self.active.retain(|q| served.contains_key(q.as_str()));
+    }
+
+    /// Ends a peer's session: it went silent, or its connection closed. The orders it held
+    /// are taken back at once: released without counting the attempt when it said `bye`
+    /// (it left on purpose), failed and retried at once otherwise (its worker vanished
+    /// mid-run: the attempt counts).
+    pub(crate) fn drop_peer(&mut self, id: &PeerId, now: Instant) {
+        let Some(p) = self.peers.remove(id) else {
+            return;
+        };
+        let silence = now.duration_since(p.last_seen);
+        let name = capped(&p.name);
+        if p.leaving {
+            tracing::info!(peer = %hex(id), %name, jobs = p.held.len(), "peer left after bye");
+        } else if p.role != hopper_protocol::Role::Worker && p.held.is_empty() {
+            tracing::info!(peer = %hex(id), %name, ?silence, "idle client's session ended");
+        } else {
+            tracing::warn!(peer = %hex(id), %name, jobs = p.held.len(), ?silence, "peer went silent; dropped");
+        }
+        for (job_id, held) in p.held {
+            let lease = Lease {
+                job_id,
+                attempt: held.attempt,
+            };
+            let outcome = if p.leaving {
+                Outcome::Released
+            } else {
+                let error = format!(
+                    "worker {} went silent ({} ms without a message); retrying elsewhere",
+                    p.name,
+                    silence.as_millis()
+                );
+                Outcome::Retry {
+                    error,
+                    retry_in: std::time::Duration::ZERO,
+                    duration_ms: 0,
+                }
+            };
+            self.queue_own_finish(Finish { lease, outcome });
+        }
+    }
+
+    /// Marks queues to claim from at a poll tick: those whose last claim found jobs or
+    /// whose workers reported outcomes since the last tick (a limit may have room again),
+    /// and one more served queue in turn, as a safety net for a wake-up that never came.
+    /// An idle server thus runs at most one claim per tick, however many queues it serves.
+    pub(crate) fn poll(&mut self) {
+        for p in self.peers.values_mut() {
+            if std::mem::take(&mut p.reported) {
+                for q in &p.queues {
+                    self.active.insert(q.clone());
+                }
+            }
+        }
+        for q in self.active.drain() {
+            if let Some(hot) = self.hot.get_mut(&q) {
+                *hot = true;
+            }
+        }
+        if self.hot.is_empty() {
+            return;
+        }
+        let turn = self.poll_turn % self.hot.len();
+        self.poll_turn = self.poll_turn.wrapping_add(1);
+        if let Some(hot) = self.hot.values_mut().nth(turn) {
+            *hot = true;
+        }
     }
 
     /// Lists the jobs still leased under this node id: after a restart, those held by an
@@ -284,13 +356,10 @@ impl Core {
             "releasing jobs leased by an earlier run of this server that no worker claimed"
         );
         for lease in orphans {
-            self.queue_finish(
-                Finish {
-                    lease,
-                    outcome: Outcome::Released,
-                },
-                None,
-            );
+            self.queue_own_finish(Finish {
+                lease,
+                outcome: Outcome::Released,
+            });
         }
     }
 
@@ -317,8 +386,7 @@ impl Core {
             let ran = now.duration_since(h.sent_at);
             tracing::warn!(%job_id, attempt = h.attempt, ?ran, "job timed out on its worker; cancelling and retrying it");
             self.reply(&peer, Reply::Cancel { id: job_id });
-            self.queue_finish(
-                Finish {
+            self.queue_own_finish(Finish {
                     lease: Lease {
                         job_id,
                         attempt: h.attempt,
@@ -331,9 +399,7 @@ impl Core {
                         retry_in: convert::default_backoff(h.counted_attempt),
                         duration_ms: i64::try_from(ran.as_millis()).unwrap_or(i64::MAX),
                     },
-                },
-                None,
-            );
+            });
         }
     }
 }

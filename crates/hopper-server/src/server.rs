@@ -6,24 +6,37 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hopper_core::log_limit::LogThrottle;
 use hopper_core::pace::{Pace, prefetch_for};
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wakeup};
 use hopper_protocol::{
-    ErrorCode, FinishResult, LeaseRef, OutcomeItem, Reply, Request, Role, VERSION, decode_request,
+    ErrorCode, FinishResult, LeaseRef, OutcomeItem, Reply, Request, Role, decode_request,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::auth::Access;
 use crate::convert::{self, error_code};
 use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
 
+mod hello;
 mod outcomes;
+
+use hello::Hello;
 
 /// Database requests of peers in flight at once; more get `internal` ("busy").
 const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
+
+/// Refused hellos (and requests before hello) are logged at most once per this interval,
+/// with the count held back.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often per heartbeat period the loop looks for silent peers and late orders: a peer
+/// silent for three periods is dropped within 3.2.
+const SWEEPS_PER_HEARTBEAT: u32 = 5;
 
 /// A peer's ROUTER routing id.
 pub(crate) type PeerId = Bytes;
@@ -48,6 +61,9 @@ pub(crate) enum Event {
     Wakeup(Wakeup),
     /// Jobs leased under this server's node id when it started (by an earlier run of it).
     Inherited(Vec<Lease>),
+    /// These outcomes were written (or failed for good): a later outcome for the same lease
+    /// goes to the database, which says whether it still holds.
+    Written(Vec<Lease>),
 }
 
 /// An order a worker holds.
@@ -66,6 +82,8 @@ pub(crate) struct Held {
 pub(crate) struct Peer {
     pub session: Uuid,
     pub role: Role,
+    /// What its token allows.
+    pub access: Access,
     pub name: String,
     /// `None`: any kind.
     pub kinds: Option<HashSet<String>>,
@@ -80,6 +98,8 @@ pub(crate) struct Peer {
     pub last_seen: Instant,
     /// Said bye: no more orders.
     pub leaving: bool,
+    /// Reported an outcome since the last poll tick (its queues are claimed from at it).
+    pub reported: bool,
     /// Reads `orders` (several jobs per push).
     pub batch: bool,
 }
@@ -130,6 +150,21 @@ pub(crate) struct Core {
     /// Bounds the database requests in flight for peers (submit, status, cancel, extend), so
     /// a flood from one peer cannot pile up tasks without end.
     pub requests: Arc<tokio::sync::Semaphore>,
+    /// Leases whose outcome is queued for writing: a second outcome for one of them (a
+    /// repeat in the same message, or a contradicting one sent before the first was
+    /// acknowledged) is answered `lease_lost` and never written.
+    pub writing: HashSet<(JobId, i32)>,
+    /// Refused hellos, logged at most once per interval.
+    pub refusals: LogThrottle,
+    /// Requests refused before a hello, logged at most once per interval.
+    pub early_refusals: LogThrottle,
+    /// Queues to claim from again at the next poll tick: their last claim found jobs (or
+    /// failed). The queues of workers that reported outcomes join them at the tick (a limit
+    /// may have room again). Idle queues are not polled one by one; notifications wake them.
+    pub active: HashSet<String>,
+    /// The next queue the poll tick re-checks as a safety net, one per tick, whatever
+    /// number of queues is served (the idle cost does not grow with it).
+    pub poll_turn: usize,
 }
 
 pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
@@ -170,13 +205,24 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         claiming: false,
         claim_woken: false,
         next_queue: 0,
-        inherit_at: Some(Instant::now() + config.heartbeat * 5),
+        inherit_at: Some(Instant::now() + inherit_after(&config)),
         seen: Some(HashSet::new()),
         requests: Arc::new(tokio::sync::Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
+        writing: HashSet::new(),
+        refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
+        early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
+        active: HashSet::new(),
+        poll_turn: 0,
         config,
     };
     let mut tasks = vec![
-        tokio::spawn(tasks::finish(backend.clone(), finish_rx, out_tx, 3)),
+        tokio::spawn(tasks::finish(
+            backend.clone(),
+            finish_rx,
+            out_tx,
+            events_tx.clone(),
+            3,
+        )),
         tokio::spawn(tasks::listen(backend.clone(), events_tx, stop.clone())),
         tokio::spawn(tasks::rescue(
             backend.clone(),
@@ -212,7 +258,8 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
 
 async fn run(mut core: Core, mut events: mpsc::Receiver<Event>, stop: CancellationToken) {
     let mut poll = tokio::time::interval(core.config.poll_interval);
-    let mut sweep = tokio::time::interval(core.config.heartbeat);
+    let mut sweep = tokio::time::interval(core.config.heartbeat / SWEEPS_PER_HEARTBEAT);
+    let mut sweeps: u32 = 0;
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -221,12 +268,11 @@ async fn run(mut core: Core, mut events: mpsc::Receiver<Event>, stop: Cancellati
                 Some(event) => core.on_event(event),
                 None => return,
             },
-            _ = poll.tick() => {
-                for hot in core.hot.values_mut() {
-                    *hot = true;
-                }
+            _ = poll.tick() => core.poll(),
+            _ = sweep.tick() => {
+                core.sweep(sweeps.is_multiple_of(SWEEPS_PER_HEARTBEAT));
+                sweeps = sweeps.wrapping_add(1);
             }
-            _ = sweep.tick() => core.sweep(),
             _ = stop.cancelled() => return,
         }
         core.dispatch();
@@ -251,6 +297,11 @@ impl Core {
             }
             Event::Wakeup(Wakeup::Cancelled(id)) => self.on_cancelled(id),
             Event::Inherited(leases) => self.on_inherited(leases),
+            Event::Written(leases) => {
+                for lease in leases {
+                    self.writing.remove(&(lease.job_id, lease.attempt));
+                }
+            }
             Event::Wakeup(Wakeup::Resync) => {
                 for hot in self.hot.values_mut() {
                     *hot = true;
@@ -312,7 +363,9 @@ impl Core {
             request => {
                 let Some(p) = self.peers.get_mut(&peer) else {
                     let req = request.req();
-                    tracing::warn!(peer = %hex(&peer), "refused a request before hello");
+                    if let Some(held_back) = self.early_refusals.check() {
+                        tracing::warn!(peer = %hex(&peer), held_back, "refused a request before hello");
+                    }
                     self.reply(
                         &peer,
                         Reply::error(
@@ -324,91 +377,19 @@ impl Core {
                     return;
                 };
                 p.last_seen = now;
+                let needed = Access::needed_by(&request);
+                if needed > p.access {
+                    let message = format!(
+                        "this token's role is {}; this request needs a {} token",
+                        p.access.as_str(),
+                        needed.as_str()
+                    );
+                    let req = Some(request.req());
+                    return self.reply(&peer, Reply::error(req, ErrorCode::Unauthorized, message));
+                }
                 self.on_request(peer, request, now);
             }
         }
-    }
-
-    fn on_hello(&mut self, peer: PeerId, hello: Hello, now: Instant) {
-        let req = Some(hello.req);
-        if hello.version != VERSION {
-            let message = format!(
-                "protocol version {} is not supported; this server speaks {VERSION}",
-                hello.version
-            );
-            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
-        }
-        if !self.config.auth.accepts(hello.token.as_deref()) {
-            tracing::warn!(peer = %hex(&peer), name = ?hello.name, "refused a hello: bad or missing token");
-            return self.reply(
-                &peer,
-                Reply::error(req, ErrorCode::Unauthorized, "bad or missing token"),
-            );
-        }
-        let queues = hello
-            .queues
-            .unwrap_or_else(|| vec![hopper_core::DEFAULT_QUEUE.to_owned()]);
-        let checked = queues
-            .iter()
-            .map(|q| hopper_core::job::validate_name("queue", q))
-            .chain(
-                hello
-                    .kinds
-                    .iter()
-                    .flatten()
-                    .map(|k| hopper_core::job::validate_name("kind", k)),
-            )
-            .collect::<Result<Vec<()>>>();
-        if let Err(e) = checked {
-            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, e.to_string()));
-        }
-        let concurrency = hello.concurrency.unwrap_or(1);
-        if concurrency > 10_000 {
-            let message = format!("concurrency {concurrency} is over the limit of 10000");
-            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
-        }
-        let prefetch = hello.prefetch.unwrap_or(0);
-        if prefetch > 10_000 {
-            let message = format!("prefetch {prefetch} is over the limit of 10000");
-            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
-        }
-        let name = hello.name.unwrap_or_else(|| hex(&peer));
-        for q in &queues {
-            self.hot.entry(q.clone()).or_insert(true);
-        }
-        let kinds = hello.kinds.map(|k| k.into_iter().collect());
-        let entry = self.peers.entry(peer.clone()).or_insert_with(|| Peer {
-            session: Uuid::now_v7(),
-            role: hello.role,
-            name: String::new(),
-            kinds: None,
-            queues: Vec::new(),
-            concurrency: 0,
-            prefetch: 0,
-            pace: Pace::default(),
-            held: HashMap::new(),
-            last_seen: now,
-            leaving: false,
-            batch: false,
-        });
-        entry.role = hello.role;
-        entry.name = name;
-        entry.kinds = kinds;
-        entry.queues = queues;
-        entry.concurrency = concurrency as usize;
-        entry.prefetch = prefetch as usize;
-        entry.last_seen = now;
-        entry.leaving = false;
-        entry.batch = hello.batch;
-        tracing::info!(peer = %hex(&peer), name = %entry.name, role = ?entry.role, queues = ?entry.queues, concurrency, prefetch, "peer said hello");
-        let welcome = Reply::Welcome {
-            req: hello.req,
-            version: VERSION,
-            session: entry.session,
-            heartbeat_ms: u64::try_from(self.config.heartbeat.as_millis()).unwrap_or(u64::MAX),
-            max_frame: self.config.max_frame as u64,
-        };
-        self.reply(&peer, welcome);
     }
 
     fn on_request(&mut self, peer: PeerId, request: Request, now: Instant) {
@@ -463,6 +444,11 @@ impl Core {
             | Request::Snoozed { .. }
             | Request::Released { .. }) => {
                 if let Some((req, item)) = OutcomeItem::from_request(&single) {
+                    if let Err(e) = convert::check_outcome(&item) {
+                        let message = e.to_string();
+                        return self
+                            .reply(&peer, Reply::error(Some(req), ErrorCode::Invalid, message));
+                    }
                     self.finish(peer, req, item);
                 }
             }
@@ -473,12 +459,20 @@ impl Core {
                 attempt,
                 by_ms,
             } => {
+                let by = match hopper_core::limits::duration_ms("by_ms", by_ms) {
+                    Ok(by) => by,
+                    Err(e) => {
+                        let message = e.to_string();
+                        return self
+                            .reply(&peer, Reply::error(Some(req), ErrorCode::Invalid, message));
+                    }
+                };
                 if self.refuse_if_held_elsewhere(&peer, req, id, "an extend") {
                     return;
                 }
                 let grace = self.config.heartbeat * 2;
                 if let Some(held) = self.peers.get_mut(&peer).and_then(|p| p.held.get_mut(&id)) {
-                    held.deadline = Some(now + Duration::from_millis(by_ms) + grace);
+                    held.deadline = Some(now + by + grace);
                 }
                 self.extend(
                     peer,
@@ -487,7 +481,7 @@ impl Core {
                         job_id: id,
                         attempt,
                     },
-                    by_ms,
+                    by,
                 );
             }
             Request::Outcomes { req, outcomes } => self.on_outcomes(peer, req, outcomes),
@@ -513,12 +507,10 @@ impl Core {
     }
 
     /// Extends one lease in the database and acknowledges it.
-    fn extend(&self, peer: PeerId, req: u64, lease: Lease, by_ms: u64) {
+    fn extend(&self, peer: PeerId, req: u64, lease: Lease, by: Duration) {
         let backend = self.backend.clone();
         self.spawn_reply(peer, req, async move {
-            let lost = backend
-                .job_extend_many(&[lease], Duration::from_millis(by_ms))
-                .await?;
+            let lost = backend.job_extend_many(&[lease], by).await?;
             let result = if lost.is_empty() {
                 FinishResult::Recorded
             } else {
@@ -545,7 +537,7 @@ impl Core {
                 Err(e) => {
                     let code = error_code(&e);
                     if code == ErrorCode::Internal {
-                        tracing::warn!(error = %e, "request failed");
+                        tracing::warn!(error = %convert::detail(&e), "request failed");
                     }
                     Reply::error(Some(req), code, e.to_string())
                 }
@@ -559,8 +551,13 @@ impl Core {
         if self.refuse_if_held_elsewhere(&peer, req, item.lease().0, "an outcome") {
             return;
         }
-        let finish = self.take_finish(&peer, item);
-        self.queue_finish(finish, Some((peer, req)));
+        match self.take_finish(&peer, item) {
+            Some(finish) => self.queue_finish(finish, Some((peer, req))),
+            None => {
+                let result = FinishResult::LeaseLost;
+                self.reply(&peer, Reply::Ack { req, result });
+            }
+        }
     }
 
     /// The other connected peer that holds `id`, if any. Checked only when `peer` does not
@@ -596,6 +593,20 @@ impl Core {
     pub fn saw(&mut self, id: JobId) {
         if let Some(seen) = &mut self.seen {
             seen.insert(id);
+        }
+    }
+
+    /// Notes that `lease`'s outcome is queued for writing. False when one already is: the
+    /// new one must not be written.
+    pub fn start_writing(&mut self, lease: Lease) -> bool {
+        self.writing.insert((lease.job_id, lease.attempt))
+    }
+
+    /// Hands an outcome the server decided itself (a silent worker's, a timeout, a release)
+    /// to the batching writer, unless an outcome for the same lease is already queued.
+    pub fn queue_own_finish(&mut self, finish: Finish) {
+        if self.start_writing(finish.lease) {
+            self.queue_finish(finish, None);
         }
     }
 
@@ -662,13 +673,10 @@ impl Core {
                 job_id: id,
                 attempt: h.attempt,
             };
-            self.queue_finish(
-                Finish {
-                    lease,
-                    outcome: Outcome::Released,
-                },
-                None,
-            );
+            self.queue_own_finish(Finish {
+                lease,
+                outcome: Outcome::Released,
+            });
         }
         if leases.is_empty() {
             return self.reply(&peer, Reply::HeartbeatAck { req, lost: foreign });
@@ -714,7 +722,7 @@ impl Core {
                 self.reply(&peer, Reply::HeartbeatAck { req, lost });
             }
             Err(e) => {
-                tracing::warn!(error = %e, "extending leases failed");
+                tracing::warn!(error = %convert::detail(&e), "extending leases failed");
                 self.reply(
                     &peer,
                     Reply::error(Some(req), error_code(&e), e.to_string()),
@@ -736,6 +744,14 @@ impl Core {
     }
 }
 
+/// How long after starting the server releases the jobs an earlier run of it leased that
+/// no reconnected worker claimed: five heartbeat periods (time for workers to notice the
+/// restart and say hello again), or half the lease if that is shorter, so that they go
+/// back uncounted before their leases (last renewed by the old run) expire and count.
+fn inherit_after(config: &ServeConfig) -> Duration {
+    (config.heartbeat * 5).min(config.lease / 2)
+}
+
 /// Wakes the loop for the queues of jobs due now that a peer submitted: the server
 /// inserted them, so it need not wait for its own notification to come back.
 fn wake(events: &mpsc::Sender<Event>, jobs: &[hopper_core::NewJob]) {
@@ -747,20 +763,6 @@ fn wake(events: &mpsc::Sender<Event>, jobs: &[hopper_core::NewJob]) {
             let _ = events.try_send(Event::Wakeup(Wakeup::Jobs(job.queue.clone())));
         }
     }
-}
-
-/// The fields of a hello.
-struct Hello {
-    req: u64,
-    version: u32,
-    role: Role,
-    token: Option<String>,
-    name: Option<String>,
-    kinds: Option<Vec<String>>,
-    queues: Option<Vec<String>>,
-    concurrency: Option<u32>,
-    prefetch: Option<u32>,
-    batch: bool,
 }
 
 /// A routing id for logs.

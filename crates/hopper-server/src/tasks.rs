@@ -59,17 +59,20 @@ const FINISH_BATCH: usize = 1000;
 
 /// Writes outcomes in batches (one statement per kind of outcome per batch) and
 /// acknowledges each. `writers` batches are written at once, so one slow round trip does
-/// not hold up the rest. A failed write is retried with backoff, never dropped.
+/// not hold up the rest. A write that fails because the database is unreachable is retried
+/// with backoff, never dropped; the loop hears of every lease written ([`Event::Written`]).
 pub(crate) async fn finish(
     backend: Arc<dyn Backend>,
     items: mpsc::Receiver<FinishItem>,
     out: mpsc::Sender<(PeerId, Reply)>,
+    events: mpsc::Sender<Event>,
     writers: usize,
 ) {
     let items = Arc::new(tokio::sync::Mutex::new(items));
     let mut tasks = Vec::new();
     for _ in 0..writers.max(1) {
         let (backend, items, out) = (backend.clone(), items.clone(), out.clone());
+        let events = events.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let batch = {
@@ -90,7 +93,12 @@ pub(crate) async fn finish(
                     }
                     batch
                 };
+                let leases = batch
+                    .iter()
+                    .flat_map(|i| i.finishes.iter().map(|f| f.lease))
+                    .collect();
                 write_batch(&*backend, batch, &out).await;
+                let _ = events.send(Event::Written(leases)).await;
             }
         }));
     }
@@ -116,11 +124,14 @@ async fn write_batch(
         match backend.job_finish_many(&finishes).await {
             Ok(results) => break Ok(results),
             Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
+                tracing::warn!(error = %crate::convert::detail(&e), jobs = finishes.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
-            Err(e) => break Err(e),
+            Err(e) => {
+                tracing::error!(error = %crate::convert::detail(&e), jobs = finishes.len(), "writing outcomes failed; not retrying");
+                break Err(e);
+            }
         }
     };
     let wire = |i: usize| match &results {
@@ -174,7 +185,9 @@ pub(crate) async fn listen(
             s = backend.subscribe() => match s {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::warn!(error = %e, "subscribing to wake-ups failed; polling meanwhile");
+                    tracing::warn!(error = %crate::convert::detail(&e), "subscribing to wake-ups failed; polling meanwhile");
+                    // No announcements meanwhile: every served queue is claimed from again.
+                    let _ = events.send(Event::Wakeup(hopper_core::Wakeup::Resync)).await;
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
                         _ = stop.cancelled() => return,

@@ -82,6 +82,12 @@ async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()>
             format!("'other', '{node}', 100, 30000, NULL, NULL, NULL, NULL"),
         ),
         (
+            "the claim of some kinds (job_claim_kinds.sql)",
+            &queries.job_claim_kinds,
+            "text, uuid, bigint, integer, timestamptz, text[]",
+            format!("'other', '{node}', 100, 30000, NULL, ARRAY['planned', 'other']"),
+        ),
+        (
             "the limited claim (job_claim_limited.sql)",
             &queries.job_claim_limited,
             "text, uuid, bigint, integer, timestamptz, float8, timestamptz",

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use hopper_core::{Finish, Lease, Outcome};
-use hopper_protocol::{FinishResult, OutcomeItem};
+use hopper_protocol::{ErrorCode, FinishResult, OutcomeItem, Reply};
 
 use super::{Core, PeerId, hex};
 use crate::convert;
@@ -12,8 +12,17 @@ use crate::tasks::ReplyTo;
 
 impl Core {
     /// Frees the worker's credit for every outcome now and queues the writes. An outcome
-    /// for a job another connected peer holds is refused (`lease_lost`), as a single one is.
+    /// for a job another connected peer holds is refused (`lease_lost`), as a single one is,
+    /// and so is a second outcome for one lease. An item out of bounds refuses the whole
+    /// message (`invalid`): nothing of it is written.
     pub(super) fn on_outcomes(&mut self, peer: PeerId, req: u64, items: Vec<OutcomeItem>) {
+        let checked = items.iter().enumerate().try_for_each(|(i, item)| {
+            convert::check_outcome(item).map_err(|e| format!("outcome {i}: {e}"))
+        });
+        if let Err(message) = checked {
+            let reply = Reply::error(Some(req), ErrorCode::Invalid, message);
+            return self.reply(&peer, reply);
+        }
         let mut finishes = Vec::with_capacity(items.len());
         let mut preset = Vec::with_capacity(items.len());
         for item in items {
@@ -23,21 +32,35 @@ impl Core {
                 preset.push(Some(FinishResult::LeaseLost));
                 continue;
             }
-            finishes.push(self.take_finish(&peer, item));
-            preset.push(None);
+            match self.take_finish(&peer, item) {
+                Some(finish) => {
+                    finishes.push(finish);
+                    preset.push(None);
+                }
+                None => preset.push(Some(FinishResult::LeaseLost)),
+            }
         }
         self.queue_finishes(finishes, ReplyTo::Acks(peer, req, preset));
     }
 
     /// The write for one outcome of `peer`'s, whose order (if it held it) is no longer
-    /// outstanding.
-    pub(super) fn take_finish(&mut self, peer: &PeerId, item: OutcomeItem) -> Finish {
+    /// outstanding. `None` when an outcome for the same lease is already queued: only the
+    /// first counts.
+    pub(super) fn take_finish(&mut self, peer: &PeerId, item: OutcomeItem) -> Option<Finish> {
         let (id, attempt) = item.lease();
         self.saw(id);
+        let lease = Lease {
+            job_id: id,
+            attempt,
+        };
+        if !self.start_writing(lease) {
+            return None;
+        }
         let p = self.peers.get_mut(peer);
         let ran = ran(&item);
         let counted = p
             .and_then(|p| {
+                p.reported = true;
                 let held = p.held.remove(&id)?;
                 if let Some(ran) = ran {
                     p.pace.record(ran);
@@ -45,13 +68,10 @@ impl Core {
                 Some(held)
             })
             .map_or(1, |h| h.counted_attempt);
-        Finish {
-            lease: Lease {
-                job_id: id,
-                attempt,
-            },
+        Some(Finish {
+            lease,
             outcome: outcome(item, counted),
-        }
+        })
     }
 }
 
@@ -68,6 +88,16 @@ fn ran(item: &OutcomeItem) -> Option<Duration> {
     }
 }
 
+/// An error text as it can be stored: PostgreSQL text cannot hold U+0000, and a write that
+/// fails on one would be retried for ever, so each becomes U+FFFD.
+fn storable(error: String) -> String {
+    if error.contains('\0') {
+        error.replace('\0', "\u{FFFD}")
+    } else {
+        error
+    }
+}
+
 /// What an item says, as the storage seam takes it.
 fn outcome(item: OutcomeItem, counted_attempt: i32) -> Outcome {
     match item {
@@ -79,7 +109,7 @@ fn outcome(item: OutcomeItem, counted_attempt: i32) -> Outcome {
             duration_ms,
             ..
         } => Outcome::Retry {
-            error,
+            error: storable(error),
             retry_in: retry_in_ms
                 .map(Duration::from_millis)
                 .unwrap_or_else(|| convert::default_backoff(counted_attempt)),
@@ -87,7 +117,10 @@ fn outcome(item: OutcomeItem, counted_attempt: i32) -> Outcome {
         },
         OutcomeItem::Failed {
             error, duration_ms, ..
-        } => Outcome::Failed { error, duration_ms },
+        } => Outcome::Failed {
+            error: storable(error),
+            duration_ms,
+        },
         OutcomeItem::Snoozed { delay_ms, .. } => Outcome::Snoozed {
             retry_in: Duration::from_millis(delay_ms),
         },

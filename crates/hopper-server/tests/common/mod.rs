@@ -155,6 +155,15 @@ impl RawPeer {
         frames.ok().and_then(|mut f| f.pop())
     }
 
+    /// A frame already received, without waiting.
+    pub fn try_recv_now(&mut self) -> Option<Vec<u8>> {
+        let socket = self.socket.as_ref().expect("the socket");
+        socket
+            .recv_multipart(zmq::DONTWAIT)
+            .ok()
+            .and_then(|mut f| f.pop())
+    }
+
     /// Receives one map, failing after 10 s.
     pub async fn recv(&mut self) -> Value {
         let frame = self.try_recv_bytes().await.expect("a reply within 10 s");
@@ -197,6 +206,17 @@ pub fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
 /// A text field of a map ("" if absent).
 pub fn text_of<'a>(v: &'a Value, name: &str) -> &'a str {
     field(v, name).and_then(Value::as_text).unwrap_or("")
+}
+
+/// Waits for a worker's next `order`: its job id and attempt.
+pub async fn order(peer: &mut RawPeer) -> (String, i64) {
+    let order = peer.recv_type("order").await;
+    let job = field(&order, "job").cloned().unwrap_or(Value::Null);
+    let attempt = field(&job, "attempt")
+        .and_then(Value::as_integer)
+        .and_then(|i| i64::try_from(i).ok())
+        .unwrap_or(-1);
+    (text_of(&job, "id").to_owned(), attempt)
 }
 
 /// Counts the connections of `app` in `pg_stat_activity`.

@@ -7,7 +7,8 @@
 
 mod completer;
 mod config;
-pub(crate) mod executor;
+mod executor;
+pub(crate) mod handler;
 mod maintenance;
 mod prefetch;
 mod producer;

@@ -62,7 +62,15 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String) {
         if quiet_until.is_none() {
             let prefetch = shared.prefetch();
             while claims.len() < most_in_flight {
-                let Some(want) = next_claim(&shared, prefetch, ready.len(), asked, claims.len())
+                let wanted = Wanted {
+                    free: shared.slots.available_permits(),
+                    prefetch,
+                    on_hand: ready.len(),
+                    asked,
+                    in_flight: claims.len(),
+                };
+                let Some(want) =
+                    wanted.next_claim(shared.config.claim_batch, shared.config.claims_in_flight)
                 else {
                     break;
                 };
@@ -104,30 +112,44 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String) {
     }
 }
 
-/// How many jobs the next claim asks for, if one should start now: a share of what is
-/// missing (free slots + `prefetch` − on hand − asked for), split between the claims that
-/// may be in flight, so that the second claim is not left with the crumbs of the first,
-/// but at least a whole claim batch while that many are missing: fewer, larger claims
-/// drain faster (W3, concurrency 50, prefetch 1,000, alternated on a quiet machine: one
-/// claim of up to 1,000 at a time 62,418 / 56,409 / 63,728 jobs/s, two of 525 53,709 /
-/// 52,723 / 55,258; earlier, loaded, two of 525 59,328 / 49,451, four of 263 51,462 /
-/// 42,663).
-fn next_claim(
-    shared: &Shared,
+/// What the producer holds and wants when it considers starting a claim.
+#[derive(Debug, Clone, Copy)]
+struct Wanted {
+    /// Free concurrency slots.
+    free: usize,
+    /// Jobs to keep on hand beyond the free slots.
     prefetch: usize,
+    /// Jobs claimed and not started yet.
     on_hand: usize,
+    /// Jobs asked for by the claims in flight.
     asked: usize,
+    /// Claims in flight.
     in_flight: usize,
-) -> Option<usize> {
-    let most_in_flight = shared.config.claims_in_flight.max(1);
-    let target = shared.slots.available_permits() + prefetch;
-    let missing = target.saturating_sub(on_hand + asked);
-    let least_share = shared.config.claim_batch.max(1).min(target);
-    let share = target.div_ceil(most_in_flight).max(least_share).max(1);
-    let want = missing.min(share).min(shared.config.claim_batch.max(1));
-    // With a claim already in flight, a small one is not worth a commit of its own.
-    let least = if in_flight == 0 { 1 } else { share.div_ceil(2) };
-    (want >= least).then_some(want)
+}
+
+impl Wanted {
+    /// How many jobs the next claim asks for, if one should start now: a share of what is
+    /// missing (free slots + prefetch − on hand − asked for), split between the claims
+    /// that may be in flight, so that the second claim is not left with the crumbs of the
+    /// first, but at least a whole claim batch while that many are missing: fewer, larger
+    /// claims drain faster (`docs/benchmarks.md`).
+    fn next_claim(&self, claim_batch: usize, claims_in_flight: usize) -> Option<usize> {
+        let batch = claim_batch.max(1);
+        let target = self.free + self.prefetch;
+        let missing = target.saturating_sub(self.on_hand + self.asked);
+        let share = target
+            .div_ceil(claims_in_flight.max(1))
+            .max(batch.min(target))
+            .max(1);
+        let want = missing.min(share).min(batch);
+        // With a claim already in flight, a small one is not worth a commit of its own.
+        let least = if self.in_flight == 0 {
+            1
+        } else {
+            share.div_ceil(2)
+        };
+        (want >= least).then_some(want)
+    }
 }
 
 /// Starts one claim of `want` jobs.
@@ -206,5 +228,59 @@ async fn release(shared: &Shared, ready: VecDeque<ClaimedJob>) {
         if shared.completer.send(pending).await.is_err() {
             tracing::error!("completer stopped; a prefetched job's lease will expire");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Wanted;
+
+    fn wanted(
+        free: usize,
+        prefetch: usize,
+        on_hand: usize,
+        asked: usize,
+        in_flight: usize,
+    ) -> Wanted {
+        Wanted {
+            free,
+            prefetch,
+            on_hand,
+            asked,
+            in_flight,
+        }
+    }
+
+    #[test]
+    fn an_idle_producer_asks_for_a_whole_batch_when_that_many_are_missing() {
+        // Concurrency 50, prefetch 2,000, nothing held: one claim of a full batch.
+        assert_eq!(wanted(50, 2000, 0, 0, 0).next_claim(2000, 4), Some(2000));
+        // A batch larger than what is missing: only what is missing.
+        assert_eq!(wanted(50, 100, 0, 0, 0).next_claim(2000, 4), Some(150));
+    }
+
+    #[test]
+    fn nothing_is_claimed_when_nothing_is_missing() {
+        assert_eq!(wanted(0, 0, 0, 0, 0).next_claim(2000, 4), None);
+        assert_eq!(wanted(10, 90, 60, 40, 1).next_claim(2000, 4), None);
+    }
+
+    #[test]
+    fn a_claim_in_flight_blocks_a_small_second_claim() {
+        // Target 1,000 with a batch of 2,000: a share is the whole target. With one claim
+        // in flight, a second one starts only for at least half a share.
+        assert_eq!(wanted(50, 950, 0, 400, 1).next_claim(2000, 4), Some(600));
+        assert_eq!(wanted(50, 950, 500, 400, 1).next_claim(2000, 4), None);
+        // Alone, the same 100 missing are claimed at once.
+        assert_eq!(wanted(50, 950, 900, 0, 0).next_claim(2000, 4), Some(100));
+    }
+
+    #[test]
+    fn claims_never_exceed_the_batch() {
+        assert_eq!(wanted(500, 5000, 0, 0, 0).next_claim(1000, 1), Some(1000));
+        assert_eq!(
+            wanted(500, 5000, 0, 1000, 1).next_claim(1000, 4),
+            Some(1000)
+        );
     }
 }

@@ -5,11 +5,10 @@
 //! the runtime's (timeout, panics caught, cancellation, `extend`), and its outcome recorded
 //! by the backend, whose answer becomes the [`JobOutcome`].
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use hopper_core::{
     Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobArgs, JobListParams,
     JobRecord, JobState, NewJob, NodeInfo, Outcome, Result, Wakeup,
@@ -20,8 +19,8 @@ use tokio::time::Instant;
 
 use crate::context::{JobContext, RunState, StopReason};
 use crate::registry::{ErasedWorker, Workers};
-use crate::runtime::executor::{outcome, panic_message};
-use crate::worker::{JobError, Worker};
+use crate::runtime::handler;
+use crate::worker::Worker;
 
 /// What became of a job run by [`run_job`], [`run_new_job`] or an
 /// [`InlineClient`](super::InlineClient), as recorded by the backend.
@@ -202,43 +201,35 @@ pub(crate) async fn run_claimed(
 ) -> Result<JobRun> {
     let lease = job.lease;
     let timeout = worker.timeout().unwrap_or(job.timeout);
-    if timeout > job.timeout && !backend.job_extend_many(&[lease], timeout).await?.is_empty() {
+    if !handler::hold_for_timeout(&**backend, &job, timeout, timeout).await? {
         return Err(Error::LeaseLost(lease));
     }
-    let mut wakeups = backend.subscribe().await?.fuse();
     let started = Instant::now();
     let run = Arc::new(RunState::new(started + timeout));
+    // A test has no runtime listening for cancellations: this watcher stops the run when
+    // the job is cancelled, as the runtime's listener would.
+    let mut wakeups = backend.subscribe().await?;
+    let watcher = {
+        let run = run.clone();
+        tokio::spawn(async move {
+            while let Some(wakeup) = wakeups.next().await {
+                if wakeup == Wakeup::Cancelled(lease.job_id) {
+                    run.stop(StopReason::Cancelled);
+                    return;
+                }
+            }
+        })
+    };
     let job = Arc::new(job);
     let blocking = Arc::new(Semaphore::new(BLOCKING_THREADS));
     let ctx = JobContext::new(job.clone(), run.clone(), backend.clone(), blocking);
-    let handler = AssertUnwindSafe(worker.process(&ctx, &job.args)).catch_unwind();
-    tokio::pin!(handler);
-    let result = loop {
-        let deadline = *run.deadline.lock().await;
-        tokio::select! {
-            biased;
-            r = &mut handler => break Some(r.unwrap_or_else(|panic| {
-                Err(JobError::retry(format!("panicked: {}", panic_message(&*panic))))
-            })),
-            Some(wakeup) = wakeups.next() => {
-                if wakeup == Wakeup::Cancelled(lease.job_id) {
-                    run.stop(StopReason::Cancelled);
-                    break None;
-                }
-            }
-            _ = tokio::time::sleep_until(deadline) => {
-                if *run.deadline.lock().await <= Instant::now() {
-                    run.token.cancel();
-                    break Some(Err(JobError::retry(format!("timed out after {:?}", deadline - started))));
-                }
-            }
-        }
-    };
-    let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    let answer = match result {
+    let end = handler::drive(worker, &ctx, &job.args, &run, started).await;
+    watcher.abort();
+    let settled = handler::settle(run.reason(), end);
+    let duration_ms = handler::millis(started.elapsed());
+    let answer = match handler::settled_outcome(settled, worker, job.counted_attempt, duration_ms) {
         None => None,
-        Some(result) => {
-            let outcome = outcome(result, worker, job.counted_attempt, duration_ms);
+        Some(outcome) => {
             let finish = Finish { lease, outcome };
             let answers = backend
                 .job_finish_many(std::slice::from_ref(&finish))

@@ -1,0 +1,155 @@
+//! `hello`: checking a peer's registration (version, token and its role, names, bounds) and
+//! keeping it. A refused hello changes nothing: a peer that had a session keeps it.
+
+use std::collections::HashMap;
+
+use hopper_core::log_limit::capped;
+use hopper_core::pace::Pace;
+use hopper_protocol::{ErrorCode, Reply, Role, VERSION};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{Core, Peer, PeerId, hex};
+use crate::auth::Access;
+
+/// Most queues one worker may serve: each served queue is claimed from for it, so the
+/// bound keeps one peer from making the server's work grow without end.
+pub(crate) const MAX_QUEUES: usize = 100;
+
+/// Most kinds one worker may declare.
+pub(crate) const MAX_KINDS: usize = 1000;
+
+/// Most characters of a peer's `name` kept (for logs and error histories).
+pub(crate) const MAX_NAME_CHARS: usize = 128;
+
+/// Most orders a worker may run at once (`concurrency`) or hold ahead (`prefetch`).
+const MAX_CREDIT: u32 = 10_000;
+
+/// The fields of a hello.
+pub(crate) struct Hello {
+    pub req: u64,
+    pub version: u32,
+    pub role: Role,
+    pub token: Option<String>,
+    pub name: Option<String>,
+    pub kinds: Option<Vec<String>>,
+    pub queues: Option<Vec<String>>,
+    pub concurrency: Option<u32>,
+    pub prefetch: Option<u32>,
+    pub batch: bool,
+}
+
+impl Core {
+    pub(super) fn on_hello(&mut self, peer: PeerId, hello: Hello, now: Instant) {
+        let req = Some(hello.req);
+        if hello.version != VERSION {
+            let message = format!(
+                "protocol version {} is not supported; this server speaks {VERSION}",
+                hello.version
+            );
+            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
+        }
+        let refuse = |core: &mut Core, why: &str| {
+            if let Some(held_back) = core.refusals.check() {
+                let name = capped(hello.name.as_deref().unwrap_or(""));
+                tracing::warn!(peer = %hex(&peer), %name, held_back, "refused a hello: {why}");
+            }
+        };
+        let Some(access) = self.config.auth.access(hello.token.as_deref()) else {
+            refuse(self, "bad or missing token");
+            return self.reply(
+                &peer,
+                Reply::error(req, ErrorCode::Unauthorized, "bad or missing token"),
+            );
+        };
+        if hello.role == Role::Worker && access < Access::Worker {
+            refuse(self, "a client token cannot say hello as a worker");
+            let message = "this token's role is client: it may submit, read and cancel jobs, not run them; use a worker token";
+            return self.reply(&peer, Reply::error(req, ErrorCode::Unauthorized, message));
+        }
+        if let Err(message) = check_registration(&hello) {
+            return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
+        }
+        let queues = hello
+            .queues
+            .unwrap_or_else(|| vec![hopper_core::DEFAULT_QUEUE.to_owned()]);
+        let concurrency = hello.concurrency.unwrap_or(1);
+        let prefetch = hello.prefetch.unwrap_or(0);
+        let name = match hello.name {
+            Some(name) => name.chars().take(MAX_NAME_CHARS).collect(),
+            None => hex(&peer),
+        };
+        for q in &queues {
+            self.hot.entry(q.clone()).or_insert(true);
+        }
+        let kinds = hello.kinds.map(|k| k.into_iter().collect());
+        let entry = self.peers.entry(peer.clone()).or_insert_with(|| Peer {
+            session: Uuid::now_v7(),
+            role: hello.role,
+            access,
+            name: String::new(),
+            kinds: None,
+            queues: Vec::new(),
+            concurrency: 0,
+            prefetch: 0,
+            pace: Pace::default(),
+            held: HashMap::new(),
+            last_seen: now,
+            leaving: false,
+            reported: false,
+            batch: false,
+        });
+        entry.role = hello.role;
+        entry.access = access;
+        entry.name = name;
+        entry.kinds = kinds;
+        entry.queues = queues;
+        entry.concurrency = concurrency as usize;
+        entry.prefetch = prefetch as usize;
+        entry.last_seen = now;
+        entry.leaving = false;
+        entry.batch = hello.batch;
+        tracing::info!(peer = %hex(&peer), name = %capped(&entry.name), role = ?entry.role, access = access.as_str(), queues = entry.queues.len(), concurrency, prefetch, "peer said hello");
+        let welcome = Reply::Welcome {
+            req: hello.req,
+            version: VERSION,
+            session: entry.session,
+            heartbeat_ms: u64::try_from(self.config.heartbeat.as_millis()).unwrap_or(u64::MAX),
+            max_frame: self.config.max_frame as u64,
+        };
+        self.reply(&peer, welcome);
+    }
+}
+
+/// Checks the names and bounds of a hello; the message says what is wrong.
+fn check_registration(hello: &Hello) -> Result<(), String> {
+    let queues = hello.queues.as_deref().unwrap_or_default();
+    let kinds = hello.kinds.as_deref().unwrap_or_default();
+    if queues.len() > MAX_QUEUES {
+        return Err(format!(
+            "{} queues declared; a worker serves at most {MAX_QUEUES}",
+            queues.len()
+        ));
+    }
+    if kinds.len() > MAX_KINDS {
+        return Err(format!(
+            "{} kinds declared; a worker declares at most {MAX_KINDS}",
+            kinds.len()
+        ));
+    }
+    for q in queues {
+        hopper_core::job::validate_name("queue", q).map_err(|e| e.to_string())?;
+    }
+    for k in kinds {
+        hopper_core::job::validate_name("kind", k).map_err(|e| e.to_string())?;
+    }
+    for (what, value) in [
+        ("concurrency", hello.concurrency),
+        ("prefetch", hello.prefetch),
+    ] {
+        if let Some(n) = value.filter(|n| *n > MAX_CREDIT) {
+            return Err(format!("{what} {n} is over the limit of {MAX_CREDIT}"));
+        }
+    }
+    Ok(())
+}
