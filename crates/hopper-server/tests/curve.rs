@@ -58,7 +58,7 @@ async fn plaintext_and_wrong_key_peers_get_nothing_through_a_curve_server() -> a
     for (key, says) in [(None, "mismatch"), (Some(&wrong), "server_key")] {
         let mut options = hopper::RemoteOptions::from_url(&url(&endpoint))?;
         options.server_key = key.cloned();
-        options.request_timeout = Duration::from_secs(3);
+        options.request_timeout = Duration::from_secs(8);
         let refused = hopper::RemoteBackend::connect(options)
             .await
             .err()
