@@ -6,14 +6,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 DATABASE_URL = os.environ.get("HOPPER_TEST_DATABASE_URL") or os.environ.get(
     "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
