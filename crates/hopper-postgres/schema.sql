@@ -23,23 +23,40 @@ END
 $$;
 
 
-CREATE FUNCTION hopper.enqueue(kind text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority smallint DEFAULT 2, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 25, timeout interval DEFAULT '00:30:00'::interval, group_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text) RETURNS uuid
+CREATE FUNCTION hopper.enqueue(kind text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 2, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 25, timeout interval DEFAULT '00:30:00'::interval, group_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text) RETURNS uuid
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    new_id   uuid := hopper.uuid_v7();
-    due      boolean := run_at IS NULL OR run_at <= now();
-    grp      text := group_key;
-    held_by  uuid;
+    new_id     uuid := hopper.uuid_v7();
+    due        boolean := run_at IS NULL OR run_at <= now();
+    grp        text := group_key;
+    held_by    uuid;
+    timeout_ms numeric := round(extract(epoch FROM timeout) * 1000);
 BEGIN
     PERFORM hopper.check_name('kind', kind);
     PERFORM hopper.check_name('queue', queue);
     IF grp IS NOT NULL THEN
         PERFORM hopper.check_name('group', grp);
     END IF;
-    IF octet_length(args::text) > 1048576 THEN
-        RAISE EXCEPTION 'hopper.enqueue: args are % bytes as JSON, over the limit of 1048576 bytes',
-            octet_length(args::text) USING ERRCODE = '22023';
+    PERFORM hopper.refuse_if(args IS NULL OR jsonb_typeof(args) NOT IN ('object', 'array'),
+        format('args must be a JSON object or array, got %s', coalesce(jsonb_typeof(args), 'NULL')));
+    PERFORM hopper.refuse_if(octet_length(args::text) > 1048576,
+        format('args are %s bytes as JSON, over the limit of 1048576 bytes', octet_length(args::text)));
+    PERFORM hopper.refuse_if(priority IS NULL OR priority NOT BETWEEN -32768 AND 32767,
+        format('priority must be from -32768 to 32767, got %s', coalesce(priority::text, 'NULL')));
+    PERFORM hopper.refuse_if(run_at IS NOT NULL AND (NOT isfinite(run_at)
+            OR run_at < timestamptz '1970-01-01 00:00:00+00'
+            OR run_at >= timestamptz '10000-01-01 00:00:00+00'),
+        format('run_at %s is out of range: instants must lie between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z', run_at));
+    PERFORM hopper.refuse_if(max_attempts IS NULL OR max_attempts < 1,
+        format('max_attempts must be at least 1, got %s', coalesce(max_attempts::text, 'NULL')));
+    PERFORM hopper.refuse_if(timeout_ms IS NULL OR timeout_ms NOT BETWEEN 1 AND 2147483647,
+        format('timeout must be between 1 ms and 2147483647 ms, got %s', coalesce(timeout::text, 'NULL')));
+    IF unique_key IS NOT NULL THEN
+        PERFORM hopper.refuse_if(octet_length(unique_key) NOT BETWEEN 1 AND 255,
+            format('unique key must be 1 to 255 bytes, got %s', octet_length(unique_key)));
+        PERFORM hopper.refuse_if(unique_key ~ '[\u0001-\u001f\u007f-\u009f]',
+            'unique key must not contain control characters');
     END IF;
     IF grp IS NOT NULL THEN
         PERFORM hopper.mark_grouped(ARRAY[queue]);
@@ -51,8 +68,8 @@ BEGIN
                                  timeout_ms, group_key, unique_key)
         VALUES (new_id, queue, kind, args,
                 CASE WHEN due THEN 'available' ELSE 'scheduled' END::hopper.job_state,
-                priority, coalesce(run_at, now()), max_attempts,
-                (extract(epoch FROM timeout) * 1000)::integer, grp, unique_key)
+                priority::smallint, coalesce(run_at, now()), max_attempts,
+                timeout_ms::integer, grp, unique_key)
         ON CONFLICT DO NOTHING;
         IF FOUND THEN
             IF due THEN
@@ -98,6 +115,17 @@ CREATE FUNCTION hopper.pause_queue(queue text) RETURNS void
     INSERT INTO hopper.queues (name, paused) VALUES (queue, true)
     ON CONFLICT (name) DO UPDATE SET paused = true, updated_at = now();
     SELECT pg_notify('hopper_wake', 'q:' || queue);
+$$;
+
+
+CREATE FUNCTION hopper.refuse_if(bad boolean, message text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF bad THEN
+        RAISE EXCEPTION 'hopper.enqueue: %', message USING ERRCODE = '22023';
+    END IF;
+END
 $$;
 
 

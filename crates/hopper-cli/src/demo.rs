@@ -1,4 +1,5 @@
-//! `hopper demo`: seed 002's example run, in one process.
+//! `hopper demo`: clients submit, a runtime works, failures are retried and dead-lettered,
+//! all in one process.
 //!
 //! Migrates, clears the jobs of earlier demos (they live in their own queue, `demo`),
 //! enqueues jobs 1..=N of a [`worker::DemoWorker`] (100 ms each, priorities high, normal

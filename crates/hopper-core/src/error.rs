@@ -42,6 +42,10 @@ pub enum Error {
     /// The runtime was shut down while the operation was under way.
     #[error("shut down")]
     Shutdown,
+
+    /// A wait ended before its condition held (what was awaited, and the last thing seen).
+    #[error("timed out: {0}")]
+    Timeout(String),
 }
 
 impl Error {

@@ -11,10 +11,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::limits;
 use crate::scheduling::UniquePolicy;
 
 /// A job's id: a UUIDv7, so ids are ordered by creation time and the primary-key index
-/// grows at its right edge instead of being split at random pages (seed 001).
+/// grows at its right edge instead of being split at random pages.
 pub type JobId = Uuid;
 
 /// The queue a job goes to when none is named.
@@ -251,12 +252,13 @@ impl NewJob {
         self
     }
 
-    /// Runs the job not before `delay` from now (by this machine's clock).
+    /// Runs the job not before `delay` from now (by this machine's clock). A delay over
+    /// [`limits::MAX_DURATION`] makes [`NewJob::validate`] refuse the job.
     pub fn with_delay(mut self, delay: Duration) -> Self {
-        let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-        self.run_at = Utc::now()
-            .checked_add_signed(delay)
-            .or(Some(DateTime::<Utc>::MAX_UTC));
+        // Past the bound, an instant validate refuses, so the job is never written.
+        self.run_at = Some(
+            limits::instant_after("delay", Utc::now(), delay).unwrap_or(DateTime::<Utc>::MAX_UTC),
+        );
         self
     }
 
@@ -344,12 +346,15 @@ impl NewJob {
                 self.max_attempts
             )));
         }
-        if self.timeout < Duration::from_millis(1) || self.timeout.as_millis() > i32::MAX as u128 {
+        if self.timeout < Duration::from_millis(1) || self.timeout > limits::MAX_TIMEOUT {
             return Err(Error::InvalidInput(format!(
                 "timeout must be between 1 ms and {} ms, got {:?}",
-                i32::MAX,
+                limits::MAX_TIMEOUT.as_millis(),
                 self.timeout
             )));
+        }
+        if let Some(at) = self.run_at {
+            limits::check_instant("run_at", at)?;
         }
         if let Some(group) = &self.group {
             validate_name("group", group)?;
@@ -368,6 +373,7 @@ impl NewJob {
                     "a unique window must be at least 1 ms".into(),
                 ));
             }
+            limits::check_duration("unique window", window)?;
         }
         Ok(())
     }
@@ -554,6 +560,18 @@ mod tests {
                 .is_err()
         );
         assert!(NewJob::new("k", json!({"\u{0}": 1})).validate().is_err());
+        for at in [DateTime::<Utc>::MAX_UTC, DateTime::<Utc>::MIN_UTC] {
+            assert!(
+                NewJob::new("k", json!({}))
+                    .with_run_at(at)
+                    .validate()
+                    .is_err()
+            );
+        }
+        let far = NewJob::new("k", json!({})).with_delay(limits::MAX_DURATION * 2);
+        assert!(far.validate().is_err());
+        let year = NewJob::new("k", json!({})).with_delay(Duration::from_secs(365 * 86_400));
+        assert!(year.validate().is_ok());
         assert!(
             NewJob::new("k", json!({}))
                 .with_max_attempts(0)

@@ -9,7 +9,11 @@
 //!   implements, with one params struct per method;
 //! - [`scheduling`]: queue settings (pause, global limits), unique-key policies and
 //!   periodic entries;
+//! - [`limits`]: the one range of instants and the one bound of durations every way in
+//!   accepts;
 //! - [`clock`]: injectable time ([`Clock`]), so tests never sleep for a lease to expire;
+//! - [`log_limit`]: truncating what peers send before it reaches a log, and logging a
+//!   repeated event at most once per interval;
 //! - [`pace`]: how long a node's jobs take, and how many to hold ahead of its free slots
 //!   (the runtime's prefetch, the server's extra credit);
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
@@ -19,6 +23,8 @@ pub mod clock;
 pub mod error;
 pub mod job;
 pub mod lease;
+pub mod limits;
+pub mod log_limit;
 pub mod pace;
 pub mod scheduling;
 

@@ -536,9 +536,9 @@ impl PgBackend {
 /// generic plan is the one wanted anyway: every scan is an index range scan fixed by the
 /// statement's shape, and the LIMITs are small.
 ///
-/// The claim runs as a statement of its own, not in a transaction block (`BEGIN; SET
-/// LOCAL …` then COMMIT, until 2026-11-24), so that its row locks end with it rather than
-/// when the client's COMMIT reaches the server (measured in `job_claim_fair.sql`). The
+/// The claim runs as a statement of its own, not in a transaction block, so that its row
+/// locks end with it rather than when the client's COMMIT reaches the server
+/// (`docs/benchmarks.md`, "Claim strategies measured"). The
 /// RESET keeps the plain claim, on the same pooled connections, unaffected; a claim that
 /// fails or is cancelled before it leaves its connection out of the pool (`TxConnection`).
 pub(super) const GENERIC_PLAN_ON: &str = "SET plan_cache_mode = force_generic_plan";

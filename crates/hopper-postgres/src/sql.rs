@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "unfinished_jobs",
         include_str!("../migrations/0006_unfinished_jobs.sql"),
     ),
+    (
+        7,
+        "enqueue_bounds",
+        include_str!("../migrations/0007_enqueue_bounds.sql"),
+    ),
 ];
 
 macro_rules! queries {

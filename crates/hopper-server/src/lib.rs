@@ -1,4 +1,4 @@
-//! `hopper serve`: the network server of hopper (seed 002, extended).
+//! `hopper serve`: the network server of hopper.
 //!
 //! Three roles: clients submit jobs, this server runs the queue loop against the database,
 //! workers process jobs. Clients and workers connect with ZeroMQ DEALER sockets to the

@@ -154,7 +154,7 @@ impl JobContext {
         Ok(())
     }
 
-    /// Runs blocking or CPU-heavy `work` on the blocking pool (seed 002), never on the
+    /// Runs blocking or CPU-heavy `work` on the blocking pool, never on the
     /// async threads. The pool's size is the runtime's `blocking_threads`.
     pub async fn blocking<T, F>(&self, work: F) -> Result<T>
     where

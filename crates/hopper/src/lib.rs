@@ -1,9 +1,17 @@
 //! # hopper
 //!
-//! A durable background-job queue that keeps its state in PostgreSQL.
+//! A durable background-job queue. Its state lives in one of three places, behind the same
+//! [`Client`], [`Worker`] and [`Runtime`]:
 //!
-//! - **Enqueue** typed jobs one at a time, in bulk (binary COPY), inside your own
-//!   transaction, or from SQL (`SELECT hopper.enqueue('kind', '{"n": 1}')`): [`Client`].
+//! - **PostgreSQL** ([`PgBackend`]): the production backend, many nodes on one database.
+//! - **SQLite** ([`SqliteBackend`]): embedded, one file, for one machine (several processes
+//!   may share the file); [`connect`] picks it for a `sqlite:` path.
+//! - **A `hopper serve` server** ([`RemoteBackend`]): the runtime needs no database
+//!   credentials; it speaks ZeroMQ + CBOR to the server (`docs/protocol.md`), as the Python
+//!   client does; [`connect`] picks it for a `tcp://` endpoint.
+//!
+//! - **Enqueue** typed jobs one at a time, in bulk (binary COPY on PostgreSQL), inside your
+//!   own PostgreSQL transaction, or from SQL (`SELECT hopper.enqueue('kind', '{"n": 1}')`): [`Client`].
 //! - **Run** them with a [`Worker`] per kind in a [`Runtime`]: bounded concurrency, batched
 //!   claims (`FOR UPDATE SKIP LOCKED`) and batched outcomes, LISTEN/NOTIFY wake-ups with a
 //!   polling fallback, heartbeats, timeouts, graceful shutdown.
@@ -85,6 +93,9 @@ pub use worker::{JobError, Worker, default_backoff};
 
 /// The core crate, for backend authors.
 pub use hopper_core as core;
+
+/// The bounds every way in applies to instants and durations.
+pub use hopper_core::limits;
 
 /// The README's examples, compiled as doctests so they cannot rot.
 #[doc = include_str!("../../../README.md")]

@@ -21,7 +21,7 @@ use std::time::Duration;
 use chrono::{DateTime, Timelike, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
-use hopper_core::{Backend, CronAdvance, CronEntry, Error, NewJob, Result};
+use hopper_core::{Backend, Clock, CronAdvance, CronEntry, Error, NewJob, Result};
 use tokio_util::sync::CancellationToken;
 
 /// croner's flag for `L` in a field (`LAST_BIT`, not exported by croner).
@@ -206,12 +206,13 @@ impl PeriodicJob {
 /// The enqueuer: registers `entries`, then enqueues their due ticks until `stop`.
 pub(crate) async fn run(
     backend: Arc<dyn Backend>,
+    clock: Arc<dyn Clock>,
     entries: Vec<PeriodicJob>,
     stop: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let now = Utc::now();
+        let now = now(&*clock);
         let registered: Result<Vec<CronEntry>> = entries.iter().map(|e| e.entry(now)).collect();
         let result = match registered {
             Ok(registered) => backend.cron_register(&registered).await,
@@ -230,7 +231,7 @@ pub(crate) async fn run(
         }
     }
     loop {
-        let wait = match tick(&*backend, &entries).await {
+        let wait = match tick(&*backend, &*clock, &entries).await {
             Ok(wait) => wait,
             Err(e) => {
                 tracing::warn!(error = %e, "enqueuing periodic jobs failed");
@@ -244,10 +245,20 @@ pub(crate) async fn run(
     }
 }
 
+/// The clock's instant, or this host's when the clock defers to the database: the
+/// schedule is planned here, so it needs an instant, not the database's `now()`.
+fn now(clock: &dyn Clock) -> DateTime<Utc> {
+    clock.now().unwrap_or_else(Utc::now)
+}
+
 /// Enqueues what is due; returns how long to sleep before the next tick.
-async fn tick(backend: &dyn Backend, entries: &[PeriodicJob]) -> Result<Duration> {
+async fn tick(
+    backend: &dyn Backend,
+    clock: &dyn Clock,
+    entries: &[PeriodicJob],
+) -> Result<Duration> {
     let stored = backend.cron_list().await?;
-    let now = Utc::now();
+    let now = now(clock);
     let mut wait = MAX_SLEEP;
     for entry in entries {
         let Some(row) = stored.iter().find(|r| r.name == entry.name) else {

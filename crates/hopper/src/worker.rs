@@ -8,7 +8,7 @@ use hopper_core::JobArgs;
 
 use crate::context::JobContext;
 
-/// A handler for one kind of job (seed 002's worker trait, over typed arguments).
+/// A handler for one kind of job, over typed arguments.
 ///
 /// ```
 /// use hopper::{JobArgs, JobContext, JobError, Worker};

@@ -1,7 +1,10 @@
 //! The runtime's settings, with documented defaults.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use hopper_core::{Clock, SystemClock};
 
 use crate::housekeeping::Housekeeping;
 
@@ -31,11 +34,9 @@ pub struct RuntimeConfig {
     /// How often expired leases and dead nodes are looked for. Default: 1 s.
     pub rescue_interval: Duration,
     /// Most jobs claimed in one statement. Default: 2,000: fewer, larger claims (one
-    /// commit and one walk of the index head for more jobs) drained no-op jobs faster
-    /// (W3 through the side-by-side harness's loop, alternated, 2026-11-24: 70,229 / 78,430 /
-    /// 70,053 / 68,755 / 49,823 / 67,283 jobs/s at 2,000 against 63,531 / 66,745 / 64,691 /
-    /// 53,479 / 62,512 / 54,070 at 1,000; 4,000 no better). The claims stay sized to what is
-    /// missing, and the prefetch to the jobs' pace, so slow jobs are claimed as before.
+    /// commit and one walk of the index head for more jobs) drain short jobs faster
+    /// (`docs/benchmarks.md`). The claims stay sized to what is missing, and the prefetch to
+    /// the jobs' pace, so slow jobs are not hoarded.
     pub claim_batch: usize,
     /// Claimed jobs a runtime serving one queue keeps on hand beyond its free slots, so
     /// that each claim carries more jobs and claims overlap running ones (measured in
@@ -70,6 +71,10 @@ pub struct RuntimeConfig {
     /// (completed jobs kept 24 h, failed 7 days, pruned every 60 s; a vacuum check every
     /// 10 s).
     pub housekeeping: Housekeeping,
+    /// "Now" for what the runtime decides itself rather than in SQL: when periodic jobs are
+    /// due. Default: [`SystemClock`], this host's clock. Tests pass the backend's
+    /// [`hopper_core::TestClock`] here too, and move both by hand.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for RuntimeConfig {
@@ -91,6 +96,7 @@ impl Default for RuntimeConfig {
             shutdown_timeout: Duration::from_secs(30),
             node_name: None,
             housekeeping: Housekeeping::default(),
+            clock: Arc::new(SystemClock),
         }
     }
 }

@@ -203,6 +203,7 @@ impl Runtime {
         if !self.periodic.is_empty() {
             services.push(tokio::spawn(crate::periodic::run(
                 shared.backend.clone(),
+                shared.config.clock.clone(),
                 self.periodic,
                 shared.stop_services.clone(),
             )));

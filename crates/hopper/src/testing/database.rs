@@ -98,23 +98,23 @@ impl TestDatabase {
     }
 
     /// Waits until `done` holds for the queue's counts, checking every 10 ms, or fails
-    /// after `limit` with the last counts.
+    /// with [`Error::Timeout`](crate::Error::Timeout) after `limit`, naming the last counts.
     pub async fn wait_for(
         &self,
         queue: &str,
         limit: Duration,
         done: impl Fn(&QueueStats) -> bool,
-    ) -> std::result::Result<QueueStats, String> {
+    ) -> crate::Result<QueueStats> {
         let start = tokio::time::Instant::now();
         loop {
-            let stats = self.queue_stats(queue).await.map_err(|e| e.to_string())?;
+            let stats = self.queue_stats(queue).await?;
             if done(&stats) {
                 return Ok(stats);
             }
             if start.elapsed() > limit {
-                return Err(format!(
+                return Err(crate::Error::Timeout(format!(
                     "condition not met within {limit:?}; last counts {stats:?}"
-                ));
+                )));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use chrono::{TimeZone, Utc};
 use hopper::testing::TestDatabase;
 use hopper::{
-    Client, JobArgs, JobContext, JobError, JobListParams, NewJob, PeriodicJob, Runtime, Worker,
-    Workers,
+    Backend, Client, JobArgs, JobContext, JobError, JobListParams, NewJob, PeriodicJob, Runtime,
+    RuntimeConfig, TestClock, Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -127,34 +128,57 @@ async fn cancel_reaches_a_handler_on_another_node() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Two runtimes registering the same every-second schedule enqueue each tick once; the
-/// entry is listed.
+/// Two runtimes registering the same schedule enqueue each tick once, on the injected
+/// clock: nothing before the first tick, one job per tick however many runtimes run, and
+/// after a gap only the latest missed tick.
 #[tokio::test]
 async fn periodic_ticks_are_enqueued_once_across_runtimes() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
-    let every_second =
-        || PeriodicJob::new("tick", "* * * * * *", probe("cron", "tick", 0)).expect("valid");
-    let log = Log::default();
+    let at = |h: u32, m: u32, s: u32| {
+        Utc.with_ymd_and_hms(2031, 1, 1, h, m, s)
+            .single()
+            .expect("a valid instant")
+    };
+    let clock = TestClock::new(at(0, 0, 30));
+    let db = TestDatabase::with_clock(Arc::new(clock.clone())).await?;
+    let every_minute =
+        || PeriodicJob::new("tick", "0 * * * * *", probe("cron", "tick", 0)).expect("valid");
     let mut handles = Vec::new();
     for _ in 0..2 {
         let mut workers = Workers::new();
         workers.register(NoopProbe);
+        let backend: Arc<dyn Backend> =
+            Arc::new(db.backend_with_clock(Arc::new(clock.clone())).await?);
+        let config = RuntimeConfig {
+            clock: Arc::new(clock.clone()),
+            ..config(&["other"], 1)
+        };
         handles.push(
-            Runtime::new(node(&db).await?, workers, config(&["other"], 1))
-                .periodic(every_second())
+            Runtime::new(backend, workers, config)
+                .periodic(every_minute())
                 .start()
                 .await?,
         );
     }
     let client = Client::new(db.backend());
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(3_500) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let next_run = || async {
+        let entries = client.cron_jobs().await?;
+        anyhow::Ok(entries.first().map(|e| (e.schedule.clone(), e.next_run_at)))
+    };
+    wait_until(|| async { Ok(next_run().await?.is_some()) }).await?;
+    assert_eq!(
+        next_run().await?,
+        Some(("0 * * * * *".to_owned(), at(0, 1, 0)))
+    );
+    assert_eq!(db.queue_stats("cron").await?.available, 0, "enqueued early");
+
+    clock.set(at(0, 1, 0));
+    wait_until(|| async { Ok(next_run().await?.map(|n| n.1) == Some(at(0, 2, 0))) }).await?;
+    clock.set(at(0, 3, 30));
+    wait_until(|| async { Ok(next_run().await?.map(|n| n.1) == Some(at(0, 4, 0))) }).await?;
     for handle in handles {
         handle.shutdown().await;
     }
-    drop(log);
+
     let jobs = client
         .jobs(&JobListParams {
             queue: Some("cron".into()),
@@ -164,14 +188,28 @@ async fn periodic_ticks_are_enqueued_once_across_runtimes() -> anyhow::Result<()
         .await?;
     let mut ticks: Vec<_> = jobs.iter().map(|j| j.run_at).collect();
     ticks.sort();
-    let n = ticks.len();
-    ticks.dedup();
-    println!("{n} jobs for {} ticks", ticks.len());
-    assert_eq!(n, ticks.len(), "a tick was enqueued twice");
-    assert!((2..=5).contains(&n), "{n} ticks in 3.5 s");
-    let entries = client.cron_jobs().await?;
-    assert_eq!(entries.len(), 1);
-    assert_eq!(entries[0].schedule, "* * * * * *");
+    assert_eq!(
+        ticks,
+        vec![at(0, 1, 0), at(0, 3, 0)],
+        "one job per tick, the latest after a gap"
+    );
+    Ok(())
+}
+
+/// Polls `done` every 10 ms until it holds, for at most 10 s.
+async fn wait_until<F, Fut>(done: F) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let started = Instant::now();
+    while !done().await? {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "condition not met within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     Ok(())
 }
 

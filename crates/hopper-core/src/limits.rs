@@ -1,0 +1,142 @@
+//! The bounds every way in applies to times and durations: one set, so that the Rust API,
+//! the CLI, the HTTP API, the ZeroMQ server, the SQL function `hopper.enqueue` and both
+//! backends accept and refuse the same values.
+//!
+//! - An instant (`run_at`, a periodic entry's next run) is finite and inside
+//!   [`MIN_INSTANT_MICROS`] ..= [`MAX_INSTANT_MICROS`]: from 1970-01-01T00:00:00Z to
+//!   9999-12-31T23:59:59.999999Z. PostgreSQL also stores `infinity` and years up to
+//!   294276, and chrono cannot decode either end; a row outside this range would stop
+//!   every query that reads it, so none is ever written.
+//! - A duration (a delay, a worker's `retry_in` or snooze, a lease extension, a timeout,
+//!   a unique window) is at most [`MAX_DURATION`], ten years of 365 days. Ten years is far
+//!   beyond any real delay and keeps `now + duration` inside the instant range until the
+//!   year 9989. A timeout is also stored as whole milliseconds in a 32-bit column, so it
+//!   stops at [`MAX_TIMEOUT`] (about 24.8 days) first.
+//!
+//! `migrations/0007_enqueue_bounds.sql` of the PostgreSQL backend writes the same numbers
+//! into `hopper.enqueue`; a test there checks they agree.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, Result};
+
+/// The earliest instant accepted, in microseconds since the Unix epoch: the epoch itself.
+pub const MIN_INSTANT_MICROS: i64 = 0;
+
+/// The latest instant accepted, in microseconds since the Unix epoch:
+/// 9999-12-31T23:59:59.999999Z.
+pub const MAX_INSTANT_MICROS: i64 = 253_402_300_800_000_000 - 1;
+
+/// The longest duration accepted anywhere: ten years of 365 days.
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// [`MAX_DURATION`] in milliseconds, the unit of the wire protocol and the HTTP API.
+pub const MAX_DURATION_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+
+/// The longest timeout accepted: `i32::MAX` milliseconds (about 24.8 days), the most its
+/// column holds.
+pub const MAX_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// The earliest instant accepted (the Unix epoch).
+pub fn min_instant() -> DateTime<Utc> {
+    DateTime::UNIX_EPOCH
+}
+
+/// The latest instant accepted (9999-12-31T23:59:59.999999Z).
+pub fn max_instant() -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(MAX_INSTANT_MICROS).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Returns `at` when it lies inside the accepted range, or an [`Error::InvalidInput`] that
+/// names `what` and the range.
+pub fn check_instant(what: &str, at: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    let us = at.timestamp_micros();
+    if (MIN_INSTANT_MICROS..=MAX_INSTANT_MICROS).contains(&us) {
+        Ok(at)
+    } else {
+        Err(Error::InvalidInput(format!(
+            "{what} {} is out of range: instants must lie between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
+            at.to_rfc3339()
+        )))
+    }
+}
+
+/// Returns `d` when it is at most [`MAX_DURATION`], or an [`Error::InvalidInput`] that
+/// names `what` and the bound.
+pub fn check_duration(what: &str, d: Duration) -> Result<Duration> {
+    if d <= MAX_DURATION {
+        Ok(d)
+    } else {
+        Err(Error::InvalidInput(format!(
+            "{what} of {} ms is too long: durations are at most {MAX_DURATION_MS} ms (10 years)",
+            d.as_millis()
+        )))
+    }
+}
+
+/// A duration given in milliseconds (the wire protocol's and the HTTP API's unit),
+/// checked against [`MAX_DURATION`].
+pub fn duration_ms(what: &str, ms: u64) -> Result<Duration> {
+    check_duration(what, Duration::from_millis(ms))
+}
+
+/// `from + d`, both checked: `d` against [`MAX_DURATION`], the sum against the instant
+/// range. What a delay, a retry or a snooze turns into.
+pub fn instant_after(what: &str, from: DateTime<Utc>, d: Duration) -> Result<DateTime<Utc>> {
+    let d = check_duration(what, d)?;
+    let at = chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| from.checked_add_signed(d))
+        .ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "{what} of {} ms from {} is out of range",
+                d.as_millis(),
+                from.to_rfc3339()
+            ))
+        })?;
+    check_instant(what, at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_outside_the_range_are_refused() {
+        assert!(check_instant("run_at", min_instant()).is_ok());
+        assert!(check_instant("run_at", max_instant()).is_ok());
+        assert!(check_instant("run_at", Utc::now()).is_ok());
+        let before = min_instant() - chrono::Duration::microseconds(1);
+        let after = max_instant() + chrono::Duration::microseconds(1);
+        assert!(check_instant("run_at", before).is_err());
+        assert!(check_instant("run_at", after).is_err());
+        assert!(check_instant("run_at", DateTime::<Utc>::MAX_UTC).is_err());
+        assert!(check_instant("run_at", DateTime::<Utc>::MIN_UTC).is_err());
+        assert_eq!(
+            max_instant().to_rfc3339(),
+            "9999-12-31T23:59:59.999999+00:00"
+        );
+    }
+
+    #[test]
+    fn durations_have_one_bound() {
+        assert!(check_duration("delay", MAX_DURATION).is_ok());
+        assert!(check_duration("delay", MAX_DURATION + Duration::from_millis(1)).is_err());
+        assert!(duration_ms("retry_in", MAX_DURATION_MS).is_ok());
+        assert!(duration_ms("retry_in", MAX_DURATION_MS + 1).is_err());
+        assert!(duration_ms("retry_in", u64::MAX).is_err());
+        assert!(duration_ms("retry_in", i64::MAX as u64).is_err());
+        assert_eq!(MAX_DURATION.as_millis(), u128::from(MAX_DURATION_MS));
+        assert!(MAX_TIMEOUT < MAX_DURATION);
+    }
+
+    #[test]
+    fn instant_after_checks_both_the_duration_and_the_sum() {
+        let now = Utc::now();
+        assert!(instant_after("delay", now, MAX_DURATION).is_ok());
+        assert!(instant_after("delay", now, Duration::MAX).is_err());
+        assert!(instant_after("delay", max_instant(), Duration::from_secs(1)).is_err());
+    }
+}
