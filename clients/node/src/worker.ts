@@ -228,7 +228,9 @@ export class Worker {
     if (conn === null) return;
     const now = Date.now();
     this.finishIfDone();
-    if (now - conn.lastHeard > 3 * conn.heartbeatMs) {
+    if (this.reconnecting) {
+      // a new socket is saying hello: heartbeats wait for it
+    } else if (now - conn.lastHeard > 3 * conn.heartbeatMs) {
       this.logger.warn(`hopper worker ${this.name}: server silent; reconnecting`);
       void this.reconnect();
     } else {

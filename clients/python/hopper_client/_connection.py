@@ -91,13 +91,6 @@ class Connection:
         self.reconnects = 0
 
     # -- socket ---------------------------------------------------------------------------
-    @property
-    def socket(self) -> zmq.Socket[bytes]:
-        """The open socket (RuntimeError before :meth:`open` or after :meth:`close`)."""
-        if self._socket is None:
-            raise RuntimeError("the connection is closed")
-        return self._socket
-
     def open(self) -> None:
         """Creates the socket and says hello (raises HopperError if refused)."""
         self.close()
@@ -122,7 +115,8 @@ class Connection:
 
     def reconnect(self, deadline: Optional[float] = None) -> None:
         """Recreates the socket and says hello again, retrying until ``deadline``
-        (a ``time.monotonic()`` instant; for ever if None)."""
+        (a ``time.monotonic()`` instant; for ever if None). On failure the socket is
+        closed."""
         self.reconnects += 1
         delay = 0.05
         while True:
@@ -131,9 +125,13 @@ class Connection:
                 return
             except Unavailable:
                 if deadline is not None and time.monotonic() + delay > deadline:
+                    self.close()
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
+            except HopperError:
+                self.close()
+                raise
 
     def _hello(self) -> None:
         fields: Message = {"version": VERSION, "name": default_name()}
@@ -161,18 +159,23 @@ class Connection:
             raise HopperError(
                 "too_large", f"{len(frame)} bytes is over the server's {self.max_frame}"
             )
+        if self._socket is None:
+            raise Unavailable(f"cannot send {message.get('type')}: the connection is closed")
         try:
-            self.socket.send(frame, zmq.NOBLOCK)
+            self._socket.send(frame, zmq.NOBLOCK)
         except zmq.Again:
             raise Unavailable(f"cannot send {message.get('type')}: not connected") from None
         return len(frame)
 
     def poll(self, timeout_s: float) -> Optional[Message]:
         """Receives one message within ``timeout_s`` (or None). Undecodable frames are
-        skipped."""
-        if self.socket.poll(int(max(timeout_s, 0) * 1000)) == 0:
+        skipped; a closed connection (a reconnect failed) waits out the timeout."""
+        if self._socket is None:
+            time.sleep(max(timeout_s, 0))
             return None
-        frames = self.socket.recv_multipart()
+        if self._socket.poll(int(max(timeout_s, 0) * 1000)) == 0:
+            return None
+        frames = self._socket.recv_multipart()
         self.last_heard = time.monotonic()
         try:
             message = cbor2.loads(frames[-1])
