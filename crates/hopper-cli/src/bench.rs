@@ -69,6 +69,8 @@ pub struct Bench {
     pub tuning: Tuning,
     /// Print JSON lines instead of text (and no progress bars).
     pub json: bool,
+    /// The server workloads encrypt with CURVE.
+    pub curve: bool,
 }
 
 impl Bench {
@@ -106,6 +108,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyh
             claims_in_flight: args.claims_in_flight,
         },
         json,
+        curve: args.curve,
     };
     let jobs = args.jobs;
     match args.workload {

@@ -225,6 +225,9 @@ pub struct BenchArgs {
     /// (`RuntimeConfig::claims_in_flight`; default 4), for tuning experiments.
     #[arg(long)]
     pub claims_in_flight: Option<usize>,
+    /// Encrypt the server workloads (W7, server-latency) with CURVE.
+    #[arg(long)]
+    pub curve: bool,
     /// The large backlog of claim-scale (W5).
     #[arg(long, default_value_t = 1_000_000)]
     pub backlog: u64,

@@ -2,7 +2,10 @@
 //!
 //! Security is on by default: with no `--token-file` and no `--insecure-no-auth`, the
 //! server reads its tokens from the default token file, and if there is none it generates
-//! a token, writes it there readable by this user only (mode 0600) and says where.
+//! a token, writes it there readable by this user only (mode 0600) and says where. Off
+//! loopback, traffic is encrypted with CURVE: the server's key pair is read from its key
+//! file, generated there (0600) on first start; `--insecure-plaintext` turns it off and
+//! `--curve` turns it on for loopback.
 //!
 //! With `--http ADDR` it also serves the HTTP API, the dashboard and `/metrics`
 //! ([`crate::http`]); with `--http` and no `--listen`, it serves HTTP only.
@@ -13,7 +16,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use hopper::PgOptions;
-use hopper_server::{Auth, ServeConfig, Server};
+use hopper_server::{Auth, ServeConfig, Server, ServerKeys};
 
 /// `hopper serve`.
 #[derive(Debug, Args)]
@@ -27,9 +30,24 @@ pub struct ServeArgs {
     /// new token (mode 0600) if it does not exist. Default: ~/.config/hopper/serve.token.
     #[arg(long, env = "HOPPER_TOKEN_FILE", conflicts_with = "insecure_no_auth")]
     pub token_file: Option<PathBuf>,
-    /// Accept every peer without a token. Traffic is never encrypted; see docs/protocol.md.
+    /// Accept every peer without a token.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Encrypt with CURVE even on loopback (it is always on for other endpoints).
+    #[arg(long, conflicts_with = "insecure_plaintext")]
+    pub curve: bool,
+    /// Serve in plaintext on an endpoint other hosts can reach (tokens then travel in
+    /// clear). Without it, a non-loopback --listen uses CURVE.
+    #[arg(long)]
+    pub insecure_plaintext: bool,
+    /// The server's CURVE key pair (Z85, `public = …` and `secret = …`), created (mode 0600)
+    /// if it does not exist. Peers are given the public key. Default: serve.key beside the
+    /// token file.
+    #[arg(long, env = "HOPPER_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Most connections held at once; past it new peers' handshakes are refused.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_connections: usize,
     /// Database connections in the pool; the server holds one more for LISTEN.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub pool_size: u16,
@@ -102,12 +120,25 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
         config.heartbeat = heartbeat;
         config.lease = lease;
         config.node_dead_after = node_dead_after;
+        config.max_connections = args.max_connections;
+        config.insecure_plaintext = args.insecure_plaintext;
+        config.curve = curve_keys(&args, &listen)?;
+        let public_key = config.curve.as_ref().map(|k| k.public.clone());
         let started = Server::start(config).await?;
         eprintln!(
             "hopper serve: listening on {} (node {}, schema {schema})",
             started.endpoint(),
             started.node_id()
         );
+        match public_key {
+            Some(key) => eprintln!(
+                "hopper serve: CURVE on; peers need the server key {key} (server_key=, HOPPER_SERVER_KEY)"
+            ),
+            None if args.insecure_plaintext => eprintln!(
+                "hopper serve: WARNING: --insecure-plaintext: traffic, tokens included, is not encrypted"
+            ),
+            None => {}
+        }
         server = Some(started);
     }
     let http = crate::http::start(&args.http, backend, prometheus).await?;
@@ -120,6 +151,33 @@ pub async fn run(url: Option<&str>, schema: &str, args: ServeArgs) -> anyhow::Re
         http.shutdown().await?;
     }
     Ok(())
+}
+
+/// The CURVE key pair when the server encrypts: with --curve, or on an endpoint other hosts
+/// can reach unless --insecure-plaintext. Read from the key file, created on first start.
+fn curve_keys(args: &ServeArgs, listen: &str) -> anyhow::Result<Option<ServerKeys>> {
+    if !wants_curve(args.curve, args.insecure_plaintext, listen) {
+        return Ok(None);
+    }
+    let path = match (&args.key_file, &args.token_file) {
+        (Some(path), _) => path.clone(),
+        (None, Some(token_file)) => hopper_server::key_path_beside(token_file),
+        (None, None) => hopper_server::default_key_path(),
+    };
+    let (keys, created) = ServerKeys::read_or_create(&path)
+        .with_context(|| format!("the CURVE key file {}", path.display()))?;
+    if created {
+        eprintln!(
+            "hopper serve: generated a CURVE key pair in {} (readable by this user only)",
+            path.display()
+        );
+    }
+    Ok(Some(keys))
+}
+
+/// CURVE is on with --curve, and off loopback unless --insecure-plaintext.
+fn wants_curve(curve: bool, insecure_plaintext: bool, listen: &str) -> bool {
+    curve || (!insecure_plaintext && !hopper_server::is_loopback(listen))
 }
 
 /// Reads the tokens, or generates the first one.
@@ -159,4 +217,18 @@ fn host_name() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wants_curve;
+
+    #[test]
+    fn curve_is_on_off_loopback_unless_plaintext_is_asked_for() {
+        assert!(wants_curve(false, false, "tcp://0.0.0.0:7010"));
+        assert!(wants_curve(false, false, "tcp://10.1.2.3:7010"));
+        assert!(!wants_curve(false, true, "tcp://0.0.0.0:7010"));
+        assert!(!wants_curve(false, false, "tcp://127.0.0.1:7010"));
+        assert!(wants_curve(true, false, "tcp://127.0.0.1:7010"));
+    }
 }

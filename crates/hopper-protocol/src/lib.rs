@@ -47,3 +47,30 @@ pub const MAX_FRAME: usize = 2 * 1024 * 1024;
 /// How often a peer should send something (a heartbeat at least) when the server does not
 /// say otherwise in its `welcome`, in milliseconds.
 pub const DEFAULT_HEARTBEAT_MS: u64 = 5_000;
+
+/// The characters of Z85 (ZeroMQ RFC 32), in which CURVE keys are written.
+const Z85: &str =
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+
+/// True when `key` is written as a CURVE key is: 40 Z85 characters (32 bytes). The server's
+/// public key, given to peers, has this form.
+pub fn is_curve_key(key: &str) -> bool {
+    key.len() == 40 && key.chars().all(|c| Z85.contains(c))
+}
+
+#[cfg(test)]
+mod key_tests {
+    #[test]
+    fn curve_keys_are_forty_z85_characters() {
+        assert!(super::is_curve_key(
+            "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+        ));
+        assert!(!super::is_curve_key(
+            "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf"
+        ));
+        assert!(!super::is_curve_key(
+            "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]y f7"
+        ));
+        assert!(!super::is_curve_key(&"\"".repeat(40)));
+    }
+}

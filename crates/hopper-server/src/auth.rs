@@ -77,12 +77,24 @@ pub fn generate_token() -> String {
 /// Writes a new token to `path` (creating its directory), readable by this user only
 /// (mode 0600), and returns it. Refuses to overwrite an existing file.
 pub fn write_new_token(path: &Path) -> std::io::Result<String> {
+    let token = generate_token();
+    let mut file = create_private_file(path)?;
+    writeln!(
+        file,
+        "# hopper serve token (generated); give it to clients and workers as their token"
+    )?;
+    writeln!(file, "{token}")?;
+    Ok(token)
+}
+
+/// Creates `path` (and its directory) for writing, readable by this user only (mode 0600).
+/// Refuses to overwrite an existing file (`AlreadyExists`).
+pub(crate) fn create_private_file(path: &Path) -> std::io::Result<std::fs::File> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
         std::fs::create_dir_all(dir)?;
     }
-    let token = generate_token();
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -90,13 +102,7 @@ pub fn write_new_token(path: &Path) -> std::io::Result<String> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options.open(path)?;
-    writeln!(
-        file,
-        "# hopper serve token (generated); give it to clients and workers as their token"
-    )?;
-    writeln!(file, "{token}")?;
-    Ok(token)
+    options.open(path)
 }
 
 /// Where `hopper serve` keeps its generated token when not told: `$HOPPER_TOKEN_FILE`, else

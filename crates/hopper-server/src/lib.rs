@@ -29,9 +29,11 @@ mod admin;
 mod auth;
 mod convert;
 mod dispatch;
-mod guard;
+mod exposure;
+mod keys;
 mod server;
 mod tasks;
+mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,12 +47,15 @@ use uuid::Uuid;
 pub use auth::{
     Auth, constant_time_eq, default_token_path, generate_token, read_tokens, write_new_token,
 };
+pub use exposure::is_loopback;
+pub use keys::{ServerKeys, check_key, default_key_path, key_path_beside};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
-    /// The endpoint could not be bound (in use, bad address, unsupported transport).
+    /// The endpoint could not be bound (in use, bad address, unsupported transport), or
+    /// would expose plaintext beyond this host without `insecure_plaintext`.
     #[error("cannot listen on {endpoint}: {reason}")]
     Bind {
         /// The endpoint.
@@ -72,6 +77,19 @@ pub struct ServeConfig {
     pub listen: String,
     /// Who may connect.
     pub auth: Auth,
+    /// The CURVE key pair: with one, every connection is encrypted and peers must know the
+    /// public key. Default: none (plaintext), which only a loopback or local endpoint
+    /// accepts unless [`ServeConfig::insecure_plaintext`].
+    pub curve: Option<ServerKeys>,
+    /// Accept plaintext on an endpoint other peers can reach (`--insecure-plaintext`).
+    /// Default: false.
+    pub insecure_plaintext: bool,
+    /// A connection that has not completed its ZeroMQ handshake (CURVE included) this long
+    /// after it was accepted is closed. Default: 5 s.
+    pub handshake_timeout: Duration,
+    /// Connections held at once; past it, new peers' handshakes are refused (logged once).
+    /// Default: 10,000.
+    pub max_connections: usize,
     /// The node id under which jobs are leased. Default: [`stable_node_id`] of the listen
     /// endpoint and this host, so a restarted server keeps its in-flight jobs.
     pub node_id: NodeId,
@@ -113,6 +131,10 @@ impl ServeConfig {
             node_name: format!("hopper serve {listen}"),
             listen,
             auth,
+            curve: None,
+            insecure_plaintext: false,
+            handshake_timeout: Duration::from_secs(5),
+            max_connections: 10_000,
             heartbeat: Duration::from_millis(hopper_protocol::DEFAULT_HEARTBEAT_MS),
             lease: Duration::from_secs(30),
             max_frame: hopper_protocol::MAX_FRAME,
@@ -177,9 +199,9 @@ impl ServerHandle {
 
     /// Stops serving. Workers' leases stay in the database under this node id: a server
     /// started again with the same node id within the node timeout carries on with them.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.stop.cancel();
-        for task in self.tasks {
+        for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
         }
         tracing::info!(endpoint = %self.endpoint, "server stopped");
@@ -198,6 +220,14 @@ impl ServerHandle {
         hopper::shutdown_signal().await;
         tracing::info!("signal received; stopping the server");
         self.shutdown().await;
+    }
+}
+
+/// Dropping the handle stops the server too (without waiting), so that its socket thread
+/// does not outlive it.
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }
 

@@ -15,7 +15,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-use zeromq::{RouterSocket, Socket};
 
 use crate::convert::{self, error_code};
 use crate::tasks::{self, FinishItem, ReplyTo};
@@ -143,40 +142,24 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         endpoint: config.listen.clone(),
         reason,
     };
+    crate::exposure::check(&config).map_err(bind_error)?;
     let stop = CancellationToken::new();
-    let mut socket = RouterSocket::new();
-    // On TCP, peers reach the socket through the frame-size guard (guard.rs explains why);
-    // the socket itself listens on a loopback port of its own.
-    let public = crate::guard::tcp_address(&config.listen);
-    let bind_to = if public.is_some() {
-        "tcp://127.0.0.1:0"
-    } else {
-        config.listen.as_str()
-    };
-    let mut endpoint = socket
-        .bind(bind_to)
-        .await
-        .map_err(|e| bind_error(e.to_string()))?
-        .to_string();
-    let mut guard = None;
-    if let Some(public) = public {
-        let inner: std::net::SocketAddr = crate::guard::tcp_address(&endpoint)
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| bind_error(format!("the inner socket's endpoint {endpoint}")))?;
-        let limit = u64::try_from(config.max_frame)
-            .unwrap_or(u64::MAX / 4)
-            .saturating_mul(2)
-            .saturating_add(4096);
-        let (bound, task) = crate::guard::start(public, inner, limit, stop.clone())
-            .await
-            .map_err(|e| bind_error(e.to_string()))?;
-        endpoint = format!("tcp://{bound}");
-        guard = Some(task);
-    }
-    let (send_half, recv_half) = socket.split();
     let (events_tx, events_rx) = mpsc::channel(4096);
     let (out_tx, out_rx) = mpsc::channel(4096);
+    let settings = crate::transport::Settings {
+        listen: config.listen.clone(),
+        // Frames up to twice the limit are read, so that the peer gets a `too_large` reply.
+        max_message: config.max_frame.saturating_mul(2).saturating_add(4096),
+        heartbeat: config.heartbeat,
+        handshake_timeout: config.handshake_timeout,
+        max_connections: config.max_connections,
+        curve: config.curve.clone(),
+    };
+    let bound = crate::transport::start(&settings, events_tx.clone(), out_rx, stop.clone())
+        .map_err(bind_error)?;
+    let endpoint = bound.endpoint;
     let (finish_tx, finish_rx) = mpsc::channel(8192);
+    let curve = config.curve.is_some();
     let core = Core {
         backend: backend.clone(),
         peers: HashMap::new(),
@@ -193,8 +176,6 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         config,
     };
     let mut tasks = vec![
-        tokio::spawn(tasks::receive(recv_half, events_tx.clone(), stop.clone())),
-        tokio::spawn(tasks::send(send_half, out_rx)),
         tokio::spawn(tasks::finish(backend.clone(), finish_rx, out_tx, 3)),
         tokio::spawn(tasks::listen(backend.clone(), events_tx, stop.clone())),
         tokio::spawn(tasks::rescue(
@@ -219,8 +200,8 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         )),
         tokio::spawn(run(core, events_rx, stop.clone())),
     ];
-    tasks.extend(guard);
-    tracing::info!(%endpoint, node = %node_id, "hopper server listening");
+    tasks.extend(bound.tasks);
+    tracing::info!(%endpoint, node = %node_id, curve, "hopper server listening");
     Ok(ServerHandle {
         endpoint,
         node_id,

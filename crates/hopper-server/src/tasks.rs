@@ -1,5 +1,4 @@
-//! The server's background tasks: the socket's receiver and sender, the batching outcome
-//! writer, the notification listener, and the maintenance the workers' runtimes would
+//! The server's background tasks: the batching outcome writer, the notification listener, and the maintenance the workers' runtimes would
 //! otherwise do (rescuing expired leases, releasing dead nodes, promoting scheduled jobs).
 
 use std::collections::HashMap;
@@ -8,14 +7,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use hopper_core::{Backend, Finish, FinishResult, NodeInfo};
-use hopper_protocol::{FinishResult as WireResult, Reply, encode};
+use hopper_protocol::{FinishResult as WireResult, Reply};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use zeromq::{RouterRecvHalf, RouterSendHalf, SocketRecv, SocketSend, ZmqMessage};
 
 use crate::ServeConfig;
 use crate::convert::error_code;
-use crate::server::{Event, Peer, PeerId, hex};
+use crate::server::{Event, Peer, PeerId};
 
 /// The node row: the queues served and the total concurrency of connected workers.
 pub(crate) fn node_info(config: &ServeConfig, peers: &HashMap<PeerId, Peer>) -> NodeInfo {
@@ -36,59 +34,6 @@ pub(crate) fn node_info(config: &ServeConfig, peers: &HashMap<PeerId, Peer>) -> 
         name: config.node_name.clone(),
         queues,
         concurrency: i32::try_from(concurrency).unwrap_or(i32::MAX),
-    }
-}
-
-/// Reads messages and hands each one's last frame to the loop. The routing id comes first;
-/// an optional empty delimiter frame may sit between it and the CBOR frame.
-pub(crate) async fn receive(
-    mut socket: RouterRecvHalf,
-    events: mpsc::Sender<Event>,
-    stop: CancellationToken,
-) {
-    loop {
-        let message = tokio::select! {
-            m = socket.recv() => m,
-            _ = stop.cancelled() => return,
-        };
-        match message {
-            Ok(message) => {
-                let mut frames = message.into_vec();
-                if frames.len() < 2 {
-                    continue;
-                }
-                let Some(frame) = frames.pop() else { continue };
-                let peer = frames.swap_remove(0);
-                if events.send(Event::Frame(peer, frame)).await.is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "receive failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
-/// Writes replies and orders. A peer that does not read for 5 s loses the message (it is
-/// dropped as silent soon after, and its jobs are retried).
-pub(crate) async fn send(mut socket: RouterSendHalf, mut out: mpsc::Receiver<(PeerId, Reply)>) {
-    while let Some((peer, reply)) = out.recv().await {
-        let frame = match encode(&reply) {
-            Ok(frame) => frame,
-            Err(e) => {
-                tracing::error!(error = %e, "encoding a reply failed");
-                continue;
-            }
-        };
-        let mut message = ZmqMessage::from(frame);
-        message.push_front(peer.clone());
-        match tokio::time::timeout(Duration::from_secs(5), socket.send(message)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!(peer = %hex(&peer), error = %e, "send failed"),
-            Err(_) => tracing::warn!(peer = %hex(&peer), "peer not reading; message dropped"),
-        }
     }
 }
 

@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use ciborium::Value;
@@ -17,47 +15,6 @@ use common::*;
 use hopper::testing::TestDatabase;
 use hopper::{JobState, NewJob};
 use uuid::Uuid;
-
-static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-/// Appends what the subscriber writes to [`LOGS`].
-struct Capture;
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOGS.lock()
-            .map_err(|_| std::io::Error::other("poisoned"))?
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Starts capturing (once per binary) and returns everything logged so far.
-fn logs() -> String {
-    static INIT: OnceLock<()> = OnceLock::new();
-    INIT.get_or_init(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("info,hopper=debug,hopper_server=debug")
-            .with_ansi(false)
-            .with_writer(|| Capture)
-            .try_init();
-    });
-    let bytes = LOGS.lock().map(|l| l.clone()).unwrap_or_default();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
-/// The log lines that mention `needle`.
-fn lines_with(needle: &str) -> Vec<String> {
-    logs()
-        .lines()
-        .filter(|l| l.contains(needle))
-        .map(str::to_owned)
-        .collect()
-}
 
 fn assert_no_secret(secrets: &[&str]) {
     let all = logs();

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hopper::Client;
-use hopper_server::{Auth, ServeConfig, Server, ServerHandle};
+use hopper_server::{Auth, ServeConfig, Server, ServerHandle, ServerKeys};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::time::Instant;
@@ -33,8 +33,12 @@ pub const WORKERS: usize = 4;
 /// How long a worker process may take to connect, and to stop once told.
 const START_STOP: Duration = Duration::from_secs(30);
 
-/// A server on a free loopback port and the URL (without the token) to reach it.
-async fn start_server(bench: &Bench, token: &str) -> anyhow::Result<ServerHandle> {
+/// A server on a free loopback port, with CURVE if the bench asks for it (then also its
+/// public key).
+async fn start_server(
+    bench: &Bench,
+    token: &str,
+) -> anyhow::Result<(ServerHandle, Option<String>)> {
     let mut config = ServeConfig::new(
         bench.client.backend().clone(),
         "tcp://127.0.0.1:0",
@@ -42,7 +46,12 @@ async fn start_server(bench: &Bench, token: &str) -> anyhow::Result<ServerHandle
     );
     config.node_id = uuid::Uuid::now_v7();
     config.node_name = format!("hopper-bench serve:{}", std::process::id());
-    Server::start(config).await.context("starting the server")
+    if bench.curve {
+        config.curve = Some(ServerKeys::generate().context("making a CURVE key pair")?);
+    }
+    let key = config.curve.as_ref().map(|k| k.public.clone());
+    let server = Server::start(config).await.context("starting the server")?;
+    Ok((server, key))
 }
 
 /// A worker child process, waiting for the word to start.
@@ -55,14 +64,18 @@ struct WorkerProcess {
 /// connected.
 async fn spawn_workers(
     bench: &Bench,
-    endpoint: &str,
-    token: &str,
+    peer: &Peer<'_>,
     n: usize,
 ) -> anyhow::Result<Vec<WorkerProcess>> {
     let exe = std::env::current_exe().context("finding the hopper binary")?;
     let mut workers = Vec::with_capacity(n);
     for i in 0..n {
-        let mut child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        if let Some(key) = peer.server_key {
+            command.env("HOPPER_SERVER_KEY", key);
+        }
+        let endpoint = peer.endpoint;
+        let mut child = command
             .arg("--database-url")
             .arg(format!("{endpoint}?name=bench-worker-{i}"))
             .args(["worker", "--queue", super::QUEUE, "--stdin-control"])
@@ -70,7 +83,7 @@ async fn spawn_workers(
             .arg(bench.concurrency.to_string())
             .arg("--work-ms")
             .arg(bench.work.as_millis().to_string())
-            .env("HOPPER_TOKEN", token)
+            .env("HOPPER_TOKEN", peer.token)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -120,8 +133,13 @@ async fn stop_workers(workers: Vec<WorkerProcess>) {
 pub async fn drain(bench: &Bench) -> anyhow::Result<Report> {
     let jobs = db::unfinished(&bench.client).await?;
     let token = hopper_server::generate_token();
-    let server = start_server(bench, &token).await?;
-    let result = drain_through(bench, server.endpoint(), &token, jobs).await;
+    let (server, key) = start_server(bench, &token).await?;
+    let peer = Peer {
+        endpoint: server.endpoint(),
+        token: &token,
+        server_key: key.as_deref(),
+    };
+    let result = drain_through(bench, &peer, jobs).await;
     server.shutdown().await;
     let seconds = result?;
     let mut report = Report::new("server-drain", "W7", jobs, seconds);
@@ -129,13 +147,15 @@ pub async fn drain(bench: &Bench) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-async fn drain_through(
-    bench: &Bench,
-    endpoint: &str,
-    token: &str,
-    jobs: u64,
-) -> anyhow::Result<f64> {
-    let mut workers = spawn_workers(bench, endpoint, token, WORKERS).await?;
+/// What a worker process needs to reach the server.
+struct Peer<'a> {
+    endpoint: &'a str,
+    token: &'a str,
+    server_key: Option<&'a str>,
+}
+
+async fn drain_through(bench: &Bench, peer: &Peer<'_>, jobs: u64) -> anyhow::Result<f64> {
+    let mut workers = spawn_workers(bench, peer, WORKERS).await?;
     let bar = progress(jobs, "W7 drain", bench.json);
     let started = Instant::now();
     let mut go = Ok(());
@@ -160,9 +180,19 @@ async fn drain_through(
 /// remote backend, the server's.
 pub async fn latency(bench: &Bench, jobs: u64) -> anyhow::Result<Report> {
     let token = hopper_server::generate_token();
-    let server = start_server(bench, &token).await?;
+    let (server, key) = start_server(bench, &token).await?;
     let url = format!("{}?token={token}&name=bench-latency", server.endpoint());
-    let result = match hopper::connect(&url, Default::default()).await {
+    let options = hopper::RemoteOptions::from_url(&url).map(|mut o| {
+        o.server_key = key;
+        o
+    });
+    let connected = match options {
+        Ok(options) => hopper::RemoteBackend::connect(options)
+            .await
+            .map(|b| std::sync::Arc::new(b) as std::sync::Arc<dyn hopper::Backend>),
+        Err(e) => Err(e),
+    };
+    let result = match connected {
         Ok(remote) => {
             let through = Bench {
                 client: Client::new(remote),
@@ -171,6 +201,7 @@ pub async fn latency(bench: &Bench, jobs: u64) -> anyhow::Result<Report> {
                 job_timeout: bench.job_timeout,
                 tuning: bench.tuning,
                 json: bench.json,
+                curve: bench.curve,
             };
             super::latency::run(&through, jobs).await
         }

@@ -9,7 +9,6 @@ use ciborium::Value;
 use hopper::testing::TestDatabase;
 use hopper::{Backend, PgBackend, PgOptions};
 use hopper_server::{Auth, ServeConfig, Server, ServerHandle};
-use zeromq::{DealerSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 /// The token the tests' servers accept.
 pub const TOKEN: &str = "test-token-0123456789";
@@ -75,24 +74,54 @@ pub fn int(n: i64) -> Value {
     Value::Integer(n.into())
 }
 
-/// A raw DEALER peer that sends and receives CBOR maps.
+/// A raw DEALER peer (libzmq) that sends and receives CBOR maps.
 pub struct RawPeer {
-    socket: DealerSocket,
+    /// In a blocking task while it waits for a message.
+    socket: Option<zmq::Socket>,
+}
+
+/// The context of the tests' raw peers.
+fn context() -> &'static zmq::Context {
+    static CONTEXT: std::sync::OnceLock<zmq::Context> = std::sync::OnceLock::new();
+    CONTEXT.get_or_init(zmq::Context::new)
 }
 
 impl RawPeer {
-    /// Connects to `endpoint`.
+    /// Connects to `endpoint` in plaintext.
     pub async fn connect(endpoint: &str) -> Self {
-        let mut socket = DealerSocket::new();
-        socket.connect(endpoint).await.expect("connects");
-        RawPeer { socket }
+        Self::connect_with(endpoint, None).await
     }
 
-    /// Sends raw bytes as one frame.
+    /// Connects to `endpoint`, with CURVE when given the server's public key (and a key
+    /// pair of its own).
+    pub async fn connect_with(endpoint: &str, server_key: Option<&str>) -> Self {
+        let socket = context().socket(zmq::DEALER).expect("a socket");
+        socket.set_linger(0).expect("linger");
+        socket.set_rcvtimeo(10_000).expect("a receive timeout");
+        if let Some(key) = server_key {
+            let mine = zmq::CurveKeyPair::new().expect("a key pair");
+            socket
+                .set_curve_serverkey(key.as_bytes())
+                .expect("server key");
+            socket
+                .set_curve_publickey(&mine.public_key)
+                .expect("public key");
+            socket
+                .set_curve_secretkey(&mine.secret_key)
+                .expect("secret key");
+        }
+        socket.connect(endpoint).expect("connects");
+        RawPeer {
+            socket: Some(socket),
+        }
+    }
+
+    /// Sends raw bytes as one frame (queued until the connection is up).
     pub async fn send_bytes(&mut self, bytes: Vec<u8>) {
         self.socket
-            .send(ZmqMessage::from(bytes))
-            .await
+            .as_ref()
+            .expect("the socket")
+            .send(bytes, 0)
             .expect("sends");
     }
 
@@ -103,13 +132,32 @@ impl RawPeer {
         self.send_bytes(bytes).await;
     }
 
+    /// How long [`RawPeer::try_recv_bytes`] waits (10 s unless set).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        self.socket
+            .as_ref()
+            .expect("the socket")
+            .set_rcvtimeo(ms)
+            .expect("a receive timeout");
+    }
+
+    /// Receives one frame, or `None` after the timeout.
+    pub async fn try_recv_bytes(&mut self) -> Option<Vec<u8>> {
+        let socket = self.socket.take().expect("the socket");
+        let (socket, frames) = tokio::task::spawn_blocking(move || {
+            let frames = socket.recv_multipart(0);
+            (socket, frames)
+        })
+        .await
+        .expect("the receiving task");
+        self.socket = Some(socket);
+        frames.ok().and_then(|mut f| f.pop())
+    }
+
     /// Receives one map, failing after 10 s.
     pub async fn recv(&mut self) -> Value {
-        let message = tokio::time::timeout(Duration::from_secs(10), self.socket.recv())
-            .await
-            .expect("a reply within 10 s")
-            .expect("receives");
-        let frame = message.into_vec().pop().expect("a frame");
+        let frame = self.try_recv_bytes().await.expect("a reply within 10 s");
         ciborium::from_reader(&frame[..]).expect("CBOR")
     }
 
@@ -165,4 +213,46 @@ pub async fn connections(db: &TestDatabase, app: &str) -> i64 {
         .await
         .expect("counts");
     row.get(0)
+}
+
+static LOGS: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+/// Appends what the subscriber writes to [`LOGS`].
+struct Capture;
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Starts capturing the logs (once per test binary: every test of it logs into one capture)
+/// and returns everything logged so far.
+pub fn logs() -> String {
+    static INIT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INIT.get_or_init(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info,hopper=debug,hopper_server=debug")
+            .with_ansi(false)
+            .with_writer(|| Capture)
+            .try_init();
+    });
+    let bytes = LOGS.lock().map(|l| l.clone()).unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The log lines that mention `needle`.
+pub fn lines_with(needle: &str) -> Vec<String> {
+    logs()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
 }

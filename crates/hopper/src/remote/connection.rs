@@ -1,27 +1,26 @@
-//! The connection task of a [`super::RemoteBackend`]: one DEALER socket to the server,
-//! recreated whenever the server goes quiet.
+//! The connection task of a [`super::RemoteBackend`]: says hello over the backend's one
+//! socket ([`super::socket`]), then matches replies to requests, forwards orders and
+//! cancellations, and heartbeats.
 //!
-//! zmq.rs's DEALER does not reconnect by itself, so this task watches for silence: it sends a
-//! heartbeat (listing every lease it holds) each period the server announced in its
-//! `welcome`, and when nothing at all has arrived for three periods, or the server answers
-//! `unauthorized` (it restarted and forgot the session), it drops the socket, connects a new
-//! one and says hello again. Requests in flight then fail with a transient error, which the
-//! runtime's completer retries; leases survive, since they live in the database.
+//! libzmq reconnects the socket by itself; this task says hello again whenever the server
+//! may have forgotten the session: a message could not be sent (no connection was up),
+//! nothing at all arrived for three heartbeat periods, or the server answered
+//! `unauthorized` (it restarted). Requests in flight then fail with a transient error, which
+//! the runtime's completer retries; leases survive, since they live in the database.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use hopper_core::{ClaimedJob, Error, Lease, Priority, Result, Wakeup};
 use hopper_protocol::{
     ErrorCode, LeaseRef, Order, Reply, Request, Role, VERSION, decode_reply, encode,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use zeromq::{DealerSocket, Socket, SocketOptions, SocketRecv, SocketSend, ZmqMessage};
 
 use super::Shared;
+use super::socket::{Incoming, Link};
 
 /// A request for the connection task.
 pub(super) struct Command {
@@ -64,38 +63,23 @@ fn hello(shared: &Shared, req: u64) -> Request {
     }
 }
 
-/// One live socket: its send half and the frames its receiver forwards.
-struct Link {
-    send: zeromq::DealerSendHalf,
-    frames: mpsc::Receiver<Bytes>,
-    reader: tokio::task::JoinHandle<()>,
-    heartbeat: Duration,
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        self.reader.abort();
-    }
-}
-
-async fn send(link: &mut Link, request: &Request) -> Result<()> {
+fn send(link: &Link, request: &Request) -> Result<()> {
     let frame = encode(request).map_err(|e| Error::InvalidInput(format!("encoding: {e}")))?;
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        link.send.send(ZmqMessage::from(frame)),
-    )
-    .await
-    .map_err(|_| unavailable("sending to the hopper server timed out"))?
-    .map_err(|e| unavailable(format!("sending to the hopper server: {e}")))
+    link.send(&frame)
 }
 
-/// Connects and says hello; retries until it succeeds or the backend is dropped. Requests
-/// made meanwhile fail at once with the latest reason (a refused token is not transient).
-async fn open(shared: &Shared, commands: &mut mpsc::Receiver<Command>) -> Option<Link> {
+/// Says hello until the server welcomes it, or the backend is dropped (`None`). Returns the
+/// heartbeat period the server announced. Requests made meanwhile fail at once with the
+/// latest reason (a refused token is not transient).
+async fn open(
+    shared: &Shared,
+    link: &mut Link,
+    commands: &mut mpsc::Receiver<Command>,
+) -> Option<Duration> {
     let mut backoff = Duration::from_millis(50);
     loop {
-        let (refused, reason) = match try_open(shared).await {
-            Ok(link) => return Some(link),
+        let (refused, reason) = match try_open(shared, link).await {
+            Ok(heartbeat) => return Some(heartbeat),
             Err(Error::InvalidInput(message)) => (true, message),
             Err(e) => (false, e.to_string()),
         };
@@ -121,46 +105,54 @@ async fn open(shared: &Shared, commands: &mut mpsc::Receiver<Command>) -> Option
     }
 }
 
-async fn try_open(shared: &Shared) -> Result<Link> {
-    let mut options = SocketOptions::default();
-    options.connect_timeout(Duration::from_secs(2));
-    let mut socket = DealerSocket::with_options(options);
-    socket
-        .connect(&shared.options.endpoint)
-        .await
-        .map_err(|e| unavailable(format!("connecting: {e}")))?;
-    let (send_half, mut recv_half) = socket.split();
-    let (tx, frames) = mpsc::channel(1024);
-    let reader = tokio::spawn(async move {
-        while let Ok(message) = recv_half.recv().await {
-            let Some(frame) = message.into_vec().pop() else {
-                continue;
-            };
-            if tx.send(frame).await.is_err() {
-                return;
-            }
-        }
-    });
-    let mut link = Link {
-        send: send_half,
-        frames,
-        reader,
-        heartbeat: Duration::from_millis(hopper_protocol::DEFAULT_HEARTBEAT_MS),
-    };
-    let req = shared.next_req();
-    send(&mut link, &hello(shared, req)).await?;
+/// Sends one hello and waits for its welcome (5 s at most). A hello that could not be sent
+/// (no connection up yet) is sent again when a connection completes its handshake, and
+/// every 25 ms meanwhile (libzmq may report the handshake a moment before the connection
+/// takes messages).
+async fn try_open(shared: &Shared, link: &mut Link) -> Result<Duration> {
+    let mut req = shared.next_req();
+    send(link, &hello(shared, req))?;
     let deadline = Instant::now() + Duration::from_secs(5);
+    let mut resend_at: Option<Instant> = None;
     loop {
-        let frame = tokio::time::timeout_at(deadline, link.frames.recv())
-            .await
-            .map_err(|_| unavailable("no welcome from the hopper server within 5 s"))?
-            .ok_or_else(|| unavailable("the connection closed during hello"))?;
+        let resend = async {
+            match resend_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let incoming = tokio::select! {
+            incoming = tokio::time::timeout_at(deadline, link.recv()) => match incoming {
+                Ok(Some(incoming)) => incoming,
+                Ok(None) => return Err(unavailable("the socket's thread ended")),
+                Err(_) => return Err(unavailable("no welcome from the hopper server within 5 s")),
+            },
+            () = resend => Incoming::Up,
+        };
+        let frame = match incoming {
+            Incoming::Frame(frame) => frame,
+            Incoming::Unsent => {
+                resend_at = Some(Instant::now() + Duration::from_millis(25));
+                continue;
+            }
+            Incoming::Up => {
+                resend_at = None;
+                req = shared.next_req();
+                send(link, &hello(shared, req))?;
+                continue;
+            }
+            // libzmq tries again by itself; meanwhile requests fail with the reason.
+            Incoming::Refused(why) => return Err(unavailable(why)),
+        };
         match decode_reply(&frame, usize::MAX) {
             Ok(Reply::Welcome { heartbeat_ms, .. }) => {
-                link.heartbeat = Duration::from_millis(heartbeat_ms.max(10));
-                return Ok(link);
+                return Ok(Duration::from_millis(heartbeat_ms.max(10)));
             }
-            Ok(Reply::Error { code, message, .. }) => {
+            Ok(Reply::Error {
+                code,
+                message,
+                req: Some(r),
+            }) if r == req => {
                 let e = format!("the hopper server refused hello: {code}: {message}");
                 return Err(if code == ErrorCode::Unauthorized {
                     Error::InvalidInput(e)
@@ -168,6 +160,7 @@ async fn try_open(shared: &Shared) -> Result<Link> {
                     unavailable(e)
                 });
             }
+            // Replies to requests of before the hello: nobody waits for them any more.
             _ => {}
         }
     }
@@ -175,9 +168,19 @@ async fn try_open(shared: &Shared) -> Result<Link> {
 
 /// Runs until the backend (every sender of `commands`) is dropped.
 pub(super) async fn run(shared: Arc<Shared>, mut commands: mpsc::Receiver<Command>) {
+    let mut link = match Link::open(&shared.options) {
+        Ok(link) => link,
+        Err(e) => {
+            tracing::error!(endpoint = %shared.options.endpoint, error = %e, "cannot create the socket");
+            while let Some(c) = commands.recv().await {
+                let _ = c.reply.send(Err(Error::InvalidInput(e.to_string())));
+            }
+            return;
+        }
+    };
     let mut first = true;
     loop {
-        let Some(mut link) = open(&shared, &mut commands).await else {
+        let Some(heartbeat) = open(&shared, &mut link, &mut commands).await else {
             return;
         };
         if !first {
@@ -186,17 +189,22 @@ pub(super) async fn run(shared: Arc<Shared>, mut commands: mpsc::Receiver<Comman
         }
         first = false;
         shared.hello_sent(shared.hello_info());
-        if !serve(&shared, &mut link, &mut commands).await {
+        if !serve(&shared, &mut link, heartbeat, &mut commands).await {
             return;
         }
     }
 }
 
 /// Serves one link. Returns false when the backend is gone, true to reconnect.
-async fn serve(shared: &Shared, link: &mut Link, commands: &mut mpsc::Receiver<Command>) -> bool {
+async fn serve(
+    shared: &Shared,
+    link: &mut Link,
+    heartbeat: Duration,
+    commands: &mut mpsc::Receiver<Command>,
+) -> bool {
     let mut pending: HashMap<u64, (Instant, oneshot::Sender<Result<Reply>>)> = HashMap::new();
     let mut last_heard = Instant::now();
-    let mut tick = tokio::time::interval(link.heartbeat);
+    let mut tick = tokio::time::interval(heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let timeout = shared.options.request_timeout;
     let reason = loop {
@@ -207,7 +215,7 @@ async fn serve(shared: &Shared, link: &mut Link, commands: &mut mpsc::Receiver<C
                     shared.hello_sent(shared.hello_info());
                 }
                 let req = request.req();
-                match send(link, &request).await {
+                match send(link, &request) {
                     Ok(()) => { pending.insert(req, (Instant::now() + timeout, reply)); }
                     Err(e) => {
                         let _ = reply.send(Err(e));
@@ -215,8 +223,15 @@ async fn serve(shared: &Shared, link: &mut Link, commands: &mut mpsc::Receiver<C
                     }
                 }
             }
-            frame = link.frames.recv() => {
-                let Some(frame) = frame else { break "the connection closed" };
+            incoming = link.recv() => {
+                let frame = match incoming {
+                    Some(Incoming::Frame(frame)) => frame,
+                    Some(Incoming::Unsent) => break "the connection to the server is down",
+                    // A new connection: perhaps to a restarted server, which knows no session.
+                    Some(Incoming::Up) => break "reconnected",
+                    Some(Incoming::Refused(why)) => break why,
+                    None => break "the socket's thread ended",
+                };
                 last_heard = Instant::now();
                 match decode_reply(&frame, usize::MAX) {
                     Ok(reply) => {
@@ -228,14 +243,14 @@ async fn serve(shared: &Shared, link: &mut Link, commands: &mut mpsc::Receiver<C
                 }
             }
             _ = tick.tick() => {
-                if last_heard.elapsed() > link.heartbeat * 3 {
+                if last_heard.elapsed() > heartbeat * 3 {
                     break "the server went silent";
                 }
                 let now = Instant::now();
                 pending.retain(|_, (deadline, _)| *deadline > now);
                 let leases = shared.held_leases();
-                let heartbeat = Request::Heartbeat { req: shared.next_req(), leases };
-                if send(link, &heartbeat).await.is_err() {
+                let beat = Request::Heartbeat { req: shared.next_req(), leases };
+                if send(link, &beat).is_err() {
                     break "a heartbeat could not be sent";
                 }
             }

@@ -24,6 +24,7 @@
 mod admin;
 mod connection;
 mod outcomes;
+mod socket;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +54,10 @@ pub struct RemoteOptions {
     pub endpoint: String,
     /// The token `hopper serve` printed the location of (`None` for `--insecure-no-auth`).
     pub token: Option<String>,
+    /// The server's CURVE public key (40 Z85 characters, `public` in its key file): the
+    /// connection is then encrypted and reaches only the server that holds the secret key.
+    /// `None` for a plaintext server (on loopback, or `--insecure-plaintext`).
+    pub server_key: Option<String>,
     /// A name for the server's logs. Default: the runtime's node name.
     pub name: Option<String>,
     /// The kinds of job this process runs; the server sends no others. Default: any kind
@@ -74,6 +79,7 @@ impl RemoteOptions {
         RemoteOptions {
             endpoint: endpoint.into(),
             token: None,
+            server_key: None,
             name: None,
             kinds: None,
             request_timeout: Duration::from_secs(10),
@@ -81,16 +87,21 @@ impl RemoteOptions {
         }
     }
 
-    /// Parses `tcp://host:port?token=…&kinds=a,b&name=…&prefetch=N`. Without a `token` parameter the
-    /// token comes from the `HOPPER_TOKEN` environment variable, if set.
+    /// Parses `tcp://host:port?token=…&server_key=…&kinds=a,b&name=…&prefetch=N`. Without a
+    /// `token` parameter the token comes from the `HOPPER_TOKEN` environment variable, and
+    /// without `server_key` the key from `HOPPER_SERVER_KEY`, if set. The server key may be
+    /// written as it is (its Z85 alphabet holds `&`, `=`, `?` and `%`: the 40 characters
+    /// after `server_key=` are taken whole) or percent-encoded.
     pub fn from_url(url: &str) -> Result<Self> {
         let (endpoint, query) = url.split_once('?').unwrap_or((url, ""));
+        let (server_key, query) = take_server_key(query)?;
         if !endpoint.starts_with("tcp://") {
             return Err(Error::InvalidInput(format!(
                 "a hopper server URL starts with tcp://, got {endpoint:?}"
             )));
         }
         let mut options = RemoteOptions::new(endpoint);
+        options.server_key = server_key;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
@@ -108,7 +119,7 @@ impl RemoteOptions {
                 }
                 other => {
                     return Err(Error::InvalidInput(format!(
-                        "unknown parameter {other:?} in the server URL; known: token, name, kinds, prefetch"
+                        "unknown parameter {other:?} in the server URL; known: token, server_key, name, kinds, prefetch"
                     )));
                 }
             }
@@ -116,8 +127,88 @@ impl RemoteOptions {
         if options.token.is_none() {
             options.token = std::env::var("HOPPER_TOKEN").ok().filter(|t| !t.is_empty());
         }
+        if options.server_key.is_none()
+            && let Some(key) = std::env::var("HOPPER_SERVER_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+        {
+            options.server_key = Some(check_server_key(key.trim())?);
+        }
         Ok(options)
     }
+}
+
+/// Takes `server_key=…` out of a URL's query: the 40 characters after it if they are a key
+/// (then `&` or the end), else the value up to the next `&`, percent-decoded.
+fn take_server_key(query: &str) -> Result<(Option<String>, String)> {
+    const NAME: &str = "server_key=";
+    let start = if query.starts_with(NAME) {
+        Some(0)
+    } else {
+        query.find(&format!("&{NAME}")).map(|at| at + 1)
+    };
+    let Some(start) = start else {
+        return Ok((None, query.to_owned()));
+    };
+    let value_at = start + NAME.len();
+    let rest = &query[value_at..];
+    let raw = rest
+        .get(..40)
+        .filter(|k| check_server_key(k).is_ok())
+        .filter(|_| {
+            rest.get(40..)
+                .is_some_and(|after| after.is_empty() || after.starts_with('&'))
+        });
+    let (key, used) = match raw {
+        Some(key) => (key.to_owned(), 40),
+        None => {
+            let value = rest.split('&').next().unwrap_or("");
+            (check_server_key(&percent_decode(value))?, value.len())
+        }
+    };
+    let after = rest[used..].trim_start_matches('&');
+    let before = query[..start].trim_end_matches('&');
+    let remaining = match (before.is_empty(), after.is_empty()) {
+        (true, _) => after.to_owned(),
+        (false, true) => before.to_owned(),
+        (false, false) => format!("{before}&{after}"),
+    };
+    Ok((Some(key), remaining))
+}
+
+/// `key` if it is written as a CURVE public key (40 Z85 characters).
+fn check_server_key(key: &str) -> Result<String> {
+    match hopper_protocol::is_curve_key(key) {
+        true => Ok(key.to_owned()),
+        false => Err(Error::InvalidInput(
+            "server_key must be the server's CURVE public key: 40 Z85 characters (`public` in its key file)"
+                .to_owned(),
+        )),
+    }
+}
+
+/// Decodes `%XX` escapes; anything else is kept as it is.
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The default [`RemoteOptions::prefetch`].
@@ -647,9 +738,10 @@ mod tests {
             ("tcp://127.0.0.1:7010?token=t&prefetch=-1", "prefetch"),
             (
                 "tcp://127.0.0.1:7010?token=t&speed=9",
-                "known: token, name, kinds, prefetch",
+                "known: token, server_key, name, kinds, prefetch",
             ),
             ("http://127.0.0.1:7010", "tcp://"),
+            ("tcp://127.0.0.1:7010?server_key=short", "40 Z85"),
         ] {
             match RemoteOptions::from_url(url) {
                 Err(Error::InvalidInput(message)) => {
@@ -657,6 +749,29 @@ mod tests {
                 }
                 other => panic!("{url}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn the_server_key_is_read_whole_or_percent_encoded() {
+        // A Z85 key may hold `&`, `=`, `?` and `%`.
+        let key = "rq:rM>}U?@Lns47E1%kR.o&n=FcmmsL/@{H8]yf7";
+        assert!(check_server_key(key).is_ok());
+        for url in [
+            format!("tcp://h:1?token=t&server_key={key}&name=w"),
+            format!("tcp://h:1?server_key={key}&token=t&name=w"),
+            format!("tcp://h:1?token=t&name=w&server_key={key}"),
+            format!(
+                "tcp://h:1?token=t&name=w&server_key={}",
+                key.replace('%', "%25")
+                    .replace('&', "%26")
+                    .replace('=', "%3D")
+            ),
+        ] {
+            let options = RemoteOptions::from_url(&url).expect("a valid URL");
+            assert_eq!(options.server_key.as_deref(), Some(key), "{url}");
+            assert_eq!(options.token.as_deref(), Some("t"), "{url}");
+            assert_eq!(options.name.as_deref(), Some("w"), "{url}");
         }
     }
 }

@@ -1,6 +1,6 @@
 //! A frame announcing more than the limit closes that connection before anything is
-//! allocated for it (the zeromq crate alone would try to allocate it and abort the
-//! process), and the server keeps serving everyone else.
+//! allocated for it (libzmq's `ZMQ_MAXMSGSIZE`), on the server's one listening socket, and
+//! the server keeps serving everyone else.
 
 mod common;
 
@@ -44,6 +44,14 @@ async fn a_frame_announcing_exabytes_closes_its_connection_only() -> anyhow::Res
         "the connection announcing 2^62 bytes must be closed, got {read:?}"
     );
 
+    // The server listens on one TCP socket, the one it announced: no inner port to reach.
+    let port = address.rsplit(':').next().unwrap_or("").parse::<u16>()?;
+    assert_eq!(
+        listening_ports()?,
+        vec![port],
+        "exactly one listening socket"
+    );
+
     // Everyone else is served: a client submits and reads back a job.
     let client = hopper::Client::new(hopper::connect(&url(&endpoint), Default::default()).await?);
     let id = client
@@ -56,4 +64,40 @@ async fn a_frame_announcing_exabytes_closes_its_connection_only() -> anyhow::Res
     );
     server.shutdown().await;
     Ok(())
+}
+
+/// The TCP ports this process listens on, from the socket inodes among its descriptors and
+/// the kernel's table of TCP sockets (state 0A is LISTEN).
+fn listening_ports() -> anyhow::Result<Vec<u16>> {
+    let mut inodes = std::collections::HashSet::new();
+    for fd in std::fs::read_dir("/proc/self/fd")? {
+        let target = std::fs::read_link(fd?.path()).unwrap_or_default();
+        let target = target.to_string_lossy();
+        if let Some(inode) = target
+            .strip_prefix("socket:[")
+            .and_then(|t| t.strip_suffix(']'))
+        {
+            inodes.insert(inode.to_owned());
+        }
+    }
+    let mut ports = Vec::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if *state == "0A" && inodes.contains(*inode) {
+                let port = local.rsplit(':').next().unwrap_or("");
+                ports.push(u16::from_str_radix(port, 16)?);
+            }
+        }
+    }
+    ports.sort_unstable();
+    Ok(ports)
 }

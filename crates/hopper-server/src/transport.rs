@@ -1,0 +1,297 @@
+//! The server's one ZeroMQ socket, on libzmq, in a thread of its own bridged to the tokio
+//! event loop by channels.
+//!
+//! libzmq sockets belong to one thread at a time, so a single I/O thread owns the ROUTER
+//! and everything that waits on it, and sleeps in `zmq_poll` on four sockets:
+//!
+//! - the ROUTER, the only listening socket: each message it reads goes to the loop as an
+//!   [`Event::Frame`];
+//! - the outbox, an inproc PAIR: the sender thread writes `[peer, frame]` there and the I/O
+//!   thread forwards it to the ROUTER, so a reply wakes the poll at once (no polling
+//!   interval on the hot path);
+//! - the ZAP handler, an inproc REP that libzmq asks before completing a handshake
+//!   ([`gate`]: refuses past the connection cap);
+//! - the socket monitor, an inproc PAIR: accepted and closed connections (the count the cap
+//!   is checked against) and failed handshakes (logged, rate-limited).
+//!
+//! What libzmq does for us: `ZMQ_MAXMSGSIZE` closes a connection whose frame announces
+//! more than the limit before anything is allocated for it; `ZMQ_HANDSHAKE_IVL` closes
+//! connections that do not complete their handshake in time; ZMTP heartbeats and TCP
+//! keepalive close dead connections; high-water marks bound what is queued per peer;
+//! CURVE encrypts and authenticates the server when it has a key pair.
+
+mod gate;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use hopper_protocol::{Reply, encode};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::ServerKeys;
+use crate::server::{Event, PeerId, hex};
+
+/// How long the I/O thread sleeps in `zmq_poll` at most: the delay before it sees `stop`.
+const POLL_MS: i64 = 100;
+/// Most messages moved in one direction per wake-up, so neither starves the other.
+const BURST: usize = 1024;
+/// Messages queued per peer in each direction before libzmq stops reading from it (inbound)
+/// or the server drops what it sends (outbound).
+const PEER_HWM: i32 = 1000;
+/// Replies queued between the sender thread and the I/O thread.
+const OUTBOX_HWM: i32 = 100_000;
+
+/// How the socket is set up.
+pub(crate) struct Settings {
+    pub listen: String,
+    /// Frames above this close their connection (libzmq's `ZMQ_MAXMSGSIZE`).
+    pub max_message: usize,
+    pub heartbeat: Duration,
+    pub handshake_timeout: Duration,
+    pub max_connections: usize,
+    pub curve: Option<ServerKeys>,
+}
+
+/// The bound socket and the threads that serve it.
+pub(crate) struct Bound {
+    pub endpoint: String,
+    pub tasks: Vec<JoinHandle<()>>,
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// Binds the ROUTER and starts the I/O and sender threads. Messages read go to `events`,
+/// replies are taken from `out`; both threads end after `stop`.
+pub(crate) fn start(
+    settings: &Settings,
+    events: mpsc::Sender<Event>,
+    out: mpsc::Receiver<(PeerId, Reply)>,
+    stop: CancellationToken,
+) -> Result<Bound, String> {
+    let context = zmq::Context::new();
+    let fail = |what: &str, e: zmq::Error| format!("{what}: {e}");
+    let router = context
+        .socket(zmq::ROUTER)
+        .map_err(|e| fail("creating the socket", e))?;
+    configure(&router, settings).map_err(|e| fail("setting socket options", e))?;
+    // The ZAP handler is bound before the ROUTER so that no handshake skips it.
+    let zap = context
+        .socket(zmq::REP)
+        .map_err(|e| fail("creating the ZAP handler", e))?;
+    zap.bind("inproc://zeromq.zap.01")
+        .map_err(|e| fail("binding the ZAP handler", e))?;
+    let monitor_endpoint = format!("inproc://hopper-monitor-{}", uuid::Uuid::now_v7());
+    let events_wanted = [
+        zmq::SocketEvent::ACCEPTED,
+        zmq::SocketEvent::ACCEPT_FAILED,
+        zmq::SocketEvent::DISCONNECTED,
+        zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL,
+        zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL,
+    ]
+    .iter()
+    .fold(0, |all, e| all | i32::from(e.to_raw()));
+    router
+        .monitor(&monitor_endpoint, events_wanted)
+        .map_err(|e| fail("monitoring the socket", e))?;
+    let monitor = context
+        .socket(zmq::PAIR)
+        .map_err(|e| fail("creating the monitor", e))?;
+    monitor
+        .connect(&monitor_endpoint)
+        .map_err(|e| fail("connecting the monitor", e))?;
+    router.bind(&settings.listen).map_err(|e| e.to_string())?;
+    let endpoint = match router.get_last_endpoint() {
+        Ok(Ok(endpoint)) => endpoint,
+        _ => settings.listen.clone(),
+    };
+    let outbox_endpoint = format!("inproc://hopper-outbox-{}", uuid::Uuid::now_v7());
+    let inbox = context
+        .socket(zmq::PAIR)
+        .map_err(|e| fail("creating the outbox", e))?;
+    let outbox = context
+        .socket(zmq::PAIR)
+        .map_err(|e| fail("creating the outbox", e))?;
+    for s in [&inbox, &outbox] {
+        s.set_sndhwm(OUTBOX_HWM)
+            .and_then(|()| s.set_rcvhwm(OUTBOX_HWM))
+            .and_then(|()| s.set_linger(0))
+            .map_err(|e| fail("setting outbox options", e))?;
+    }
+    inbox
+        .bind(&outbox_endpoint)
+        .map_err(|e| fail("binding the outbox", e))?;
+    outbox
+        .set_sndtimeo(i32::try_from(POLL_MS).unwrap_or(100))
+        .map_err(|e| fail("setting outbox options", e))?;
+    outbox
+        .connect(&outbox_endpoint)
+        .map_err(|e| fail("connecting the outbox", e))?;
+    let io = IoThread {
+        router,
+        inbox,
+        zap,
+        monitor,
+        events,
+        gate: gate::Gate::new(settings.max_connections),
+        drops: gate::Throttle::default(),
+    };
+    let io_stop = stop.clone();
+    let tasks = vec![
+        tokio::task::spawn_blocking(move || io.run(&io_stop)),
+        tokio::task::spawn_blocking(move || send(&outbox, out, &stop)),
+    ];
+    Ok(Bound { endpoint, tasks })
+}
+
+/// The ROUTER's options: limits, timeouts, heartbeats, CURVE.
+fn configure(router: &zmq::Socket, settings: &Settings) -> zmq::Result<()> {
+    router.set_maxmsgsize(i64::try_from(settings.max_message).unwrap_or(i64::MAX))?;
+    router.set_handshake_ivl(millis(settings.handshake_timeout))?;
+    // ZMTP PINGs each heartbeat; a peer that answers nothing for three is disconnected, and
+    // peers are told (TTL) to drop the server after as long.
+    router.set_heartbeat_ivl(millis(settings.heartbeat))?;
+    router.set_heartbeat_timeout(millis(settings.heartbeat * 3))?;
+    router.set_heartbeat_ttl(millis(settings.heartbeat * 3))?;
+    router.set_tcp_keepalive(1)?;
+    router.set_tcp_keepalive_idle(60)?;
+    router.set_tcp_keepalive_intvl(10)?;
+    router.set_tcp_keepalive_cnt(3)?;
+    router.set_rcvhwm(PEER_HWM)?;
+    router.set_sndhwm(PEER_HWM)?;
+    // A reply to a peer that is gone, or not reading, fails at once instead of blocking.
+    router.set_router_mandatory(true)?;
+    router.set_linger(500)?;
+    router.set_backlog(1024)?;
+    // With a ZAP domain, libzmq asks the ZAP handler about plaintext peers too.
+    router.set_zap_domain("hopper")?;
+    if let Some(keys) = &settings.curve {
+        router.set_curve_server(true)?;
+        router.set_curve_secretkey(keys.secret.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The sockets and channels of the I/O thread.
+struct IoThread {
+    router: zmq::Socket,
+    inbox: zmq::Socket,
+    zap: zmq::Socket,
+    monitor: zmq::Socket,
+    events: mpsc::Sender<Event>,
+    gate: gate::Gate,
+    drops: gate::Throttle,
+}
+
+impl IoThread {
+    fn run(mut self, stop: &CancellationToken) {
+        while !stop.is_cancelled() {
+            let mut items = [
+                self.router.as_poll_item(zmq::POLLIN),
+                self.inbox.as_poll_item(zmq::POLLIN),
+                self.zap.as_poll_item(zmq::POLLIN),
+                self.monitor.as_poll_item(zmq::POLLIN),
+            ];
+            if let Err(e) = zmq::poll(&mut items, POLL_MS) {
+                if e == zmq::Error::ETERM {
+                    return;
+                }
+                continue;
+            }
+            let ready = items.map(|i| i.is_readable());
+            if ready[3] {
+                while let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) {
+                    self.gate.on_monitor(&frames);
+                }
+            }
+            if ready[2] {
+                while let Ok(request) = self.zap.recv_multipart(zmq::DONTWAIT) {
+                    let reply = self.gate.on_zap(&request);
+                    if let Err(e) = self.zap.send_multipart(reply, 0) {
+                        tracing::error!(error = %e, "answering a ZAP request failed");
+                    }
+                }
+            }
+            if ready[0] && !self.receive() {
+                return;
+            }
+            if ready[1] {
+                self.forward();
+            }
+        }
+    }
+
+    /// Hands the ROUTER's messages to the loop; false when the loop is gone.
+    fn receive(&mut self) -> bool {
+        for _ in 0..BURST {
+            let Ok(mut frames) = self.router.recv_multipart(zmq::DONTWAIT) else {
+                return true;
+            };
+            // The routing id comes first; an empty delimiter may sit before the CBOR frame.
+            if frames.len() < 2 {
+                continue;
+            }
+            let Some(frame) = frames.pop() else { continue };
+            let peer = Bytes::from(frames.swap_remove(0));
+            let event = Event::Frame(peer, Bytes::from(frame));
+            let sent = match self.events.try_send(event) {
+                Ok(()) => Ok(()),
+                // The loop is behind: wait for it, which stops reading the socket, so peers'
+                // messages queue in libzmq up to the high-water mark.
+                Err(mpsc::error::TrySendError::Full(event)) => {
+                    self.events.blocking_send(event).map_err(|_| ())
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+            };
+            if sent.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Writes the replies waiting in the outbox to the ROUTER.
+    fn forward(&mut self) {
+        for _ in 0..BURST {
+            let Ok(message) = self.inbox.recv_multipart(zmq::DONTWAIT) else {
+                return;
+            };
+            let peer = message.first().map(|p| hex(p)).unwrap_or_default();
+            match self.router.send_multipart(message, zmq::DONTWAIT) {
+                Ok(()) => {}
+                Err(zmq::Error::EHOSTUNREACH) => {
+                    tracing::debug!(%peer, "a reply to a peer that is gone was dropped");
+                }
+                Err(e) => {
+                    if let Some(more) = self.drops.allow("send") {
+                        tracing::warn!(%peer, error = %e, more, "peer not reading; message dropped");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Encodes replies and hands them to the I/O thread, until every sender of `out` is gone or
+/// `stop` while the I/O thread no longer reads.
+fn send(outbox: &zmq::Socket, mut out: mpsc::Receiver<(PeerId, Reply)>, stop: &CancellationToken) {
+    while let Some((peer, reply)) = out.blocking_recv() {
+        let frame = match encode(&reply) {
+            Ok(frame) => frame,
+            Err(e) => {
+                tracing::error!(error = %e, "encoding a reply failed");
+                continue;
+            }
+        };
+        loop {
+            match outbox.send_multipart([&peer[..], &frame[..]], 0) {
+                Ok(()) => break,
+                Err(zmq::Error::EAGAIN) if !stop.is_cancelled() => {}
+                Err(_) => return,
+            }
+        }
+    }
+}

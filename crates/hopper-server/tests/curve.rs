@@ -1,0 +1,110 @@
+//! CURVE on the server's one socket: a plaintext peer and a peer that encrypts to a wrong
+//! server key get no request through (not a hello, not a submit), and are logged once, not
+//! per attempt; a peer with the server's public key is served. Plaintext is refused on an
+//! endpoint other hosts can reach unless asked for.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hopper::testing::TestDatabase;
+use hopper_server::{ServeError, Server, ServerKeys};
+
+/// A submit as a raw peer sends it.
+fn submit(req: i64) -> ciborium::Value {
+    map(vec![
+        ("type", text("submit")),
+        ("req", int(req)),
+        ("job", map(vec![("kind", text("intruder"))])),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plaintext_and_wrong_key_peers_get_nothing_through_a_curve_server() -> anyhow::Result<()> {
+    logs();
+    let db = TestDatabase::new().await?;
+    let keys = ServerKeys::generate()?;
+    let mut config = config(&db, Duration::from_secs(5)).await;
+    config.curve = Some(keys.clone());
+    let server = start(config).await;
+    let endpoint = server.endpoint().to_owned();
+    let wrong = ServerKeys::generate()?.public;
+
+    // Raw peers: a hello with the right token, then a submit; neither is answered.
+    for key in [None, Some(wrong.as_str())] {
+        for _ in 0..10 {
+            let mut peer = RawPeer::connect_with(&endpoint, key).await;
+            peer.set_timeout(Duration::from_millis(500));
+            let hello = map(vec![
+                ("type", text("hello")),
+                ("req", int(1)),
+                ("version", int(1)),
+                ("role", text("client")),
+                ("token", text(TOKEN)),
+            ]);
+            peer.send(&hello).await;
+            peer.send(&submit(2)).await;
+            assert_eq!(peer.try_recv_bytes().await, None, "key {key:?}: answered");
+        }
+    }
+    assert_eq!(
+        db.queue_stats("default").await?.available,
+        0,
+        "nothing got in"
+    );
+
+    // The Rust client says why it cannot get through.
+    for (key, says) in [(None, "mismatch"), (Some(&wrong), "server_key")] {
+        let mut options = hopper::RemoteOptions::from_url(&url(&endpoint))?;
+        options.server_key = key.cloned();
+        options.request_timeout = Duration::from_secs(3);
+        let refused = hopper::RemoteBackend::connect(options)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(refused.contains(says), "key {key:?}: {refused:?}");
+    }
+
+    // The right key is served, raw and through the Rust client.
+    let mut good = RawPeer::connect_with(&endpoint, Some(&keys.public)).await;
+    let welcome = good.hello("client", TOKEN, vec![]).await;
+    assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+    let url = format!("{}&server_key={}", url(&endpoint), keys.public);
+    let client = hopper::Client::new(hopper::connect(&url, Default::default()).await?);
+    let id = client
+        .insert(hopper::NewJob::new("fine", serde_json::json!({})))
+        .await?;
+    assert!(client.job(id).await?.is_some());
+    assert_eq!(db.queue_stats("default").await?.available, 1);
+
+    // Twenty refused handshakes of each kind, a few log lines: one per kind per period.
+    let mismatch = lines_with("security mechanism mismatch").len();
+    let decrypt = lines_with("wrong server key").len();
+    assert!(
+        (1..=2).contains(&mismatch) && (1..=2).contains(&decrypt),
+        "refusals are logged, rate-limited: {mismatch} mismatch and {decrypt} wrong-key lines"
+    );
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn plaintext_beyond_loopback_needs_to_be_asked_for() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let mut config = config(&db, Duration::from_secs(5)).await;
+    config.listen = "tcp://0.0.0.0:0".to_owned();
+    match Server::start(config.clone()).await {
+        Err(ServeError::Bind { reason, .. }) => {
+            assert!(reason.contains("--insecure-plaintext"), "{reason}");
+        }
+        other => panic!("plaintext on 0.0.0.0 must be refused, got {other:?}"),
+    }
+    config.insecure_plaintext = true;
+    Server::start(config.clone()).await?.shutdown().await;
+    config.insecure_plaintext = false;
+    config.curve = Some(ServerKeys::generate()?);
+    Server::start(config).await?.shutdown().await;
+    Ok(())
+}
