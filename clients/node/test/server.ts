@@ -52,6 +52,12 @@ export async function waitUntil(condition: () => boolean, what: string, timeoutM
   throw new Error(`${what} not met within ${timeoutMs} ms`);
 }
 
+/** The server's heartbeat period and lease, as `hopper serve` takes them. */
+export interface Timing {
+  heartbeat: string;
+  lease: string;
+}
+
 /** One `hopper serve` process on a schema of its own; `kill()` and `start()` again for restarts. */
 export class Server {
   readonly schema = `nodetest_${randomBytes(8).toString("hex")}`;
@@ -59,20 +65,25 @@ export class Server {
   readonly tokenFile = join(this.dir, "token");
   readonly log = join(this.dir, "server.log");
   endpoint = "";
+  /** The CURVE public key the server printed on start (undefined in plaintext). */
+  serverKey: string | undefined;
   private proc: ChildProcess | null = null;
 
-  private constructor(private readonly extra: string[]) {}
+  private constructor(
+    private readonly extra: string[],
+    private readonly timing: Timing,
+  ) {}
 
   /** Starts a server (`extra`: more `hopper serve` arguments). */
-  static async start(extra: string[] = []): Promise<Server> {
-    const server = new Server(extra);
+  static async start(extra: string[] = [], timing: Timing = { heartbeat: "300ms", lease: "5s" }): Promise<Server> {
+    const server = new Server(extra, timing);
     server.endpoint = `tcp://127.0.0.1:${await freePort()}`;
     await server.start();
     return server;
   }
 
   async start(): Promise<void> {
-    const args = ["serve", "--listen", this.endpoint, "--heartbeat", "300ms", "--lease", "5s"];
+    const args = ["serve", "--listen", this.endpoint, "--heartbeat", this.timing.heartbeat, "--lease", this.timing.lease];
     if (!this.extra.includes("--insecure-no-auth")) args.push("--token-file", this.tokenFile);
     writeFileSync(this.log, "");
     const log = openSync(this.log, "a");
@@ -83,7 +94,11 @@ export class Server {
     closeSync(log);
     const deadline = Date.now() + 30_000;
     while (Date.now() < deadline) {
-      if (readFileSync(this.log, "utf8").includes(`listening on ${this.endpoint}`)) return;
+      const text = readFileSync(this.log, "utf8");
+      if (text.includes(`listening on ${this.endpoint}`)) {
+        this.serverKey = /peers need the server key (\S{40})/.exec(text)?.[1];
+        return;
+      }
       if (this.proc.exitCode !== null) throw new Error(`hopper serve exited: ${readFileSync(this.log, "utf8")}`);
       await sleep(50);
     }

@@ -96,11 +96,14 @@ test("outcomes: retry, snooze and permanent", async () => {
 });
 
 test("heartbeats keep a job longer than the lease", async () => {
-  // The test server's lease is 5 s: without heartbeats the job would be taken back.
+  // A lease of 3 s: without heartbeats the job would be taken back. A heartbeat of 1 s, so a
+  // loaded machine's stall of a second does not drop the worker as silent.
+  await server.stop();
+  server = await Server.start([], { heartbeat: "1s", lease: "3s" });
   const client = await Client.connect(server.endpoint, { token: server.token });
   try {
     const id = await client.submit("long", {});
-    startWorker({ long: () => sleep(6_000) });
+    startWorker({ long: () => sleep(5_000) });
     await server.waitFor((c) => c["completed"] === 1, 30_000);
     const job = await client.status(id);
     assert.equal(job.attempt, 1);
