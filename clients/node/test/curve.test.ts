@@ -12,7 +12,7 @@ import { Server } from "./server.js";
 
 let server: Server;
 before(async () => {
-  server = await Server.start(["--curve"]);
+  server = await Server.start({ extra: ["--curve"] });
 });
 after(async () => {
   await server.stop();

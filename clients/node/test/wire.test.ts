@@ -63,7 +63,7 @@ test("bad frames and strangers never disturb a good peer", async () => {
 });
 
 test("a server run with --insecure-no-auth needs no token", async () => {
-  const open = await Server.start(["--insecure-no-auth"]);
+  const open = await Server.start({ extra: ["--insecure-no-auth"] });
   const client = await Client.connect(open.endpoint, { token: "" });
   try {
     const id = await client.submit("k", {});

@@ -99,7 +99,7 @@ test("heartbeats keep a job longer than the lease", async () => {
   // A lease of 3 s: without heartbeats the job would be taken back. A heartbeat of 1 s, so a
   // loaded machine's stall of a second does not drop the worker as silent.
   await server.stop();
-  server = await Server.start([], { heartbeat: "1s", lease: "3s" });
+  server = await Server.start({ timing: { heartbeat: "1s", lease: "3s" } });
   const client = await Client.connect(server.endpoint, { token: server.token });
   try {
     const id = await client.submit("long", {});
