@@ -1,61 +1,79 @@
 """Submitting, inspecting and cancelling jobs."""
 
-import os
+from __future__ import annotations
+
 import time
-import uuid
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Iterable, List, Mapping, Optional, Type, Union
 
-from ._connection import Connection, HopperError, Unavailable
+from ._connection import Connection, HopperError, Message, Unavailable
+from ._uuid7 import uuid7
+
+#: A job's arguments: a JSON-compatible map or array.
+Args = Union[Mapping[str, Any], List[Any]]
+
+_OPTIONS = ("queue", "priority", "run_at", "delay_ms", "max_attempts", "timeout_ms")
 
 
-def _job_spec(kind, args=None, **options):
-    spec = {"kind": kind, "args": {} if args is None else args}
-    for key in ("queue", "priority", "run_at", "delay_ms", "max_attempts", "timeout_ms"):
+def _job_spec(kind: str, args: Optional[Args] = None, **options: Any) -> Message:
+    spec: Message = {"kind": kind, "args": {} if args is None else args}
+    for key in _OPTIONS:
         value = options.pop(key, None)
         if value is not None:
-            if key == "run_at" and hasattr(value, "isoformat"):
+            if key == "run_at" and isinstance(value, datetime):
                 value = value.isoformat()
             spec[key] = value
     if options:
         raise TypeError(f"unknown job options: {sorted(options)}")
     # The client picks the id, so a submit retried after a lost reply cannot insert twice.
-    # The server accepts UUIDv7 only: ids sort by creation time.
-    spec["id"] = _uuid7()
+    # UUIDv7, increasing: listing is newest first by id, and a batch runs in this order.
+    spec["id"] = uuid7()
     return spec
-
-
-def _uuid7():
-    """A UUIDv7 (RFC 9562): 48 bits of Unix time in ms, then random bits."""
-    raw = bytearray(int(time.time() * 1000).to_bytes(6, "big") + os.urandom(10))
-    raw[6] = (raw[6] & 0x0F) | 0x70
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    return str(uuid.UUID(bytes=bytes(raw)))
 
 
 class Client:
     """Submits and inspects jobs through a hopper server.
 
-    ``token`` defaults to the ``HOPPER_TOKEN`` environment variable. Every call raises
-    :class:`HopperError` (with ``.code``) when the server refuses it and
-    :class:`Unavailable` when no reply comes within ``timeout`` seconds.
+    ``token`` defaults to the ``HOPPER_TOKEN`` environment variable; ``server_key`` (the
+    server's CURVE public key, 40 Z85 characters) to ``HOPPER_SERVER_KEY``, and encrypts the
+    connection when given. Every call raises :class:`HopperError` (with ``.code``) when the
+    server refuses it and :class:`Unavailable` when no reply comes within ``timeout``
+    seconds.
     """
 
-    def __init__(self, endpoint, token=None, timeout=10.0, name=None):
-        hello = {"role": "client"}
+    def __init__(
+        self,
+        endpoint: str,
+        token: Optional[str] = None,
+        timeout: float = 10.0,
+        name: Optional[str] = None,
+        server_key: Optional[str] = None,
+    ) -> None:
+        hello: Message = {"role": "client"}
         if name:
             hello["name"] = name
-        self._conn = Connection(endpoint, token=token, hello=hello, timeout=timeout)
-        self._conn.reconnect(deadline=None if timeout is None else _deadline(timeout))
+        self._conn = Connection(
+            endpoint, token=token, hello=hello, timeout=timeout, server_key=server_key
+        )
+        self._conn.reconnect(deadline=_deadline(timeout))
 
-    def close(self):
+    def close(self) -> None:
+        """Closes the connection."""
         self._conn.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
         self.close()
 
-    def _call(self, type_, fields):
+    def _call(self, type_: str, fields: Message) -> Message:
         try:
             return self._conn.call(type_, fields)
         except Unavailable:
@@ -63,7 +81,7 @@ class Client:
             self._conn.reconnect(deadline=_deadline(self._conn.timeout))
             return self._conn.call(type_, fields)
 
-    def submit(self, kind, args=None, **options):
+    def submit(self, kind: str, args: Optional[Args] = None, **options: Any) -> str:
         """Submits one job; returns its id (a string).
 
         Options: ``queue``, ``priority`` (int or "high"/"normal"/"low"), ``run_at``
@@ -71,74 +89,83 @@ class Client:
         """
         spec = _job_spec(kind, args, **options)
         try:
-            return self._call("submit", {"job": spec})["ids"][0]
+            return str(self._call("submit", {"job": spec})["ids"][0])
         except HopperError as e:
             if e.code == "conflict":  # our own earlier try went through
-                return spec["id"]
+                return str(spec["id"])
             raise
 
-    def submit_batch(self, jobs):
+    def submit_batch(self, jobs: Iterable[Mapping[str, Any]]) -> List[str]:
         """Submits many jobs in one transaction (all or none). ``jobs`` holds dicts with
-        ``kind``, ``args`` and any option of :meth:`submit`. Returns their ids."""
+        ``kind``, ``args`` and any option of :meth:`submit`. Returns their ids, in order;
+        jobs of one priority run in that order."""
         specs = [_job_spec(**job) for job in jobs]
-        return self._call("submit_batch", {"jobs": specs})["ids"]
+        return [str(i) for i in self._call("submit_batch", {"jobs": specs})["ids"]]
 
-    def status(self, job_id):
+    def status(self, job_id: str) -> Message:
         """The job as a dict (``state``, ``attempt``, ``errors``, ...)."""
-        return self._call("status", {"id": str(job_id)})["job"]
+        job: Message = self._call("status", {"id": str(job_id)})["job"]
+        return job
 
-    def cancel(self, job_id):
+    def cancel(self, job_id: str) -> Message:
         """Cancels a job that has not finished; returns it. ``HopperError`` with code
         ``conflict`` if it already finished."""
-        return self._call("cancel", {"id": str(job_id)})["job"]
+        job: Message = self._call("cancel", {"id": str(job_id)})["job"]
+        return job
 
     # Admin requests (docs/protocol.md, "Admin requests"): what `hopper jobs`, `hopper
     # queues` and `hopper cron` do, through the server.
 
-    def list_jobs(self, **filter):
+    def list_jobs(self, **filter: Any) -> List[Message]:
         """Jobs, newest first, as dicts. Filters: ``queue``, ``state``, ``kind``,
         ``before`` (an id: the next, older page), ``created_after``, ``created_before``
         (RFC 3339 strings), ``limit`` (1 to 1000, default 20)."""
-        filter = {k: str(v) if k == "before" else v for k, v in filter.items() if v is not None}
-        return self._call("list_jobs", {"filter": filter})["jobs"]
+        wanted = {k: str(v) if k == "before" else v for k, v in filter.items() if v is not None}
+        jobs: List[Message] = self._call("list_jobs", {"filter": wanted})["jobs"]
+        return jobs
 
-    def retry(self, job_id):
+    def retry(self, job_id: str) -> Message:
         """Puts a failed or cancelled job back to available; returns it."""
-        return self._call("retry", {"id": str(job_id)})["job"]
+        job: Message = self._call("retry", {"id": str(job_id)})["job"]
+        return job
 
-    def delete(self, job_id):
+    def delete(self, job_id: str) -> None:
         """Deletes a job that is not running."""
         self._call("delete", {"id": str(job_id)})
 
-    def retry_failed(self, queue=None, kind=None):
+    def retry_failed(self, queue: Optional[str] = None, kind: Optional[str] = None) -> int:
         """Retries every failed job (of ``queue`` and/or ``kind``); returns how many."""
         fields = {k: v for k, v in (("queue", queue), ("kind", kind)) if v is not None}
-        return self._call("retry_failed", fields)["count"]
+        return int(self._call("retry_failed", fields)["count"])
 
-    def clear(self, queue=None):
+    def clear(self, queue: Optional[str] = None) -> int:
         """Deletes every job that is not running (of ``queue``); returns how many."""
-        return self._call("clear", {} if queue is None else {"queue": queue})["count"]
+        return int(self._call("clear", {} if queue is None else {"queue": queue})["count"])
 
-    def queue_stats(self):
+    def queue_stats(self) -> List[Message]:
         """Counts by queue and state, as a list of dicts."""
-        return self._call("queue_stats", {})["queues"]
+        queues: List[Message] = self._call("queue_stats", {})["queues"]
+        return queues
 
-    def queues(self):
+    def queues(self) -> List[Message]:
         """Every queue that has settings (paused, limits), as a list of dicts."""
-        return self._call("list_queues", {})["queues"]
+        queues: List[Message] = self._call("list_queues", {})["queues"]
+        return queues
 
-    def update_queue(self, queue, **change):
+    def update_queue(self, queue: str, **change: Any) -> Message:
         """Changes a queue's settings: ``paused``, ``max_running``,
         ``max_running_per_group``, ``rate`` ({"jobs", "per_ms"}); ``None`` removes a
         limit. Returns the settings now stored."""
-        return self._call("update_queue", {"update": dict(change, queue=queue)})["queue"]
+        stored: Message = self._call("update_queue", {"update": dict(change, queue=queue)})[
+            "queue"
+        ]
+        return stored
 
-    def cron(self):
+    def cron(self) -> List[Message]:
         """The registered periodic jobs, as a list of dicts."""
-        return self._call("list_cron", {})["entries"]
+        entries: List[Message] = self._call("list_cron", {})["entries"]
+        return entries
 
 
-def _deadline(timeout):
-    import time
-
+def _deadline(timeout: float) -> float:
     return time.monotonic() + timeout

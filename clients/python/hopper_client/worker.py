@@ -1,14 +1,17 @@
 """A worker: receives orders, runs handlers on a thread pool, reports outcomes,
 heartbeats, and reconnects when the server goes away."""
 
+from __future__ import annotations
+
 import logging
 import queue
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
-from ._connection import Connection, HopperError, Unavailable, default_name
+from ._connection import Connection, HopperError, Message, Unavailable, default_name
 
 log = logging.getLogger("hopper_client")
 
@@ -17,7 +20,7 @@ class Snooze(Exception):
     """Raise from a handler to run the job again after ``delay`` seconds without using an
     attempt."""
 
-    def __init__(self, delay):
+    def __init__(self, delay: float) -> None:
         super().__init__(f"snoozed for {delay} s")
         self.delay = delay
 
@@ -26,31 +29,35 @@ class Permanent(Exception):
     """Raise from a handler to fail the job for good (no retry): it is dead-lettered."""
 
 
+#: A handler: runs one job; returns to complete it, raises to fail or snooze it.
+Handler = Callable[["Job"], Any]
+
+
 class Job:
     """One order: the job and the lease (``id``, ``attempt``) it is reported with."""
 
-    def __init__(self, order, worker):
-        self.id = order["id"]
-        self.attempt = order["attempt"]
-        self.queue = order.get("queue")
-        self.kind = order.get("kind")
-        self.args = order.get("args")
-        self.priority = order.get("priority")
-        self.counted_attempt = order.get("counted_attempt")
-        self.max_attempts = order.get("max_attempts")
-        self.timeout_ms = order.get("timeout_ms")
+    def __init__(self, order: Message, worker: Worker) -> None:
+        self.id: str = order["id"]
+        self.attempt: int = order["attempt"]
+        self.queue: Optional[str] = order.get("queue")
+        self.kind: Optional[str] = order.get("kind")
+        self.args: Any = order.get("args")
+        self.priority: Optional[int] = order.get("priority")
+        self.counted_attempt: Optional[int] = order.get("counted_attempt")
+        self.max_attempts: Optional[int] = order.get("max_attempts")
+        self.timeout_ms: Optional[int] = order.get("timeout_ms")
         #: Set when the handler should stop: the job was cancelled or its lease was lost.
         #: Its outcome is then not reported.
         self.cancelled = threading.Event()
         self._worker = worker
 
-    def extend(self, seconds):
+    def extend(self, seconds: float) -> None:
         """Asks the server to extend this job's lease to ``seconds`` from now (for a job
         longer than the lease; heartbeats already renew it while the worker lives)."""
         self._worker._outbox.put({"type": "extend", "id": self.id, "attempt": self.attempt,
                                   "by_ms": int(seconds * 1000)})
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Job(id={self.id!r}, kind={self.kind!r}, attempt={self.attempt})"
 
 
@@ -66,57 +73,76 @@ class Worker:
     server's backoff while attempts last).
     """
 
-    def __init__(self, endpoint, token=None, queues=("default",), concurrency=1, name=None,
-                 handlers=None, shutdown_timeout=30.0, ack_timeout=10.0, prefetch=0):
+    def __init__(
+        self,
+        endpoint: str,
+        token: Optional[str] = None,
+        queues: Iterable[str] = ("default",),
+        concurrency: int = 1,
+        name: Optional[str] = None,
+        handlers: Optional[Mapping[str, Handler]] = None,
+        shutdown_timeout: float = 30.0,
+        ack_timeout: float = 10.0,
+        prefetch: int = 0,
+        server_key: Optional[str] = None,
+    ) -> None:
         self.endpoint = endpoint
         self.token = token
+        self.server_key = server_key
         self.queues = list(queues)
         self.concurrency = int(concurrency)
         self.prefetch = int(prefetch)
         self.name = name or default_name()
-        self.handlers = dict(handlers or {})
+        self.handlers: Dict[str, Handler] = dict(handlers or {})
         self.shutdown_timeout = shutdown_timeout
         self.ack_timeout = ack_timeout
         self._stop = threading.Event()
-        self._results = queue.Queue()
-        self._outbox = queue.Queue()
-        self._running = {}
-        self._futures = {}
-        self._unacked = {}
+        self._results: queue.Queue[Tuple[Job, Message]] = queue.Queue()
+        self._outbox: queue.Queue[Message] = queue.Queue()
+        self._running: Dict[str, Job] = {}
+        self._futures: Dict[str, Future[None]] = {}
+        self._unacked: Dict[int, Tuple[float, Message]] = {}
         self._rehello = False
-        self._pool = None
-        self.conn = None
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._conn: Optional[Connection] = None
 
-    def handler(self, kind):
+    @property
+    def conn(self) -> Connection:
+        """The connection of :meth:`run` (RuntimeError before it starts)."""
+        if self._conn is None:
+            raise RuntimeError("the worker is not running")
+        return self._conn
+
+    def handler(self, kind: str) -> Callable[[Handler], Handler]:
         """Decorator: registers ``fn(job)`` for ``kind``."""
 
-        def register(fn):
+        def register(fn: Handler) -> Handler:
             self.handlers[kind] = fn
             return fn
 
         return register
 
-    def stop(self):
+    def stop(self) -> None:
         """Asks :meth:`run` to leave gracefully: no more orders, running jobs finish (within
         ``shutdown_timeout``) and are reported."""
         self._stop.set()
 
     # -- the loop -------------------------------------------------------------------------
-    def run(self):
+    def run(self) -> None:
         """Serves until :meth:`stop` (or SIGINT/SIGTERM when run in the main thread)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: self.stop())
-        hello = {"role": "worker", "name": self.name, "queues": self.queues,
+        hello: Message = {"role": "worker", "name": self.name, "queues": self.queues,
                  "concurrency": self.concurrency, "kinds": sorted(self.handlers)}
         if self.prefetch > 0:
             hello["prefetch"] = self.prefetch
-        self.conn = Connection(self.endpoint, token=self.token, hello=hello,
-                               on_push=self._on_message)
+        self._conn = Connection(self.endpoint, token=self.token, hello=hello,
+                                on_push=self._on_message, server_key=self.server_key)
         pool = self._pool = ThreadPoolExecutor(max_workers=max(self.concurrency, 1))
         self.conn.reconnect()
         next_heartbeat = time.monotonic()
-        leave_by = None
+        leave_by: Optional[float] = None
         try:
             while True:
                 now = time.monotonic()
@@ -148,16 +174,16 @@ class Worker:
                     self._reconnect()
                     continue
                 try:
-                    message = self.conn.poll(0.02)
+                    received = self.conn.poll(0.02)
                 except Unavailable:
-                    message = None
-                if message is not None:
-                    self._on_message(message)
+                    received = None
+                if received is not None:
+                    self._on_message(received)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             self.conn.close()
 
-    def _reconnect(self):
+    def _reconnect(self) -> None:
         try:
             self.conn.reconnect(deadline=time.monotonic() + 2 * self.conn.heartbeat_s)
         except HopperError as e:
@@ -169,21 +195,22 @@ class Worker:
         for message in pending:
             self._send_outcome(message)
 
-    def _send(self, message):
+    def _send(self, message: Message) -> int:
         message = dict(message)
         message.setdefault("req", self.conn.next_req())
         try:
             self.conn.send(message)
         except HopperError as e:
             log.warning("cannot send %s: %s", message.get("type"), e)
-        return message["req"]
+        req: int = message["req"]
+        return req
 
-    def _send_outcome(self, message):
+    def _send_outcome(self, message: Message) -> None:
         message = {k: v for k, v in message.items() if k != "req"}
         req = self._send(message)
         self._unacked[req] = (time.monotonic(), message)
 
-    def _flush_outbox(self):
+    def _flush_outbox(self) -> None:
         while True:
             try:
                 message = self._outbox.get_nowait()
@@ -191,7 +218,7 @@ class Worker:
                 return
             self._send(message)
 
-    def _report_results(self):
+    def _report_results(self) -> None:
         while True:
             try:
                 job, outcome = self._results.get_nowait()
@@ -204,36 +231,49 @@ class Worker:
             outcome.update({"id": job.id, "attempt": job.attempt})
             self._send_outcome(outcome)
 
-    def _on_message(self, message):
+    def _on_message(self, message: Message) -> None:
         kind = message.get("type")
         if kind == "order":
-            order = message.get("job") or {}
-            job = Job(order, self)
-            self._running[job.id] = job
-            self._futures[job.id] = self._pool.submit(self._run_job, job)
+            self._start(message.get("job"))
         elif kind == "cancel":
-            job = self._running.get(message.get("id"))
-            if job is not None:
-                job.cancelled.set()
+            cancelled = self._running.get(str(message.get("id")))
+            if cancelled is not None:
+                cancelled.cancelled.set()
         elif kind == "heartbeat_ack":
-            for lease in message.get("lost", []):
-                job = self._running.get(lease.get("id"))
-                if job is not None and job.attempt == lease.get("attempt"):
-                    job.cancelled.set()
+            for lease in message.get("lost") or []:
+                if not isinstance(lease, dict):
+                    continue
+                lost = self._running.get(str(lease.get("id")))
+                if lost is not None and lost.attempt == lease.get("attempt"):
+                    lost.cancelled.set()
         elif kind == "ack":
-            self._unacked.pop(message.get("req"), None)
+            acked = message.get("req")
+            if isinstance(acked, int):
+                self._unacked.pop(acked, None)
         elif kind == "error":
             code = message.get("code")
             req = message.get("req")
             if code == "unauthorized":
                 self._rehello = True  # the server restarted and forgot this session
-            elif req in self._unacked and code != "internal":
-                _, lost = self._unacked.pop(req)
-                log.warning("outcome of %s refused: %s", lost.get("id"), message.get("message"))
+            elif isinstance(req, int) and req in self._unacked and code != "internal":
+                _, refused = self._unacked.pop(req)
+                log.warning("outcome of %s refused: %s", refused.get("id"), message.get("message"))
             else:
                 log.warning("server error %s: %s", code, message.get("message"))
 
-    def _release_unstarted(self):
+    def _start(self, order: Any) -> None:
+        """Runs one order on the pool (an order without a lease is logged and skipped)."""
+        if not (isinstance(order, dict) and isinstance(order.get("id"), str)
+                and isinstance(order.get("attempt"), int)):
+            log.warning("skipped an order without a lease (id, attempt): %.200r", order)
+            return
+        job = Job(order, self)
+        self._running[job.id] = job
+        if self._pool is None:
+            raise RuntimeError("an order arrived outside Worker.run()")
+        self._futures[job.id] = self._pool.submit(self._run_job, job)
+
+    def _release_unstarted(self) -> None:
         """Hands back the held orders no thread has started (``released``: available again
         at once, no attempt used)."""
         for job_id, future in list(self._futures.items()):
@@ -242,18 +282,18 @@ class Worker:
                 del self._futures[job_id]
                 self._send_outcome({"type": "released", "id": job.id, "attempt": job.attempt})
 
-    def _run_job(self, job):
+    def _run_job(self, job: Job) -> None:
         if job.cancelled.is_set():
             # Cancelled (or its lease lost) while held: never started, nothing to report.
             self._results.put((job, {"type": "completed"}))
             return
-        handler = self.handlers.get(job.kind)
+        handler = self.handlers.get(job.kind or "")
         started = time.monotonic()
         try:
             if handler is None:
                 raise Permanent(f"no handler for kind {job.kind!r} on worker {self.name}")
             handler(job)
-            outcome = {"type": "completed"}
+            outcome: Message = {"type": "completed"}
         except Snooze as s:
             outcome = {"type": "snoozed", "delay_ms": int(s.delay * 1000)}
         except Permanent as e:

@@ -6,14 +6,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 DATABASE_URL = os.environ.get("HOPPER_TEST_DATABASE_URL") or os.environ.get(
     "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -50,6 +48,8 @@ class Server:
         self.log = tmp_path / "server.log"
         self.extra = list(extra)
         self.proc = None
+        #: The CURVE public key the server printed on start (None in plaintext).
+        self.server_key = None
 
     def start(self):
         env = dict(os.environ, DATABASE_URL=DATABASE_URL, HOPPER_SCHEMA=self.schema,
@@ -63,7 +63,10 @@ class Server:
                                      stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if "listening on " + self.endpoint in self.log.read_text():
+            text = self.log.read_text()
+            if "listening on " + self.endpoint in text:
+                key = SERVER_KEY.search(text)
+                self.server_key = key.group(1) if key else None
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"hopper serve exited: {self.log.read_text()}")
@@ -129,5 +132,7 @@ def wait(condition, timeout=30, what="condition"):
         time.sleep(0.02)
     raise AssertionError(f"{what} not met within {timeout} s")
 
+
+SERVER_KEY = re.compile(r"peers need the server key (\S{40})")
 
 ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -53,9 +53,9 @@ def test_submit_status_cancel(server):
 def test_admin_requests(server):
     with Client(server.endpoint, token=server.token) as client:
         ids = [client.submit("k", {"n": n}, queue="mail") for n in range(3)]
-        # Newest first means by id, descending (ids the client chose are random).
+        # Newest first: the client's ids are UUIDv7, so the last submitted is listed first.
         listed = [j["id"] for j in client.list_jobs(queue="mail", limit=3)]
-        assert listed == sorted(ids, reverse=True)
+        assert listed == ids[::-1]
         assert [j["id"] for j in client.list_jobs(queue="mail", before=listed[0])] == listed[1:]
         assert len(client.list_jobs(queue="mail", limit=2)) == 2
         client.cancel(ids[0])
@@ -76,3 +76,11 @@ def test_admin_requests(server):
         assert client.retry_failed(queue="mail") == 0
         assert client.clear("mail") == 2
     assert server.counts().get("available", 0) == 0
+
+
+def test_a_batch_is_listed_newest_first_and_paged_in_order(server):
+    with Client(server.endpoint, token=server.token) as client:
+        ids = client.submit_batch([{"kind": "k", "args": {"n": n}} for n in range(50)])
+        first = [j["id"] for j in client.list_jobs(limit=30)]
+        rest = [j["id"] for j in client.list_jobs(limit=30, before=first[-1])]
+    assert first + rest == ids[::-1]

@@ -39,6 +39,22 @@ def test_workers_drain_every_job_exactly_once(server):
     assert all(n == 1 for n in runs.values())
 
 
+def test_a_batch_runs_in_the_order_it_was_submitted(server):
+    """FIFO within a priority: the jobs of one batch share their run_at, so the server runs
+    them in id order, which must be the order the client submitted them in."""
+    ran = []
+
+    with Client(server.endpoint, token=server.token) as client:
+        ids = client.submit_batch([{"kind": "fifo", "args": {"n": n}} for n in range(200)])
+    worker, thread = start_worker(server, {"fifo": lambda job: ran.append(job.args["n"])},
+                                  concurrency=1)
+    server.wait_for(lambda c: c.get("completed") == 200, timeout=60)
+    worker.stop()
+    thread.join(timeout=30)
+    assert ran == list(range(200))
+    assert len(set(ids)) == 200
+
+
 def test_outcomes_retry_snooze_and_permanent(server):
     seen = collections.Counter()
 

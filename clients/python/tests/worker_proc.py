@@ -3,9 +3,7 @@
 import sys
 import time
 
-sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), ".."))
-
-from hopper_client import Worker  # noqa: E402
+from hopper_client import Worker
 
 endpoint, token, sleep_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 worker = Worker(endpoint, token=token, concurrency=5, name="doomed")

@@ -666,22 +666,41 @@ impl Core {
         if !foreign.is_empty() {
             tracing::warn!(peer = %hex(&peer), jobs = foreign.len(), "refused a heartbeat for jobs leased to another peer");
         }
+        // Inherited: leases of an earlier run of this server (its map starts empty), known
+        // while they are pending and only if this run never claimed, saw or had them
+        // reported. A lease this run sent is listed until its outcome's ack arrives, after
+        // the outcome freed its slot: holding it again would take a slot of the worker's
+        // credit (a claimed job then put back) until it went stale.
+        let inherited: HashSet<JobId> = match &self.seen {
+            Some(seen) => leases
+                .iter()
+                .filter(|l| !seen.contains(&l.id))
+                .map(|l| l.id)
+                .collect(),
+            None => HashSet::new(),
+        };
         for l in &leases {
             self.saw(l.id);
         }
         let Some(p) = self.peers.get_mut(&peer) else {
             return;
         };
-        // Adopt what the worker holds (after a server restart the map starts empty) ...
+        // Adopt what the worker holds of an earlier run ...
         let listed: HashSet<JobId> = leases.iter().map(|l| l.id).collect();
         for l in &leases {
-            let held = p.held.entry(l.id).or_insert(Held {
-                attempt: l.attempt,
-                counted_attempt: 1,
-                sent_at: now,
-                deadline: None,
-            });
-            held.attempt = l.attempt;
+            if let Some(held) = p.held.get_mut(&l.id) {
+                held.attempt = l.attempt;
+            } else if inherited.contains(&l.id) {
+                p.held.insert(
+                    l.id,
+                    Held {
+                        attempt: l.attempt,
+                        counted_attempt: 1,
+                        sent_at: now,
+                        deadline: None,
+                    },
+                );
+            }
         }
         // ... and take back orders it never got (sent to a connection that died).
         let unknown: Vec<(JobId, Held)> = p

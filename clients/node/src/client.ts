@@ -1,0 +1,200 @@
+/** Submitting, inspecting and cancelling jobs (docs/protocol.md §5). */
+
+import { Connection, type ConnectionOptions, type Message } from "./connection.js";
+import { HopperError, Unavailable } from "./errors.js";
+import { uuid7 } from "./uuid7.js";
+
+/** A job's arguments: a JSON-compatible map or array (no `Date`, no `Uint8Array`). */
+export type Args = Record<string, unknown> | unknown[];
+
+/** Options of one job; every one may be left out. */
+export interface JobOptions {
+  queue?: string;
+  /** Lower runs first: an integer (−32768…32767) or "high" (1), "normal" (2), "low" (3). */
+  priority?: number | "high" | "normal" | "low";
+  /** Not before this instant. */
+  runAt?: Date | string;
+  /** Not before this long from now (server clock); not with `runAt`. */
+  delayMs?: number;
+  /** Failed attempts before the job is dead-lettered. Default 25. */
+  maxAttempts?: number;
+  /** How long one run may take. Default 1,800,000. */
+  timeoutMs?: number;
+}
+
+/** One job of a batch: its kind, its arguments and its options. */
+export interface JobSpec extends JobOptions {
+  kind: string;
+  args?: Args;
+}
+
+/** A job as the server describes it (the protocol's `job` map, snake_case as on the wire). */
+export interface JobRecord {
+  id: string;
+  queue: string;
+  kind: string;
+  args: unknown;
+  priority: number;
+  state: "scheduled" | "available" | "running" | "completed" | "failed" | "cancelled";
+  run_at: string;
+  attempt: number;
+  attempts_used: number;
+  max_attempts: number;
+  timeout_ms: number;
+  created_at: string;
+  attempted_at: string | null;
+  finished_at: string | null;
+  duration_ms: number | null;
+  errors: { attempt: number; at: string; error: string; duration_ms: number | null }[];
+  [key: string]: unknown;
+}
+
+/** Filters of `listJobs` (the protocol's `filter` map). */
+export interface JobFilter {
+  queue?: string;
+  state?: JobRecord["state"];
+  kind?: string;
+  /** An id: only older jobs (the next page). */
+  before?: string;
+  createdAfter?: string;
+  createdBefore?: string;
+  /** 1 to 1,000; default 20. */
+  limit?: number;
+}
+
+/** A change of a queue's settings; `null` removes a limit. */
+export interface QueueUpdate {
+  paused?: boolean;
+  max_running?: number | null;
+  max_running_per_group?: number | null;
+  rate?: { jobs: number; per_ms: number; burst?: number } | null;
+}
+
+/** The wire map of one job, with a fresh UUIDv7 id (so a retried submit cannot insert twice). */
+export function jobSpec(spec: JobSpec): Message {
+  const wire: Message = { id: uuid7(), kind: spec.kind, args: spec.args ?? {} };
+  if (spec.queue !== undefined) wire["queue"] = spec.queue;
+  if (spec.priority !== undefined) wire["priority"] = spec.priority;
+  if (spec.runAt !== undefined) {
+    wire["run_at"] = spec.runAt instanceof Date ? spec.runAt.toISOString() : spec.runAt;
+  }
+  if (spec.delayMs !== undefined) wire["delay_ms"] = spec.delayMs;
+  if (spec.maxAttempts !== undefined) wire["max_attempts"] = spec.maxAttempts;
+  if (spec.timeoutMs !== undefined) wire["timeout_ms"] = spec.timeoutMs;
+  return wire;
+}
+
+/**
+ * Submits and inspects jobs through a hopper server. Every call rejects with `HopperError`
+ * (with `.code`) when the server refuses it and with `Unavailable` when no reply comes
+ * within `timeoutMs`. One `Client` holds one socket; calls may overlap.
+ */
+export class Client {
+  private constructor(private readonly conn: Connection) {}
+
+  /** Connects and says hello (rejects with `HopperError` "unauthorized" for a wrong token). */
+  static async connect(endpoint: string, options: ConnectionOptions = {}): Promise<Client> {
+    const hello: Message = { role: "client" };
+    if (options.name !== undefined) hello["name"] = options.name;
+    const conn = new Connection(endpoint, hello, options);
+    await conn.reconnect(Date.now() + conn.timeoutMs);
+    return new Client(conn);
+  }
+
+  /** Closes the connection. */
+  close(): void {
+    this.conn.close();
+  }
+
+  private async call(type: string, fields: Message): Promise<Message> {
+    try {
+      return await this.conn.request(type, fields);
+    } catch (e) {
+      if (!(e instanceof Unavailable)) throw e;
+      // The server may have restarted: a new socket and hello, then one more try.
+      await this.conn.reconnect(Date.now() + this.conn.timeoutMs);
+      return await this.conn.request(type, fields);
+    }
+  }
+
+  /** Submits one job; resolves with its id. */
+  async submit(kind: string, args?: Args, options: JobOptions = {}): Promise<string> {
+    const spec = jobSpec(args === undefined ? { ...options, kind } : { ...options, kind, args });
+    try {
+      const reply = await this.call("submit", { job: spec });
+      return (reply["ids"] as string[])[0] ?? String(spec["id"]);
+    } catch (e) {
+      // `conflict` for our own id: an earlier try of this submit went through.
+      if (e instanceof HopperError && e.code === "conflict") return String(spec["id"]);
+      throw e;
+    }
+  }
+
+  /** Submits many jobs in one transaction (all or none); resolves with their ids, in order.
+   * Jobs of one priority run in that order. */
+  async submitBatch(jobs: JobSpec[]): Promise<string[]> {
+    const reply = await this.call("submit_batch", { jobs: jobs.map(jobSpec) });
+    return reply["ids"] as string[];
+  }
+
+  /** The job (`not_found` if there is none). */
+  async status(id: string): Promise<JobRecord> {
+    return (await this.call("status", { id }))["job"] as JobRecord;
+  }
+
+  /** Cancels a job that has not finished; resolves with it (`conflict` if it finished). */
+  async cancel(id: string): Promise<JobRecord> {
+    return (await this.call("cancel", { id }))["job"] as JobRecord;
+  }
+
+  /** Jobs, newest first. */
+  async listJobs(filter: JobFilter = {}): Promise<JobRecord[]> {
+    const wire: Message = {};
+    const names: Record<string, string> = { createdAfter: "created_after", createdBefore: "created_before" };
+    for (const [key, value] of Object.entries(filter)) {
+      if (value !== undefined) wire[names[key] ?? key] = value;
+    }
+    return (await this.call("list_jobs", { filter: wire }))["jobs"] as JobRecord[];
+  }
+
+  /** Puts a failed or cancelled job back to available; resolves with it. */
+  async retry(id: string): Promise<JobRecord> {
+    return (await this.call("retry", { id }))["job"] as JobRecord;
+  }
+
+  /** Deletes a job that is not running. */
+  async delete(id: string): Promise<void> {
+    await this.call("delete", { id });
+  }
+
+  /** Retries every failed job (of `queue` and/or `kind`); resolves with how many. */
+  async retryFailed(filter: { queue?: string; kind?: string } = {}): Promise<number> {
+    return (await this.call("retry_failed", { ...filter }))["count"] as number;
+  }
+
+  /** Deletes every job that is not running (of `queue`); resolves with how many. */
+  async clear(queue?: string): Promise<number> {
+    return (await this.call("clear", queue === undefined ? {} : { queue }))["count"] as number;
+  }
+
+  /** Counts by queue and state. */
+  async queueStats(): Promise<Record<string, unknown>[]> {
+    return (await this.call("queue_stats", {}))["queues"] as Record<string, unknown>[];
+  }
+
+  /** Every queue that has settings (paused, limits). */
+  async queues(): Promise<Record<string, unknown>[]> {
+    return (await this.call("list_queues", {}))["queues"] as Record<string, unknown>[];
+  }
+
+  /** Changes a queue's settings; resolves with the settings now stored. */
+  async updateQueue(queue: string, update: QueueUpdate): Promise<Record<string, unknown>> {
+    const reply = await this.call("update_queue", { update: { ...update, queue } });
+    return reply["queue"] as Record<string, unknown>;
+  }
+
+  /** The registered periodic jobs. */
+  async cron(): Promise<Record<string, unknown>[]> {
+    return (await this.call("list_cron", {}))["entries"] as Record<string, unknown>[];
+  }
+}

@@ -1,0 +1,19 @@
+/** The server refused a request: `code` is the protocol's error code (docs/protocol.md §3). */
+export class HopperError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly req: number | null = null,
+  ) {
+    super(`${code}: ${message}`);
+    this.name = "HopperError";
+  }
+}
+
+/** No reply in time, or the connection was lost: retrying later may succeed. */
+export class Unavailable extends HopperError {
+  constructor(message: string) {
+    super("unavailable", message);
+    this.name = "Unavailable";
+  }
+}

@@ -1,0 +1,368 @@
+/**
+ * A worker (docs/protocol.md §6): receives orders, runs handlers (at most `concurrency` at
+ * once), reports outcomes, heartbeats its leases, and reconnects when the server goes away.
+ */
+
+import {
+  Connection,
+  type ConnectionOptions,
+  type Logger,
+  type Message,
+  defaultName,
+} from "./connection.js";
+import { HopperError } from "./errors.js";
+
+/** Throw from a handler to run the job again after `seconds` without using an attempt. */
+export class Snooze extends Error {
+  constructor(readonly seconds: number) {
+    super(`snoozed for ${seconds} s`);
+    this.name = "Snooze";
+  }
+}
+
+/** Throw from a handler to fail the job for good (no retry): it is dead-lettered. */
+export class Permanent extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "Permanent";
+  }
+}
+
+/** Runs one job: resolve to complete it, throw `Snooze`, `Permanent` or any error. */
+export type Handler = (job: Job) => unknown;
+
+/** One order: the job and the lease (`id`, `attempt`) it is reported with. */
+export class Job {
+  readonly id: string;
+  readonly attempt: number;
+  readonly queue: string | undefined;
+  readonly kind: string;
+  readonly args: unknown;
+  readonly priority: number | undefined;
+  /** 1 on the first counted try. */
+  readonly countedAttempt: number | undefined;
+  readonly maxAttempts: number | undefined;
+  readonly timeoutMs: number | undefined;
+  /** Aborted when the job is cancelled, runs past its timeout or loses its lease: stop
+   * then; the outcome is not reported. */
+  readonly signal: AbortSignal;
+  /** @internal */
+  readonly controller = new AbortController();
+
+  /** @internal */
+  constructor(
+    order: Message & { id: string; attempt: number },
+    private readonly worker: Worker,
+  ) {
+    this.id = order.id;
+    this.attempt = order.attempt;
+    this.queue = optional(order["queue"], "string");
+    this.kind = optional(order["kind"], "string") ?? "";
+    this.args = order["args"];
+    this.priority = optional(order["priority"], "number");
+    this.countedAttempt = optional(order["counted_attempt"], "number");
+    this.maxAttempts = optional(order["max_attempts"], "number");
+    this.timeoutMs = optional(order["timeout_ms"], "number");
+    this.signal = this.controller.signal;
+  }
+
+  /** Asks the server to move this job's lease to `seconds` from now (for a job longer than
+   * the lease; heartbeats already renew it while the worker lives). */
+  extend(seconds: number): void {
+    this.worker.send({ type: "extend", id: this.id, attempt: this.attempt, by_ms: Math.round(seconds * 1000) });
+  }
+}
+
+function optional<T extends "string" | "number">(
+  value: unknown,
+  type: T,
+): (T extends "string" ? string : number) | undefined {
+  return typeof value === type ? (value as T extends "string" ? string : number) : undefined;
+}
+
+/** Options of a `Worker`, besides the connection's. */
+export interface WorkerOptions extends ConnectionOptions {
+  /** The queues served. Default `["default"]`. */
+  queues?: string[];
+  /** Jobs run at once (the server never sends more, besides `prefetch`). Default 1. */
+  concurrency?: number;
+  /** Orders held beyond `concurrency`, started as slots free. Default 0. */
+  prefetch?: number;
+  /** How long `stop()` waits for running jobs. Default 30,000 ms. */
+  shutdownTimeoutMs?: number;
+  /** An outcome not acknowledged in this long is sent again. Default 10,000 ms. */
+  ackTimeoutMs?: number;
+  /** Stop gracefully on SIGINT and SIGTERM while `run()` runs. Default true. */
+  stopOnSignals?: boolean;
+  /** Where warnings go. Default `console`. */
+  logger?: Logger;
+}
+
+interface Unacked {
+  sentAt: number;
+  message: Message;
+}
+
+/**
+ * Runs handlers for the kinds registered with `handle`. `run()` resolves once the worker
+ * stopped: after `stop()` (or SIGINT/SIGTERM), running jobs finish (within
+ * `shutdownTimeoutMs`) and are reported, held orders go back (`released`).
+ */
+export class Worker {
+  readonly name: string;
+  private readonly handlers = new Map<string, Handler>();
+  private readonly queues: string[];
+  private readonly concurrency: number;
+  private readonly prefetch: number;
+  private readonly shutdownTimeoutMs: number;
+  private readonly ackTimeoutMs: number;
+  private readonly logger: Logger;
+  private conn: Connection | null = null;
+  private readonly running = new Map<string, Job>();
+  private held: Job[] = [];
+  private readonly unacked = new Map<number, Unacked>();
+  private stopping = false;
+  private leaveBy = Infinity;
+  private reconnecting = false;
+  private timer: NodeJS.Timeout | null = null;
+  private finished: (() => void) | null = null;
+
+  constructor(
+    readonly endpoint: string,
+    private readonly options: WorkerOptions = {},
+  ) {
+    this.name = options.name ?? defaultName();
+    this.queues = options.queues ?? ["default"];
+    this.concurrency = Math.max(1, options.concurrency ?? 1);
+    this.prefetch = options.prefetch ?? 0;
+    this.shutdownTimeoutMs = options.shutdownTimeoutMs ?? 30_000;
+    this.ackTimeoutMs = options.ackTimeoutMs ?? 10_000;
+    this.logger = options.logger ?? console;
+  }
+
+  /** Registers `handler` for `kind`; returns the worker, for chaining. */
+  handle(kind: string, handler: Handler): this {
+    this.handlers.set(kind, handler);
+    return this;
+  }
+
+  /** Connects and serves until `stop()`; resolves once every held job is reported. */
+  async run(): Promise<void> {
+    const hello: Message = {
+      role: "worker",
+      name: this.name,
+      queues: this.queues,
+      concurrency: this.concurrency,
+      kinds: [...this.handlers.keys()].sort(),
+    };
+    if (this.prefetch > 0) hello["prefetch"] = this.prefetch;
+    const conn = new Connection(this.endpoint, hello, this.options, (m) => this.onMessage(m));
+    this.conn = conn;
+    const stop = (): void => this.stop();
+    const signals = this.options.stopOnSignals ?? true;
+    if (signals) {
+      process.on("SIGINT", stop);
+      process.on("SIGTERM", stop);
+    }
+    try {
+      const done = new Promise<void>((resolve) => {
+        this.finished = resolve;
+      });
+      await conn.reconnect();
+      this.tick();
+      await done;
+    } finally {
+      if (this.timer !== null) clearTimeout(this.timer);
+      if (signals) {
+        process.off("SIGINT", stop);
+        process.off("SIGTERM", stop);
+      }
+      conn.close();
+    }
+  }
+
+  /** Asks `run()` to leave gracefully: no more orders; running jobs finish and are reported. */
+  stop(): void {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.leaveBy = Date.now() + this.shutdownTimeoutMs;
+    if (this.conn === null) return;
+    this.send({ type: "bye" });
+    // Held orders never started go back untouched: available at once, no attempt used.
+    const held = this.held;
+    this.held = [];
+    for (const job of held) {
+      this.sendOutcome({ type: "released", id: job.id, attempt: job.attempt });
+    }
+    this.finishIfDone();
+  }
+
+  /** @internal Sends a message with a fresh `req`; failures are logged (the server
+   * learns what it missed from the next heartbeat, outcomes go again). */
+  send(message: Message): number {
+    const conn = this.conn;
+    if (conn === null) return 0;
+    const req = conn.nextReq();
+    conn.send({ ...message, req }).catch((e: unknown) => {
+      this.logger.warn(`hopper worker ${this.name}: cannot send ${String(message["type"])}: ${String(e)}`);
+    });
+    return req;
+  }
+
+  private sendOutcome(message: Message): void {
+    const req = this.send(message);
+    this.unacked.set(req, { sentAt: Date.now(), message });
+  }
+
+  private finishIfDone(): void {
+    const done = this.running.size === 0 && this.unacked.size === 0;
+    if (this.stopping && (done || Date.now() > this.leaveBy) && this.finished !== null) {
+      this.finished();
+      this.finished = null;
+    }
+  }
+
+  /** Once per heartbeat period: heartbeat, silence check, outcomes to send again. */
+  private tick(): void {
+    const conn = this.conn;
+    if (conn === null) return;
+    const now = Date.now();
+    this.finishIfDone();
+    if (this.reconnecting) {
+      // a new socket is saying hello: heartbeats wait for it
+    } else if (now - conn.lastHeard > 3 * conn.heartbeatMs) {
+      this.logger.warn(`hopper worker ${this.name}: server silent; reconnecting`);
+      void this.reconnect();
+    } else {
+      const leases = [...this.running.values(), ...this.held].map((j) => ({ id: j.id, attempt: j.attempt }));
+      for (const { message } of this.unacked.values()) {
+        leases.push({ id: message["id"] as string, attempt: message["attempt"] as number });
+      }
+      this.send({ type: "heartbeat", leases });
+      for (const [req, { sentAt, message }] of this.unacked) {
+        if (now - sentAt > this.ackTimeoutMs) {
+          this.unacked.delete(req);
+          this.sendOutcome(message);
+        }
+      }
+    }
+    this.timer = setTimeout(() => this.tick(), conn.heartbeatMs);
+  }
+
+  private async reconnect(): Promise<void> {
+    const conn = this.conn;
+    if (conn === null || this.reconnecting) return;
+    this.reconnecting = true;
+    try {
+      await conn.reconnect(Date.now() + 2 * conn.heartbeatMs);
+      // Outcomes not yet acknowledged go again (a repeat is answered lease_lost).
+      const pending = [...this.unacked.values()].map((u) => u.message);
+      this.unacked.clear();
+      for (const message of pending) this.sendOutcome(message);
+    } catch (e) {
+      this.logger.warn(`hopper worker ${this.name}: reconnecting failed: ${String(e)}`);
+    } finally {
+      this.reconnecting = false;
+    }
+  }
+
+  private onMessage(message: Message): void {
+    switch (message["type"]) {
+      case "order":
+        this.accept(message["job"]);
+        break;
+      case "cancel":
+        this.abort(String(message["id"]), undefined);
+        break;
+      case "heartbeat_ack":
+        for (const lease of Array.isArray(message["lost"]) ? message["lost"] : []) {
+          if (lease !== null && typeof lease === "object") {
+            const { id, attempt } = lease as Message;
+            this.abort(String(id), typeof attempt === "number" ? attempt : undefined);
+          }
+        }
+        break;
+      case "ack": {
+        const req = message["req"];
+        if (typeof req === "number") this.unacked.delete(req);
+        this.finishIfDone();
+        break;
+      }
+      case "error": {
+        const code = String(message["code"]);
+        const req = message["req"];
+        const outcome = typeof req === "number" ? this.unacked.get(req) : undefined;
+        if (code === "unauthorized") {
+          void this.reconnect(); // the server restarted and forgot this session
+        } else if (outcome !== undefined && code !== "internal" && typeof req === "number") {
+          this.unacked.delete(req);
+          this.logger.warn(`hopper worker ${this.name}: outcome of ${String(outcome.message["id"])} refused: ${String(message["message"])}`);
+          this.finishIfDone();
+        } else {
+          this.logger.warn(`hopper worker ${this.name}: server error ${code}: ${String(message["message"])}`);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  private accept(order: unknown): void {
+    if (
+      order === null ||
+      typeof order !== "object" ||
+      typeof (order as Message)["id"] !== "string" ||
+      typeof (order as Message)["attempt"] !== "number"
+    ) {
+      this.logger.warn(`hopper worker ${this.name}: skipped an order without a lease (id, attempt)`);
+      return;
+    }
+    const job = new Job(order as Message & { id: string; attempt: number }, this);
+    if (this.stopping) {
+      this.sendOutcome({ type: "released", id: job.id, attempt: job.attempt });
+    } else if (this.running.size < this.concurrency) {
+      this.start(job);
+    } else {
+      this.held.push(job);
+    }
+  }
+
+  /** Stops a job (cancelled, timed out or its lease lost): it is not reported. */
+  private abort(id: string, attempt: number | undefined): void {
+    const job = this.running.get(id) ?? this.held.find((j) => j.id === id);
+    if (job === undefined || (attempt !== undefined && job.attempt !== attempt)) return;
+    this.held = this.held.filter((j) => j !== job);
+    job.controller.abort(new HopperError("cancelled", `job ${id} was cancelled or lost its lease`));
+  }
+
+  private start(job: Job): void {
+    this.running.set(job.id, job);
+    const started = performance.now();
+    const handler = this.handlers.get(job.kind);
+    const run = async (): Promise<Message> => {
+      if (handler === undefined) throw new Permanent(`no handler for kind ${job.kind} on worker ${this.name}`);
+      await handler(job);
+      return { type: "completed" };
+    };
+    run()
+      .catch((e: unknown): Message => {
+        if (e instanceof Snooze) return { type: "snoozed", delay_ms: Math.max(0, Math.round(e.seconds * 1000)) };
+        if (e instanceof Permanent) return { type: "failed", error: e.message, retryable: false };
+        const error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+        return { type: "failed", error, retryable: true };
+      })
+      .then((outcome) => {
+        this.running.delete(job.id);
+        if (!job.signal.aborted) {
+          if (outcome["type"] !== "snoozed") {
+            outcome["duration_ms"] = Math.round(performance.now() - started);
+          }
+          this.sendOutcome({ ...outcome, id: job.id, attempt: job.attempt });
+        }
+        const next = this.held.shift();
+        if (next !== undefined) this.start(next);
+        this.finishIfDone();
+      });
+  }
+}

@@ -1,0 +1,96 @@
+/** Submit, status, cancel and the admin requests through the real server. */
+
+import assert from "node:assert/strict";
+import { statSync } from "node:fs";
+import { after, before, test } from "node:test";
+
+import { Client, HopperError } from "../src/index.js";
+import { ID, Server } from "./server.js";
+
+let server: Server;
+before(async () => {
+  server = await Server.start();
+});
+after(async () => {
+  await server.stop();
+});
+
+async function refused(call: Promise<unknown>, code: string): Promise<void> {
+  await assert.rejects(call, (e: unknown) => e instanceof HopperError && e.code === code);
+}
+
+test("the generated token file is private and required", async () => {
+  assert.equal(statSync(server.tokenFile).mode & 0o777, 0o600);
+  await refused(Client.connect(server.endpoint, { token: "not-the-token", timeoutMs: 5_000 }), "unauthorized");
+});
+
+test("submit, status, cancel", async () => {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const id = await client.submit("email", { to: "ada@example.com" }, { queue: "mail", priority: "high", maxAttempts: 3 });
+    assert.match(id, ID);
+    const job = await client.status(id);
+    assert.equal(job.state, "available");
+    assert.equal(job.queue, "mail");
+    assert.equal(job.priority, 1);
+    assert.equal(job.max_attempts, 3);
+    assert.deepEqual(job.args, { to: "ada@example.com" });
+
+    const later = await client.submit("email", {}, { delayMs: 60_000 });
+    assert.equal((await client.status(later)).state, "scheduled");
+    const at = await client.submit("email", {}, { runAt: new Date(Date.now() + 3_600_000) });
+    assert.equal((await client.status(at)).state, "scheduled");
+
+    assert.equal((await client.cancel(id)).state, "cancelled");
+    await refused(client.cancel(id), "conflict");
+    await refused(client.status("0190f3c2-7a1e-7c3b-9d2e-5b8f1a2c3d4e"), "not_found");
+    await refused(client.submit("bad kind!", {}), "invalid");
+
+    const ids = await client.submitBatch(Array.from({ length: 500 }, (_, n) => ({ kind: "batch", args: { n } })));
+    assert.equal(new Set(ids).size, 500);
+    assert.deepEqual((await client.queueStats()).find((q) => q["queue"] === "default")?.["available"], 500);
+  } finally {
+    client.close();
+  }
+});
+
+test("admin requests", async () => {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const ids: string[] = [];
+    for (let n = 0; n < 3; n++) ids.push(await client.submit("k", { n }, { queue: "admin" }));
+    // Newest first: the ids are UUIDv7, so the last submitted is listed first.
+    const listed = (await client.listJobs({ queue: "admin", limit: 3 })).map((j) => j.id);
+    assert.deepEqual(listed, [...ids].reverse());
+    const older = (await client.listJobs({ queue: "admin", before: listed[0] ?? "" })).map((j) => j.id);
+    assert.deepEqual(older, listed.slice(1));
+    await client.cancel(ids[0] ?? "");
+    assert.equal((await client.retry(ids[0] ?? "")).state, "available");
+    await client.cancel(ids[1] ?? "");
+    await client.delete(ids[1] ?? "");
+    await refused(client.status(ids[1] ?? ""), "not_found");
+    const paused = await client.updateQueue("admin", { paused: true, max_running: 3 });
+    assert.equal(paused["paused"], true);
+    assert.equal(paused["max_running"], 3);
+    const lifted = await client.updateQueue("admin", { max_running: null });
+    assert.equal(lifted["max_running"], null);
+    assert.deepEqual((await client.queues()).map((q) => q["queue"]), ["admin"]);
+    assert.deepEqual(await client.cron(), []);
+    assert.equal(await client.retryFailed({ queue: "admin" }), 0);
+    assert.equal(await client.clear("admin"), 2);
+  } finally {
+    client.close();
+  }
+});
+
+test("a batch is listed newest first and paged in order", async () => {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const ids = await client.submitBatch(Array.from({ length: 50 }, (_, n) => ({ kind: "k", queue: "paged", args: { n } })));
+    const first = (await client.listJobs({ queue: "paged", limit: 30 })).map((j) => j.id);
+    const rest = (await client.listJobs({ queue: "paged", limit: 30, before: first[first.length - 1] ?? "" })).map((j) => j.id);
+    assert.deepEqual([...first, ...rest], [...ids].reverse());
+  } finally {
+    client.close();
+  }
+});

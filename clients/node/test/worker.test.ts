@@ -1,0 +1,228 @@
+/** Workers through the real server: outcomes, order, cancellation, faults, graceful stop. */
+
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { afterEach, beforeEach, test } from "node:test";
+
+import { Client, type Handler, Permanent, Snooze, Worker, type WorkerOptions } from "../src/index.js";
+import { Server, psql, sleep, waitUntil } from "./server.js";
+
+let server: Server;
+let workers: { worker: Worker; done: Promise<void> }[] = [];
+
+beforeEach(async () => {
+  server = await Server.start();
+  workers = [];
+});
+afterEach(async () => {
+  for (const { worker } of workers) worker.stop();
+  await Promise.all(workers.map((w) => w.done));
+  await server.stop();
+});
+
+function startWorker(handlers: Record<string, Handler>, options: WorkerOptions = {}): Worker {
+  const worker = new Worker(server.endpoint, { token: server.token, concurrency: 8, stopOnSignals: false, ...options });
+  for (const [kind, handler] of Object.entries(handlers)) worker.handle(kind, handler);
+  workers.push({ worker, done: worker.run() });
+  return worker;
+}
+
+async function stopAll(): Promise<void> {
+  for (const { worker } of workers) worker.stop();
+  await Promise.all(workers.map((w) => w.done));
+}
+
+async function submitBatch(kind: string, n: number): Promise<string[]> {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    return await client.submitBatch(Array.from({ length: n }, (_, i) => ({ kind, args: { n: i } })));
+  } finally {
+    client.close();
+  }
+}
+
+test("workers drain every job exactly once", async () => {
+  const runs = new Map<string, number>();
+  const ids = await submitBatch("count", 2_000);
+  for (let i = 0; i < 4; i++) {
+    startWorker({ count: (job) => void runs.set(job.id, (runs.get(job.id) ?? 0) + 1) }, { name: `node${i}` });
+  }
+  await server.waitFor((c) => c["completed"] === 2_000, 120_000);
+  await stopAll();
+  assert.deepEqual([...runs.keys()].sort(), [...ids].sort());
+  assert.ok([...runs.values()].every((n) => n === 1));
+});
+
+test("a batch runs in the order it was submitted", async () => {
+  const ran: number[] = [];
+  await submitBatch("fifo", 200);
+  startWorker({ fifo: (job) => void ran.push((job.args as { n: number }).n) }, { concurrency: 1 });
+  await server.waitFor((c) => c["completed"] === 200);
+  assert.deepEqual(ran, Array.from({ length: 200 }, (_, n) => n));
+});
+
+test("outcomes: retry, snooze and permanent", async () => {
+  const seen = new Map<string, number>();
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const ids: Record<string, string> = {};
+    for (const mode of ["permanent", "snooze", "retry"]) {
+      ids[mode] = await client.submit("flaky", { mode }, { maxAttempts: 3 });
+    }
+    startWorker({
+      flaky: async (job) => {
+        const tries = (seen.get(job.id) ?? 0) + 1;
+        seen.set(job.id, tries);
+        const { mode } = job.args as { mode: string };
+        if (mode === "permanent") throw new Permanent("bad input");
+        if (mode === "snooze" && tries === 1) throw new Snooze(0.05);
+        if (mode === "retry" && tries === 1) throw new RangeError("first try fails");
+      },
+    });
+    await server.waitFor((c) => c["completed"] === 2 && c["failed"] === 1);
+    const failed = await client.status(ids["permanent"] ?? "");
+    assert.equal(failed.state, "failed");
+    assert.match(failed.errors[0]?.error ?? "", /bad input/);
+    const retried = await client.status(ids["retry"] ?? "");
+    assert.equal(retried.state, "completed");
+    assert.match(retried.errors[0]?.error ?? "", /RangeError: first try fails/);
+    const snoozed = await client.status(ids["snooze"] ?? "");
+    assert.equal(snoozed.attempts_used, 1);
+    assert.equal(snoozed.errors.length, 0);
+  } finally {
+    client.close();
+  }
+});
+
+test("heartbeats keep a job longer than the lease", async () => {
+  // A lease of 3 s: without heartbeats the job would be taken back. A heartbeat of 1 s, so a
+  // loaded machine's stall of a second does not drop the worker as silent.
+  await server.stop();
+  server = await Server.start({ timing: { heartbeat: "1s", lease: "3s" } });
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const id = await client.submit("long", {});
+    startWorker({ long: () => sleep(5_000) });
+    await server.waitFor((c) => c["completed"] === 1, 30_000);
+    const job = await client.status(id);
+    assert.equal(job.attempt, 1);
+    assert.equal(job.attempts_used, 1);
+  } finally {
+    client.close();
+  }
+});
+
+test("a cancelled job is aborted and not reported", async () => {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const id = await client.submit("wait", {});
+    let started = false;
+    let aborted = false;
+    startWorker({
+      wait: async (job) => {
+        started = true;
+        await new Promise<void>((done) => job.signal.addEventListener("abort", () => done()));
+        aborted = true;
+      },
+    });
+    await waitUntil(() => started, "the job started");
+    assert.equal((await client.cancel(id)).state, "cancelled");
+    await waitUntil(() => aborted, "the handler saw the abort");
+    await stopAll();
+    assert.equal((await client.status(id)).state, "cancelled");
+  } finally {
+    client.close();
+  }
+});
+
+test("the server enforces timeouts on workers that do not", async () => {
+  let cancelled = false;
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const id = await client.submit("hang", {}, { timeoutMs: 300 });
+    startWorker({
+      hang: async (job) => {
+        if (job.countedAttempt !== 1) return;
+        // This handler ignores its own timeout: the server cancels and retries the job.
+        await new Promise<void>((done) => {
+          job.signal.addEventListener("abort", () => done());
+          setTimeout(done, 20_000);
+        });
+        cancelled = job.signal.aborted;
+      },
+    });
+    await server.waitFor((c) => c["completed"] === 1);
+    const job = await client.status(id);
+    assert.ok(cancelled);
+    assert.equal(job.attempts_used, 2);
+    assert.match(job.errors[0]?.error ?? "", /timed out/);
+  } finally {
+    client.close();
+  }
+});
+
+test("prefetched orders are held and handed back unstarted", async () => {
+  let go: () => void = () => {};
+  const gate = new Promise<void>((done) => (go = done));
+  const started: string[] = [];
+  await submitBatch("slow", 10);
+  const worker = startWorker(
+    {
+      slow: async (job) => {
+        started.push(job.id);
+        await gate;
+      },
+    },
+    { concurrency: 1, prefetch: 5 },
+  );
+  // One running, two held: 1 + twice the concurrency.
+  await server.waitFor((c) => c["running"] === 3 && c["available"] === 7);
+  worker.stop();
+  // The held orders go back at once, while the started one still runs.
+  await server.waitFor((c) => c["running"] === 1 && c["available"] === 9);
+  go();
+  await stopAll();
+  const counts = await server.waitFor((c) => c["completed"] === 1);
+  assert.equal(counts["available"], 9);
+  assert.equal(started.length, 1);
+  assert.equal(psql(`SELECT count(*) FROM ${server.schema}.jobs WHERE state = 'available' AND attempt - uncounted > 0`), "0");
+});
+
+test("a killed worker's jobs complete elsewhere", async () => {
+  await submitBatch("nap", 20);
+  const script = fileURLToPath(new URL("./worker_proc.js", import.meta.url));
+  const doomed = spawn(process.execPath, [script, server.endpoint, server.token, "3600000"], { stdio: "inherit" });
+  const exited = new Promise((done) => doomed.once("exit", done));
+  try {
+    await server.waitFor((c) => c["running"] === 5);
+  } finally {
+    doomed.kill("SIGKILL");
+    await exited;
+  }
+  startWorker({ nap: () => sleep(10) }, { concurrency: 5 });
+  await server.waitFor((c) => c["completed"] === 20);
+});
+
+test("a server restart loses nothing", async () => {
+  const runs = new Map<string, number>();
+  const ids = await submitBatch("nap", 1_500);
+  for (let i = 0; i < 2; i++) {
+    startWorker(
+      {
+        nap: async (job) => {
+          await sleep(5);
+          runs.set(job.id, (runs.get(job.id) ?? 0) + 1);
+        },
+      },
+      { name: `node${i}` },
+    );
+  }
+  await server.waitFor((c) => (c["completed"] ?? 0) >= 300);
+  await server.kill("SIGKILL");
+  await sleep(500);
+  await server.start();
+  await server.waitFor((c) => c["completed"] === 1_500, 120_000);
+  await stopAll();
+  assert.deepEqual([...runs.keys()].sort(), [...ids].sort());
+});

@@ -1,0 +1,67 @@
+"""CURVE: a server started with --curve serves peers that know its public key, and nobody
+else gets a single request through."""
+
+import threading
+import time
+
+import cbor2
+import pytest
+import zmq
+
+from conftest import Server
+from hopper_client import Client, Unavailable, Worker
+
+
+@pytest.fixture
+def curve_server(schema, tmp_path):
+    server = Server(schema, tmp_path, extra=["--curve"]).start()
+    assert server.server_key, f"no server key in the log:\n{server.log.read_text()}"
+    yield server
+    server.kill()
+
+
+def test_a_client_and_a_worker_with_the_server_key_work(curve_server):
+    server = curve_server
+    worker = Worker(server.endpoint, token=server.token, server_key=server.server_key,
+                    concurrency=4, handlers={"k": lambda job: None})
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    with Client(server.endpoint, token=server.token, server_key=server.server_key) as client:
+        ids = client.submit_batch([{"kind": "k", "args": {"n": n}} for n in range(50)])
+        server.wait_for(lambda c: c.get("completed") == 50)
+        assert client.status(ids[0])["state"] == "completed"
+    worker.stop()
+    thread.join(timeout=30)
+
+
+def test_plaintext_and_wrong_key_peers_get_nothing_through(curve_server):
+    server = curve_server
+    wrong_key, _ = zmq.curve_keypair()
+    for key in (None, wrong_key.decode()):
+        started = time.monotonic()
+        with pytest.raises(Unavailable) as silent:
+            Client(server.endpoint, token=server.token, server_key=key, timeout=2)
+        assert time.monotonic() - started < 10
+        assert "server_key" in str(silent.value)
+
+    # A plaintext DEALER with the right token, asking straight away: no reply, nothing written.
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.endpoint)
+    sock.send(cbor2.dumps({"type": "hello", "req": 1, "version": 1, "role": "client",
+                           "token": server.token}))
+    sock.send(cbor2.dumps({"type": "submit", "req": 2, "job": {"kind": "k"}}))
+    assert sock.poll(2000) == 0
+    sock.close(0)
+    assert server.counts() == {}
+
+    # The server is unharmed: a peer with the key is served at once.
+    with Client(server.endpoint, token=server.token, server_key=server.server_key) as client:
+        assert client.status(client.submit("k", {}))["state"] == "available"
+
+
+def test_a_bad_server_key_is_refused_before_connecting():
+    with pytest.raises(ValueError):
+        Client("tcp://127.0.0.1:1", server_key="too short")
+    with pytest.raises(ValueError):
+        Client("tcp://127.0.0.1:1", server_key="~" * 40)
