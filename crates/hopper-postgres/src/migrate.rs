@@ -14,7 +14,11 @@ use crate::statement::{Pooler, Query};
 /// A transaction-scoped advisory lock keyed on the schema name serialises concurrent
 /// migrators: the second waits, then finds nothing left to do. Nothing outlives the
 /// transaction, so this runs as well behind a transaction pooler.
-pub async fn migrate(client: &mut Client, schema: &str, pooler: Pooler) -> Result<Vec<AppliedMigration>> {
+pub async fn migrate(
+    client: &mut Client,
+    schema: &str,
+    pooler: Pooler,
+) -> Result<Vec<AppliedMigration>> {
     let lock = Query::new(
         "SELECT pg_advisory_xact_lock(hashtext('hopper migrate ' || $1::text))",
         &[Type::TEXT],

@@ -160,9 +160,6 @@ impl PgBackend {
     pub(crate) async fn job_row(&self, id: JobId) -> Result<Option<Row>> {
         let client = self.client().await?;
         let statement = self.prepare(&client, &self.inner.queries.job_get).await?;
-        statement
-            .query_opt(&**client, &[&id])
-            .await
-            .map_err(map_pg)
+        statement.query_opt(&**client, &[&id]).await.map_err(map_pg)
     }
 }

@@ -86,8 +86,7 @@ pub use hopper_core::{
     RateLimit, UniquePolicy,
 };
 pub use hopper_postgres::{
-    ClaimCursorConfig, ClaimStartMode, ConnectError, PgBackend, PgConnectOptions, PgOptions,
-    Pooler,
+    ClaimCursorConfig, ClaimStartMode, ConnectError, PgBackend, PgConnectOptions, PgOptions, Pooler,
 };
 pub use hopper_sqlite::{SqliteBackend, SqliteOptions};
 pub use periodic::PeriodicJob;

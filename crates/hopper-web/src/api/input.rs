@@ -17,9 +17,8 @@ use crate::error::ApiError;
 pub(crate) const DEFAULT_PAGE: u32 = 50;
 /// The largest page size of a job listing.
 pub(crate) const MAX_PAGE: u32 = 500;
-/// The longest `delay_ms`: 100 years (of 365.25 days), so `run_at` stays a time RFC 3339
-/// can write (years up to 9999).
-pub(crate) const MAX_DELAY_MS: u64 = 36_525 * 24 * 3_600 * 1_000;
+/// The longest `delay_ms`: the one bound on durations of every surface.
+pub(crate) const MAX_DELAY_MS: u64 = hopper::limits::MAX_DURATION_MS;
 
 /// One job to enqueue: every option of [`NewJob`].
 #[derive(Debug, Deserialize)]
@@ -85,7 +84,7 @@ impl EnqueueRequest {
             (Some(at), None) => job = job.with_run_at(at),
             (None, Some(ms)) if ms > MAX_DELAY_MS => {
                 return Err(format!(
-                    "delay_ms must be at most {MAX_DELAY_MS} (100 years), got {ms}"
+                    "delay_ms must be at most {MAX_DELAY_MS} (10 years), got {ms}"
                 ));
             }
             (None, Some(ms)) => job = job.with_delay(Duration::from_millis(ms)),

@@ -1,7 +1,6 @@
 //! Unique keys under concurrent inserts, single and bulk, and the three policies.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use hopper::testing::TestDatabase;
 use hopper::{Client, Error, InsertOutcome, JobListParams, JobState, NewJob, UniquePolicy};
@@ -121,8 +120,8 @@ async fn policies_and_windows() -> anyhow::Result<()> {
     assert_ne!(second, first);
 
     // With a window, a finished job still holds the key for the rest of its window.
-    // A century-long window: both inserts fall in the same one whatever the time.
-    let hour = Duration::from_secs(100 * 365 * 86_400);
+    // The longest window allowed (ten years): both inserts fall in the same one.
+    let hour = hopper::limits::MAX_DURATION;
     let w1 = client
         .insert(
             probe("pol", "w1", 0)
