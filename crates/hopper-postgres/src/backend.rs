@@ -294,7 +294,9 @@ impl Backend for PgBackend {
             .inner
             .liveness
             .load(std::sync::atomic::Ordering::Relaxed);
-        on.then_some(self as &dyn hopper_core::NodeLiveness)
+        // Behind a transaction pooler with no direct URL there is no session to hold a
+        // lock in: nodes are found dead by their heartbeat, as before.
+        (on && self.inner.listen.is_some()).then_some(self as &dyn hopper_core::NodeLiveness)
     }
 
     async fn queue_stats(&self) -> Result<Vec<QueueStats>> {

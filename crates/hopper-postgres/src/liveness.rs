@@ -59,7 +59,14 @@ impl Drop for Guard {
 #[async_trait]
 impl NodeLiveness for PgBackend {
     async fn node_hold(&self, node: &NodeInfo) -> Result<NodeHold> {
-        let (client, connection) = self.inner.connect.connect_raw().await?;
+        // The lock needs a session of its own on the server itself: the direct URL behind
+        // a transaction pooler (`node_liveness` offers none when there is no such URL).
+        let Some(direct) = &self.inner.listen else {
+            return Err(Error::Unsupported(
+                "node liveness behind a transaction pooler needs a direct URL".to_owned(),
+            ));
+        };
+        let (client, connection) = direct.connect_raw().await?;
         let (lost_tx, mut lost_rx) = mpsc::channel::<String>(2);
         let ended = lost_tx.clone();
         tokio::spawn(async move {
