@@ -473,7 +473,7 @@ async fn an_unreachable_database_is_one_clear_line() {
         let mut args = vec!["--database-url", nowhere];
         args.extend_from_slice(command);
         hopper(&db, &args)
-            .fails_with("cannot open the database: error connecting to server: Connection refused");
+            .fails_with("cannot open the database: could not connect to PostgreSQL: error connecting to server: Connection refused");
     }
     // Bad input is reported as such, before any connection is tried.
     hopper(

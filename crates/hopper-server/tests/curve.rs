@@ -55,7 +55,12 @@ async fn plaintext_and_wrong_key_peers_get_nothing_through_a_curve_server() -> a
     );
 
     // The Rust client says why it cannot get through.
-    for (key, says) in [(None, "mismatch"), (Some(&wrong), "server_key")] {
+    // Without a key the handshake fails on the server's side, and the client may only see
+    // its hello go unanswered: either way it is refused, and says so.
+    for (key, says) in [
+        (None, &["mismatch", "no welcome"][..]),
+        (Some(&wrong), &["server_key"][..]),
+    ] {
         let mut options = hopper::RemoteOptions::from_url(&url(&endpoint))?;
         options.server_key = key.cloned();
         options.request_timeout = Duration::from_secs(8);
@@ -64,7 +69,10 @@ async fn plaintext_and_wrong_key_peers_get_nothing_through_a_curve_server() -> a
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(refused.contains(says), "key {key:?}: {refused:?}");
+        assert!(
+            says.iter().any(|s| refused.contains(s)),
+            "key {key:?}: {refused:?}"
+        );
     }
 
     // The right key is served, raw and through the Rust client.
