@@ -73,6 +73,10 @@ async fn plaintext_and_wrong_key_peers_get_nothing_through_a_curve_server() -> a
             says.iter().any(|s| refused.contains(s)),
             "key {key:?}: {refused:?}"
         );
+        assert!(
+            !refused.contains("database: database"),
+            "a doubled prefix: {refused:?}"
+        );
     }
 
     // The right key is served, raw and through the Rust client.

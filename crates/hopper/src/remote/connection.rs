@@ -81,6 +81,9 @@ async fn open(
         let (refused, reason) = match try_open(shared, link).await {
             Ok(heartbeat) => return Some(heartbeat),
             Err(Error::InvalidInput(message)) => (true, message),
+            // The cause alone: `unavailable` wraps it as a database error again below, and
+            // its text would otherwise say "database: database: …".
+            Err(Error::Database(cause)) => (false, cause.to_string()),
             Err(e) => (false, e.to_string()),
         };
         tracing::warn!(endpoint = %shared.options.endpoint, error = %reason, retry_in = ?backoff, "cannot reach the hopper server");
