@@ -8,6 +8,8 @@
 //! - [`liveness`]: the capability of backends that see a node die at once ([`NodeLiveness`]);
 //! - [`backend`]: the storage seam ([`Backend`]), the one trait every storage backend
 //!   implements, with one params struct per method;
+//! - [`policy`]: the rules every backend applies the same way (the rate bucket, keys of
+//!   periodic ticks, names spliced into SQL, conflict messages);
 //! - [`scheduling`]: queue settings (pause, global limits), unique-key policies and
 //!   periodic entries;
 //! - [`limits`]: the one range of instants and the one bound of durations every way in
@@ -28,6 +30,7 @@ pub mod limits;
 pub mod liveness;
 pub mod log_limit;
 pub mod pace;
+pub mod policy;
 pub mod scheduling;
 
 pub use backend::{

@@ -1,0 +1,212 @@
+//! The rules every backend applies the same way, written once: a backend stores, these
+//! decide.
+//!
+//! - [`TokenBucket`]: a queue's rate limit, refilled continuously up to its burst;
+//! - [`cron_unique_key`]: the unique key of a periodic job's tick, so a tick is enqueued
+//!   once however many nodes run the enqueuer;
+//! - [`validate_sql_name`]: the schema or table prefix spliced into SQL text;
+//! - [`conflict`]: the answer to an operation a job's state does not allow.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use crate::error::{Error, Result};
+use crate::job::{JobId, JobState};
+use crate::scheduling::RateLimit;
+
+/// The rate bucket of a limited queue at the instant of a claim.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenBucket {
+    /// Tokens after refilling up to the claim's instant (never above the burst; below zero
+    /// only if the stored value was).
+    pub tokens: f64,
+    /// Tokens added per microsecond.
+    per_us: f64,
+}
+
+impl TokenBucket {
+    /// Refills a bucket that held `tokens` at `refilled_at` up to `now`, capped at the
+    /// burst. A bucket never refilled (`refilled_at` is `None`: the rate was just set)
+    /// starts full, whatever was stored, so a new limit lets its burst through at once.
+    pub fn refill(
+        rate: &RateLimit,
+        tokens: f64,
+        refilled_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let per_us = f64::from(rate.jobs) / (rate.per.as_micros().max(1) as f64);
+        let burst = f64::from(rate.burst);
+        let tokens = match refilled_at {
+            None => burst,
+            Some(at) => {
+                let elapsed = (now - at).num_microseconds().unwrap_or(i64::MAX).max(0) as f64;
+                (tokens + elapsed * per_us).min(burst)
+            }
+        };
+        TokenBucket { tokens, per_us }
+    }
+
+    /// Whole tokens available now: the most jobs a claim may take.
+    pub fn whole(&self) -> u32 {
+        self.tokens.max(0.0).floor().min(f64::from(u32::MAX)) as u32
+    }
+
+    /// The tokens to store after a claim took `taken` jobs.
+    pub fn after(&self, taken: usize) -> f64 {
+        self.tokens - taken as f64
+    }
+
+    /// How long until the bucket holds a whole token after `taken` are taken.
+    pub fn next_token_in(&self, taken: u32) -> Duration {
+        let missing = (1.0 - self.after(taken as usize)).max(0.0);
+        Duration::from_micros((missing / self.per_us).ceil().max(0.0) as u64)
+    }
+}
+
+/// The unique key of the job a periodic entry enqueues for one tick:
+/// `cron:<name>:<tick, RFC 3339 in UTC with milliseconds>`.
+pub fn cron_unique_key(name: &str, tick: DateTime<Utc>) -> String {
+    format!(
+        "cron:{name}:{}",
+        tick.to_rfc3339_opts(SecondsFormat::Millis, true)
+    )
+}
+
+/// Checks a name spliced into SQL text (a PostgreSQL schema, a SQLite table prefix): a
+/// lowercase identifier that needs no quoting, so the splice cannot inject anything.
+/// `what` names it in the error (`schema name`, `table prefix`).
+pub fn validate_sql_name(what: &str, name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && name.len() <= 50 {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(format!(
+            "{what} {name:?} must be 1 to 50 characters of a-z, 0-9 and _, not starting with a digit"
+        )))
+    }
+}
+
+/// An operation on one job that its state may refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobAction {
+    /// [`crate::backend::Backend::job_retry`]: only `failed` or `cancelled` jobs.
+    Retry,
+    /// [`crate::backend::Backend::job_cancel`]: only jobs not finished.
+    Cancel,
+    /// [`crate::backend::Backend::job_delete`]: only jobs not running.
+    Delete,
+}
+
+/// The [`Error::Conflict`] of an action refused because job `id` is in `state`.
+pub fn conflict(action: JobAction, id: JobId, state: JobState) -> Error {
+    let rule = match action {
+        JobAction::Retry => "only failed or cancelled jobs can be retried",
+        JobAction::Cancel => "only scheduled, available or running jobs can be cancelled",
+        JobAction::Delete => "cancel it before deleting it",
+    };
+    Error::Conflict(format!("job {id} is {state}; {rule}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2031-01-01T00:00:00Z")
+            .expect("valid")
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn a_new_bucket_starts_full_whatever_was_stored() {
+        let rate = RateLimit::new(100, Duration::from_secs(1));
+        assert_eq!(
+            TokenBucket::refill(&rate, 0.0, None, t0()).whole(),
+            rate.burst
+        );
+        assert_eq!(
+            TokenBucket::refill(&rate, -3.0, None, t0()).whole(),
+            rate.burst
+        );
+    }
+
+    #[test]
+    fn buckets_refill_at_the_rate_and_cap_at_the_burst() {
+        let rate = RateLimit::new(100, Duration::from_secs(1));
+        let t0 = t0();
+        let later = t0 + chrono::Duration::milliseconds(50);
+        assert_eq!(TokenBucket::refill(&rate, 0.0, Some(t0), later).whole(), 5);
+        let much_later = t0 + chrono::Duration::seconds(60);
+        assert_eq!(
+            TokenBucket::refill(&rate, 0.0, Some(t0), much_later).whole(),
+            rate.burst
+        );
+        // A clock that went back refills nothing.
+        let earlier = t0 - chrono::Duration::seconds(1);
+        assert_eq!(
+            TokenBucket::refill(&rate, 2.5, Some(t0), earlier).whole(),
+            2
+        );
+    }
+
+    #[test]
+    fn the_next_token_is_one_refill_period_away_from_empty() {
+        let rate = RateLimit::new(100, Duration::from_secs(1));
+        let empty = TokenBucket::refill(&rate, 0.0, Some(t0()), t0());
+        assert_eq!(empty.whole(), 0);
+        assert_eq!(empty.next_token_in(0), Duration::from_millis(10));
+        let three = TokenBucket::refill(&rate, 3.0, Some(t0()), t0());
+        assert_eq!(three.next_token_in(2), Duration::ZERO);
+        assert_eq!(three.next_token_in(3), Duration::from_millis(10));
+        assert_eq!(three.after(3), 0.0);
+    }
+
+    #[test]
+    fn cron_keys_name_the_entry_and_the_tick_to_the_millisecond() {
+        let tick = t0() + chrono::Duration::milliseconds(1500);
+        assert_eq!(
+            cron_unique_key("nightly", tick),
+            "cron:nightly:2031-01-01T00:00:01.500Z"
+        );
+    }
+
+    #[test]
+    fn sql_names_are_plain_identifiers() {
+        assert!(validate_sql_name("schema name", "hopper").is_ok());
+        assert!(validate_sql_name("schema name", "t_42").is_ok());
+        assert!(validate_sql_name("schema name", "_x").is_ok());
+        for bad in [
+            "",
+            "1abc",
+            "Hopper",
+            "a;b",
+            "a.b",
+            "a\"b",
+            "é",
+            &"x".repeat(51),
+        ] {
+            let err = validate_sql_name("table prefix", bad).expect_err(bad);
+            assert!(err.to_string().contains("table prefix"), "{err}");
+        }
+    }
+
+    #[test]
+    fn conflicts_say_the_state_and_the_rule() {
+        let id = JobId::nil();
+        let e = conflict(JobAction::Delete, id, JobState::Running);
+        assert!(
+            matches!(&e, Error::Conflict(m) if m.contains("is running; cancel it")),
+            "{e}"
+        );
+        let e = conflict(JobAction::Retry, id, JobState::Completed);
+        assert!(
+            matches!(&e, Error::Conflict(m) if m.contains("only failed or cancelled")),
+            "{e}"
+        );
+    }
+}
