@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use hopper::{Backend, PgBackend, PgOptions};
+use hopper::backend::Backend;
+use hopper::{PgBackend, PgOptions};
 use tokio::time::Instant;
 
 use crate::db::RunDatabase;

@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hopper::backend::Backend;
 use hopper::housekeeping::Housekeeping;
 use hopper::{
-    Backend, Client, JobArgs, JobContext, JobError, NewJob, PgBackend, PgOptions, Runtime,
-    RuntimeConfig, RuntimeHandle, Worker, Workers,
+    Client, JobArgs, JobContext, JobError, NewJob, PgBackend, PgOptions, Runtime, RuntimeConfig,
+    RuntimeHandle, Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;

@@ -121,7 +121,8 @@ impl fmt::Display for Report {
 mod tests {
     use super::Report;
     use crate::db::RunDatabase;
-    use hopper::{Backend, PgBackend, PgOptions};
+    use hopper::backend::Backend;
+    use hopper::{PgBackend, PgOptions};
 
     /// The report finds each kind of fault in a staged run (needs PostgreSQL at
     /// DATABASE_URL; creates and drops a database of its own).

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
+use hopper::backend::Backend;
 use hopper::{
-    Backend, InsertOutcome, JobId, JobListParams, JobRecord, JobState, NewJob, Priority, QueueStats,
+    InsertOutcome, JobId, JobListParams, JobRecord, JobState, NewJob, Priority, QueueStats,
 };
 use serde_json::json;
 

@@ -35,7 +35,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use hopper::{Backend, Client};
+use hopper::Client;
+use hopper::backend::Backend;
 
 use crate::cli::{BenchArgs, Workload};
 

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use hopper::backend::Backend;
 use hopper::{
-    Backend, Client, JobListParams, JobRecord, JobState, NewJob, Priority, QueueStats, Runtime,
+    Client, JobListParams, JobRecord, JobState, NewJob, Priority, QueueStats, Runtime,
     RuntimeConfig, Workers,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};

@@ -22,8 +22,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use hopper::Health;
+use hopper::backend::Backend;
 use hopper::supervise::{Policy, supervise};
-use hopper::{Backend, Health};
 use hopper_web::{AllowedHosts, AuthConfig, WebState};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;

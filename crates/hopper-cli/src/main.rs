@@ -17,7 +17,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use hopper::{Backend, PgOptions};
+use hopper::PgOptions;
+use hopper::backend::Backend;
 
 use cli::{Cli, Command};
 

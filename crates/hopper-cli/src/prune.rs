@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hopper::{Backend, JobPruneOutcome, JobPruneParams};
+use hopper::backend::{Backend, JobPruneOutcome, JobPruneParams};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::admin::{parse_duration, print_json};
@@ -38,6 +38,9 @@ impl Prune {
 
     /// Runs batches until one comes back short; prints what was (or would be) deleted.
     pub async fn run(self, backend: &Arc<dyn Backend>, json: bool) -> anyhow::Result<()> {
+        let Some(store) = backend.maintenance() else {
+            anyhow::bail!("the {} backend does not prune jobs", backend.name());
+        };
         let started = Instant::now();
         let mut total = JobPruneOutcome {
             elected: true,
@@ -55,7 +58,7 @@ impl Prune {
         let mut statements = 0u64;
         loop {
             let statement = Instant::now();
-            let outcome = backend.job_prune(&self.params).await?;
+            let outcome = store.job_prune(&self.params).await?;
             let took = statement.elapsed();
             statements += 1;
             total.completed += outcome.completed;

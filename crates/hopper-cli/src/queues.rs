@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use chrono::SecondsFormat;
 use clap::Subcommand;
-use hopper::{Backend, Client, QueueSettings, QueueUpdate, RateLimit};
+use hopper::backend::Backend;
+use hopper::{Client, QueueSettings, QueueUpdate, RateLimit};
 use serde::Serialize;
 
 use crate::admin::{print_json, print_table};

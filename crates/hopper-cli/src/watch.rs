@@ -10,7 +10,8 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hopper::{Backend, QueueStats};
+use hopper::QueueStats;
+use hopper::backend::Backend;
 
 use crate::admin::{print_table, stats_row};
 use crate::output::{out, outln};

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use hopper::{Backend, Runtime, RuntimeConfig, Workers};
+use hopper::backend::Backend;
+use hopper::{Runtime, RuntimeConfig, Workers};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::bench::{BenchWorker, QUEUE};

@@ -7,8 +7,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use hopper::backend::{ClaimParams, Finish, FinishResult, Outcome};
 use hopper::testing::TestDatabase;
-use hopper::{ClaimParams, Finish, FinishResult, JobListParams, JobState, Outcome};
+use hopper::{JobListParams, JobState};
 use serde_json::Value;
 
 /// What one run of the binary printed, and how it exited.
@@ -259,6 +260,7 @@ async fn show_prints_the_error_history_and_retry_revives_a_failed_job() {
             node: uuid::Uuid::now_v7(),
             limit: 1,
             lease: Duration::from_secs(30),
+            kinds: None,
         })
         .await
         .expect("claim");

@@ -12,7 +12,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper::{Backend, Client, JobListParams, JobState, NewJob, PgBackend, PgOptions};
+use hopper::backend::Backend;
+use hopper::{Client, JobListParams, JobState, NewJob, PgBackend, PgOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 

@@ -13,10 +13,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
-    Backend, Client, JobArgs, JobContext, JobError, JobListParams, JobState, NewJob, Runtime,
-    RuntimeConfig, SqliteBackend, SqliteOptions, Worker, Workers,
+    Client, JobArgs, JobContext, JobError, JobListParams, JobState, NewJob, Runtime, RuntimeConfig,
+    SqliteBackend, SqliteOptions, Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};

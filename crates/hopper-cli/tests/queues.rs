@@ -4,8 +4,9 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use hopper::backend::{ClaimParams, JobGetParams};
 use hopper::testing::TestDatabase;
-use hopper::{ClaimParams, JobState, NewJob, PeriodicJob, Runtime, RuntimeConfig, Workers};
+use hopper::{JobState, NewJob, PeriodicJob, Runtime, RuntimeConfig, Workers};
 use serde_json::Value;
 
 /// Runs `hopper args…` against `db`'s schema; (success, stdout, stderr).
@@ -128,12 +129,16 @@ async fn cancel_a_running_job_and_list_cron() -> anyhow::Result<()> {
             node: uuid::Uuid::now_v7(),
             limit: 1,
             lease: Duration::from_secs(60),
+            kinds: None,
         })
         .await?;
     let cancelled = json(&db, &["--json", "jobs", "cancel", &id.to_string()]);
     assert_eq!(cancelled["state"], "cancelled");
     assert_eq!(
-        backend.job_get(id).await?.map(|j| j.state),
+        backend
+            .job_get(&JobGetParams { id })
+            .await?
+            .map(|j| j.state),
         Some(JobState::Cancelled)
     );
 

@@ -6,8 +6,8 @@
 //!   validation every entry point applies before anything is written;
 //! - [`lease`]: the fencing token a worker holds while it runs a job ([`Lease`]);
 //! - [`liveness`]: the capability of backends that see a node die at once ([`NodeLiveness`]);
-//! - [`backend`]: the storage seam ([`Backend`]), the one trait every storage backend
-//!   implements, with one params struct per method;
+//! - [`backend`]: the storage seam ([`Backend`] and its capability traits), for backend
+//!   authors and outside semver, with one params struct per method;
 //! - [`policy`]: the rules every backend applies the same way (the rate bucket, keys of
 //!   periodic ticks, names spliced into SQL, conflict messages);
 //! - [`scheduling`]: queue settings (pause, global limits), unique-key policies and
@@ -34,9 +34,12 @@ pub mod policy;
 pub mod scheduling;
 
 pub use backend::{
-    AppliedMigration, Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobListParams,
-    JobPruneOutcome, JobPruneParams, JobRetryManyParams, JobSearchParams, JobStatsParams,
-    MinuteStats, NodeInfo, Outcome, QueueStats, Wakeup, WakeupStream,
+    AppliedMigration, Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,
+    JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobListParams,
+    JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobRetryManyParams, JobRetryParams,
+    JobSearchParams, JobStatsParams, JobVacuumParams, MaintenanceStore, MinuteStats,
+    NodeDeregisterParams, NodeInfo, NodeReleaseDeadParams, Outcome, QueueStats, SchedulingStore,
+    StatsStore, Wakeup, WakeupStream,
 };
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{Error, Result};

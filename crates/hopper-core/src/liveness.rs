@@ -2,7 +2,7 @@
 //! within moments, that a node's process (or its session) has ended.
 //!
 //! Without it, a node is dead when its heartbeat has been silent for `node_dead_after`
-//! ([`crate::Backend::node_release_dead`]), and a crashed worker's jobs wait that long or
+//! ([`crate::MaintenanceStore::node_release_dead`]), and a crashed worker's jobs wait that long or
 //! for their leases. A backend that offers [`NodeLiveness`] gives each node a lock that
 //! the storage releases by itself when the holder goes away: a session-level advisory lock
 //! on a dedicated PostgreSQL connection, an OS file lock beside a SQLite file. Other nodes

@@ -44,7 +44,7 @@ impl std::str::FromStr for UniquePolicy {
     }
 }
 
-/// What became of one job handed to [`crate::Backend::job_upsert_many`].
+/// What became of one job handed to [`crate::SchedulingStore::job_upsert_many`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum InsertOutcome {
@@ -281,7 +281,7 @@ pub struct CronEntry {
     pub last_job_id: Option<JobId>,
 }
 
-/// Enqueues the due ticks of one periodic job ([`crate::Backend::cron_advance`]), if no
+/// Enqueues the due ticks of one periodic job ([`crate::SchedulingStore::cron_advance`]), if no
 /// other node did it first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CronAdvance {

@@ -1,18 +1,18 @@
 //! [`Backend`] for [`PgBackend`]: each method runs the `.sql` file of its name.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
-use hopper_core::{
-    AppliedMigration, CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate, Wakeup,
+use hopper_core::backend::{
+    AppliedMigration, Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,
+    JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobListParams,
+    JobRetryManyParams, JobRetryParams, JobSearchParams, MaintenanceStore, NodeDeregisterParams,
+    NodeInfo, QueueStats, SchedulingStore, StatsStore, Wakeup, WakeupStream,
 };
+use hopper_core::policy::{self, JobAction};
 use hopper_core::{
-    Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobId, JobListParams, JobRecord,
-    JobRetryManyParams, JobSearchParams, JobStatsParams, Lease, MinuteStats, NewJob, NodeId,
-    NodeInfo, QueueStats, Result, WakeupStream,
+    CronEntry, Error, JobId, JobRecord, Lease, NewJob, QueueSettings, QueueUpdate, Result,
 };
 
 use crate::error::map_pg;
@@ -70,8 +70,8 @@ impl Backend for PgBackend {
         copy::insert_jobs_pooled(client, &self.inner.queries, &state_type, jobs, now).await
     }
 
-    async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
-        let rows: Vec<_> = self.job_row(id).await?.into_iter().collect();
+    async fn job_get(&self, params: &JobGetParams) -> Result<Option<JobRecord>> {
+        let rows: Vec<_> = self.job_row(params.id).await?.into_iter().collect();
         Ok(self.job_records(&rows).await?.pop())
     }
 
@@ -99,34 +99,24 @@ impl Backend for PgBackend {
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        // Queues that use a scheduling feature have their own statements; the others
-        // keep the plain one below (settings.rs picks, from a cache).
+        // Queues that use a scheduling feature have their own statements, which pick by
+        // their own rules and claim every kind; the others keep the plain one below
+        // (settings.rs picks, from a cache), filtered by kind when asked.
         let jobs = match self.claim_mode(&params.queue).await? {
             ClaimMode::Paused => return Ok(Vec::new()),
             ClaimMode::Fair => self.claim_fair(params).await,
             ClaimMode::Limited { fair } => self.claim_limited(params, fair).await,
             ClaimMode::Plain => {
                 let client = self.client().await?;
-                self.claim_plain(&client, params).await
+                match &params.kinds {
+                    Some(kinds) => self.claim_kinds(&client, params, kinds).await,
+                    None => self.claim_plain(&client, params).await,
+                }
             }
         };
         // Jobs the claim could not read are failed once it has committed (poison.rs).
         self.quarantine_held().await;
         jobs
-    }
-
-    async fn job_claim_kinds(
-        &self,
-        params: &ClaimParams,
-        kinds: &[String],
-    ) -> Result<Vec<ClaimedJob>> {
-        // Only plain queues: the scheduling statements pick by their own rules and keep
-        // claiming every kind.
-        if self.claim_mode(&params.queue).await? != ClaimMode::Plain {
-            return self.job_claim(params).await;
-        }
-        let client = self.client().await?;
-        self.claim_kinds(&client, params, kinds).await
     }
 
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
@@ -135,7 +125,8 @@ impl Backend for PgBackend {
         self.finish_pooled(client, finishes).await
     }
 
-    async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
+    async fn job_extend_many(&self, params: &JobExtendManyParams) -> Result<Vec<Lease>> {
+        let (leases, by) = (&params.leases, params.by);
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -161,7 +152,8 @@ impl Backend for PgBackend {
             .collect())
     }
 
-    async fn job_retry(&self, id: JobId) -> Result<JobRecord> {
+    async fn job_retry(&self, params: &JobRetryParams) -> Result<JobRecord> {
+        let id = params.id;
         let client = self.client().await?;
         let now = self.inner.clock.now();
         let rows = self
@@ -171,19 +163,17 @@ impl Backend for PgBackend {
             .map_err(map_pg)?;
         drop(client);
         let job = self
-            .job_get(id)
+            .job_get(&JobGetParams { id })
             .await?
             .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
         if rows.is_empty() {
-            return Err(Error::Conflict(format!(
-                "job {id} is {}; only failed or cancelled jobs can be retried",
-                job.state
-            )));
+            return Err(policy::conflict(JobAction::Retry, id, job.state));
         }
         Ok(job)
     }
 
-    async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
+    async fn job_cancel(&self, params: &JobCancelParams) -> Result<JobRecord> {
+        let id = params.id;
         let client = self.client().await?;
         let now = self.inner.clock.now();
         let rows = self
@@ -193,74 +183,21 @@ impl Backend for PgBackend {
             .map_err(map_pg)?;
         drop(client);
         let job = self
-            .job_get(id)
+            .job_get(&JobGetParams { id })
             .await?
             .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
         if rows.is_empty() {
-            return Err(Error::Conflict(format!(
-                "job {id} is {}; only scheduled, available or running jobs can be cancelled",
-                job.state
-            )));
+            return Err(policy::conflict(JobAction::Cancel, id, job.state));
         }
         Ok(job)
     }
 
-    async fn job_clear(&self, queue: Option<&str>) -> Result<u64> {
+    async fn job_clear(&self, params: &JobClearParams) -> Result<u64> {
         let client = self.client().await?;
         self.text(&self.inner.queries.job_clear)
-            .execute(&**client, &[&queue])
+            .execute(&**client, &[&params.queue])
             .await
             .map_err(map_pg)
-    }
-
-    async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
-        let client = self.client().await?;
-        let statement = self
-            .prepare(&client, &self.inner.queries.job_promote_scheduled)
-            .await?;
-        let now = self.inner.clock.now();
-        let mut total = 0u64;
-        let mut quarantined = false;
-        loop {
-            let row = statement
-                .query_one(&**client, &[&now])
-                .await
-                .map_err(map_pg)?;
-            let promoted: i64 = row.try_get(0).map_err(Error::database)?;
-            total += u64::try_from(promoted).unwrap_or(0);
-            if promoted < 1000 {
-                match row.try_get(2) {
-                    Ok(next) => return Ok((total, next)),
-                    // A scheduled job's run_at cannot be read: fail those jobs, look again.
-                    Err(e) if !quarantined => {
-                        quarantined = true;
-                        self.quarantine_unreadable_scheduled(&Error::database(e))
-                            .await?;
-                    }
-                    Err(e) => return Err(Error::database(e)),
-                }
-            }
-        }
-    }
-
-    async fn job_rescue_expired(&self) -> Result<u64> {
-        let client = self.client().await?;
-        let now = self.inner.clock.now();
-        // The statement takes 1,000 jobs at a time; repeat while batches come back full,
-        // as promotion does, so one call takes back every expired lease.
-        let mut total = 0u64;
-        loop {
-            let row = self
-                .text(&self.inner.queries.job_rescue_expired)
-                .query_one(&**client, &[&now])
-                .await
-                .map_err(map_pg)?;
-            let rescued = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
-            total += rescued;
-            if rescued < 1000 {
-                return Ok(total);
-            }
-        }
     }
 
     async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {
@@ -276,17 +213,25 @@ impl Backend for PgBackend {
         Ok(())
     }
 
-    async fn node_release_dead(&self, dead_after: Duration) -> Result<u64> {
-        self.release_dead(Some(dead_after)).await
-    }
-
-    async fn node_deregister(&self, node: NodeId) -> Result<()> {
+    async fn node_deregister(&self, params: &NodeDeregisterParams) -> Result<()> {
         let client = self.client().await?;
         self.text(&self.inner.queries.node_deregister)
-            .execute(&**client, &[&node])
+            .execute(&**client, &[&params.node])
             .await
             .map_err(map_pg)?;
         Ok(())
+    }
+
+    fn maintenance(&self) -> Option<&dyn MaintenanceStore> {
+        Some(self)
+    }
+
+    fn scheduling(&self) -> Option<&dyn SchedulingStore> {
+        Some(self)
+    }
+
+    fn stats(&self) -> Option<&dyn StatsStore> {
+        Some(self)
     }
 
     fn node_liveness(&self) -> Option<&dyn hopper_core::NodeLiveness> {
@@ -348,7 +293,8 @@ impl Backend for PgBackend {
         self.job_records(&rows).await
     }
 
-    async fn job_delete(&self, id: JobId) -> Result<()> {
+    async fn job_delete(&self, params: &JobDeleteParams) -> Result<()> {
+        let id = params.id;
         let client = self.client().await?;
         let rows = self
             .text(&self.inner.queries.job_delete)
@@ -359,12 +305,9 @@ impl Backend for PgBackend {
         if !rows.is_empty() {
             return Ok(());
         }
-        match self.job_get(id).await? {
+        match self.job_get(&JobGetParams { id }).await? {
             None => Err(Error::NotFound(format!("job {id}"))),
-            Some(job) => Err(Error::Conflict(format!(
-                "job {id} is {}; cancel it before deleting it",
-                job.state
-            ))),
+            Some(job) => Err(policy::conflict(JobAction::Delete, id, job.state)),
         }
     }
 
@@ -382,29 +325,6 @@ impl Backend for PgBackend {
             total += u64::try_from(n).unwrap_or(0);
         }
         Ok(total)
-    }
-
-    async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
-        let client = self.client().await?;
-        let now = self.inner.clock.now();
-        let rows = self
-            .text(&self.inner.queries.job_stats_per_minute)
-            .query(&**client, &[&millis(params.window), &now])
-            .await
-            .map_err(map_pg)?;
-        rows.iter()
-            .map(|r| {
-                Ok(MinuteStats {
-                    minute: r.try_get(0).map_err(Error::database)?,
-                    completed: r.try_get(1).map_err(Error::database)?,
-                    failed: r.try_get(2).map_err(Error::database)?,
-                    latency_avg_ms: r.try_get(3).map_err(Error::database)?,
-                    latency_p95_ms: r.try_get(4).map_err(Error::database)?,
-                    duration_avg_ms: r.try_get(5).map_err(Error::database)?,
-                    duration_p95_ms: r.try_get(6).map_err(Error::database)?,
-                })
-            })
-            .collect()
     }
 
     async fn subscribe(&self) -> Result<WakeupStream> {
@@ -433,17 +353,6 @@ impl Backend for PgBackend {
         Ok(Box::pin(futures_util::stream::select(remote, local)))
     }
 
-    async fn job_upsert_many(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(map_pg)?;
-        let outcomes = self.upsert_many(&tx, jobs).await?;
-        tx.commit().await.map_err(map_pg)?;
-        Ok(outcomes)
-    }
-
     async fn queue_list(&self) -> Result<Vec<QueueSettings>> {
         self.queue_settings_list().await
     }
@@ -452,26 +361,7 @@ impl Backend for PgBackend {
         self.queue_settings_update(update).await
     }
 
-    async fn cron_register(&self, entries: &[CronEntry]) -> Result<()> {
-        self.cron_entries_register(entries).await
-    }
-
     async fn cron_list(&self) -> Result<Vec<CronEntry>> {
         self.cron_entries_list().await
-    }
-
-    async fn cron_advance(&self, advance: &CronAdvance) -> Result<bool> {
-        self.cron_entry_advance(advance).await
-    }
-
-    async fn job_vacuum(&self, min_interval: Duration) -> Result<bool> {
-        self.jobs_vacuum(min_interval).await
-    }
-
-    async fn job_prune(
-        &self,
-        params: &hopper_core::JobPruneParams,
-    ) -> Result<hopper_core::JobPruneOutcome> {
-        self.jobs_prune(params).await
     }
 }

@@ -8,20 +8,13 @@
 
 use std::time::Duration;
 
+use hopper_core::policy;
 use hopper_core::{
     CronAdvance, CronEntry, Error, InsertOutcome, JobId, NewJob, Priority, Result, UniquePolicy,
 };
 
 use crate::PgBackend;
 use crate::error::map_pg;
-
-/// The unique key of the job a periodic entry enqueues for one tick.
-pub fn unique_key(name: &str, tick: chrono::DateTime<chrono::Utc>) -> String {
-    format!(
-        "cron:{name}:{}",
-        tick.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-    )
-}
 
 impl PgBackend {
     pub(crate) async fn cron_entries_register(&self, entries: &[CronEntry]) -> Result<()> {
@@ -94,7 +87,7 @@ impl PgBackend {
             .iter()
             .map(|(tick, job)| {
                 let mut job = job.clone();
-                job.unique_key = Some(unique_key(&advance.name, *tick));
+                job.unique_key = Some(policy::cron_unique_key(&advance.name, *tick));
                 job.unique_policy = UniquePolicy::Ignore;
                 job.unique_window = Some(Duration::from_millis(1));
                 job.run_at = Some(*tick);

@@ -11,6 +11,7 @@
 //! ([`PgBackend::complete_in`]).
 
 mod backend;
+mod capabilities;
 mod connect;
 mod copy;
 mod cron;
@@ -122,7 +123,7 @@ impl PgBackend {
 
     /// Connects with connection options already parsed (and perhaps adjusted).
     pub async fn connect_with(connect: PgConnectOptions, options: PgOptions) -> Result<Self> {
-        sql::validate_schema(&options.schema)?;
+        hopper_core::policy::validate_sql_name("schema name", &options.schema)?;
         let listen = match (options.pooler, &options.direct_url) {
             (Pooler::None, _) => Some(connect.clone()),
             (Pooler::Transaction, Some(direct)) => Some(PgConnectOptions::parse(direct)?),

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use hopper_core::policy::TokenBucket;
 use hopper_core::{
     Backend, ClaimParams, ClaimedJob, Error, Finish, Priority, QueueSettings, QueueUpdate,
     RateLimit, Result,
@@ -17,7 +18,7 @@ use crate::error::map_pg;
 use crate::poison::{Poisoned, Quarantine};
 use crate::pooled::TxConnection;
 use crate::settings::ring::Turns;
-use crate::settings::{Bucket, ClaimMode, LIMIT_RETRY};
+use crate::settings::{ClaimMode, LIMIT_RETRY};
 use crate::statement::driver;
 
 pub(crate) mod combine;
@@ -114,7 +115,7 @@ struct Limits {
     paused: bool,
     max_running: Option<i32>,
     per_group: Option<i32>,
-    bucket: Option<Bucket>,
+    bucket: Option<TokenBucket>,
     /// The claim's instant (the lock's `now`).
     at: DateTime<Utc>,
 }
@@ -132,7 +133,7 @@ impl Limits {
                     per: Duration::from_millis(u64::try_from(ms).unwrap_or(1)),
                     burst: get(5)?.and_then(|b| u32::try_from(b).ok()).unwrap_or(1),
                 };
-                Some(Bucket::refill(&rate, tokens, refilled_at, at))
+                Some(TokenBucket::refill(&rate, tokens, refilled_at, at))
             }
             _ => None,
         };

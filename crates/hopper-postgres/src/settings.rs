@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hopper_core::{QueueSettings, RateLimit, Result, Wakeup};
+use hopper_core::{QueueSettings, Result, Wakeup};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -195,67 +195,5 @@ impl Cache {
             tokio::time::sleep_until(at).await;
             let _ = wake.send(Wakeup::Jobs(queue));
         });
-    }
-}
-
-/// The rate bucket of a limited queue at the instant of a claim.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bucket {
-    /// Tokens after refilling up to now.
-    pub tokens: f64,
-    /// Tokens added per millisecond.
-    pub per_ms: f64,
-}
-
-impl Bucket {
-    /// Refills a bucket that held `tokens` at `refilled_at` up to `now`, capped at the
-    /// burst. A bucket never refilled starts full.
-    pub fn refill(
-        rate: &RateLimit,
-        tokens: f64,
-        refilled_at: Option<chrono::DateTime<chrono::Utc>>,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Self {
-        let per_ms = f64::from(rate.jobs) / rate.per.as_millis().max(1) as f64;
-        let burst = f64::from(rate.burst);
-        let tokens = match refilled_at {
-            None => burst,
-            Some(at) => {
-                let elapsed = (now - at).num_microseconds().unwrap_or(i64::MAX).max(0) as f64;
-                (tokens + elapsed / 1000.0 * per_ms).min(burst)
-            }
-        };
-        Bucket { tokens, per_ms }
-    }
-
-    /// Whole tokens available now.
-    pub fn whole(&self) -> u32 {
-        self.tokens.max(0.0).floor().min(f64::from(u32::MAX)) as u32
-    }
-
-    /// How long until the bucket holds a whole token after `taken` are taken.
-    pub fn next_token_in(&self, taken: u32) -> Duration {
-        let left = self.tokens - f64::from(taken);
-        let missing = (1.0 - left).max(0.0);
-        Duration::from_micros((missing / self.per_ms * 1000.0).ceil().max(0.0) as u64)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buckets_refill_at_the_rate_and_cap_at_the_burst() {
-        let rate = RateLimit::new(100, Duration::from_secs(1));
-        let t0 = chrono::Utc::now();
-        let full = Bucket::refill(&rate, 0.0, None, t0);
-        assert_eq!(full.whole(), 10);
-        let later = t0 + chrono::Duration::milliseconds(50);
-        assert_eq!(Bucket::refill(&rate, 0.0, Some(t0), later).whole(), 5);
-        let much_later = t0 + chrono::Duration::seconds(60);
-        assert_eq!(Bucket::refill(&rate, 0.0, Some(t0), much_later).whole(), 10);
-        let empty = Bucket::refill(&rate, 0.0, Some(t0), t0);
-        assert_eq!(empty.next_token_in(0), Duration::from_millis(10));
     }
 }

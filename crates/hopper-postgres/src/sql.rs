@@ -3,28 +3,11 @@
 //!
 //! The files name the schema `hopper` and the wake-up channel `hopper_wake`. Binding
 //! replaces both with the configured schema's names, once, when the backend is built. The
-//! schema name is checked ([`validate_schema`]) so the replacement cannot inject anything.
+//! schema name is checked ([`hopper_core::policy::validate_sql_name`]) so the replacement cannot inject anything.
 
-use hopper_core::{Error, Result};
 use tokio_postgres::types::Type;
 
 pub use crate::statement::Query;
-
-/// Checks a schema name: a lowercase SQL identifier that needs no quoting.
-pub fn validate_schema(schema: &str) -> Result<()> {
-    let mut chars = schema.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if first_ok && rest_ok && schema.len() <= 50 {
-        Ok(())
-    } else {
-        Err(Error::InvalidInput(format!(
-            "schema name {schema:?} must be 1 to 50 characters of a-z, 0-9 and _, not starting with a digit"
-        )))
-    }
-}
 
 /// Rewrites SQL written against the `hopper` schema for `schema`.
 pub fn bind(sql: &str, schema: &str) -> String {
@@ -238,15 +221,6 @@ queries!(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schema_names_are_plain_identifiers() {
-        assert!(validate_schema("hopper").is_ok());
-        assert!(validate_schema("t_42").is_ok());
-        for bad in ["", "1abc", "Hopper", "a;b", "a.b", "a\"b", &"x".repeat(51)] {
-            assert!(validate_schema(bad).is_err(), "{bad:?} accepted");
-        }
-    }
 
     #[test]
     fn binding_renames_schema_and_channel() {

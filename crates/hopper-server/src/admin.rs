@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use hopper_core::backend::{JobClearParams, JobDeleteParams, JobRetryParams};
 use hopper_core::{
     Backend, CronEntry, Error, JobListParams, JobRetryManyParams, JobSearchParams, QueueSettings,
     QueueStats, QueueUpdate, RateLimit, Result,
@@ -32,10 +33,10 @@ pub(crate) async fn handle(
         }
         Request::Retry { req, id } => Reply::Job {
             req,
-            job: convert::job_info(backend.job_retry(id).await?),
+            job: convert::job_info(backend.job_retry(&JobRetryParams { id }).await?),
         },
         Request::Delete { req, id } => {
-            backend.job_delete(id).await?;
+            backend.job_delete(&JobDeleteParams { id }).await?;
             Reply::Count { req, count: 1 }
         }
         Request::RetryFailed { req, queue, kind } => Reply::Count {
@@ -46,7 +47,11 @@ pub(crate) async fn handle(
         },
         Request::Clear { req, queue } => Reply::Count {
             req,
-            count: backend.job_clear(queue.as_deref()).await?,
+            count: backend
+                .job_clear(&JobClearParams {
+                    queue: queue.as_deref().map(str::to_owned),
+                })
+                .await?,
         },
         Request::QueueStats { req } => Reply::Stats {
             req,

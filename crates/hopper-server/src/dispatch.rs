@@ -61,17 +61,14 @@ impl Core {
             node: self.config.node_id,
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             lease: self.config.lease,
+            kinds: self.kinds_for(queue),
         };
-        let kinds = self.kinds_for(queue);
         self.claiming = true;
         self.claim_woken = false;
         let backend = self.backend.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let result = match kinds {
-                Some(kinds) => backend.job_claim_kinds(&params, &kinds).await,
-                None => backend.job_claim(&params).await,
-            };
+            let result = backend.job_claim(&params).await;
             let _ = events
                 .send(Event::Claimed {
                     queue: params.queue,

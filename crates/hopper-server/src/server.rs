@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hopper::Health;
+use hopper::backend::{JobCancelParams, JobExtendManyParams, JobGetParams};
 use hopper::supervise::{Policy, supervise};
 use hopper_core::log_limit::LogThrottle;
 use hopper_core::pace::{Pace, prefetch_for};
@@ -450,7 +451,7 @@ impl Core {
                 })
             }),
             Request::Status { req, id } => self.spawn_reply(peer, req, async move {
-                match backend.job_get(id).await? {
+                match backend.job_get(&JobGetParams { id }).await? {
                     Some(job) => Ok(Reply::Job {
                         req,
                         job: convert::job_info(job),
@@ -459,7 +460,7 @@ impl Core {
                 }
             }),
             Request::Cancel { req, id } => self.spawn_reply(peer, req, async move {
-                let job = backend.job_cancel(id).await?;
+                let job = backend.job_cancel(&JobCancelParams { id }).await?;
                 Ok(Reply::Job {
                     req,
                     job: convert::job_info(job),
@@ -536,7 +537,12 @@ impl Core {
     fn extend(&self, peer: PeerId, req: u64, lease: Lease, by: Duration) {
         let backend = self.backend.clone();
         self.spawn_reply(peer, req, async move {
-            let lost = backend.job_extend_many(&[lease], by).await?;
+            let lost = backend
+                .job_extend_many(&JobExtendManyParams {
+                    leases: vec![lease],
+                    by: by,
+                })
+                .await?;
             let result = if lost.is_empty() {
                 FinishResult::Recorded
             } else {
@@ -736,10 +742,16 @@ impl Core {
         let events = self.events.clone();
         let by = self.config.lease;
         tokio::spawn(async move {
-            let lost = backend.job_extend_many(&leases, by).await.map(|mut lost| {
-                lost.extend(foreign);
-                lost
-            });
+            let lost = backend
+                .job_extend_many(&JobExtendManyParams {
+                    leases: leases.to_vec(),
+                    by: by,
+                })
+                .await
+                .map(|mut lost| {
+                    lost.extend(foreign);
+                    lost
+                });
             let _ = events.send(Event::HeartbeatDone { peer, req, lost }).await;
         });
     }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use hopper_core::{Backend, Finish, FinishResult, NodeInfo};
+use hopper_core::backend::{
+    Backend, Finish, FinishResult, JobPromoteOutcome, NodeInfo, NodeReleaseDeadParams,
+};
 use hopper_protocol::{FinishResult as WireResult, Reply};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -207,12 +209,22 @@ pub(crate) async fn rescue(
     node_dead_after: Duration,
     stop: CancellationToken,
 ) {
+    let Some(store) = backend.maintenance() else {
+        tracing::warn!(
+            backend = backend.name(),
+            "this backend does no maintenance; nothing rescues expired leases"
+        );
+        return;
+    };
+    let release_dead = NodeReleaseDeadParams {
+        dead_after: node_dead_after,
+    };
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.cancelled() => return,
         }
-        match backend.job_rescue_expired().await {
+        match store.job_rescue_expired().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
             Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
@@ -224,7 +236,7 @@ pub(crate) async fn rescue(
                 Err(e) => tracing::warn!(error = %e, "releasing vanished nodes failed"),
             }
         }
-        match backend.node_release_dead(node_dead_after).await {
+        match store.node_release_dead(&release_dead).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "released the jobs of dead nodes"),
             Err(e) => tracing::warn!(error = %e, "releasing dead nodes failed"),
@@ -234,20 +246,30 @@ pub(crate) async fn rescue(
 
 /// Makes scheduled jobs available when due, sleeping until the next one (at most `poll`).
 pub(crate) async fn promote(backend: Arc<dyn Backend>, poll: Duration, stop: CancellationToken) {
+    let Some(store) = backend.maintenance() else {
+        tracing::warn!(
+            backend = backend.name(),
+            "this backend does no maintenance; nothing promotes scheduled jobs"
+        );
+        return;
+    };
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = stop.cancelled() => return,
         }
-        wait = match backend.job_promote_scheduled().await {
-            Ok((_, Some(next))) => {
+        wait = match store.job_promote_scheduled().await {
+            Ok(JobPromoteOutcome {
+                next_due: Some(next),
+                ..
+            }) => {
                 let until = (next - chrono::Utc::now())
                     .to_std()
                     .unwrap_or(Duration::ZERO);
                 until.min(poll) + Duration::from_millis(1)
             }
-            Ok((_, None)) => poll,
+            Ok(JobPromoteOutcome { next_due: None, .. }) => poll,
             Err(e) => {
                 tracing::warn!(error = %e, "promoting scheduled jobs failed");
                 poll

@@ -7,8 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use hopper::backend::{JobDeleteParams, JobSearchParams};
 use hopper::testing::TestDatabase;
-use hopper::{Client, JobListParams, JobSearchParams, JobState, NewJob, QueueUpdate, RateLimit};
+use hopper::{Client, JobListParams, JobState, NewJob, QueueUpdate, RateLimit};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_client_administers_jobs_and_queues() -> anyhow::Result<()> {
@@ -63,9 +64,15 @@ async fn a_remote_client_administers_jobs_and_queues() -> anyhow::Result<()> {
         Some(JobState::Available)
     );
     remote.cancel(ids[1]).await?;
-    remote.backend().job_delete(ids[1]).await?;
+    remote
+        .backend()
+        .job_delete(&JobDeleteParams { id: ids[1] })
+        .await?;
     assert!(direct.job(ids[1]).await?.is_none());
-    let missing = remote.backend().job_delete(ids[1]).await;
+    let missing = remote
+        .backend()
+        .job_delete(&JobDeleteParams { id: ids[1] })
+        .await;
     assert!(
         matches!(missing, Err(hopper::Error::NotFound(_))),
         "{missing:?}"

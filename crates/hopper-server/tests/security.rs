@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use ciborium::Value;
 use common::*;
+use hopper::backend::JobGetParams;
 use hopper::testing::TestDatabase;
 use hopper::{JobState, NewJob};
 use uuid::Uuid;
@@ -191,7 +192,7 @@ async fn a_worker_cannot_report_extend_or_heartbeat_another_workers_job() -> any
 
     // The job is untouched: still running under A's lease, no error recorded.
     let job = backend
-        .job_get(job_id)
+        .job_get(&JobGetParams { id: job_id })
         .await?
         .ok_or_else(|| anyhow::anyhow!("job gone"))?;
     assert_eq!(job.state, JobState::Running);
@@ -203,7 +204,7 @@ async fn a_worker_cannot_report_extend_or_heartbeat_another_workers_job() -> any
     let r = a.recv_type("ack").await;
     assert_eq!(text_of(&r, "result"), "recorded", "{r:?}");
     let job = backend
-        .job_get(job_id)
+        .job_get(&JobGetParams { id: job_id })
         .await?
         .ok_or_else(|| anyhow::anyhow!("job gone"))?;
     assert_eq!(job.state, JobState::Completed);

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use ciborium::Value;
 use common::*;
+use hopper::backend::{Backend, JobGetParams};
 use hopper::testing::TestDatabase;
-use hopper::{Backend, JobState, NewJob};
+use hopper::{JobState, NewJob};
 use hopper_server::{Access, Auth, Credential};
 use uuid::Uuid;
 
@@ -72,7 +73,7 @@ fn results(acks: &Value) -> Vec<String> {
 async fn state(backend: &dyn Backend, id: &str) -> anyhow::Result<hopper::JobRecord> {
     let id: Uuid = id.parse()?;
     backend
-        .job_get(id)
+        .job_get(&JobGetParams { id })
         .await?
         .ok_or_else(|| anyhow::anyhow!("job {id} is gone"))
 }
@@ -577,7 +578,11 @@ async fn jobs_no_connected_worker_runs_stay_untouched_and_show_their_age() -> an
     let orphan = NewJob::new("nobody-runs-this", serde_json::json!({}));
     let orphan_id = orphan.id;
     db.backend().job_insert(&orphan).await?;
-    let before = db.backend().job_get(orphan_id).await?.map(|j| j.run_at);
+    let before = db
+        .backend()
+        .job_get(&JobGetParams { id: orphan_id })
+        .await?
+        .map(|j| j.run_at);
     let mut w = worker(server.endpoint(), "served", 2).await;
     // Polls and wake-ups come and go; the orphan is never claimed and put back.
     tokio::time::sleep(Duration::from_millis(2500)).await;

@@ -6,33 +6,32 @@
 //! error history, `:now_text`.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use hopper_core::backend::{
+    AppliedMigration, Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,
+    JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobListParams,
+    JobRetryManyParams, JobRetryParams, JobSearchParams, MaintenanceStore, NodeDeregisterParams,
+    NodeInfo, QueueStats, SchedulingStore, StatsStore, Wakeup, WakeupStream,
+};
+use hopper_core::policy::{self, JobAction};
 use hopper_core::{
-    AppliedMigration, Backend, ClaimParams, ClaimedJob, CronAdvance, CronEntry, Error, Finish,
-    FinishResult, InsertOutcome, JobId, JobListParams, JobPruneOutcome, JobPruneParams, JobRecord,
-    JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Lease, MinuteStats, NewJob,
-    NodeId, NodeInfo, QueueSettings, QueueStats, QueueUpdate, Result, Wakeup, WakeupStream,
+    CronEntry, Error, InsertOutcome, JobId, JobRecord, JobState, Lease, NewJob, QueueSettings,
+    QueueUpdate, Result,
 };
 use rusqlite::{OptionalExtension, named_params};
 
 use crate::error::map_sqlite;
-use crate::minute_stats::{self, Finished};
-use crate::outcome::{finish_one, released_rows};
+use crate::outcome::finish_one;
 use crate::query::{claimed_job, get, records};
-use crate::rows::{self, col, delay_us, micros, rfc3339};
+use crate::rows::{col, delay_us, micros, rfc3339};
 use crate::{SqliteBackend, migrate, scheduling, wake};
-
-/// Rows a promotion batch takes at most (`LIMIT` in `job_promote_scheduled.sql`).
-const PROMOTE_BATCH: usize = 1000;
 
 impl SqliteBackend {
     /// Inserts jobs in one transaction honouring their group and unique keys (the body of
     /// `job_insert`, `job_insert_many` and `job_upsert_many`: plain jobs take the same
     /// prepared statement, so they lose nothing to the extra columns).
-    async fn upsert(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
+    pub(crate) async fn upsert(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -62,12 +61,12 @@ impl SqliteBackend {
 
     /// Runs a one-job state change (`job_retry`, `job_cancel`): the statement returns the
     /// job's queue when it applied. Answers the job as it is now and that queue, or
-    /// `NotFound`, or `Conflict` saying the job's state and `rule`.
+    /// `NotFound`, or the `Conflict` of `action` in the job's state.
     async fn transition(
         &self,
         id: JobId,
         query: fn(&crate::sql::Queries) -> &String,
-        rule: &'static str,
+        action: JobAction,
     ) -> Result<(JobRecord, String)> {
         let inner = self.inner.clone();
         let now = micros(self.now());
@@ -88,10 +87,7 @@ impl SqliteBackend {
                     .ok_or_else(|| Error::NotFound(format!("job {id}")))?;
                 match applied {
                     Some(queue) => Ok((job, queue)),
-                    None => Err(Error::Conflict(format!(
-                        "job {id} is {}; {rule}",
-                        job.state
-                    ))),
+                    None => Err(policy::conflict(action, id, job.state)),
                 }
             })
             .await
@@ -134,11 +130,8 @@ impl Backend for SqliteBackend {
         self.upsert(jobs).await.map(drop)
     }
 
-    async fn job_upsert_many(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
-        self.upsert(jobs).await
-    }
-
-    async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
+    async fn job_get(&self, params: &JobGetParams) -> Result<Option<JobRecord>> {
+        let id = params.id;
         let inner = self.inner.clone();
         self.inner
             .pool
@@ -267,13 +260,13 @@ impl Backend for SqliteBackend {
         Ok(results)
     }
 
-    async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
-        if leases.is_empty() {
+    async fn job_extend_many(&self, params: &JobExtendManyParams) -> Result<Vec<Lease>> {
+        if params.leases.is_empty() {
             return Ok(Vec::new());
         }
         let inner = self.inner.clone();
         let now = micros(self.now());
-        let leases = leases.to_vec();
+        let (leases, by) = (params.leases.clone(), params.by);
         self.inner
             .pool
             .write_tx(move |tx| {
@@ -299,33 +292,25 @@ impl Backend for SqliteBackend {
             .await
     }
 
-    async fn job_retry(&self, id: JobId) -> Result<JobRecord> {
+    async fn job_retry(&self, params: &JobRetryParams) -> Result<JobRecord> {
         let (job, queue) = self
-            .transition(
-                id,
-                |q| &q.job_retry[0],
-                "only failed or cancelled jobs can be retried",
-            )
+            .transition(params.id, |q| &q.job_retry[0], JobAction::Retry)
             .await?;
         self.wake(Wakeup::Jobs(queue));
         Ok(job)
     }
 
-    async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
+    async fn job_cancel(&self, params: &JobCancelParams) -> Result<JobRecord> {
         let (job, _) = self
-            .transition(
-                id,
-                |q| &q.job_cancel[0],
-                "only scheduled, available or running jobs can be cancelled",
-            )
+            .transition(params.id, |q| &q.job_cancel[0], JobAction::Cancel)
             .await?;
-        self.wake(Wakeup::Cancelled(id));
+        self.wake(Wakeup::Cancelled(params.id));
         Ok(job)
     }
 
-    async fn job_clear(&self, queue: Option<&str>) -> Result<u64> {
+    async fn job_clear(&self, params: &JobClearParams) -> Result<u64> {
         let inner = self.inner.clone();
-        let queue = queue.map(str::to_owned);
+        let queue = params.queue.clone();
         self.inner
             .pool
             .write_tx(move |tx| {
@@ -338,83 +323,13 @@ impl Backend for SqliteBackend {
             .await
     }
 
-    async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
-        let now = micros(self.now());
-        let mut total = 0u64;
-        loop {
-            let inner = self.inner.clone();
-            let (promoted, queues, next) = self
-                .inner
-                .pool
-                .write_tx(move |tx| {
-                    let q = &inner.queries.job_promote_scheduled;
-                    let mut statement = tx.prepare_cached(&q[0]).map_err(map_sqlite)?;
-                    let mut rows = statement
-                        .query(named_params! { ":now": now })
-                        .map_err(map_sqlite)?;
-                    let mut promoted = 0usize;
-                    let mut queues: Vec<String> = Vec::new();
-                    while let Some(row) = rows.next().map_err(map_sqlite)? {
-                        promoted += 1;
-                        let queue: String = col(row, 0)?;
-                        if !queues.contains(&queue) {
-                            queues.push(queue);
-                        }
-                    }
-                    let next: Option<i64> = tx
-                        .prepare_cached(&q[1])
-                        .and_then(|mut s| s.query_row(named_params! { ":now": now }, |r| r.get(0)))
-                        .map_err(map_sqlite)?;
-                    Ok((promoted, queues, next))
-                })
-                .await?;
-            self.wake_queues(&queues);
-            total += promoted as u64;
-            if promoted < PROMOTE_BATCH {
-                return Ok((total, rows::opt_time(next)?));
-            }
-        }
-    }
-
-    async fn job_rescue_expired(&self) -> Result<u64> {
-        let now = self.now();
-        // The statement takes 1,000 jobs at a time; repeat while batches come back full,
-        // as promotion does, so one call takes back every expired lease.
-        let mut total = 0u64;
-        loop {
-            let inner = self.inner.clone();
-            let (count, woken) = self
-                .inner
-                .pool
-                .write_tx(move |tx| {
-                    let mut statement = tx
-                        .prepare_cached(&inner.queries.job_rescue_expired[0])
-                        .map_err(map_sqlite)?;
-                    released_rows(
-                        &mut statement,
-                        named_params! { ":now": micros(now), ":now_text": rfc3339(now) },
-                    )
-                })
-                .await?;
-            self.wake_queues(&woken);
-            total += count;
-            if count < 1000 {
-                return Ok(total);
-            }
-        }
-    }
-
     async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {
         self.register(node, None).await
     }
 
-    async fn node_release_dead(&self, dead_after: Duration) -> Result<u64> {
-        let dead_before = micros(self.now()).saturating_sub(delay_us(dead_after));
-        self.release_dead(dead_before, None).await
-    }
-
-    async fn node_deregister(&self, node: NodeId) -> Result<()> {
+    async fn node_deregister(&self, params: &NodeDeregisterParams) -> Result<()> {
         let inner = self.inner.clone();
+        let node = params.node;
         let lock_path: Option<String> = self
             .inner
             .pool
@@ -436,6 +351,18 @@ impl Backend for SqliteBackend {
             let _ = std::fs::remove_file(path);
         }
         Ok(())
+    }
+
+    fn maintenance(&self) -> Option<&dyn MaintenanceStore> {
+        Some(self)
+    }
+
+    fn scheduling(&self) -> Option<&dyn SchedulingStore> {
+        Some(self)
+    }
+
+    fn stats(&self) -> Option<&dyn StatsStore> {
+        Some(self)
     }
 
     fn node_liveness(&self) -> Option<&dyn hopper_core::NodeLiveness> {
@@ -498,7 +425,8 @@ impl Backend for SqliteBackend {
             .await
     }
 
-    async fn job_delete(&self, id: JobId) -> Result<()> {
+    async fn job_delete(&self, params: &JobDeleteParams) -> Result<()> {
+        let id = params.id;
         let inner = self.inner.clone();
         self.inner
             .pool
@@ -517,10 +445,7 @@ impl Backend for SqliteBackend {
                 }
                 match get(tx, &inner.queries, id)? {
                     None => Err(Error::NotFound(format!("job {id}"))),
-                    Some(job) => Err(Error::Conflict(format!(
-                        "job {id} is {}; cancel it before deleting it",
-                        job.state
-                    ))),
+                    Some(job) => Err(policy::conflict(JobAction::Delete, id, job.state)),
                 }
             })
             .await
@@ -555,35 +480,6 @@ impl Backend for SqliteBackend {
         Ok(queues.len() as u64)
     }
 
-    async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let since = now.saturating_sub(delay_us(params.window));
-        let finished = self
-            .inner
-            .pool
-            .read(move |conn| {
-                let mut statement = conn
-                    .prepare_cached(&inner.queries.job_stats_per_minute[0])
-                    .map_err(map_sqlite)?;
-                let mut rows = statement
-                    .query(named_params! { ":since": since, ":now": now })
-                    .map_err(map_sqlite)?;
-                let mut finished = Vec::new();
-                while let Some(row) = rows.next().map_err(map_sqlite)? {
-                    finished.push(Finished {
-                        at_us: col(row, 0)?,
-                        completed: col(row, 1)?,
-                        latency_ms: col(row, 2)?,
-                        duration_ms: col(row, 3)?,
-                    });
-                }
-                Ok(finished)
-            })
-            .await?;
-        minute_stats::per_minute(&finished)
-    }
-
     async fn queue_list(&self) -> Result<Vec<QueueSettings>> {
         let inner = self.inner.clone();
         let all = self
@@ -610,103 +506,11 @@ impl Backend for SqliteBackend {
         Ok(settings)
     }
 
-    async fn cron_register(&self, entries: &[CronEntry]) -> Result<()> {
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let entries = entries.to_vec();
-        self.inner
-            .pool
-            .write_tx(move |tx| scheduling::cron_register(tx, &inner.queries, &entries, now))
-            .await
-    }
-
     async fn cron_list(&self) -> Result<Vec<CronEntry>> {
         let inner = self.inner.clone();
         self.inner
             .pool
             .read(move |conn| scheduling::cron_list(conn, &inner.queries))
-            .await
-    }
-
-    async fn cron_advance(&self, advance: &CronAdvance) -> Result<bool> {
-        let inner = self.inner.clone();
-        let now = self.now();
-        let advance = advance.clone();
-        let (moved, woken) = self
-            .inner
-            .pool
-            .write_tx(move |tx| scheduling::cron_advance(tx, &inner.queries, &advance, now))
-            .await?;
-        self.wake_queues(&woken);
-        Ok(moved)
-    }
-
-    async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let params = params.clone();
-        let done_before = now.saturating_sub(delay_us(params.completed_retention));
-        let failed_before = now.saturating_sub(delay_us(params.failed_retention));
-        let below_id = rows::smallest_uuid_v7(done_before.max(failed_before));
-        let bounds = move |s: &mut rusqlite::CachedStatement<'_>| -> rusqlite::Result<()> {
-            for (name, value) in [
-                (":below_id", &below_id as &dyn rusqlite::ToSql),
-                (":done_before", &done_before),
-                (":failed_before", &failed_before),
-            ] {
-                if let Some(at) = s.parameter_index(name)? {
-                    s.raw_bind_parameter(at, value)?;
-                }
-            }
-            Ok(())
-        };
-        if params.dry_run {
-            return self
-                .inner
-                .pool
-                .read(move |conn| {
-                    let mut s = conn
-                        .prepare_cached(&inner.queries.job_prune[1])
-                        .map_err(map_sqlite)?;
-                    bounds(&mut s).map_err(map_sqlite)?;
-                    let mut rows = s.raw_query();
-                    let row = rows
-                        .next()
-                        .map_err(map_sqlite)?
-                        .ok_or_else(|| Error::Schema("job_prune.sql counted no row".into()))?;
-                    let count = |i| col::<i64>(row, i).map(|n| u64::try_from(n).unwrap_or(0));
-                    Ok(JobPruneOutcome {
-                        elected: true,
-                        completed: count(0)?,
-                        cancelled: count(1)?,
-                        failed: count(2)?,
-                    })
-                })
-                .await;
-        }
-        self.inner
-            .pool
-            .write_tx(move |tx| {
-                let mut s = tx
-                    .prepare_cached(&inner.queries.job_prune[0])
-                    .map_err(map_sqlite)?;
-                bounds(&mut s).map_err(map_sqlite)?;
-                s.raw_bind_parameter(":limit", i64::from(params.limit))
-                    .map_err(map_sqlite)?;
-                let mut rows = s.raw_query();
-                let mut outcome = JobPruneOutcome {
-                    elected: true,
-                    ..JobPruneOutcome::default()
-                };
-                while let Some(row) = rows.next().map_err(map_sqlite)? {
-                    match col::<String>(row, 0)?.as_str() {
-                        "completed" => outcome.completed += 1,
-                        "cancelled" => outcome.cancelled += 1,
-                        _ => outcome.failed += 1,
-                    }
-                }
-                Ok(outcome)
-            })
             .await
     }
 

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod backend;
+mod capabilities;
 mod error;
 mod liveness;
 mod migrate;
@@ -157,7 +158,7 @@ impl SqliteBackend {
 
     /// Opens the database at `location`.
     pub async fn open_location(location: Location, options: SqliteOptions) -> Result<Self> {
-        sql::validate_prefix(&options.prefix)?;
+        hopper_core::policy::validate_sql_name("table prefix", &options.prefix)?;
         let settings = Settings {
             busy_timeout: options.busy_timeout,
             synchronous: options.synchronous.pragma(),

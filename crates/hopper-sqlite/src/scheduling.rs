@@ -10,7 +10,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
+use hopper_core::policy::{self, TokenBucket};
 use hopper_core::{
     ClaimParams, ClaimedJob, CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Priority,
     QueueSettings, QueueUpdate, RateLimit, Result, UniquePolicy,
@@ -110,14 +111,6 @@ pub fn update(conn: &Connection, q: &Queries, u: &QueueUpdate, now: i64) -> Resu
         Some(row) => Ok(stored(row)?.settings),
         None => Err(Error::Schema("queue_update.sql returned no row".into())),
     }
-}
-
-/// The unique key of the job a periodic entry enqueues for one tick.
-pub fn cron_unique_key(name: &str, tick: DateTime<Utc>) -> String {
-    format!(
-        "cron:{name}:{}",
-        tick.to_rfc3339_opts(SecondsFormat::Millis, true)
-    )
 }
 
 /// Inserts validated `jobs`, honouring group and unique keys. Returns what became of each
@@ -278,15 +271,17 @@ pub fn claim(
         allowance = allowance.min(i64::from(max) - running.values().sum::<i64>());
     }
     // The token bucket, refilled continuously up to its burst.
-    let tokens = s.rate.map(|rate| {
-        let per_us = rate.per.as_secs_f64() * 1e6;
-        let refill = queue.refilled_at.map_or(0.0, |at| {
-            (now - at).max(0) as f64 * f64::from(rate.jobs) / per_us
-        });
-        (queue.tokens + refill).min(f64::from(rate.burst))
-    });
-    if let Some(tokens) = tokens {
-        allowance = allowance.min(tokens.floor() as i64);
+    let bucket = match s.rate {
+        Some(rate) => Some(TokenBucket::refill(
+            &rate,
+            queue.tokens,
+            rows::opt_time(queue.refilled_at)?,
+            rows::time(now)?,
+        )),
+        None => None,
+    };
+    if let Some(bucket) = bucket {
+        allowance = allowance.min(i64::from(bucket.whole()));
     }
     let (picked, cursor) = if allowance <= 0 {
         (Vec::new(), cursor.map(str::to_owned))
@@ -323,11 +318,11 @@ pub fn claim(
             claimed.push(claimed_job(row)?);
         }
     }
-    if let Some(tokens) = tokens {
+    if let Some(bucket) = bucket {
         conn.prepare_cached(&steps[step::STORE_TOKENS])
             .and_then(|mut st| {
                 st.execute(named_params! {
-                    ":tokens": tokens - claimed.len() as f64,
+                    ":tokens": bucket.after(claimed.len()),
                     ":now": now,
                     ":queue": p.queue,
                 })
@@ -507,7 +502,7 @@ pub fn cron_advance(
         .iter()
         .map(|(tick, job)| {
             let mut job = job.clone();
-            job.unique_key = Some(cron_unique_key(&advance.name, *tick));
+            job.unique_key = Some(policy::cron_unique_key(&advance.name, *tick));
             job.unique_policy = UniquePolicy::Ignore;
             job.unique_window = Some(Duration::from_millis(1));
             job.run_at = Some(*tick);

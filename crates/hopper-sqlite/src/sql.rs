@@ -4,29 +4,11 @@
 //! The files name every table `hopper_…`. SQLite has no schemas inside one database, so
 //! the prefix plays the part of PostgreSQL's schema: binding replaces `hopper_` with the
 //! configured prefix and `_`, once, when the backend is built. The prefix is checked
-//! ([`validate_prefix`]) so the replacement cannot inject anything.
+//! ([`hopper_core::policy::validate_sql_name`]) so the replacement cannot inject anything.
 //!
 //! A file holds one statement, or several separated by a `;` at the end of a line (for
 //! the few methods that need two statements in one transaction); each statement is
 //! prepared on its own.
-
-use hopper_core::{Error, Result};
-
-/// Checks a table prefix: a lowercase SQL identifier that needs no quoting.
-pub fn validate_prefix(prefix: &str) -> Result<()> {
-    let mut chars = prefix.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if first_ok && rest_ok && prefix.len() <= 50 {
-        Ok(())
-    } else {
-        Err(Error::InvalidInput(format!(
-            "table prefix {prefix:?} must be 1 to 50 characters of a-z, 0-9 and _, not starting with a digit"
-        )))
-    }
-}
 
 /// Rewrites SQL written for the `hopper_` prefix for `prefix`.
 pub fn bind(sql: &str, prefix: &str) -> String {
@@ -150,15 +132,6 @@ queries!(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefixes_are_plain_identifiers() {
-        assert!(validate_prefix("hopper").is_ok());
-        assert!(validate_prefix("t_42").is_ok());
-        for bad in ["", "1abc", "Hopper", "a;b", "a.b", "a\"b", &"x".repeat(51)] {
-            assert!(validate_prefix(bad).is_err(), "{bad:?} accepted");
-        }
-    }
 
     #[test]
     fn binding_renames_tables() {

@@ -35,6 +35,7 @@ async fn claim_all(
                 node,
                 limit: batch,
                 lease: Duration::from_secs(600),
+                kinds: None,
             })
             .await?;
         if jobs.is_empty() {

@@ -9,9 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::TempDir;
-use hopper::{
-    Backend, JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, Worker, Workers,
-};
+use hopper::backend::Backend;
+use hopper::{JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, Worker, Workers};
 use hopper_sqlite::{SqliteBackend, SqliteOptions};
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,6 @@
 //! # hopper-web
 //!
-//! hopper's HTTP side, as an [`axum::Router`] over any [`hopper::Backend`]:
+//! hopper's HTTP side, as an [`axum::Router`] over any [`hopper::backend::Backend`]:
 //!
 //! - an **HTTP JSON API** under `/api/v1` (enqueue, inspect, list with filters and cursor
 //!   pagination, retry, cancel, delete, bulk retry, queues, stats), described by an
@@ -24,7 +24,7 @@
 //! ```no_run
 //! use hopper_web::{AuthConfig, WebState};
 //!
-//! # async fn run(backend: std::sync::Arc<dyn hopper::Backend>) -> hopper_web::Result<()> {
+//! # async fn run(backend: std::sync::Arc<dyn hopper::backend::Backend>) -> hopper_web::Result<()> {
 //! let prometheus = hopper_web::metrics::install_recorder()?;
 //! let state = WebState::new(backend, AuthConfig::from_env()?).with_prometheus(prometheus);
 //!
@@ -58,8 +58,9 @@ use axum::http::{HeaderValue, header};
 use axum::middleware;
 use axum::response::Response;
 use axum::routing::get;
+use hopper::Client;
+use hopper::backend::Backend;
 use hopper::core::log_limit::{LogThrottle, capped};
-use hopper::{Backend, Client};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tracing::Instrument;
 

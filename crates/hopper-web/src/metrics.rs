@@ -2,7 +2,7 @@
 //!
 //! Two sources, one page:
 //!
-//! - **Queue gauges**, read from the database at scrape time ([`hopper::Backend::queue_stats`]):
+//! - **Queue gauges**, read from the database at scrape time ([`hopper::backend::Backend::queue_stats`]):
 //!   [`hopper::metrics::JOBS`] by queue and state, and
 //!   [`hopper::metrics::QUEUE_OLDEST_AVAILABLE_SECONDS`]. They are right however many
 //!   processes run workers, and a queue that empties shows zeros rather than stale values.

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use hopper_core::backend::{JobCancelParams, JobClearParams, JobGetParams, JobRetryParams};
 use hopper_core::{
     AppliedMigration, Backend, Error, JobArgs, JobId, JobListParams, JobRecord, NewJob, QueueStats,
     Result,
@@ -152,7 +153,7 @@ impl Client {
 
     /// Reads a job.
     pub async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
-        self.backend.job_get(id).await
+        self.backend.job_get(&JobGetParams { id }).await
     }
 
     /// Lists jobs, newest first.
@@ -162,17 +163,21 @@ impl Client {
 
     /// Retries a failed or cancelled job now, with a fresh set of attempts.
     pub async fn retry(&self, id: JobId) -> Result<JobRecord> {
-        self.backend.job_retry(id).await
+        self.backend.job_retry(&JobRetryParams { id }).await
     }
 
     /// Cancels a job that has not finished; a running job's handler is told to stop.
     pub async fn cancel(&self, id: JobId) -> Result<JobRecord> {
-        self.backend.job_cancel(id).await
+        self.backend.job_cancel(&JobCancelParams { id }).await
     }
 
     /// Deletes every job of `queue` (or of all queues) that is not running.
     pub async fn clear(&self, queue: Option<&str>) -> Result<u64> {
-        self.backend.job_clear(queue).await
+        self.backend
+            .job_clear(&JobClearParams {
+                queue: queue.map(str::to_owned),
+            })
+            .await
     }
 
     /// Counts by queue and state.

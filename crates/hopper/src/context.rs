@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
+use hopper_core::backend::JobExtendManyParams;
 use hopper_core::{Backend, ClaimedJob, Error, JobId, Lease, Priority, Result};
 use hopper_postgres::PgBackend;
 use tokio::sync::{Mutex, Semaphore};
@@ -145,7 +146,13 @@ impl JobContext {
     /// Extends this attempt: its timeout moves to `by` from now, and so does its lease.
     /// Fails with [`Error::LeaseLost`] if the job is no longer this worker's.
     pub async fn extend(&self, by: Duration) -> Result<()> {
-        let lost = self.backend.job_extend_many(&[self.job.lease], by).await?;
+        let lost = self
+            .backend
+            .job_extend_many(&JobExtendManyParams {
+                leases: vec![self.job.lease],
+                by: by,
+            })
+            .await?;
         if !lost.is_empty() {
             self.run.stop(StopReason::LeaseLost);
             return Err(Error::LeaseLost(self.job.lease));

@@ -3,7 +3,7 @@
 //! `docs/scheduling.md`.
 
 use hopper_core::{
-    CronEntry, InsertOutcome, NewJob, QueueSettings, QueueUpdate, RateLimit, Result,
+    CronEntry, Error, InsertOutcome, NewJob, QueueSettings, QueueUpdate, RateLimit, Result,
 };
 
 use crate::Client;
@@ -26,7 +26,19 @@ impl Client {
         for job in jobs {
             job.validate()?;
         }
-        let outcomes = self.backend().job_upsert_many(jobs).await?;
+        let outcomes = match self.backend().scheduling() {
+            Some(store) => store.job_upsert_many(jobs).await?,
+            None if jobs.iter().any(NewJob::needs_upsert) => {
+                return Err(Error::Unsupported(format!(
+                    "group keys and unique keys ({} backend)",
+                    self.backend().name()
+                )));
+            }
+            None => {
+                self.backend().job_insert_many(jobs).await?;
+                vec![InsertOutcome::Inserted; jobs.len()]
+            }
+        };
         for (job, outcome) in jobs.iter().zip(&outcomes) {
             if *outcome == InsertOutcome::Inserted {
                 crate::metrics::enqueued(&job.queue, &job.kind, 1);

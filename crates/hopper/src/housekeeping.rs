@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Backend, Error, JobPruneParams};
+use hopper_core::backend::{Backend, JobPruneParams, JobVacuumParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -80,12 +80,19 @@ pub async fn pruner(backend: Arc<dyn Backend>, settings: Housekeeping, stop: Can
     let Some(period) = settings.prune_interval else {
         return;
     };
+    let Some(store) = backend.maintenance() else {
+        tracing::debug!(
+            backend = backend.name(),
+            "pruning is not offered by this backend; the pruner stops"
+        );
+        return;
+    };
     let params = settings.prune_params();
     while tick(&stop, period).await {
         let mut pruned = 0u64;
         loop {
             let started = Instant::now();
-            match backend.job_prune(&params).await {
+            match store.job_prune(&params).await {
                 Ok(outcome) => {
                     pruned += outcome.total();
                     if !outcome.elected || outcome.total() < u64::from(params.limit) {
@@ -95,10 +102,6 @@ pub async fn pruner(backend: Arc<dyn Backend>, settings: Housekeeping, stop: Can
                     if !tick(&stop, pause).await {
                         return;
                     }
-                }
-                Err(Error::Unsupported(m)) => {
-                    tracing::debug!(reason = %m, "pruning is not offered by this backend; the pruner stops");
-                    return;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "pruning finished jobs failed");
@@ -119,17 +122,23 @@ pub async fn vacuumer(backend: Arc<dyn Backend>, settings: Housekeeping, stop: C
     let Some(period) = settings.vacuum_interval else {
         return;
     };
+    let Some(store) = backend.maintenance() else {
+        tracing::debug!(
+            backend = backend.name(),
+            "vacuuming is not offered by this backend; the vacuumer stops"
+        );
+        return;
+    };
+    let params = JobVacuumParams {
+        min_interval: period,
+    };
     while tick(&stop, period).await {
         let started = Instant::now();
-        match backend.job_vacuum(period).await {
+        match store.job_vacuum(&params).await {
             Ok(true) => {
                 tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
             }
             Ok(false) => {}
-            Err(Error::Unsupported(m)) => {
-                tracing::debug!(reason = %m, "vacuuming is not offered by this backend; the vacuumer stops");
-                return;
-            }
             Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
         }
     }

@@ -75,15 +75,13 @@ mod worker;
 
 pub use client::{Client, connect};
 pub use context::JobContext;
+pub use hopper_core::backend::{AppliedMigration, JobListParams, QueueStats};
 pub use hopper_core::{
-    AppliedMigration, AttemptError, Backend, ClaimParams, ClaimedJob, Clock, Error, Finish,
-    FinishResult, JobArgs, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams,
-    JobState, JobStatsParams, Lease, MinuteStats, NewJob, NodeInfo, Outcome, Priority, QueueStats,
-    Result, SystemClock, TestClock, Wakeup,
+    AttemptError, Clock, Error, JobArgs, JobId, JobRecord, JobState, Lease, NewJob, Priority,
+    Result, SystemClock, TestClock,
 };
 pub use hopper_core::{
-    CronEntry, InsertOutcome, JobPruneOutcome, JobPruneParams, QueueSettings, QueueUpdate,
-    RateLimit, UniquePolicy,
+    CronEntry, InsertOutcome, QueueSettings, QueueUpdate, RateLimit, UniquePolicy,
 };
 pub use hopper_postgres::{
     ClaimCursorConfig, ClaimStartMode, ConnectError, PgBackend, PgConnectOptions, PgOptions, Pooler,
@@ -95,6 +93,14 @@ pub use remote::{RemoteBackend, RemoteOptions};
 pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle, shutdown_signal};
 pub use supervise::Health;
 pub use worker::{JobError, Worker, default_backoff};
+
+/// The storage seam between the runtime and the backends ([`backend::Backend`] and its
+/// capability traits, their params and results): for backend authors, and **outside
+/// semver** (see its module docs). [`Client`], [`Runtime`] and [`testing`] are what an
+/// application uses.
+pub mod backend {
+    pub use hopper_core::backend::*;
+}
 
 /// The core crate, for backend authors.
 pub use hopper_core as core;

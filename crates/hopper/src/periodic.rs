@@ -21,7 +21,8 @@ use std::time::Duration;
 use chrono::{DateTime, Timelike, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
-use hopper_core::{Backend, Clock, CronAdvance, CronEntry, Error, NewJob, Result};
+use hopper_core::backend::{Backend, SchedulingStore};
+use hopper_core::{Clock, CronAdvance, CronEntry, Error, NewJob, Result};
 use tokio_util::sync::CancellationToken;
 
 /// croner's flag for `L` in a field (`LAST_BIT`, not exported by croner).
@@ -210,12 +211,19 @@ pub(crate) async fn run(
     entries: Vec<PeriodicJob>,
     stop: CancellationToken,
 ) {
+    let Some(store) = backend.scheduling() else {
+        tracing::warn!(
+            backend = backend.name(),
+            "this backend does not store periodic jobs; they are not enqueued"
+        );
+        return;
+    };
     let mut backoff = Duration::from_millis(100);
     loop {
         let now = now(&*clock);
         let registered: Result<Vec<CronEntry>> = entries.iter().map(|e| e.entry(now)).collect();
         let result = match registered {
-            Ok(registered) => backend.cron_register(&registered).await,
+            Ok(registered) => store.cron_register(&registered).await,
             Err(e) => Err(e),
         };
         match result {
@@ -231,7 +239,7 @@ pub(crate) async fn run(
         }
     }
     loop {
-        let wait = match tick(&*backend, &*clock, &entries).await {
+        let wait = match tick(&*backend, store, &*clock, &entries).await {
             Ok(wait) => wait,
             Err(e) => {
                 tracing::warn!(error = %e, "enqueuing periodic jobs failed");
@@ -254,6 +262,7 @@ fn now(clock: &dyn Clock) -> DateTime<Utc> {
 /// Enqueues what is due; returns how long to sleep before the next tick.
 async fn tick(
     backend: &dyn Backend,
+    store: &dyn SchedulingStore,
     clock: &dyn Clock,
     entries: &[PeriodicJob],
 ) -> Result<Duration> {
@@ -267,7 +276,7 @@ async fn tick(
         let next = match entry.advance(row.next_run_at, now) {
             Some(advance) => {
                 let next = advance.next_run_at;
-                if backend.cron_advance(&advance).await? {
+                if store.cron_advance(&advance).await? {
                     tracing::debug!(name = %entry.name, ticks = advance.jobs.len(), "enqueued periodic job");
                 }
                 next

@@ -1,15 +1,13 @@
-//! The storage conformance suite (`tests/conformance/`) run against SQLite: every case gets
+//! The storage conformance suite (`hopper-conformance`) run against SQLite: every case gets
 //! its own database file in a temporary directory, migrated, whose backend reads a
 //! [`TestClock`].
-
-#[macro_use]
-mod conformance;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use conformance::Harness;
-use hopper::{Backend, SqliteBackend, SqliteOptions, TestClock};
+use hopper::backend::Backend;
+use hopper::{SqliteBackend, SqliteOptions, TestClock};
+use hopper_conformance::{Harness, conformance_suite};
 
 /// A directory of its own under the system's temp dir, removed with its files on drop.
 struct TempDir(PathBuf);
@@ -27,7 +25,7 @@ async fn sqlite() -> anyhow::Result<Harness> {
             .join(uuid::Uuid::now_v7().simple().to_string()),
     );
     std::fs::create_dir_all(&dir.0)?;
-    let clock = TestClock::new(conformance::t0());
+    let clock = TestClock::new(hopper_conformance::t0());
     let backend = SqliteBackend::open(
         dir.0.join("hopper.db"),
         SqliteOptions {

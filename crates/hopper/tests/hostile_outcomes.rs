@@ -7,8 +7,9 @@ mod support;
 
 use std::time::Duration;
 
+use hopper::backend::{ClaimParams, Finish, JobGetParams, Outcome};
 use hopper::testing::TestDatabase;
-use hopper::{ClaimParams, Error, Finish, JobError, JobState, NewJob, Outcome, Runtime, Workers};
+use hopper::{Error, JobError, JobState, NewJob, Runtime, Workers};
 use serde_json::json;
 use support::{FnWorker, config, wait_for};
 
@@ -58,6 +59,7 @@ async fn write_isolating_refuses_only_the_entries_at_fault() -> anyhow::Result<(
             node: uuid::Uuid::now_v7(),
             limit: 4,
             lease: Duration::from_secs(300),
+            kinds: None,
         })
         .await?;
     assert_eq!(claimed.len(), 4);
@@ -88,7 +90,11 @@ async fn write_isolating_refuses_only_the_entries_at_fault() -> anyhow::Result<(
     // The statements of a batch commit one by one: the completion may have landed with the
     // first, refused, try, and then reads as a lost lease when written alone.
     assert!(results[0].is_ok(), "{:?}", results[0]);
-    let first = backend.job_get(claimed[0].lease.job_id).await?;
+    let first = backend
+        .job_get(&JobGetParams {
+            id: claimed[0].lease.job_id,
+        })
+        .await?;
     assert_eq!(first.map(|j| j.state), Some(JobState::Completed));
     assert!(
         matches!(&results[1], Err(Error::InvalidInput(m)) if m.contains("retry_in")),
@@ -101,9 +107,17 @@ async fn write_isolating_refuses_only_the_entries_at_fault() -> anyhow::Result<(
         results[2]
     );
     assert!(results[3].is_ok(), "{:?}", results[3]);
-    let last = backend.job_get(claimed[3].lease.job_id).await?;
+    let last = backend
+        .job_get(&JobGetParams {
+            id: claimed[3].lease.job_id,
+        })
+        .await?;
     assert_eq!(last.map(|j| j.state), Some(JobState::Scheduled));
-    let refused = backend.job_get(claimed[2].lease.job_id).await?;
+    let refused = backend
+        .job_get(&JobGetParams {
+            id: claimed[2].lease.job_id,
+        })
+        .await?;
     assert_eq!(refused.map(|j| j.state), Some(JobState::Running));
     Ok(())
 }

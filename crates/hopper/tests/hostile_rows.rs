@@ -8,8 +8,9 @@ mod support;
 
 use std::time::Duration;
 
+use hopper::backend::{ClaimParams, JobGetParams, JobRetryParams};
 use hopper::testing::TestDatabase;
-use hopper::{ClaimParams, JobListParams, JobRecord, JobState, NewJob};
+use hopper::{JobListParams, JobRecord, JobState, NewJob};
 use serde_json::json;
 use support::connect;
 use uuid::Uuid;
@@ -38,7 +39,7 @@ async fn write_by_hand(
 /// The job as stored, read through hopper (after it was made readable).
 async fn job(db: &TestDatabase, id: Uuid) -> anyhow::Result<JobRecord> {
     db.backend()
-        .job_get(id)
+        .job_get(&JobGetParams { id })
         .await?
         .ok_or_else(|| anyhow::anyhow!("job {id} is gone"))
 }
@@ -55,6 +56,7 @@ fn claim(queue: &str) -> ClaimParams {
         node: Uuid::now_v7(),
         limit: 10,
         lease: Duration::from_secs(300),
+        kinds: None,
     }
 }
 
@@ -72,15 +74,20 @@ async fn the_promoter_fails_an_infinite_scheduled_job_and_promotes_the_rest() ->
         .with_run_at(later_at);
     backend.job_insert(&later).await?;
 
-    let (promoted, next) = backend.job_promote_scheduled().await?;
-    assert_eq!(promoted, 1, "the due job was promoted");
-    let next = next.ok_or_else(|| anyhow::anyhow!("no next due time"))?;
+    let store = backend
+        .maintenance()
+        .ok_or_else(|| anyhow::anyhow!("PostgreSQL does maintenance"))?;
+    let outcome = store.job_promote_scheduled().await?;
+    assert_eq!(outcome.promoted, 1, "the due job was promoted");
+    let next = outcome
+        .next_due
+        .ok_or_else(|| anyhow::anyhow!("no next due time"))?;
     assert!((next - later_at).num_milliseconds().abs() <= 1, "{next}");
     assert_eq!(job(&db, due).await?.state, JobState::Available);
     assert_failed_as_unreadable(&job(&db, bad).await?);
     assert_failed_as_unreadable(&job(&db, beyond).await?);
     // And again: nothing left to stop it.
-    backend.job_promote_scheduled().await?;
+    store.job_promote_scheduled().await?;
     Ok(())
 }
 
@@ -161,7 +168,7 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
     let shown = write_by_hand(&db, "q", "scheduled", ", run_at", ", 'infinity'").await?;
     assert_failed_as_unreadable(&job(&db, shown).await?);
     // And a failed unreadable job can be retried by hand, like any other.
-    backend.job_retry(shown).await?;
+    backend.job_retry(&JobRetryParams { id: shown }).await?;
     assert_eq!(job(&db, shown).await?.state, JobState::Available);
     Ok(())
 }

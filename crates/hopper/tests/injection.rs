@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
-use hopper::{Backend, Client, Error, JobListParams, JobState, NewJob, SqliteBackend};
+use hopper::{Client, Error, JobListParams, JobState, NewJob, SqliteBackend};
 use serde_json::json;
 
 /// Strings that would change a statement if it were built by pasting text.

@@ -12,11 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
+use hopper::backend::{Backend, ClaimParams, ClaimedJob};
 use hopper::testing::TestDatabase;
-use hopper::{
-    Backend, ClaimCursorConfig, ClaimParams, ClaimStartMode, ClaimedJob, JobId, NewJob, Priority,
-    TestClock,
-};
+use hopper::{ClaimCursorConfig, ClaimStartMode, JobId, NewJob, Priority, TestClock};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -73,6 +71,7 @@ async fn claim(backend: &dyn Backend, limit: u32) -> anyhow::Result<Vec<ClaimedJ
             node: Uuid::now_v7(),
             limit,
             lease: Duration::from_secs(300),
+            kinds: None,
         })
         .await?)
 }

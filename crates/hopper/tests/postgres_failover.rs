@@ -15,10 +15,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hopper::backend::Backend;
 use hopper::testing::{StopMode, TestCluster};
 use hopper::{
-    Backend, Client, JobId, NewJob, PgBackend, PgConnectOptions, PgOptions, Runtime, RuntimeConfig,
-    Workers,
+    Client, JobId, NewJob, PgBackend, PgConnectOptions, PgOptions, Runtime, RuntimeConfig, Workers,
 };
 use support::FnWorker;
 use tokio::sync::Notify;

@@ -6,8 +6,9 @@ mod support;
 
 use std::sync::Arc;
 
+use hopper::backend::{Backend, JobGetParams};
 use hopper::testing::{TestDatabase, database_url};
-use hopper::{Backend, Error, PgBackend, PgOptions, SystemClock};
+use hopper::{Error, PgBackend, PgOptions, SystemClock};
 use support::{SchemaGuard, connect, fresh_schema_name};
 
 async fn backend_on(schema: &str) -> anyhow::Result<PgBackend> {
@@ -79,7 +80,12 @@ async fn concurrent_migrations_on_a_fresh_schema_all_succeed() -> anyhow::Result
     let backend = backend_on(&schema).await?;
     let job = hopper::NewJob::new("k", serde_json::json!({}));
     backend.job_insert(&job).await?;
-    assert!(backend.job_get(job.id).await?.is_some());
+    assert!(
+        backend
+            .job_get(&JobGetParams { id: job.id })
+            .await?
+            .is_some()
+    );
     Ok(())
 }
 

@@ -8,20 +8,18 @@
 //! not only when the pooler happens to switch server connections.
 
 #[macro_use]
-mod conformance;
-#[macro_use]
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use conformance::Harness;
 use futures_util::StreamExt;
+use hopper::backend::{Backend, ClaimParams, JobGetParams, Wakeup};
 use hopper::testing::{PgBouncer, PgBouncerConfig, TestDatabase};
 use hopper::{
-    Backend, ClaimParams, Client, NewJob, PgBackend, PgOptions, Pooler, Runtime, SystemClock,
-    TestClock, Wakeup, Workers,
+    Client, NewJob, PgBackend, PgOptions, Pooler, Runtime, SystemClock, TestClock, Workers,
 };
+use hopper_conformance::{Harness, conformance_suite};
 use support::{FnWorker, SchemaGuard, config, connect, fresh_schema_name, wait_for};
 
 job_kind!(Drained, "drained");
@@ -35,7 +33,7 @@ fn strict_bouncer(pool_size: u32) -> anyhow::Result<PgBouncer> {
 }
 
 async fn through_pgbouncer() -> anyhow::Result<Harness> {
-    let clock = TestClock::new(conformance::t0());
+    let clock = TestClock::new(hopper_conformance::t0());
     let db = TestDatabase::with_clock(Arc::new(clock.clone())).await?;
     let bouncer = strict_bouncer(4)?;
     let backend = db
@@ -70,7 +68,13 @@ async fn migrations_run_through_pgbouncer() -> anyhow::Result<()> {
     backend.migrate().await?;
     let job = NewJob::of(&Drained { n: 1 })?.with_queue("m");
     backend.job_insert(&job).await?;
-    assert_eq!(backend.job_get(job.id).await?.map(|j| j.id), Some(job.id));
+    assert_eq!(
+        backend
+            .job_get(&JobGetParams { id: job.id })
+            .await?
+            .map(|j| j.id),
+        Some(job.id)
+    );
     Ok(())
 }
 
@@ -140,6 +144,7 @@ async fn named_statements_fail_behind_pgbouncer_without_the_setting() -> anyhow:
         node: uuid::Uuid::now_v7(),
         limit: 10,
         lease: Duration::from_secs(30),
+        kinds: None,
     };
     let job = NewJob::of(&Drained { n: 1 })?.with_queue("named");
 

@@ -7,6 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hopper::backend::{JobCancelParams, JobGetParams, Wakeup};
 use hopper::testing::{
     ExpectedJob, TestDatabase, require_inserted_in, require_many_inserted, require_not_inserted,
 };
@@ -46,7 +47,11 @@ async fn a_job_enqueued_from_sql_is_run_by_a_runtime() -> anyhow::Result<()> {
         .await?;
     let id: uuid::Uuid = row.get(0);
     assert_eq!(id.get_version_num(), 7, "ids made in SQL are UUIDv7 too");
-    let job = db.backend().job_get(id).await?.expect("the job exists");
+    let job = db
+        .backend()
+        .job_get(&JobGetParams { id })
+        .await?
+        .expect("the job exists");
     assert_eq!(job.state, JobState::Available);
     assert_eq!(
         (job.queue.as_str(), job.kind.as_str()),
@@ -244,14 +249,19 @@ async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Resu
     .await?;
     require_not_inserted(&hopper, ExpectedJob::kind("ship")).await?;
     assert_eq!(
-        db.backend().job_get(kept).await?,
+        db.backend().job_get(&JobGetParams { id: kept }).await?,
         None,
         "invisible before commit"
     );
     assert_eq!(job_count(&db).await?, 0);
     tx.commit().await?;
     assert_eq!(job_count(&db).await?, 52);
-    assert!(db.backend().job_get(typed).await?.is_some());
+    assert!(
+        db.backend()
+            .job_get(&JobGetParams { id: typed })
+            .await?
+            .is_some()
+    );
 
     // Rollback: none of them exist.
     let tx = conn.transaction().await?;
@@ -274,8 +284,16 @@ async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Resu
         ExpectedJob::kind("ship").args(json!({ "order": 2 })),
     )
     .await?;
-    assert_eq!(db.backend().job_get(dropped).await?, None);
-    assert_eq!(db.backend().job_get(many[0].id).await?, None);
+    assert_eq!(
+        db.backend().job_get(&JobGetParams { id: dropped }).await?,
+        None
+    );
+    assert_eq!(
+        db.backend()
+            .job_get(&JobGetParams { id: many[0].id })
+            .await?,
+        None
+    );
     assert_eq!(job_count(&db).await?, 52);
 
     // A bad job inside the caller's transaction is refused before anything is sent.
@@ -299,11 +317,12 @@ async fn complete_in_follows_the_callers_transaction_and_checks_the_lease() -> a
     let node = uuid::Uuid::now_v7();
     let job = NewJob::new(FromSql::KIND, json!({ "n": 1 }));
     backend.job_insert(&job).await?;
-    let claim = |lease| hopper::ClaimParams {
+    let claim = |lease| hopper::backend::ClaimParams {
         queue: "default".into(),
         node,
         limit: 1,
         lease,
+        kinds: None,
     };
     let first = backend.job_claim(&claim(Duration::from_secs(10))).await?;
     let stale = first[0].lease;
@@ -314,28 +333,41 @@ async fn complete_in_follows_the_callers_transaction_and_checks_the_lease() -> a
     db.pg().complete_in(&tx, stale, 3).await?;
     tx.rollback().await?;
     assert_eq!(
-        backend.job_get(job.id).await?.map(|j| j.state),
+        backend
+            .job_get(&JobGetParams { id: job.id })
+            .await?
+            .map(|j| j.state),
         Some(JobState::Running)
     );
 
     // Expired, rescued, claimed again: the old lease is refused, inside a transaction too.
     clock.advance(chrono::Duration::seconds(11));
-    assert_eq!(backend.job_rescue_expired().await?, 1);
+    let store = backend
+        .maintenance()
+        .ok_or_else(|| anyhow::anyhow!("PostgreSQL does maintenance"))?;
+    assert_eq!(store.job_rescue_expired().await?, 1);
     let current = backend.job_claim(&claim(Duration::from_secs(10))).await?[0].lease;
-    let before = backend.job_get(job.id).await?;
+    let before = backend.job_get(&JobGetParams { id: job.id }).await?;
     let tx = conn.transaction().await?;
     match db.pg().complete_in(&tx, stale, 3).await {
         Err(Error::LeaseLost(lease)) => assert_eq!(lease, stale),
         other => panic!("expected LeaseLost, got {other:?}"),
     }
     tx.commit().await?;
-    assert_eq!(backend.job_get(job.id).await?, before, "nothing changed");
+    assert_eq!(
+        backend.job_get(&JobGetParams { id: job.id }).await?,
+        before,
+        "nothing changed"
+    );
 
     // Committed with the current lease: completed.
     let tx = conn.transaction().await?;
     db.pg().complete_in(&tx, current, 4).await?;
     tx.commit().await?;
-    let done = backend.job_get(job.id).await?.expect("exists");
+    let done = backend
+        .job_get(&JobGetParams { id: job.id })
+        .await?
+        .expect("exists");
     assert_eq!(done.state, JobState::Completed);
     assert_eq!(done.duration_ms, Some(4));
     Ok(())
@@ -344,7 +376,6 @@ async fn complete_in_follows_the_callers_transaction_and_checks_the_lease() -> a
 #[tokio::test]
 async fn a_bulk_insert_wakes_each_queue_once_at_commit() -> anyhow::Result<()> {
     use futures_util::StreamExt;
-    use hopper::Wakeup;
 
     let db = TestDatabase::new().await?;
     let mut wakeups = db.backend().subscribe().await?;
@@ -481,14 +512,17 @@ async fn unfinished_jobs_counts_every_unfinished_state_of_every_queue() -> anyho
         .await?;
     let cancelled = job(6, "qb");
     backend.job_insert(&cancelled).await?;
-    backend.job_cancel(cancelled.id).await?;
+    backend
+        .job_cancel(&JobCancelParams { id: cancelled.id })
+        .await?;
     assert_eq!(unfinished().await?, 6, "5 available and 1 scheduled");
 
-    let claim = |queue: &str, limit| hopper::ClaimParams {
+    let claim = |queue: &str, limit| hopper::backend::ClaimParams {
         queue: queue.into(),
         node: uuid::Uuid::now_v7(),
         limit,
         lease: Duration::from_secs(60),
+        kinds: None,
     };
     let running = backend.job_claim(&claim("qa", 2)).await?;
     assert_eq!(unfinished().await?, 6, "running jobs are unfinished too");

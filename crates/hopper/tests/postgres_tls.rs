@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use hopper::backend::Backend;
 use hopper::testing::TestCluster;
-use hopper::{Backend, Error, PgBackend, PgConnectOptions, PgOptions};
+use hopper::{Error, PgBackend, PgConnectOptions, PgOptions};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
 /// A CA that signs certificates.

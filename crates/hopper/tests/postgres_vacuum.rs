@@ -1,4 +1,4 @@
-//! The job table's own vacuum (`Backend::job_vacuum`): due only when dead row versions
+//! The job table's own vacuum (`MaintenanceStore::job_vacuum`): due only when dead row versions
 //! piled up and no vacuum ran lately; afterwards, not due again.
 
 #[macro_use]
@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use hopper::backend::JobVacuumParams;
 use hopper::testing::TestDatabase;
 use support::connect;
 
@@ -26,8 +27,13 @@ async fn vacuum_stats(db: &TestDatabase) -> anyhow::Result<(i64, i64)> {
 async fn dead_rows_are_vacuumed_once_due_and_not_again() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let backend = db.backend();
-    let hour = Duration::from_secs(3600);
-    assert!(!backend.job_vacuum(hour).await?, "a fresh table is not due");
+    let store = backend
+        .maintenance()
+        .ok_or_else(|| anyhow::anyhow!("PostgreSQL does maintenance"))?;
+    let hour = JobVacuumParams {
+        min_interval: Duration::from_secs(3600),
+    };
+    assert!(!store.job_vacuum(&hour).await?, "a fresh table is not due");
 
     // 5,000 rows inserted and deleted: 5,000 dead row versions. The statistics of this
     // session are flushed at once, not up to a second later.
@@ -51,12 +57,12 @@ async fn dead_rows_are_vacuumed_once_due_and_not_again() -> anyhow::Result<()> {
         tokio::task::yield_now().await;
     }
 
-    assert!(backend.job_vacuum(hour).await?, "5,000 dead rows are due");
+    assert!(store.job_vacuum(&hour).await?, "5,000 dead rows are due");
     let (vacuums, dead) = vacuum_stats(&db).await?;
     assert!(vacuums >= 1, "the table was vacuumed");
     assert_eq!(dead, 0, "and its dead rows are gone");
     assert!(
-        !backend.job_vacuum(hour).await?,
+        !store.job_vacuum(&hour).await?,
         "just vacuumed: not due again within the interval"
     );
     Ok(())

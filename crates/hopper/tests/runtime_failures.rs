@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use hopper::backend::JobGetParams;
 use hopper::testing::TestDatabase;
 use hopper::{
     Client, JobArgs, JobError, JobId, JobRecord, JobState, NewJob, Runtime, RuntimeConfig,
@@ -41,7 +42,11 @@ fn flaky(max_attempts: i32) -> NewJob {
 }
 
 async fn get(db: &TestDatabase, id: JobId) -> anyhow::Result<JobRecord> {
-    Ok(db.backend().job_get(id).await?.expect("the job exists"))
+    Ok(db
+        .backend()
+        .job_get(&JobGetParams { id })
+        .await?
+        .expect("the job exists"))
 }
 
 /// Sends on drop: tells the test a handler future was dropped (cancelled) mid-run.

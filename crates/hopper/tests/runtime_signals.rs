@@ -10,6 +10,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hopper::backend::JobGetParams;
 use hopper::testing::TestDatabase;
 use hopper::{
     Client, JobError, JobId, JobRecord, JobState, NewJob, Runtime, RuntimeConfig, RuntimeHandle,
@@ -38,7 +39,11 @@ async fn insert(db: &TestDatabase, n: u64) -> anyhow::Result<JobId> {
 }
 
 async fn get(db: &TestDatabase, id: JobId) -> anyhow::Result<JobRecord> {
-    Ok(db.backend().job_get(id).await?.expect("the job exists"))
+    Ok(db
+        .backend()
+        .job_get(&JobGetParams { id })
+        .await?
+        .expect("the job exists"))
 }
 
 /// Waits until `runtimes` notification listeners are connected, so that what follows can

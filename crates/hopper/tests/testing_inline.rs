@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use hopper::backend::Backend;
 use hopper::testing::{
     ExpectedJob, InlineClient, JobOutcome, TestDatabase, require_inserted, require_not_inserted,
 };
 use hopper::{
-    Backend, Client, Error, JobArgs, JobContext, JobError, JobState, NewJob, SqliteBackend,
-    SqliteOptions, Worker, Workers,
+    Client, Error, JobArgs, JobContext, JobError, JobState, NewJob, SqliteBackend, SqliteOptions,
+    Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;

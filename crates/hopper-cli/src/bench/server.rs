@@ -189,7 +189,7 @@ pub async fn latency(bench: &Bench, jobs: u64) -> anyhow::Result<Report> {
     let connected = match options {
         Ok(options) => hopper::RemoteBackend::connect(options)
             .await
-            .map(|b| std::sync::Arc::new(b) as std::sync::Arc<dyn hopper::Backend>),
+            .map(|b| std::sync::Arc::new(b) as std::sync::Arc<dyn hopper::backend::Backend>),
         Err(e) => Err(e),
     };
     let result = match connected {

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ciborium::Value;
+use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
-use hopper::{Backend, PgBackend, PgOptions};
+use hopper::{PgBackend, PgOptions};
 use hopper_server::{Auth, ServeConfig, Server, ServerHandle};
 
 /// The token the tests' servers accept.

@@ -101,6 +101,7 @@ impl Store {
                 node: self.node.id,
                 limit,
                 lease: Duration::from_secs(30),
+                kinds: None,
             })
             .await?)
     }

@@ -5,8 +5,9 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use hopper::backend::{JobDeleteParams, JobGetParams, JobRetryManyParams, JobSearchParams};
 use hopper::core::job::validate_name;
-use hopper::{InsertOutcome, JobId, JobRecord, JobRetryManyParams, JobSearchParams, NewJob};
+use hopper::{InsertOutcome, JobId, JobRecord, NewJob};
 use serde::Serialize;
 use serde_json::json;
 
@@ -83,7 +84,7 @@ pub(crate) async fn enqueue(
     let id = outcome.id(own);
     let record = state
         .backend()
-        .job_get(id)
+        .job_get(&JobGetParams { id })
         .await?
         .ok_or_else(|| ApiError::not_found(format!("job {id} was enqueued, then deleted")))?;
     let status = if outcome == InsertOutcome::Inserted {
@@ -157,7 +158,7 @@ pub(crate) async fn get(
     let id = path_id(id)?;
     let job = state
         .backend()
-        .job_get(id)
+        .job_get(&JobGetParams { id })
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
     Ok(Json(job.into()))
@@ -220,7 +221,7 @@ pub(crate) async fn delete(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let id = path_id(id)?;
-    state.backend().job_delete(id).await?;
+    state.backend().job_delete(&JobDeleteParams { id }).await?;
     tracing::info!(job_id = %id, "job deleted through the API");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -7,7 +7,8 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, State};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use hopper::{Error, JobStatsParams, MinuteStats, QueueSettings, QueueStats};
+use hopper::backend::{JobStatsParams, MinuteStats};
+use hopper::{Error, QueueSettings, QueueStats};
 use serde::{Deserialize, Serialize};
 
 use crate::WebState;
@@ -170,15 +171,23 @@ pub(crate) async fn stats(
     let params = JobStatsParams {
         window: Duration::from_secs(u64::from(window_minutes) * 60),
     };
-    let (summary, minutes, activity_error) =
-        match state.backend().job_stats_per_minute(&params).await {
-            Ok(rows) => {
-                let minutes = fill_minutes(now, window_minutes, rows);
-                (Some(summarize(&minutes)), Some(minutes), None)
-            }
-            Err(Error::Unsupported(m)) => (None, None, Some(m)),
-            Err(e) => return Err(e.into()),
-        };
+    let backend = state.backend();
+    let stats = match backend.stats() {
+        Some(store) => store.job_stats_per_minute(&params).await.map(Some),
+        None => Ok(None),
+    };
+    let (summary, minutes, activity_error) = match stats {
+        Ok(Some(rows)) => {
+            let minutes = fill_minutes(now, window_minutes, rows);
+            (Some(summarize(&minutes)), Some(minutes), None)
+        }
+        Ok(None) => {
+            let why = format!("per-minute job statistics ({} backend)", backend.name());
+            (None, None, Some(why))
+        }
+        Err(Error::Unsupported(m)) => (None, None, Some(m)),
+        Err(e) => return Err(e.into()),
+    };
     Ok(Json(Stats {
         now,
         queues: queues.len(),

@@ -6,8 +6,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
+use hopper::JobId;
+use hopper::backend::{Backend, ClaimParams, Finish, Outcome};
 use hopper::testing::TestDatabase;
-use hopper::{Backend, ClaimParams, Finish, JobId, Outcome};
 use hopper_web::{AuthConfig, WebState};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -114,6 +115,7 @@ impl Web {
                 node: uuid::Uuid::now_v7(),
                 limit: 1000,
                 lease: Duration::from_secs(60),
+                kinds: None,
             })
             .await?;
         let finishes: Vec<Finish> = claimed

@@ -246,11 +246,12 @@ async fn retry_cancel_and_delete() -> anyhow::Result<()> {
     // Running: cannot be deleted.
     let claimed = web
         .backend()
-        .job_claim(&hopper::ClaimParams {
+        .job_claim(&hopper::backend::ClaimParams {
             queue: "work".to_owned(),
             node: uuid::Uuid::now_v7(),
             limit: 1,
             lease: std::time::Duration::from_secs(60),
+            kinds: None,
         })
         .await?;
     assert_eq!(claimed.len(), 1);
@@ -267,7 +268,7 @@ async fn retry_cancel_and_delete() -> anyhow::Result<()> {
 
     // Finished: deleted, then gone.
     web.backend()
-        .job_finish_many(&[hopper::Finish {
+        .job_finish_many(&[hopper::backend::Finish {
             lease: claimed[0].lease,
             outcome: completed(),
         }])

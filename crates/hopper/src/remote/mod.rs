@@ -4,11 +4,11 @@
 //! [`RemoteBackend`] implements the storage seam ([`Backend`]) over the server's protocol
 //! (`docs/protocol.md`): `job_claim` hands out the orders the server pushed, `subscribe`
 //! wakes the runtime when one arrives, outcomes and lease extensions become protocol
-//! messages, and the server's own maintenance (rescuing, promoting) replaces the runtime's.
-//! The admin calls (listing, retrying, deleting, clearing, stats, queue settings, the cron
-//! list) are the protocol's admin requests; what the protocol does not carry (pruning,
-//! per-minute stats, registering cron entries, enqueueing with group or unique keys) fails
-//! with [`Error::Unsupported`].
+//! messages. The admin calls (listing, retrying, deleting, clearing, stats, queue settings,
+//! the cron list) are the protocol's admin requests. It offers none of the seam's
+//! capabilities: the server does the maintenance (rescuing, promoting, pruning) itself, and
+//! the protocol does not carry per-minute stats, registering cron entries or enqueueing
+//! with group or unique keys ([`crate::Client::upsert`] answers [`Error::Unsupported`]).
 //!
 //! ```no_run
 //! # async fn run(workers: hopper::Workers) -> hopper::Result<()> {
@@ -32,13 +32,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
+use hopper_core::backend::{
+    AppliedMigration, Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,
+    JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobListParams,
+    JobRetryManyParams, JobRetryParams, JobSearchParams, NodeDeregisterParams, NodeInfo, Outcome,
+    QueueStats, Wakeup, WakeupStream,
+};
 use hopper_core::{
-    AppliedMigration, AttemptError, Backend, ClaimParams, ClaimedJob, CronEntry, Error, Finish,
-    FinishResult, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, JobState,
-    Lease, NewJob, NodeId, NodeInfo, Outcome, Priority, QueueSettings, QueueStats, QueueUpdate,
-    Result, Wakeup, WakeupStream,
+    AttemptError, CronEntry, Error, JobId, JobRecord, JobState, Lease, NewJob, Priority,
+    QueueSettings, QueueUpdate, Result,
 };
 use hopper_protocol::{
     ErrorCode, FinishResult as WireResult, JobInfo, JobSpec, PriorityValue, Reply, Request, Role,
@@ -527,7 +530,8 @@ impl Backend for RemoteBackend {
         Ok(())
     }
 
-    async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
+    async fn job_get(&self, params: &JobGetParams) -> Result<Option<JobRecord>> {
+        let id = params.id;
         match self.request(|req| Request::Status { req, id }).await {
             Ok(Reply::Job { job, .. }) => record(job).map(Some),
             Ok(other) => Err(unexpected(&other)),
@@ -560,8 +564,9 @@ impl Backend for RemoteBackend {
         self.finish_batched(finishes).await
     }
 
-    async fn job_extend_many(&self, leases: &[Lease], by: Duration) -> Result<Vec<Lease>> {
-        let by_ms = millis(by);
+    async fn job_extend_many(&self, params: &JobExtendManyParams) -> Result<Vec<Lease>> {
+        let leases = &params.leases;
+        let by_ms = millis(params.by);
         let results = futures_util::future::join_all(leases.iter().map(|lease| {
             self.request(move |req| Request::Extend {
                 req,
@@ -588,30 +593,21 @@ impl Backend for RemoteBackend {
         Ok(lost)
     }
 
-    async fn job_retry(&self, id: JobId) -> Result<JobRecord> {
-        self.retry(id).await
+    async fn job_retry(&self, params: &JobRetryParams) -> Result<JobRecord> {
+        self.retry(params.id).await
     }
 
-    async fn job_cancel(&self, id: JobId) -> Result<JobRecord> {
+    async fn job_cancel(&self, params: &JobCancelParams) -> Result<JobRecord> {
+        let id = params.id;
         match self.request(|req| Request::Cancel { req, id }).await? {
             Reply::Job { job, .. } => record(job),
             other => Err(unexpected(&other)),
         }
     }
 
-    async fn job_clear(&self, queue: Option<&str>) -> Result<u64> {
-        let queue = queue.map(str::to_owned);
+    async fn job_clear(&self, params: &JobClearParams) -> Result<u64> {
+        let queue = params.queue.clone();
         self.count(|req| Request::Clear { req, queue }).await
-    }
-
-    /// The server promotes scheduled jobs.
-    async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
-        Ok((0, None))
-    }
-
-    /// The server rescues expired leases.
-    async fn job_rescue_expired(&self) -> Result<u64> {
-        Ok(0)
     }
 
     /// The first call registers this process as a worker (its queues and concurrency);
@@ -634,14 +630,9 @@ impl Backend for RemoteBackend {
         self.hello().await
     }
 
-    /// The server releases dead nodes' jobs.
-    async fn node_release_dead(&self, _dead_after: Duration) -> Result<u64> {
-        Ok(0)
-    }
-
     /// Hands back the orders the runtime never started, then says bye: the server sends
     /// no more orders. Outcomes of jobs still running are accepted after it.
-    async fn node_deregister(&self, _node: NodeId) -> Result<()> {
+    async fn node_deregister(&self, _params: &NodeDeregisterParams) -> Result<()> {
         let unstarted: Vec<ClaimedJob> = lock(&self.shared.orders)
             .drain()
             .flat_map(|(_, q)| q)
@@ -669,8 +660,8 @@ impl Backend for RemoteBackend {
         self.search(params).await
     }
 
-    async fn job_delete(&self, id: JobId) -> Result<()> {
-        self.delete(id).await
+    async fn job_delete(&self, params: &JobDeleteParams) -> Result<()> {
+        self.delete(params.id).await
     }
 
     async fn job_retry_many(&self, params: &JobRetryManyParams) -> Result<u64> {

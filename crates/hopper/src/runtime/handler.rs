@@ -12,6 +12,7 @@ use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use hopper_core::backend::JobExtendManyParams;
 use hopper_core::{Backend, ClaimedJob, Outcome, Result};
 use tokio::time::Instant;
 
@@ -53,7 +54,10 @@ pub(crate) async fn hold_for_timeout(
         return Ok(true);
     }
     Ok(backend
-        .job_extend_many(&[job.lease], needed)
+        .job_extend_many(&JobExtendManyParams {
+            leases: vec![job.lease],
+            by: needed,
+        })
         .await?
         .is_empty())
 }

@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use hopper_core::backend::{JobExtendManyParams, JobPromoteOutcome, NodeReleaseDeadParams};
 use hopper_core::liveness::VANISHED_CHECK_PERIOD;
 use hopper_core::{Lease, Wakeup};
 use tokio::time::Instant;
@@ -54,7 +55,10 @@ pub(super) async fn renew(shared: &Shared, due: &[Lease]) {
     }
     match shared
         .backend
-        .job_extend_many(due, shared.config.lease)
+        .job_extend_many(&JobExtendManyParams {
+            leases: due.to_vec(),
+            by: shared.config.lease,
+        })
         .await
     {
         Ok(lost) => {
@@ -71,9 +75,17 @@ pub(super) async fn renew(shared: &Shared, due: &[Lease]) {
 /// Every `rescue_interval`, takes back expired leases and the jobs of nodes silent for
 /// `node_dead_after`. Where the backend tracks node liveness, it also looks every
 /// [`VANISHED_CHECK_PERIOD`] for nodes whose liveness lock went free and releases their
-/// jobs at once.
+/// jobs at once. A backend without `MaintenanceStore` (the remote transport: its server
+/// does this) leaves only the liveness check, if any.
 pub(crate) async fn rescuer(shared: Arc<Shared>) {
+    let store = shared.backend.maintenance();
     let liveness = shared.backend.node_liveness().is_some();
+    if store.is_none() && !liveness {
+        return;
+    }
+    let release_dead = NodeReleaseDeadParams {
+        dead_after: shared.config.node_dead_after,
+    };
     let period = if liveness {
         shared.config.rescue_interval.min(VANISHED_CHECK_PERIOD)
     } else {
@@ -88,20 +100,19 @@ pub(crate) async fn rescuer(shared: Arc<Shared>) {
                 Err(e) => tracing::warn!(error = %e, "releasing vanished nodes failed"),
             }
         }
+        let Some(store) = store else {
+            continue;
+        };
         if last_rescue.elapsed() + period / 2 < shared.config.rescue_interval {
             continue;
         }
         last_rescue = Instant::now();
-        match shared.backend.job_rescue_expired().await {
+        match store.job_rescue_expired().await {
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
             Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
         }
-        match shared
-            .backend
-            .node_release_dead(shared.config.node_dead_after)
-            .await
-        {
+        match store.node_release_dead(&release_dead).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(jobs = n, "released the jobs of dead nodes"),
             Err(e) => tracing::warn!(error = %e, "releasing dead nodes failed"),
@@ -109,7 +120,12 @@ pub(crate) async fn rescuer(shared: Arc<Shared>) {
     }
 }
 
+/// Makes scheduled jobs available when their time comes (and when woken), if the backend
+/// does this here (`MaintenanceStore`).
 pub(crate) async fn promoter(shared: Arc<Shared>) {
+    let Some(store) = shared.backend.maintenance() else {
+        return;
+    };
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
@@ -117,14 +133,17 @@ pub(crate) async fn promoter(shared: Arc<Shared>) {
             _ = shared.promote.notified() => {}
             _ = shared.stop_services.cancelled() => return,
         }
-        wait = match shared.backend.job_promote_scheduled().await {
-            Ok((_, Some(next))) => {
+        wait = match store.job_promote_scheduled().await {
+            Ok(JobPromoteOutcome {
+                next_due: Some(next),
+                ..
+            }) => {
                 let until = (next - chrono::Utc::now())
                     .to_std()
                     .unwrap_or(Duration::ZERO);
                 until.min(shared.config.poll_interval) + Duration::from_millis(1)
             }
-            Ok((_, None)) => shared.config.poll_interval,
+            Ok(JobPromoteOutcome { next_due: None, .. }) => shared.config.poll_interval,
             Err(e) => {
                 tracing::warn!(error = %e, "promoting scheduled jobs failed");
                 shared.config.poll_interval

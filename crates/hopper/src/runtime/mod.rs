@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use hopper_core::backend::NodeDeregisterParams;
 use hopper_core::{Backend, ClaimParams, ClaimedJob, JobId, Lease, NodeInfo, Result};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinHandle;
@@ -125,7 +126,7 @@ impl Shared {
 /// Builds and starts a worker runtime.
 ///
 /// ```no_run
-/// # async fn example(backend: std::sync::Arc<dyn hopper::Backend>, workers: hopper::Workers) -> hopper::Result<()> {
+/// # async fn example(backend: std::sync::Arc<dyn hopper::backend::Backend>, workers: hopper::Workers) -> hopper::Result<()> {
 /// use hopper::{Runtime, RuntimeConfig};
 ///
 /// let config = RuntimeConfig { concurrency: 50, ..RuntimeConfig::default() };
@@ -380,7 +381,13 @@ impl RuntimeHandle {
             Some(keeper) => keeper.await.ok().flatten(),
             None => None,
         };
-        if let Err(e) = shared.backend.node_deregister(shared.node.id).await {
+        if let Err(e) = shared
+            .backend
+            .node_deregister(&NodeDeregisterParams {
+                node: shared.node.id,
+            })
+            .await
+        {
             tracing::warn!(error = %e, "deregistering the node failed");
         }
         // The completer ends when the last sender (in `shared`) is gone and it has drained.

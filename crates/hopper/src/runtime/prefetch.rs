@@ -160,6 +160,7 @@ fn claim(shared: Arc<Shared>, queue: String, want: usize) -> Claim {
             node: shared.node.id,
             limit: u32::try_from(want).unwrap_or(u32::MAX),
             lease: shared.config.lease,
+            kinds: None,
         };
         let result = shared.claim(&params).await;
         (want, result)

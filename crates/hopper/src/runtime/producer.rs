@@ -67,6 +67,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     node: shared.node.id,
                     limit: (want - claimed.len()) as u32,
                     lease: shared.config.lease,
+                    kinds: None,
                 };
                 match shared.claim(&params).await {
                     Ok(jobs) => claimed.extend(jobs),
@@ -170,6 +171,7 @@ async fn claim_weighted(
                 node: shared.node.id,
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
                 lease: shared.config.lease,
+                kinds: None,
             };
             let jobs = shared.claim(&params).await?;
             drained[i] = jobs.len() < limit;

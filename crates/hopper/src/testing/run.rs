@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use hopper_core::backend::JobGetParams;
 use hopper_core::{
     Backend, ClaimParams, ClaimedJob, Error, Finish, FinishResult, JobArgs, JobListParams,
     JobRecord, JobState, NewJob, NodeInfo, Outcome, Result, Wakeup,
@@ -174,6 +175,7 @@ pub(crate) async fn claim(
             node: node.id,
             limit: 1,
             lease: Duration::from_secs(3600),
+            kinds: None,
         })
         .await?;
     match claimed.pop() {
@@ -238,7 +240,7 @@ pub(crate) async fn run_claimed(
         }
     };
     let record = backend
-        .job_get(lease.job_id)
+        .job_get(&JobGetParams { id: lease.job_id })
         .await?
         .ok_or_else(|| Error::NotFound(format!("job {} after its run", lease.job_id)))?;
     let outcome = match answer {

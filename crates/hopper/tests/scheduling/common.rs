@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
-    Backend, JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, RuntimeHandle,
-    SystemClock, Worker, Workers,
+    JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, RuntimeHandle, SystemClock,
+    Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;

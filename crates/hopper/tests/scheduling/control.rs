@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
+use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
-    Backend, Client, JobArgs, JobContext, JobError, JobListParams, NewJob, PeriodicJob, Runtime,
+    Client, JobArgs, JobContext, JobError, JobListParams, NewJob, PeriodicJob, Runtime,
     RuntimeConfig, TestClock, Worker, Workers,
 };
 use serde::{Deserialize, Serialize};

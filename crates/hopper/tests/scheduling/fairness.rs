@@ -63,11 +63,12 @@ async fn priorities_stay_strict_within_a_group() -> anyhow::Result<()> {
     let mut order = Vec::new();
     loop {
         let claimed = backend
-            .job_claim(&hopper::ClaimParams {
+            .job_claim(&hopper::backend::ClaimParams {
                 queue: "prio".into(),
                 node,
                 limit: 1,
                 lease: Duration::from_secs(30),
+                kinds: None,
             })
             .await?;
         let Some(job) = claimed.into_iter().next() else {
@@ -120,11 +121,12 @@ async fn stragglers_without_a_group_are_still_claimed() -> anyhow::Result<()> {
     let client = Client::new(backend.clone());
     let early = client.insert(probe("mixed", "early", 0)).await?;
     let node = uuid::Uuid::now_v7();
-    let claim = |limit| hopper::ClaimParams {
+    let claim = |limit| hopper::backend::ClaimParams {
         queue: "mixed".into(),
         node,
         limit,
         lease: Duration::from_secs(30),
+        kinds: None,
     };
     let running = backend.job_claim(&claim(1)).await?;
     assert_eq!(running.len(), 1);

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use hopper::backend::ClaimParams;
 use hopper::testing::TestDatabase;
-use hopper::{ClaimParams, Client, NewJob, RateLimit};
+use hopper::{Client, NewJob, RateLimit};
 use tokio::time::Instant;
 
 use super::common::{Log, config, node, probe, start};
@@ -152,6 +153,7 @@ async fn a_stale_settings_cache_still_claims_within_the_new_limits() -> anyhow::
         node: uuid::Uuid::now_v7(),
         limit,
         lease: Duration::from_secs(30),
+        kinds: None,
     };
     for queue in ["plain", "grouped"] {
         admin.limit(queue, Some(100), None).await?;
@@ -192,6 +194,7 @@ async fn concurrent_claims_of_one_process_get_their_share_once() -> anyhow::Resu
         node: uuid::Uuid::now_v7(),
         limit: 10,
         lease: Duration::from_secs(30),
+        kinds: None,
     };
     let claims = (0..8).map(|_| worker.job_claim(&params));
     let results = futures_util::future::try_join_all(claims).await?;

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hopper::backend::{Backend, ClaimParams};
 use hopper::testing::TestDatabase;
-use hopper::{Backend, ClaimParams, Client, NewJob};
+use hopper::{Client, NewJob};
 use tokio::time::Instant;
 
 use super::common::probe;
@@ -18,6 +19,7 @@ async fn claim(backend: &Arc<dyn Backend>, queue: &str, limit: u32) -> anyhow::R
             node: uuid::Uuid::now_v7(),
             limit,
             lease: Duration::from_secs(30),
+            kinds: None,
         })
         .await?;
     Ok(jobs

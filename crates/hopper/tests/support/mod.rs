@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
-    Backend, JobArgs, JobContext, JobError, PgBackend, PgOptions, QueueStats, RuntimeConfig,
-    SystemClock, Worker,
+    JobArgs, JobContext, JobError, PgBackend, PgOptions, QueueStats, RuntimeConfig, SystemClock,
+    Worker,
 };
 use tokio_postgres::NoTls;
 

@@ -1,32 +1,22 @@
 //! What the HTTP API and the dashboard need: search by creation time, delete, bulk retry of
 //! failed jobs, per-minute statistics.
 //!
-//! These methods have default bodies on the trait, so a backend may not offer them yet. A
-//! backend that does not must say so with [`Error::Unsupported`] (never a wrong answer);
-//! the cases accept that and check the behaviour fully otherwise.
+//! Search, delete and bulk retry are required of every backend; per-minute statistics are
+//! a capability ([`hopper_core::backend::StatsStore`]), checked where a backend offers it.
 
 use std::time::Duration;
 
 use anyhow::ensure;
-use hopper::{
-    Error, JobListParams, JobRetryManyParams, JobSearchParams, JobState, JobStatsParams, Outcome,
+use hopper_core::backend::{
+    JobCancelParams, JobDeleteParams, JobGetParams, JobRetryManyParams, JobSearchParams,
+    JobStatsParams, Outcome,
 };
+use hopper_core::{Error, JobListParams, JobState};
 use uuid::Uuid;
 
-use super::{Harness, completed, job, secs};
+use crate::{Harness, completed, job, secs};
 
-/// `Ok(None)` when the backend says it does not offer the method.
-fn offered<T>(result: hopper::Result<T>) -> anyhow::Result<Option<T>> {
-    match result {
-        Ok(v) => Ok(Some(v)),
-        Err(Error::Unsupported(m)) => {
-            eprintln!("skipped: unsupported by this backend: {m}");
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
+/// Search filters by creation time.
 pub async fn search_filters_by_creation_time(h: &Harness) -> anyhow::Result<()> {
     let a = h.insert(job("k", "default")).await?;
     h.advance(Duration::from_secs(1));
@@ -44,15 +34,14 @@ pub async fn search_filters_by_creation_time(h: &Harness) -> anyhow::Result<()> 
         created_after: after,
         created_before: before,
     };
-    let ids = |jobs: Vec<hopper::JobRecord>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
+    let ids =
+        |jobs: Vec<hopper_core::JobRecord>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
 
     // Without a range, a search is a listing (every backend, by the default body).
     let all = h.backend.job_search(&search(None, None)).await?;
     assert_eq!(ids(all), vec![b, a]);
 
-    let Some(after) = offered(h.backend.job_search(&search(Some(cb), None)).await)? else {
-        return Ok(());
-    };
+    let after = h.backend.job_search(&search(Some(cb), None)).await?;
     assert_eq!(ids(after), vec![b], "created_after is inclusive");
     let before = h.backend.job_search(&search(None, Some(cb))).await?;
     assert_eq!(ids(before), vec![a], "created_before is exclusive");
@@ -66,32 +55,44 @@ pub async fn search_filters_by_creation_time(h: &Harness) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Delete removes a job unless it runs.
 pub async fn delete_removes_a_job_unless_it_runs(h: &Harness) -> anyhow::Result<()> {
     let queued = h.insert(job("k", "default")).await?;
-    let Some(()) = offered(h.backend.job_delete(queued).await)? else {
-        return Ok(());
-    };
-    assert_eq!(h.backend.job_get(queued).await?, None);
+    h.backend
+        .job_delete(&JobDeleteParams { id: queued })
+        .await?;
+    assert_eq!(h.backend.job_get(&JobGetParams { id: queued }).await?, None);
 
     let running = h.insert(job("k", "default")).await?;
     let claimed = h.claim_one("default").await?;
-    let err = h.backend.job_delete(running).await.expect_err("refused");
+    let err = h
+        .backend
+        .job_delete(&JobDeleteParams { id: running })
+        .await
+        .expect_err("refused");
     assert!(matches!(err, Error::Conflict(_)), "{err:?}");
     assert_eq!(h.get(running).await?.state, JobState::Running);
 
     h.finish(claimed.lease, completed()).await?;
-    h.backend.job_delete(running).await?;
-    let err = h.backend.job_delete(running).await.expect_err("gone");
+    h.backend
+        .job_delete(&JobDeleteParams { id: running })
+        .await?;
+    let err = h
+        .backend
+        .job_delete(&JobDeleteParams { id: running })
+        .await
+        .expect_err("gone");
     assert!(matches!(err, Error::NotFound(_)), "{err:?}");
     let err = h
         .backend
-        .job_delete(Uuid::now_v7())
+        .job_delete(&JobDeleteParams { id: Uuid::now_v7() })
         .await
         .expect_err("never was");
     assert!(matches!(err, Error::NotFound(_)), "{err:?}");
     Ok(())
 }
 
+/// Retry many retries failed jobs only.
 pub async fn retry_many_retries_failed_jobs_only(h: &Harness) -> anyhow::Result<()> {
     let mut ids = Vec::new();
     for queue in ["mail", "mail", "sms"] {
@@ -101,7 +102,9 @@ pub async fn retry_many_retries_failed_jobs_only(h: &Harness) -> anyhow::Result<
     let cancelled = h
         .insert(job("k", "mail").with_run_at(h.now() + secs(60)))
         .await?;
-    h.backend.job_cancel(cancelled).await?;
+    h.backend
+        .job_cancel(&JobCancelParams { id: cancelled })
+        .await?;
     // FIFO: the three claims take the three failing jobs, then `done`.
     for queue in ["mail", "mail", "sms"] {
         let claimed = h.claim_one(queue).await?;
@@ -120,9 +123,7 @@ pub async fn retry_many_retries_failed_jobs_only(h: &Harness) -> anyhow::Result<
         queue: Some("mail".to_owned()),
         kind: None,
     };
-    let Some(n) = offered(h.backend.job_retry_many(&params).await)? else {
-        return Ok(());
-    };
+    let n = h.backend.job_retry_many(&params).await?;
     assert_eq!(n, 2, "the two failed mail jobs");
     for id in &ids[..2] {
         let record = h.get(*id).await?;
@@ -147,6 +148,7 @@ pub async fn retry_many_retries_failed_jobs_only(h: &Harness) -> anyhow::Result<
     Ok(())
 }
 
+/// Stats per minute count and time finished jobs.
 pub async fn stats_per_minute_count_and_time_finished_jobs(h: &Harness) -> anyhow::Result<()> {
     // Minute 0: two jobs due at t0, started 2 s and 4 s later, ran 5 ms and 15 ms.
     let a = h.insert(job("k", "default")).await?;
@@ -179,10 +181,11 @@ pub async fn stats_per_minute_count_and_time_finished_jobs(h: &Harness) -> anyho
     let params = JobStatsParams {
         window: Duration::from_secs(3600),
     };
-    let Some(minutes) = offered(h.backend.job_stats_per_minute(&params).await)? else {
+    let Some(stats) = h.stats() else {
         return Ok(());
     };
-    let t0 = super::t0();
+    let minutes = stats.job_stats_per_minute(&params).await?;
+    let t0 = crate::t0();
     assert_eq!(minutes.len(), 2, "{minutes:?}");
     let m0 = &minutes[0];
     assert_eq!(m0.minute, t0);
@@ -200,6 +203,6 @@ pub async fn stats_per_minute_count_and_time_finished_jobs(h: &Harness) -> anyho
 
     // An hour after the last job finished, the window holds nothing.
     h.advance(Duration::from_secs(3601));
-    assert!(h.backend.job_stats_per_minute(&params).await?.is_empty());
+    assert!(stats.job_stats_per_minute(&params).await?.is_empty());
     Ok(())
 }

@@ -2,10 +2,17 @@
 
 use std::time::Duration;
 
-use hopper::{JobState, NewJob};
+use hopper_core::backend::JobPromoteOutcome;
+use hopper_core::{JobState, NewJob};
 
-use super::{Harness, job, secs};
+use crate::{Harness, job, secs};
 
+/// The outcome of a promotion.
+fn promoted(promoted: u64, next_due: Option<chrono::DateTime<chrono::Utc>>) -> JobPromoteOutcome {
+    JobPromoteOutcome { promoted, next_due }
+}
+
+/// Future job is scheduled until the clock passes it.
 pub async fn future_job_is_scheduled_until_the_clock_passes_it(h: &Harness) -> anyhow::Result<()> {
     let due = h.now() + secs(3600);
     let id = h.insert(job("later", "default").with_run_at(due)).await?;
@@ -14,14 +21,14 @@ pub async fn future_job_is_scheduled_until_the_clock_passes_it(h: &Harness) -> a
     assert_eq!(got.run_at, due);
     assert!(h.claim("default", 10).await?.is_empty());
 
-    assert_eq!(h.backend.job_promote_scheduled().await?, (0, Some(due)));
+    assert_eq!(h.promote_outcome().await?, promoted(0, Some(due)));
     h.advance(Duration::from_secs(3599));
-    assert_eq!(h.backend.job_promote_scheduled().await?, (0, Some(due)));
+    assert_eq!(h.promote_outcome().await?, promoted(0, Some(due)));
     assert!(h.claim("default", 10).await?.is_empty());
     assert_eq!(h.get(id).await?.state, JobState::Scheduled);
 
     h.advance(Duration::from_secs(1));
-    assert_eq!(h.backend.job_promote_scheduled().await?, (1, None));
+    assert_eq!(h.promote_outcome().await?, promoted(1, None));
     assert_eq!(h.get(id).await?.state, JobState::Available);
     let claimed = h.claim_one("default").await?;
     assert_eq!(claimed.lease.job_id, id);
@@ -29,6 +36,7 @@ pub async fn future_job_is_scheduled_until_the_clock_passes_it(h: &Harness) -> a
     Ok(())
 }
 
+/// Past run at is available at once.
 pub async fn past_run_at_is_available_at_once(h: &Harness) -> anyhow::Result<()> {
     let past = h
         .insert(job("now", "default").with_run_at(h.now() - secs(1)))
@@ -40,6 +48,7 @@ pub async fn past_run_at_is_available_at_once(h: &Harness) -> anyhow::Result<()>
     Ok(())
 }
 
+/// Insert many schedules future jobs.
 pub async fn insert_many_schedules_future_jobs(h: &Harness) -> anyhow::Result<()> {
     let jobs = vec![
         job("mix", "default"),
@@ -60,13 +69,14 @@ pub async fn insert_many_schedules_future_jobs(h: &Harness) -> anyhow::Result<()
     assert_eq!(h.claim("default", 10).await?.len(), 2);
     h.advance(Duration::from_secs(60));
     assert_eq!(
-        h.backend.job_promote_scheduled().await?,
-        (1, Some(h.now() + secs(60)))
+        h.promote_outcome().await?,
+        promoted(1, Some(h.now() + secs(60)))
     );
     assert_eq!(h.claim_one("default").await?.lease.job_id, jobs[1].id);
     Ok(())
 }
 
+/// Promote handles more than one batch.
 pub async fn promote_handles_more_than_one_batch(h: &Harness) -> anyhow::Result<()> {
     const N: usize = 2_500;
     let at = h.now() + secs(10);

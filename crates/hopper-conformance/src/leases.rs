@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use hopper::{Finish, FinishResult, JobState, Lease, Outcome};
+use hopper_core::backend::{Finish, FinishResult, JobCancelParams, JobExtendManyParams, Outcome};
+use hopper_core::{JobState, Lease};
 
-use super::{Harness, completed, job, retry, secs};
+use crate::{Harness, completed, job, retry, secs};
 
 /// A job whose first lease expired, was rescued, and was claimed again: returns the stale
 /// lease (attempt 1) and the current one (attempt 2).
@@ -15,13 +16,14 @@ async fn stale_and_current(h: &Harness) -> anyhow::Result<(Lease, Lease)> {
         .await?;
     anyhow::ensure!(first.len() == 1, "one job claimed");
     h.advance(Duration::from_secs(11));
-    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
     let second = h.claim_one("default").await?;
     assert_eq!(second.lease.job_id, first[0].lease.job_id);
     assert_eq!(second.lease.attempt, first[0].lease.attempt + 1);
     Ok((first[0].lease, second.lease))
 }
 
+/// Stale lease outcomes are refused and change nothing.
 pub async fn stale_lease_outcomes_are_refused_and_change_nothing(
     h: &Harness,
 ) -> anyhow::Result<()> {
@@ -48,7 +50,10 @@ pub async fn stale_lease_outcomes_are_refused_and_change_nothing(
     }
     let lost = h
         .backend
-        .job_extend_many(&[stale], Duration::from_secs(600))
+        .job_extend_many(&JobExtendManyParams {
+            leases: vec![stale],
+            by: Duration::from_secs(600),
+        })
         .await?;
     assert_eq!(lost, vec![stale]);
     assert_eq!(h.get(stale.job_id).await?, before, "nothing changed");
@@ -78,6 +83,7 @@ pub async fn stale_lease_outcomes_are_refused_and_change_nothing(
     Ok(())
 }
 
+/// Extend moves the lease forward.
 pub async fn extend_moves_the_lease_forward(h: &Harness) -> anyhow::Result<()> {
     let id = h.insert(job("long", "default")).await?;
     let other = h.insert(job("long", "default")).await?;
@@ -92,21 +98,25 @@ pub async fn extend_moves_the_lease_forward(h: &Harness) -> anyhow::Result<()> {
     h.advance(Duration::from_secs(8));
     let lost = h
         .backend
-        .job_extend_many(&[lease], Duration::from_secs(10))
+        .job_extend_many(&JobExtendManyParams {
+            leases: vec![lease],
+            by: Duration::from_secs(10),
+        })
         .await?;
     assert!(lost.is_empty());
     assert_eq!(h.get(id).await?.lease_expires_at, Some(h.now() + secs(10)));
     // At 15 s the other job's lease (10 s) expired, the extended one (18 s) did not.
     h.advance(Duration::from_secs(7));
-    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
     assert_eq!(h.get(other).await?.state, JobState::Available);
     assert_eq!(h.get(id).await?.state, JobState::Running);
     h.advance(Duration::from_secs(4));
-    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
     assert_eq!(h.get(id).await?.state, JobState::Available);
     Ok(())
 }
 
+/// Finished job refuses a second outcome.
 pub async fn finished_job_refuses_a_second_outcome(h: &Harness) -> anyhow::Result<()> {
     let id = h.insert(job("once", "default")).await?;
     let claimed = h.claim_one("default").await?;
@@ -126,17 +136,21 @@ pub async fn finished_job_refuses_a_second_outcome(h: &Harness) -> anyhow::Resul
     );
     let lost = h
         .backend
-        .job_extend_many(&[claimed.lease], Duration::from_secs(5))
+        .job_extend_many(&JobExtendManyParams {
+            leases: vec![claimed.lease],
+            by: Duration::from_secs(5),
+        })
         .await?;
     assert_eq!(lost, vec![claimed.lease]);
     assert_eq!(h.get(id).await?, done);
     Ok(())
 }
 
+/// Cancel revokes a running lease.
 pub async fn cancel_revokes_a_running_lease(h: &Harness) -> anyhow::Result<()> {
     let id = h.insert(job("cancel", "default")).await?;
     let claimed = h.claim_one("default").await?;
-    let record = h.backend.job_cancel(id).await?;
+    let record = h.backend.job_cancel(&JobCancelParams { id }).await?;
     assert_eq!(record.state, JobState::Cancelled);
     assert_eq!(record.finished_at, Some(h.now()));
     assert_eq!(
@@ -145,12 +159,15 @@ pub async fn cancel_revokes_a_running_lease(h: &Harness) -> anyhow::Result<()> {
     );
     let lost = h
         .backend
-        .job_extend_many(&[claimed.lease], Duration::from_secs(5))
+        .job_extend_many(&JobExtendManyParams {
+            leases: vec![claimed.lease],
+            by: Duration::from_secs(5),
+        })
         .await?;
     assert_eq!(lost, vec![claimed.lease]);
     // Nor does the rescuer bring it back.
     h.advance(Duration::from_secs(3600));
-    assert_eq!(h.backend.job_rescue_expired().await?, 0);
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 0);
     assert_eq!(h.get(id).await?.state, JobState::Cancelled);
     Ok(())
 }

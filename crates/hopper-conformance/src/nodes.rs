@@ -3,12 +3,19 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hopper::{JobId, JobState, NewJob};
+use hopper_core::backend::{NodeDeregisterParams, NodeReleaseDeadParams};
+use hopper_core::{JobId, JobState, NewJob};
 
-use super::{Harness, job, node_info};
+use crate::{Harness, job, node_info};
 
 const TEN_MINUTES: Duration = Duration::from_secs(600);
 
+/// Nodes silent for 30 seconds are dead.
+const DEAD_AFTER_30S: NodeReleaseDeadParams = NodeReleaseDeadParams {
+    dead_after: Duration::from_secs(30),
+};
+
+/// Expired lease is rescued as a failed attempt.
 pub async fn expired_lease_is_rescued_as_a_failed_attempt(h: &Harness) -> anyhow::Result<()> {
     let id = h
         .insert(job("vanish", "default").with_max_attempts(3))
@@ -19,13 +26,13 @@ pub async fn expired_lease_is_rescued_as_a_failed_attempt(h: &Harness) -> anyhow
     assert_eq!(claimed.len(), 1);
     h.advance(Duration::from_secs(10));
     assert_eq!(
-        h.backend.job_rescue_expired().await?,
+        h.maintenance().job_rescue_expired().await?,
         0,
         "a lease is good until it has passed"
     );
     assert_eq!(h.get(id).await?.state, JobState::Running);
     h.advance(Duration::from_secs(1));
-    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
     let got = h.get(id).await?;
     assert_eq!(got.state, JobState::Available);
     assert_eq!(got.run_at, h.now());
@@ -41,6 +48,7 @@ pub async fn expired_lease_is_rescued_as_a_failed_attempt(h: &Harness) -> anyhow
     Ok(())
 }
 
+/// Expired lease on last attempt dead letters.
 pub async fn expired_lease_on_last_attempt_dead_letters(h: &Harness) -> anyhow::Result<()> {
     let id = h
         .insert(job("vanish", "default").with_max_attempts(1))
@@ -48,7 +56,7 @@ pub async fn expired_lease_on_last_attempt_dead_letters(h: &Harness) -> anyhow::
     h.claim_as(h.node.id, "default", 1, Duration::from_secs(10))
         .await?;
     h.advance(Duration::from_secs(11));
-    assert_eq!(h.backend.job_rescue_expired().await?, 1);
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
     let got = h.get(id).await?;
     assert_eq!(got.state, JobState::Failed);
     assert_eq!(got.finished_at, Some(h.now()));
@@ -57,6 +65,7 @@ pub async fn expired_lease_on_last_attempt_dead_letters(h: &Harness) -> anyhow::
     Ok(())
 }
 
+/// Dead node jobs are released before their leases expire.
 pub async fn dead_node_jobs_are_released_before_their_leases_expire(
     h: &Harness,
 ) -> anyhow::Result<()> {
@@ -86,11 +95,11 @@ pub async fn dead_node_jobs_are_released_before_their_leases_expire(
     h.backend.node_heartbeat(&alive).await?;
     h.backend.node_heartbeat(&h.node).await?;
     assert_eq!(
-        h.backend.job_rescue_expired().await?,
+        h.maintenance().job_rescue_expired().await?,
         0,
         "leases still good"
     );
-    let released = h.backend.node_release_dead(Duration::from_secs(30)).await?;
+    let released = h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?;
     assert_eq!(released, 3);
     for id in &dead_jobs {
         let got = h.get(*id).await?;
@@ -115,13 +124,11 @@ pub async fn dead_node_jobs_are_released_before_their_leases_expire(
     assert!(kept.errors.is_empty());
     assert_eq!(h.claim("default", 10).await?.len(), 2);
     // The dead node is forgotten: asking again releases nothing.
-    assert_eq!(
-        h.backend.node_release_dead(Duration::from_secs(30)).await?,
-        0
-    );
+    assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
     Ok(())
 }
 
+/// Heartbeating node keeps its jobs.
 pub async fn heartbeating_node_keeps_its_jobs(h: &Harness) -> anyhow::Result<()> {
     let node = node_info("steady");
     h.backend.node_heartbeat(&node).await?;
@@ -131,22 +138,19 @@ pub async fn heartbeating_node_keeps_its_jobs(h: &Harness) -> anyhow::Result<()>
         h.advance(Duration::from_secs(20));
         h.backend.node_heartbeat(&node).await?;
         h.backend.node_heartbeat(&h.node).await?;
-        assert_eq!(
-            h.backend.node_release_dead(Duration::from_secs(30)).await?,
-            0
-        );
+        assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
     }
     assert_eq!(h.get(id).await?.state, JobState::Running);
     // A node that deregistered cleanly is not "dead": nothing of it is released.
-    h.backend.node_deregister(node.id).await?;
+    h.backend
+        .node_deregister(&NodeDeregisterParams { node: node.id })
+        .await?;
     h.advance(Duration::from_secs(60));
-    assert_eq!(
-        h.backend.node_release_dead(Duration::from_secs(30)).await?,
-        0
-    );
+    assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
     Ok(())
 }
 
+/// Rescue takes back every expired lease.
 pub async fn rescue_takes_back_every_expired_lease(h: &Harness) -> anyhow::Result<()> {
     const N: usize = 2_500;
     let jobs: Vec<NewJob> = (0..N).map(|_| job("mass", "default")).collect();
@@ -156,7 +160,7 @@ pub async fn rescue_takes_back_every_expired_lease(h: &Harness) -> anyhow::Resul
         .await?;
     assert_eq!(claimed.len(), N);
     h.advance(Duration::from_secs(11));
-    assert_eq!(h.backend.job_rescue_expired().await?, N as u64);
+    assert_eq!(h.maintenance().job_rescue_expired().await?, N as u64);
     let stats = h.backend.queue_stats().await?;
     assert_eq!((stats[0].available, stats[0].running), (N as i64, 0));
     Ok(())
@@ -164,12 +168,13 @@ pub async fn rescue_takes_back_every_expired_lease(h: &Harness) -> anyhow::Resul
 
 /// The backend's liveness capability: every backend of this suite offers it on the store
 /// the harness gives (a database, a file).
-fn liveness(h: &Harness) -> anyhow::Result<&dyn hopper::core::NodeLiveness> {
+fn liveness(h: &Harness) -> anyhow::Result<&dyn hopper_core::NodeLiveness> {
     h.backend
         .node_liveness()
         .ok_or_else(|| anyhow::anyhow!("{} offers no node liveness", h.backend.name()))
 }
 
+/// Vanished node jobs are released at once.
 pub async fn vanished_node_jobs_are_released_at_once(h: &Harness) -> anyhow::Result<()> {
     let liveness = liveness(h)?;
     let gone = node_info("gone");
@@ -212,7 +217,7 @@ pub async fn vanished_node_jobs_are_released_at_once(h: &Harness) -> anyhow::Res
 
 /// Releases vanished nodes until one is found: a PostgreSQL session ends a moment after
 /// its client closes the connection.
-async fn wait_for_release(liveness: &dyn hopper::core::NodeLiveness) -> anyhow::Result<u64> {
+async fn wait_for_release(liveness: &dyn hopper_core::NodeLiveness) -> anyhow::Result<u64> {
     for _ in 0..500 {
         let released = liveness.node_release_vanished().await?;
         if released > 0 {
@@ -223,6 +228,7 @@ async fn wait_for_release(liveness: &dyn hopper::core::NodeLiveness) -> anyhow::
     anyhow::bail!("the dropped hold was never seen free")
 }
 
+/// A held liveness lock keeps a silent node alive.
 pub async fn a_held_liveness_lock_keeps_a_silent_node_alive(h: &Harness) -> anyhow::Result<()> {
     let liveness = liveness(h)?;
     let quiet = node_info("quiet");
@@ -236,6 +242,7 @@ pub async fn a_held_liveness_lock_keeps_a_silent_node_alive(h: &Harness) -> anyh
     Ok(())
 }
 
+/// A liveness lock is held by one holder at a time.
 pub async fn a_liveness_lock_is_held_by_one_holder_at_a_time(h: &Harness) -> anyhow::Result<()> {
     let liveness = liveness(h)?;
     let node = node_info("twice");
@@ -245,7 +252,7 @@ pub async fn a_liveness_lock_is_held_by_one_holder_at_a_time(h: &Harness) -> any
         .await
         .err()
         .ok_or_else(|| anyhow::anyhow!("a second holder took a held lock"))?;
-    assert!(matches!(err, hopper::Error::Conflict(_)), "{err}");
+    assert!(matches!(err, hopper_core::Error::Conflict(_)), "{err}");
     // Given back, it can be taken again (the node re-taking its lock).
     drop(hold);
     for _ in 0..500 {

@@ -3,14 +3,15 @@
 
 use std::time::Duration;
 
-use hopper::core::MAX_ARGS_BYTES;
-use hopper::{Error, JobListParams, NewJob};
+use hopper_core::MAX_ARGS_BYTES;
+use hopper_core::backend::JobClearParams;
+use hopper_core::{Error, JobListParams, NewJob};
 use serde_json::json;
 
-use super::{Harness, job};
+use crate::{Harness, job};
 
 /// Asserts `result` is `InvalidInput` mentioning `needle`.
-fn assert_invalid<T: std::fmt::Debug>(result: hopper::Result<T>, needle: &str) {
+fn assert_invalid<T: std::fmt::Debug>(result: hopper_core::Result<T>, needle: &str) {
     match result {
         Err(Error::InvalidInput(message)) => {
             assert!(
@@ -35,6 +36,7 @@ async fn assert_empty(h: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Scalar args are refused and nothing is written.
 pub async fn scalar_args_are_refused_and_nothing_is_written(h: &Harness) -> anyhow::Result<()> {
     for (args, named) in [
         (json!("a string"), "a string"),
@@ -49,6 +51,7 @@ pub async fn scalar_args_are_refused_and_nothing_is_written(h: &Harness) -> anyh
     assert_empty(h).await
 }
 
+/// Args over the size limit are refused.
 pub async fn args_over_the_size_limit_are_refused(h: &Harness) -> anyhow::Result<()> {
     // `{"b":"…"}` is 8 bytes plus the string.
     let at_limit = NewJob::new("k", json!({ "b": "x".repeat(MAX_ARGS_BYTES - 8) }));
@@ -64,6 +67,7 @@ pub async fn args_over_the_size_limit_are_refused(h: &Harness) -> anyhow::Result
     Ok(())
 }
 
+/// Bad queue and kind names are refused.
 pub async fn bad_queue_and_kind_names_are_refused(h: &Harness) -> anyhow::Result<()> {
     let bad_names = [
         "it's",
@@ -89,6 +93,7 @@ pub async fn bad_queue_and_kind_names_are_refused(h: &Harness) -> anyhow::Result
     assert_empty(h).await
 }
 
+/// One bad job in a bulk insert writes none.
 pub async fn one_bad_job_in_a_bulk_insert_writes_none(h: &Harness) -> anyhow::Result<()> {
     let mut jobs: Vec<NewJob> = (0..999).map(|_| job("ok", "default")).collect();
     jobs.push(job("ok", "bad queue"));
@@ -104,6 +109,7 @@ pub async fn one_bad_job_in_a_bulk_insert_writes_none(h: &Harness) -> anyhow::Re
     assert_empty(h).await
 }
 
+/// Invalid options are refused.
 pub async fn invalid_options_are_refused(h: &Harness) -> anyhow::Result<()> {
     assert_invalid(
         h.backend
@@ -126,6 +132,7 @@ pub async fn invalid_options_are_refused(h: &Harness) -> anyhow::Result<()> {
     assert_empty(h).await
 }
 
+/// Injection in filters is harmless.
 pub async fn injection_in_filters_is_harmless(h: &Harness) -> anyhow::Result<()> {
     let id = h.insert(job("k", "default")).await?;
     let hostile = [
@@ -155,13 +162,19 @@ pub async fn injection_in_filters_is_harmless(h: &Harness) -> anyhow::Result<()>
                 "{e}"
             ),
         }
-        match h.backend.job_clear(Some(s)).await {
+        match h
+            .backend
+            .job_clear(&JobClearParams {
+                queue: Some(s).map(str::to_owned),
+            })
+            .await
+        {
             Ok(n) => assert_eq!(n, 0, "{s:?}"),
             Err(e) => assert!(matches!(e, Error::InvalidInput(_)), "{e}"),
         }
     }
     let got = h.get(id).await?;
-    assert_eq!(got.state, hopper::JobState::Available);
+    assert_eq!(got.state, hopper_core::JobState::Available);
     assert_eq!(h.claim_one("default").await?.lease.job_id, id);
     Ok(())
 }

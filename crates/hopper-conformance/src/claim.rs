@@ -4,10 +4,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper::{JobId, JobState, NewJob, Priority};
+use hopper_core::backend::JobCancelParams;
+use hopper_core::{JobId, JobState, NewJob, Priority};
 use serde_json::json;
 
-use super::{Harness, LEASE, completed, job, secs};
+use crate::{Harness, LEASE, completed, job, secs};
 
 /// Claims one job at a time until the queue is empty; returns the ids in claim order.
 async fn drain_one_by_one(h: &Harness, queue: &str) -> anyhow::Result<Vec<JobId>> {
@@ -22,6 +23,7 @@ async fn drain_one_by_one(h: &Harness, queue: &str) -> anyhow::Result<Vec<JobId>
     }
 }
 
+/// Claim takes high before normal before low.
 pub async fn claim_takes_high_before_normal_before_low(h: &Harness) -> anyhow::Result<()> {
     let mut by_priority = Vec::new();
     for priority in [
@@ -44,6 +46,7 @@ pub async fn claim_takes_high_before_normal_before_low(h: &Harness) -> anyhow::R
     Ok(())
 }
 
+/// Claim is fifo within a priority.
 pub async fn claim_is_fifo_within_a_priority(h: &Harness) -> anyhow::Result<()> {
     let mut ids = Vec::new();
     for _ in 0..20 {
@@ -58,6 +61,7 @@ pub async fn claim_is_fifo_within_a_priority(h: &Harness) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Claim takes only the requested queue and at most limit.
 pub async fn claim_takes_only_the_requested_queue_and_at_most_limit(
     h: &Harness,
 ) -> anyhow::Result<()> {
@@ -86,6 +90,7 @@ pub async fn claim_takes_only_the_requested_queue_and_at_most_limit(
     Ok(())
 }
 
+/// Claim grants a lease capped by the job timeout.
 pub async fn claim_grants_a_lease_capped_by_the_job_timeout(h: &Harness) -> anyhow::Result<()> {
     let short = h
         .insert(
@@ -124,6 +129,7 @@ pub async fn claim_grants_a_lease_capped_by_the_job_timeout(h: &Harness) -> anyh
     Ok(())
 }
 
+/// Claim skips scheduled running and finished jobs.
 pub async fn claim_skips_scheduled_running_and_finished_jobs(h: &Harness) -> anyhow::Result<()> {
     h.insert(job("s", "default").with_run_at(h.now() + secs(1)))
         .await?;
@@ -140,13 +146,16 @@ pub async fn claim_skips_scheduled_running_and_finished_jobs(h: &Harness) -> any
         .expect("claimed")
         .lease;
     h.finish(done_lease, completed()).await?;
-    h.backend.job_cancel(cancelled).await?;
+    h.backend
+        .job_cancel(&JobCancelParams { id: cancelled })
+        .await?;
     let rest = h.claim("default", 10).await?;
     let rest: Vec<JobId> = rest.iter().map(|c| c.lease.job_id).collect();
     assert_eq!(rest, vec![waiting]);
     Ok(())
 }
 
+/// Concurrent claims never hand out a job twice.
 pub async fn concurrent_claims_never_hand_out_a_job_twice(h: &Harness) -> anyhow::Result<()> {
     const JOBS: usize = 400;
     let jobs: Vec<NewJob> = (0..JOBS).map(|_| job("race", "default")).collect();
@@ -160,11 +169,12 @@ pub async fn concurrent_claims_never_hand_out_a_job_twice(h: &Harness) -> anyhow
             let mut mine = Vec::new();
             loop {
                 let claimed = backend
-                    .job_claim(&hopper::ClaimParams {
+                    .job_claim(&hopper_core::backend::ClaimParams {
                         queue: "default".into(),
                         node,
                         limit: 7,
                         lease: LEASE,
+                        kinds: None,
                     })
                     .await?;
                 if claimed.is_empty() {

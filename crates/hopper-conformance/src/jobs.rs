@@ -3,12 +3,14 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use hopper::{JobId, JobListParams, JobState, NewJob, Priority};
+use hopper_core::backend::{JobCancelParams, JobGetParams};
+use hopper_core::{Error, JobId, JobListParams, JobState, NewJob, Priority};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{Harness, completed, job, secs};
+use crate::{Harness, completed, job, secs};
 
+/// Insert then get returns every field.
 pub async fn insert_then_get_returns_every_field(h: &Harness) -> anyhow::Result<()> {
     let new = NewJob::new("send_email", json!({ "to": "a@example.com", "n": [1, 2] }))
         .with_queue("mail")
@@ -41,6 +43,7 @@ pub async fn insert_then_get_returns_every_field(h: &Harness) -> anyhow::Result<
     Ok(())
 }
 
+/// Group and unique key round trip.
 pub async fn group_and_unique_key_round_trip(h: &Harness) -> anyhow::Result<()> {
     let keyed = NewJob::new("sync", json!({}))
         .with_queue("t")
@@ -51,7 +54,10 @@ pub async fn group_and_unique_key_round_trip(h: &Harness) -> anyhow::Result<()> 
         .with_group("tenant-8");
     let plain = NewJob::new("sync", json!({})).with_queue("t");
     let ids: Vec<JobId> = [&keyed, &grouped, &plain].iter().map(|j| j.id).collect();
-    h.backend
+    let Some(store) = h.scheduling() else {
+        return Ok(());
+    };
+    store
         .job_upsert_many(&[keyed.clone(), grouped, plain])
         .await?;
     let got = h.get(ids[0]).await?;
@@ -67,14 +73,14 @@ pub async fn group_and_unique_key_round_trip(h: &Harness) -> anyhow::Result<()> 
     assert_eq!((got.group, got.unique_key), (None, None));
 
     let list = |group: Option<&str>| {
-        let params = hopper::JobSearchParams {
+        let params = hopper_core::backend::JobSearchParams {
             list: JobListParams {
                 queue: Some("t".into()),
                 group: group.map(str::to_owned),
                 limit: 100,
                 ..JobListParams::default()
             },
-            ..hopper::JobSearchParams::default()
+            ..hopper_core::backend::JobSearchParams::default()
         };
         async move { h.backend.job_search(&params).await }
     };
@@ -87,7 +93,7 @@ pub async fn group_and_unique_key_round_trip(h: &Harness) -> anyhow::Result<()> 
     let got = h.get(ids[0]).await?;
     let ranged = h
         .backend
-        .job_search(&hopper::JobSearchParams {
+        .job_search(&hopper_core::backend::JobSearchParams {
             list: JobListParams {
                 group: Some("tenant-8".into()),
                 limit: 10,
@@ -101,12 +107,19 @@ pub async fn group_and_unique_key_round_trip(h: &Harness) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Get of unknown id is none.
 pub async fn get_of_unknown_id_is_none(h: &Harness) -> anyhow::Result<()> {
     h.insert(job("k", "default")).await?;
-    assert_eq!(h.backend.job_get(Uuid::now_v7()).await?, None);
+    assert_eq!(
+        h.backend
+            .job_get(&JobGetParams { id: Uuid::now_v7() })
+            .await?,
+        None
+    );
     Ok(())
 }
 
+/// Insert many writes 100k jobs in one call.
 pub async fn insert_many_writes_100k_jobs_in_one_call(h: &Harness) -> anyhow::Result<()> {
     const N: usize = 100_000;
     let jobs: Vec<NewJob> = (0..N)
@@ -129,6 +142,7 @@ pub async fn insert_many_writes_100k_jobs_in_one_call(h: &Harness) -> anyhow::Re
     Ok(())
 }
 
+/// Insert many of nothing is a no op.
 pub async fn insert_many_of_nothing_is_a_no_op(h: &Harness) -> anyhow::Result<()> {
     h.backend.job_insert_many(&[]).await?;
     assert!(h.backend.queue_stats().await?.is_empty());
@@ -149,10 +163,11 @@ async fn listing_fixture(h: &Harness) -> anyhow::Result<Vec<JobId>> {
     Ok(ids)
 }
 
-fn ids_of(jobs: &[hopper::JobRecord]) -> Vec<JobId> {
+fn ids_of(jobs: &[hopper_core::JobRecord]) -> Vec<JobId> {
     jobs.iter().map(|j| j.id).collect()
 }
 
+/// List filters by queue state and kind.
 pub async fn list_filters_by_queue_state_and_kind(h: &Harness) -> anyhow::Result<()> {
     let ids = listing_fixture(h).await?;
     let list = |queue: Option<&str>, state: Option<JobState>, kind: Option<&str>| {
@@ -196,6 +211,7 @@ pub async fn list_filters_by_queue_state_and_kind(h: &Harness) -> anyhow::Result
     Ok(())
 }
 
+/// List pages newest first with before cursor.
 pub async fn list_pages_newest_first_with_before_cursor(h: &Harness) -> anyhow::Result<()> {
     let mut ids = Vec::new();
     for _ in 0..7 {
@@ -238,6 +254,7 @@ pub async fn list_pages_newest_first_with_before_cursor(h: &Harness) -> anyhow::
     Ok(())
 }
 
+/// Queue stats count every state.
 pub async fn queue_stats_count_every_state(h: &Harness) -> anyhow::Result<()> {
     // available (2, one of them 60 s old), scheduled, running, completed, failed, cancelled
     let old = h
@@ -258,13 +275,13 @@ pub async fn queue_stats_count_every_state(h: &Harness) -> anyhow::Result<()> {
     h.finish(claimed[1].lease, completed()).await?;
     h.finish(
         claimed[2].lease,
-        hopper::Outcome::Failed {
+        hopper_core::backend::Outcome::Failed {
             error: "no".into(),
             duration_ms: 1,
         },
     )
     .await?;
-    h.backend.job_cancel(gone).await?;
+    h.backend.job_cancel(&JobCancelParams { id: gone }).await?;
     let stats = h.backend.queue_stats().await?;
     let queues: Vec<&str> = stats.iter().map(|s| s.queue.as_str()).collect();
     assert_eq!(queues, vec!["other", "q"], "one row per queue, by name");
@@ -288,6 +305,7 @@ pub async fn queue_stats_count_every_state(h: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Migrate twice is a no op.
 pub async fn migrate_twice_is_a_no_op(h: &Harness) -> anyhow::Result<()> {
     let id = h.insert(job("keep", "default")).await?;
     h.backend.migrate().await?;
@@ -304,5 +322,14 @@ pub async fn migrate_twice_is_a_no_op(h: &Harness) -> anyhow::Result<()> {
     assert_eq!(ids_of(&all), vec![id]);
     let claimed = h.claim_one("default").await?;
     assert_eq!(claimed.lease.job_id, id);
+    Ok(())
+}
+
+/// A second insert of a job id is a conflict.
+pub async fn duplicate_ids_are_a_conflict(h: &Harness) -> anyhow::Result<()> {
+    let j = job("k", "default");
+    h.insert(j.clone()).await?;
+    let result = h.backend.job_insert(&j).await;
+    assert!(matches!(result, Err(Error::Conflict(_))), "{result:?}");
     Ok(())
 }

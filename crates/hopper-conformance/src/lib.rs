@@ -1,35 +1,63 @@
-//! The storage conformance suite: what every [`Backend`] must do, written once against
-//! `Arc<dyn Backend>`.
+//! The storage conformance suite: what every hopper [`Backend`] must do, written once
+//! against `Arc<dyn Backend>`, for the backends in hopper's repository and for any other.
 //!
-//! A backend runs the whole suite by providing an `async fn() -> anyhow::Result<Harness>`
+//! A backend runs the whole suite from one test file: an `async fn() -> anyhow::Result<Harness>`
 //! that returns a fresh, migrated, isolated store whose "now" is the harness's
-//! [`TestClock`], then invoking [`conformance_suite!`] with it (see
-//! `tests/postgres_conformance.rs`). Each case is an `async fn(&Harness)`; each gets its own
-//! store, so the cases run in parallel. Time only moves when a case moves the clock: no case
-//! sleeps for a lease or a schedule.
+//! [`TestClock`], and [`conformance_suite!`] invoked with it. The test crate needs
+//! `hopper-conformance` and `anyhow` as dev-dependencies; the macro brings its own tokio.
+//!
+//! ```ignore
+//! async fn my_backend() -> anyhow::Result<hopper_conformance::Harness> {
+//!     let clock = hopper_core::TestClock::new(hopper_conformance::t0());
+//!     let backend = MyBackend::open_fresh(clock.clone()).await?;
+//!     backend.migrate().await?;
+//!     hopper_conformance::Harness::new(std::sync::Arc::new(backend), clock, ()).await
+//! }
+//!
+//! hopper_conformance::conformance_suite!(my_backend);
+//! ```
+//!
+//! Each case is an `async fn(&Harness)`; each gets its own store, so the cases run in
+//! parallel. Time only moves when a case moves the clock: no case sleeps for a lease or a
+//! schedule. The suite needs the leader's maintenance ([`MaintenanceStore`]): promotion and
+//! rescue are part of a job's life. Cases of the other capabilities
+//! ([`hopper_core::backend::SchedulingStore`], [`hopper_core::backend::StatsStore`],
+//! [`hopper_core::NodeLiveness`]) pass without checking anything on a backend that does not
+//! offer them.
+//!
+//! The suite follows the seam, which is outside semver: use the version of this crate
+//! that matches the `hopper-core` the backend implements.
 
-#![allow(dead_code)]
+/// The tokio the generated tests run on, so a backend's test crate needs no tokio of its
+/// own for them.
+#[doc(hidden)]
+pub use tokio;
 
 pub mod admin;
 pub mod claim;
+pub mod cron;
+pub mod fairness;
 pub mod finish;
 pub mod input;
 pub mod jobs;
 pub mod leases;
+pub mod limits;
 pub mod nodes;
 pub mod operations;
 pub mod retention;
 pub mod scheduling;
+pub mod unique;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use chrono::{DateTime, TimeZone, Utc};
-use hopper::{
-    Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobId, JobRecord, Lease, NewJob,
-    NodeInfo, Outcome, TestClock,
+use hopper_core::backend::{
+    Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobGetParams, JobPromoteOutcome,
+    MaintenanceStore, NodeInfo, Outcome, SchedulingStore, StatsStore,
 };
+use hopper_core::{JobId, JobRecord, Lease, NewJob, TestClock};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -63,6 +91,11 @@ impl Harness {
         clock: TestClock,
         store: impl std::any::Any + Send + Sync,
     ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            backend.maintenance().is_some(),
+            "the conformance suite needs a backend that does its own maintenance ({} does not)",
+            backend.name()
+        );
         clock.set(t0());
         let node = node_info("conformance");
         backend.node_heartbeat(&node).await?;
@@ -95,7 +128,7 @@ impl Harness {
     /// Reads a job that must exist.
     pub async fn get(&self, id: JobId) -> anyhow::Result<JobRecord> {
         self.backend
-            .job_get(id)
+            .job_get(&JobGetParams { id })
             .await?
             .with_context(|| format!("job {id} not found"))
     }
@@ -120,6 +153,7 @@ impl Harness {
                 node,
                 limit,
                 lease,
+                kinds: None,
             })
             .await?)
     }
@@ -147,9 +181,40 @@ impl Harness {
         }
     }
 
+    /// The backend's maintenance (checked by [`Harness::new`]).
+    pub fn maintenance(&self) -> &dyn MaintenanceStore {
+        self.backend
+            .maintenance()
+            .expect("Harness::new checked that the backend does maintenance")
+    }
+
+    /// The backend's unique inserts and periodic jobs, if it offers them (a case that needs
+    /// them says so when skipped).
+    pub fn scheduling(&self) -> Option<&dyn SchedulingStore> {
+        let store = self.backend.scheduling();
+        if store.is_none() {
+            eprintln!("skipped: {} offers no SchedulingStore", self.backend.name());
+        }
+        store
+    }
+
+    /// The backend's per-minute statistics, if it offers them.
+    pub fn stats(&self) -> Option<&dyn StatsStore> {
+        let store = self.backend.stats();
+        if store.is_none() {
+            eprintln!("skipped: {} offers no StatsStore", self.backend.name());
+        }
+        store
+    }
+
+    /// Makes due scheduled jobs available; says how many and when the next is due.
+    pub async fn promote_outcome(&self) -> anyhow::Result<JobPromoteOutcome> {
+        Ok(self.maintenance().job_promote_scheduled().await?)
+    }
+
     /// Makes due scheduled jobs available; returns how many.
     pub async fn promote(&self) -> anyhow::Result<u64> {
-        Ok(self.backend.job_promote_scheduled().await?.0)
+        Ok(self.promote_outcome().await?.promoted)
     }
 }
 
@@ -190,10 +255,10 @@ pub fn secs(n: i64) -> chrono::Duration {
 /// Declares one `#[tokio::test]` per conformance case, each run against a fresh harness
 /// from `$harness` (an `async fn() -> anyhow::Result<Harness>` in scope at the call site).
 /// The list below is the suite: a case not listed here is not run by any backend.
-/// The caller declares the conformance module with `#[macro_use]`.
+#[macro_export]
 macro_rules! conformance_suite {
     ($harness:ident) => {
-        conformance_suite!(@cases $harness;
+        $crate::conformance_suite!(@cases $harness;
             jobs {
                 insert_then_get_returns_every_field,
                 group_and_unique_key_round_trip,
@@ -204,6 +269,7 @@ macro_rules! conformance_suite {
                 list_pages_newest_first_with_before_cursor,
                 queue_stats_count_every_state,
                 migrate_twice_is_a_no_op,
+                duplicate_ids_are_a_conflict,
             }
             claim {
                 claim_takes_high_before_normal_before_low,
@@ -221,6 +287,7 @@ macro_rules! conformance_suite {
                 snooze_does_not_use_an_attempt,
                 release_makes_the_job_available_at_once_uncounted,
                 finish_many_answers_each_outcome_in_order,
+                zero_delay_retry_is_available_and_permanent_failure_is_final,
             }
             leases {
                 stale_lease_outcomes_are_refused_and_change_nothing,
@@ -233,6 +300,23 @@ macro_rules! conformance_suite {
                 past_run_at_is_available_at_once,
                 insert_many_schedules_future_jobs,
                 promote_handles_more_than_one_batch,
+            }
+            unique {
+                unique_keys_follow_their_policy,
+                unique_windows_hold_after_the_job_finished,
+            }
+            fairness {
+                groups_take_turns_whatever_their_backlog,
+                a_job_running_when_its_queue_became_grouped_is_claimed_after_a_retry,
+            }
+            limits {
+                paused_queues_are_not_claimed_until_resumed,
+                concurrency_limit_counts_running_jobs_of_every_node,
+                per_group_limit_caps_each_group,
+                rate_limit_refills_with_the_clock,
+            }
+            cron {
+                periodic_ticks_are_enqueued_once,
             }
             nodes {
                 expired_lease_is_rescued_as_a_failed_attempt,
@@ -277,10 +361,10 @@ macro_rules! conformance_suite {
         $(
             mod $module {
                 $(
-                    #[tokio::test]
+                    #[$crate::tokio::test(crate = "hopper_conformance::tokio")]
                     async fn $case() -> anyhow::Result<()> {
                         let h = super::$harness().await?;
-                        crate::conformance::$module::$case(&h).await
+                        $crate::$module::$case(&h).await
                     }
                 )*
             }

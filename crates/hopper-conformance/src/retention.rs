@@ -1,15 +1,16 @@
-//! Retention ([`hopper::Backend::job_prune`]): finished jobs are deleted once their state's
-//! retention ran out, by the backend's clock, in batches; nothing else is touched.
-//!
-//! The method has a default body: a backend that does not offer it says so with
-//! [`Error::Unsupported`], and the cases accept that.
+//! Retention ([`hopper_core::backend::MaintenanceStore::job_prune`]): finished jobs are
+//! deleted once their state's retention ran out, by the backend's clock, in batches;
+//! nothing else is touched.
 
 use std::time::Duration;
 
 use anyhow::ensure;
-use hopper::{Error, JobPruneOutcome, JobPruneParams, JobState, Outcome};
+use hopper_core::JobState;
+use hopper_core::backend::{
+    JobCancelParams, JobGetParams, JobPruneOutcome, JobPruneParams, Outcome,
+};
 
-use super::{Harness, completed, job};
+use crate::{Harness, completed, job};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -22,18 +23,12 @@ fn params(limit: u32, dry_run: bool) -> JobPruneParams {
     }
 }
 
-/// `Ok(None)` when the backend says it does not prune.
-async fn prune(h: &Harness, params: &JobPruneParams) -> anyhow::Result<Option<JobPruneOutcome>> {
-    match h.backend.job_prune(params).await {
-        Ok(outcome) => Ok(Some(outcome)),
-        Err(Error::Unsupported(m)) => {
-            eprintln!("skipped: unsupported by this backend: {m}");
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
-    }
+/// One prune call.
+async fn prune(h: &Harness, params: &JobPruneParams) -> anyhow::Result<JobPruneOutcome> {
+    Ok(h.maintenance().job_prune(params).await?)
 }
 
+/// Prune deletes finished jobs past their state retention.
 pub async fn prune_deletes_finished_jobs_past_their_state_retention(
     h: &Harness,
 ) -> anyhow::Result<()> {
@@ -48,7 +43,9 @@ pub async fn prune_deletes_finished_jobs_past_their_state_retention(
     };
     h.finish(lease, failed).await?;
     let cancelled = h.insert(job("cancelled", "default")).await?;
-    h.backend.job_cancel(cancelled).await?;
+    h.backend
+        .job_cancel(&JobCancelParams { id: cancelled })
+        .await?;
     let running = h.insert(job("running", "default")).await?;
     let lease = h.claim_one("default").await?.lease;
     ensure!(lease.job_id == running);
@@ -56,9 +53,7 @@ pub async fn prune_deletes_finished_jobs_past_their_state_retention(
 
     // Within every retention: nothing goes.
     h.advance(DAY - Duration::from_secs(1));
-    let Some(outcome) = prune(h, &params(1000, false)).await? else {
-        return Ok(());
-    };
+    let outcome = prune(h, &params(1000, false)).await?;
     assert_eq!(
         outcome,
         JobPruneOutcome {
@@ -69,7 +64,7 @@ pub async fn prune_deletes_finished_jobs_past_their_state_retention(
 
     // Past a day: completed and cancelled jobs go; failed, running and waiting ones stay.
     h.advance(Duration::from_secs(2));
-    let dry = prune(h, &params(1000, true)).await?.expect("offered");
+    let dry = prune(h, &params(1000, true)).await?;
     let expected = JobPruneOutcome {
         elected: true,
         completed: 1,
@@ -78,14 +73,20 @@ pub async fn prune_deletes_finished_jobs_past_their_state_retention(
     };
     assert_eq!(dry, expected, "a dry run counts what would go");
     ensure!(
-        h.backend.job_get(done).await?.is_some(),
+        h.backend
+            .job_get(&JobGetParams { id: done })
+            .await?
+            .is_some(),
         "a dry run deletes nothing"
     );
-    let outcome = prune(h, &params(1000, false)).await?.expect("offered");
+    let outcome = prune(h, &params(1000, false)).await?;
     assert_eq!(outcome, expected);
     for gone in [done, cancelled] {
         ensure!(
-            h.backend.job_get(gone).await?.is_none(),
+            h.backend
+                .job_get(&JobGetParams { id: gone })
+                .await?
+                .is_none(),
             "{gone} was pruned"
         );
     }
@@ -95,15 +96,21 @@ pub async fn prune_deletes_finished_jobs_past_their_state_retention(
 
     // Past a week: the failed job goes too; the others still stay.
     h.advance(DAY * 6);
-    let outcome = prune(h, &params(1000, false)).await?.expect("offered");
+    let outcome = prune(h, &params(1000, false)).await?;
     assert_eq!(outcome.failed, 1);
     assert_eq!(outcome.total(), 1);
-    ensure!(h.backend.job_get(dead).await?.is_none());
+    ensure!(
+        h.backend
+            .job_get(&JobGetParams { id: dead })
+            .await?
+            .is_none()
+    );
     assert_eq!(h.get(running).await?.state, JobState::Running);
     assert_eq!(h.get(waiting).await?.state, JobState::Available);
     Ok(())
 }
 
+/// Prune deletes at most the limit per call.
 pub async fn prune_deletes_at_most_the_limit_per_call(h: &Harness) -> anyhow::Result<()> {
     let mut ids = Vec::new();
     for _ in 0..5 {
@@ -115,9 +122,7 @@ pub async fn prune_deletes_at_most_the_limit_per_call(h: &Harness) -> anyhow::Re
     h.advance(DAY * 2);
     let mut batches = Vec::new();
     loop {
-        let Some(outcome) = prune(h, &params(2, false)).await? else {
-            return Ok(());
-        };
+        let outcome = prune(h, &params(2, false)).await?;
         batches.push(outcome.completed);
         if outcome.total() < 2 {
             break;
@@ -125,11 +130,15 @@ pub async fn prune_deletes_at_most_the_limit_per_call(h: &Harness) -> anyhow::Re
     }
     assert_eq!(batches, vec![2, 2, 1], "full batches, then the rest");
     for id in ids {
-        ensure!(h.backend.job_get(id).await?.is_none(), "{id} was pruned");
+        ensure!(
+            h.backend.job_get(&JobGetParams { id }).await?.is_none(),
+            "{id} was pruned"
+        );
     }
     Ok(())
 }
 
+/// Prune takes the oldest first.
 pub async fn prune_takes_the_oldest_first(h: &Harness) -> anyhow::Result<()> {
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -139,14 +148,25 @@ pub async fn prune_takes_the_oldest_first(h: &Harness) -> anyhow::Result<()> {
         h.finish(claimed.lease, completed()).await?;
     }
     h.advance(DAY * 2);
-    let Some(outcome) = prune(h, &params(2, false)).await? else {
-        return Ok(());
-    };
+    let outcome = prune(h, &params(2, false)).await?;
     assert_eq!(outcome.completed, 2);
-    ensure!(h.backend.job_get(ids[0]).await?.is_none());
-    ensure!(h.backend.job_get(ids[1]).await?.is_none());
     ensure!(
-        h.backend.job_get(ids[2]).await?.is_some(),
+        h.backend
+            .job_get(&JobGetParams { id: ids[0] })
+            .await?
+            .is_none()
+    );
+    ensure!(
+        h.backend
+            .job_get(&JobGetParams { id: ids[1] })
+            .await?
+            .is_none()
+    );
+    ensure!(
+        h.backend
+            .job_get(&JobGetParams { id: ids[2] })
+            .await?
+            .is_some(),
         "the newest is kept"
     );
     Ok(())

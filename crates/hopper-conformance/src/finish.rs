@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-use hopper::{Finish, FinishResult, JobState, Lease, Outcome};
+use hopper_core::backend::{Finish, FinishResult, Outcome};
+use hopper_core::{JobState, Lease};
 
-use super::{Harness, completed, job, retry, secs};
+use crate::{Harness, completed, job, retry, secs};
 
+/// Complete with the current lease is recorded.
 pub async fn complete_with_the_current_lease_is_recorded(h: &Harness) -> anyhow::Result<()> {
     let id = h.insert(job("done", "default")).await?;
     let claimed = h.claim_one("default").await?;
@@ -24,6 +26,7 @@ pub async fn complete_with_the_current_lease_is_recorded(h: &Harness) -> anyhow:
     Ok(())
 }
 
+/// Retry schedules after the delay and records the error.
 pub async fn retry_schedules_after_the_delay_and_records_the_error(
     h: &Harness,
 ) -> anyhow::Result<()> {
@@ -69,6 +72,7 @@ pub async fn retry_schedules_after_the_delay_and_records_the_error(
     Ok(())
 }
 
+/// Last attempt dead letters keeping every error.
 pub async fn last_attempt_dead_letters_keeping_every_error(h: &Harness) -> anyhow::Result<()> {
     let id = h
         .insert(job("doomed", "default").with_max_attempts(3))
@@ -110,6 +114,7 @@ pub async fn last_attempt_dead_letters_keeping_every_error(h: &Harness) -> anyho
     Ok(())
 }
 
+/// Failed outcome dead letters at once.
 pub async fn failed_outcome_dead_letters_at_once(h: &Harness) -> anyhow::Result<()> {
     let id = h.insert(job("bad", "default")).await?;
     let claimed = h.claim_one("default").await?;
@@ -133,6 +138,7 @@ pub async fn failed_outcome_dead_letters_at_once(h: &Harness) -> anyhow::Result<
     Ok(())
 }
 
+/// Snooze does not use an attempt.
 pub async fn snooze_does_not_use_an_attempt(h: &Harness) -> anyhow::Result<()> {
     let id = h
         .insert(job("later", "default").with_max_attempts(1))
@@ -166,6 +172,7 @@ pub async fn snooze_does_not_use_an_attempt(h: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Release makes the job available at once uncounted.
 pub async fn release_makes_the_job_available_at_once_uncounted(h: &Harness) -> anyhow::Result<()> {
     let id = h
         .insert(job("handback", "default").with_max_attempts(1))
@@ -186,6 +193,7 @@ pub async fn release_makes_the_job_available_at_once_uncounted(h: &Harness) -> a
     Ok(())
 }
 
+/// Finish many answers each outcome in order.
 pub async fn finish_many_answers_each_outcome_in_order(h: &Harness) -> anyhow::Result<()> {
     for _ in 0..5 {
         h.insert(job("batch", "default")).await?;
@@ -251,5 +259,38 @@ pub async fn finish_many_answers_each_outcome_in_order(h: &Harness) -> anyhow::R
         assert_eq!(h.get(lease(i).job_id).await?.state, state, "job {i}");
     }
     assert!(h.backend.job_finish_many(&[]).await?.is_empty());
+    Ok(())
+}
+
+/// A retry without delay is available at once; a permanent failure is final and kept in
+/// the error history.
+pub async fn zero_delay_retry_is_available_and_permanent_failure_is_final(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let a = h.insert(job("k", "q")).await?;
+    let c = h.claim_one("q").await?;
+    assert_eq!(
+        h.finish(c.lease, retry("again", Duration::ZERO)).await?,
+        FinishResult::Recorded(JobState::Available)
+    );
+    let c = h.claim_one("q").await?;
+    assert_eq!(
+        c.lease,
+        Lease {
+            job_id: a,
+            attempt: 2
+        }
+    );
+    let outcome = Outcome::Failed {
+        error: "bad input".into(),
+        duration_ms: 3,
+    };
+    assert_eq!(
+        h.finish(c.lease, outcome).await?,
+        FinishResult::Recorded(JobState::Failed)
+    );
+    let got = h.get(a).await?;
+    assert_eq!(got.errors.len(), 2);
+    assert_eq!(got.errors[1].error, "bad input");
     Ok(())
 }

@@ -1,0 +1,131 @@
+//! The capabilities [`PgBackend`] offers beyond [`hopper_core::Backend`]: the leader's
+//! maintenance, unique inserts and periodic jobs, per-minute statistics.
+
+use async_trait::async_trait;
+use hopper_core::backend::{
+    JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
+    MaintenanceStore, MinuteStats, NodeReleaseDeadParams, SchedulingStore, StatsStore,
+};
+use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
+
+use crate::PgBackend;
+use crate::error::map_pg;
+use crate::hot::millis;
+
+#[async_trait]
+impl MaintenanceStore for PgBackend {
+    async fn job_promote_scheduled(&self) -> Result<JobPromoteOutcome> {
+        let client = self.client().await?;
+        let statement = self
+            .prepare(&client, &self.inner.queries.job_promote_scheduled)
+            .await?;
+        let now = self.inner.clock.now();
+        let mut total = 0u64;
+        let mut quarantined = false;
+        loop {
+            let row = statement
+                .query_one(&**client, &[&now])
+                .await
+                .map_err(map_pg)?;
+            let promoted: i64 = row.try_get(0).map_err(Error::database)?;
+            total += u64::try_from(promoted).unwrap_or(0);
+            if promoted < 1000 {
+                match row.try_get(2) {
+                    Ok(next_due) => {
+                        return Ok(JobPromoteOutcome {
+                            promoted: total,
+                            next_due,
+                        });
+                    }
+                    // A scheduled job's run_at cannot be read: fail those jobs, look again.
+                    Err(e) if !quarantined => {
+                        quarantined = true;
+                        self.quarantine_unreadable_scheduled(&Error::database(e))
+                            .await?;
+                    }
+                    Err(e) => return Err(Error::database(e)),
+                }
+            }
+        }
+    }
+
+    async fn job_rescue_expired(&self) -> Result<u64> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        // The statement takes 1,000 jobs at a time; repeat while batches come back full,
+        // as promotion does, so one call takes back every expired lease.
+        let mut total = 0u64;
+        loop {
+            let row = self
+                .text(&self.inner.queries.job_rescue_expired)
+                .query_one(&**client, &[&now])
+                .await
+                .map_err(map_pg)?;
+            let rescued = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+            total += rescued;
+            if rescued < 1000 {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn node_release_dead(&self, params: &NodeReleaseDeadParams) -> Result<u64> {
+        self.release_dead(Some(params.dead_after)).await
+    }
+
+    async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {
+        self.jobs_prune(params).await
+    }
+
+    async fn job_vacuum(&self, params: &JobVacuumParams) -> Result<bool> {
+        self.jobs_vacuum(params.min_interval).await
+    }
+}
+
+#[async_trait]
+impl SchedulingStore for PgBackend {
+    async fn job_upsert_many(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(map_pg)?;
+        let outcomes = self.upsert_many(&tx, jobs).await?;
+        tx.commit().await.map_err(map_pg)?;
+        Ok(outcomes)
+    }
+
+    async fn cron_register(&self, entries: &[CronEntry]) -> Result<()> {
+        self.cron_entries_register(entries).await
+    }
+
+    async fn cron_advance(&self, advance: &CronAdvance) -> Result<bool> {
+        self.cron_entry_advance(advance).await
+    }
+}
+
+#[async_trait]
+impl StatsStore for PgBackend {
+    async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
+        let client = self.client().await?;
+        let now = self.inner.clock.now();
+        let rows = self
+            .text(&self.inner.queries.job_stats_per_minute)
+            .query(&**client, &[&millis(params.window), &now])
+            .await
+            .map_err(map_pg)?;
+        rows.iter()
+            .map(|r| {
+                Ok(MinuteStats {
+                    minute: r.try_get(0).map_err(Error::database)?,
+                    completed: r.try_get(1).map_err(Error::database)?,
+                    failed: r.try_get(2).map_err(Error::database)?,
+                    latency_avg_ms: r.try_get(3).map_err(Error::database)?,
+                    latency_p95_ms: r.try_get(4).map_err(Error::database)?,
+                    duration_avg_ms: r.try_get(5).map_err(Error::database)?,
+                    duration_p95_ms: r.try_get(6).map_err(Error::database)?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,233 @@
+//! The capabilities [`SqliteBackend`] offers beyond [`hopper_core::Backend`]: the
+//! leader's maintenance, unique inserts and periodic jobs, per-minute statistics.
+
+use async_trait::async_trait;
+use hopper_core::backend::{
+    JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
+    MaintenanceStore, MinuteStats, NodeReleaseDeadParams, SchedulingStore, StatsStore,
+};
+use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
+use rusqlite::named_params;
+
+use crate::error::map_sqlite;
+use crate::minute_stats::{self, Finished};
+use crate::outcome::released_rows;
+use crate::rows::{self, col, delay_us, micros, rfc3339};
+use crate::{SqliteBackend, scheduling};
+
+/// Rows a promotion batch takes at most (`LIMIT` in `job_promote_scheduled.sql`).
+const PROMOTE_BATCH: usize = 1000;
+
+#[async_trait]
+impl MaintenanceStore for SqliteBackend {
+    async fn job_promote_scheduled(&self) -> Result<JobPromoteOutcome> {
+        let now = micros(self.now());
+        let mut total = 0u64;
+        loop {
+            let inner = self.inner.clone();
+            let (promoted, queues, next) = self
+                .inner
+                .pool
+                .write_tx(move |tx| {
+                    let q = &inner.queries.job_promote_scheduled;
+                    let mut statement = tx.prepare_cached(&q[0]).map_err(map_sqlite)?;
+                    let mut rows = statement
+                        .query(named_params! { ":now": now })
+                        .map_err(map_sqlite)?;
+                    let mut promoted = 0usize;
+                    let mut queues: Vec<String> = Vec::new();
+                    while let Some(row) = rows.next().map_err(map_sqlite)? {
+                        promoted += 1;
+                        let queue: String = col(row, 0)?;
+                        if !queues.contains(&queue) {
+                            queues.push(queue);
+                        }
+                    }
+                    let next: Option<i64> = tx
+                        .prepare_cached(&q[1])
+                        .and_then(|mut s| s.query_row(named_params! { ":now": now }, |r| r.get(0)))
+                        .map_err(map_sqlite)?;
+                    Ok((promoted, queues, next))
+                })
+                .await?;
+            self.wake_queues(&queues);
+            total += promoted as u64;
+            if promoted < PROMOTE_BATCH {
+                return Ok(JobPromoteOutcome {
+                    promoted: total,
+                    next_due: rows::opt_time(next)?,
+                });
+            }
+        }
+    }
+
+    async fn job_rescue_expired(&self) -> Result<u64> {
+        let now = self.now();
+        // The statement takes 1,000 jobs at a time; repeat while batches come back full,
+        // as promotion does, so one call takes back every expired lease.
+        let mut total = 0u64;
+        loop {
+            let inner = self.inner.clone();
+            let (count, woken) = self
+                .inner
+                .pool
+                .write_tx(move |tx| {
+                    let mut statement = tx
+                        .prepare_cached(&inner.queries.job_rescue_expired[0])
+                        .map_err(map_sqlite)?;
+                    released_rows(
+                        &mut statement,
+                        named_params! { ":now": micros(now), ":now_text": rfc3339(now) },
+                    )
+                })
+                .await?;
+            self.wake_queues(&woken);
+            total += count;
+            if count < 1000 {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn node_release_dead(&self, params: &NodeReleaseDeadParams) -> Result<u64> {
+        let dead_before = micros(self.now()).saturating_sub(delay_us(params.dead_after));
+        self.release_dead(dead_before, None).await
+    }
+
+    async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let params = params.clone();
+        let done_before = now.saturating_sub(delay_us(params.completed_retention));
+        let failed_before = now.saturating_sub(delay_us(params.failed_retention));
+        let below_id = rows::smallest_uuid_v7(done_before.max(failed_before));
+        let bounds = move |s: &mut rusqlite::CachedStatement<'_>| -> rusqlite::Result<()> {
+            for (name, value) in [
+                (":below_id", &below_id as &dyn rusqlite::ToSql),
+                (":done_before", &done_before),
+                (":failed_before", &failed_before),
+            ] {
+                if let Some(at) = s.parameter_index(name)? {
+                    s.raw_bind_parameter(at, value)?;
+                }
+            }
+            Ok(())
+        };
+        if params.dry_run {
+            return self
+                .inner
+                .pool
+                .read(move |conn| {
+                    let mut s = conn
+                        .prepare_cached(&inner.queries.job_prune[1])
+                        .map_err(map_sqlite)?;
+                    bounds(&mut s).map_err(map_sqlite)?;
+                    let mut rows = s.raw_query();
+                    let row = rows
+                        .next()
+                        .map_err(map_sqlite)?
+                        .ok_or_else(|| Error::Schema("job_prune.sql counted no row".into()))?;
+                    let count = |i| col::<i64>(row, i).map(|n| u64::try_from(n).unwrap_or(0));
+                    Ok(JobPruneOutcome {
+                        elected: true,
+                        completed: count(0)?,
+                        cancelled: count(1)?,
+                        failed: count(2)?,
+                    })
+                })
+                .await;
+        }
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                let mut s = tx
+                    .prepare_cached(&inner.queries.job_prune[0])
+                    .map_err(map_sqlite)?;
+                bounds(&mut s).map_err(map_sqlite)?;
+                s.raw_bind_parameter(":limit", i64::from(params.limit))
+                    .map_err(map_sqlite)?;
+                let mut rows = s.raw_query();
+                let mut outcome = JobPruneOutcome {
+                    elected: true,
+                    ..JobPruneOutcome::default()
+                };
+                while let Some(row) = rows.next().map_err(map_sqlite)? {
+                    match col::<String>(row, 0)?.as_str() {
+                        "completed" => outcome.completed += 1,
+                        "cancelled" => outcome.cancelled += 1,
+                        _ => outcome.failed += 1,
+                    }
+                }
+                Ok(outcome)
+            })
+            .await
+    }
+
+    /// SQLite keeps no dead row versions (a deleted or updated row's pages go back to the
+    /// file's free list and are reused), so there is nothing to reclaim.
+    async fn job_vacuum(&self, _params: &JobVacuumParams) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+#[async_trait]
+impl SchedulingStore for SqliteBackend {
+    async fn job_upsert_many(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
+        self.upsert(jobs).await
+    }
+
+    async fn cron_register(&self, entries: &[CronEntry]) -> Result<()> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let entries = entries.to_vec();
+        self.inner
+            .pool
+            .write_tx(move |tx| scheduling::cron_register(tx, &inner.queries, &entries, now))
+            .await
+    }
+
+    async fn cron_advance(&self, advance: &CronAdvance) -> Result<bool> {
+        let inner = self.inner.clone();
+        let now = self.now();
+        let advance = advance.clone();
+        let (moved, woken) = self
+            .inner
+            .pool
+            .write_tx(move |tx| scheduling::cron_advance(tx, &inner.queries, &advance, now))
+            .await?;
+        self.wake_queues(&woken);
+        Ok(moved)
+    }
+}
+
+#[async_trait]
+impl StatsStore for SqliteBackend {
+    async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let since = now.saturating_sub(delay_us(params.window));
+        let finished = self
+            .inner
+            .pool
+            .read(move |conn| {
+                let mut statement = conn
+                    .prepare_cached(&inner.queries.job_stats_per_minute[0])
+                    .map_err(map_sqlite)?;
+                let mut rows = statement
+                    .query(named_params! { ":since": since, ":now": now })
+                    .map_err(map_sqlite)?;
+                let mut finished = Vec::new();
+                while let Some(row) = rows.next().map_err(map_sqlite)? {
+                    finished.push(Finished {
+                        at_us: col(row, 0)?,
+                        completed: col(row, 1)?,
+                        latency_ms: col(row, 2)?,
+                        duration_ms: col(row, 3)?,
+                    });
+                }
+                Ok(finished)
+            })
+            .await?;
+        minute_stats::per_minute(&finished)
+    }
+}
