@@ -165,7 +165,7 @@ pub async fn injection_in_filters_is_harmless(h: &Harness) -> anyhow::Result<()>
         match h
             .backend
             .job_clear(&JobClearParams {
-                queue: Some(s).map(str::to_owned),
+                queue: Some(s.to_owned()),
             })
             .await
         {

@@ -47,11 +47,7 @@ pub(crate) async fn handle(
         },
         Request::Clear { req, queue } => Reply::Count {
             req,
-            count: backend
-                .job_clear(&JobClearParams {
-                    queue: queue.as_deref().map(str::to_owned),
-                })
-                .await?,
+            count: backend.job_clear(&JobClearParams { queue }).await?,
         },
         Request::QueueStats { req } => Reply::Stats {
             req,

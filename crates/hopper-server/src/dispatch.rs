@@ -7,7 +7,7 @@
 //! from again until a notification, a poll tick, or a resync says it may have jobs.
 //!
 //! When every worker with room in a queue declared the kinds it runs, only jobs of those
-//! kinds are claimed ([`hopper_core::Backend::job_claim_kinds`]): jobs that no connected
+//! kinds are claimed ([`hopper_core::ClaimParams::kinds`]): jobs that no connected
 //! worker runs stay in the queue untouched. A claimed job whose kind no worker with free
 //! credit declares all the same (the worker set changed during the claim) is snoozed for
 //! `unplaceable_delay`: back in the queue without using an attempt.

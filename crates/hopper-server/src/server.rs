@@ -540,7 +540,7 @@ impl Core {
             let lost = backend
                 .job_extend_many(&JobExtendManyParams {
                     leases: vec![lease],
-                    by: by,
+                    by,
                 })
                 .await?;
             let result = if lost.is_empty() {
@@ -736,22 +736,18 @@ impl Core {
             job_id: l.id,
             attempt: l.attempt,
         };
-        let leases: Vec<Lease> = leases.iter().map(as_lease).collect();
+        let extend = JobExtendManyParams {
+            leases: leases.iter().map(as_lease).collect(),
+            by: self.config.lease,
+        };
         let foreign: Vec<Lease> = foreign.iter().map(as_lease).collect();
         let backend = self.backend.clone();
         let events = self.events.clone();
-        let by = self.config.lease;
         tokio::spawn(async move {
-            let lost = backend
-                .job_extend_many(&JobExtendManyParams {
-                    leases: leases.to_vec(),
-                    by: by,
-                })
-                .await
-                .map(|mut lost| {
-                    lost.extend(foreign);
-                    lost
-                });
+            let lost = backend.job_extend_many(&extend).await.map(|mut lost| {
+                lost.extend(foreign);
+                lost
+            });
             let _ = events.send(Event::HeartbeatDone { peer, req, lost }).await;
         });
     }

@@ -150,7 +150,7 @@ impl JobContext {
             .backend
             .job_extend_many(&JobExtendManyParams {
                 leases: vec![self.job.lease],
-                by: by,
+                by,
             })
             .await?;
         if !lost.is_empty() {

@@ -34,7 +34,8 @@ pub struct Housekeeping {
     /// does not feel (measured in `docs/benchmarks.md`). Default: 20 ms.
     pub prune_pause: Duration,
     /// How often the node checks whether the job table needs a vacuum, which it then runs
-    /// (see [`Backend::job_vacuum`]); `None` leaves it to the database's autovacuum.
+    /// (see [`MaintenanceStore::job_vacuum`](hopper_core::backend::MaintenanceStore::job_vacuum));
+    /// `None` leaves it to the database's autovacuum.
     /// Default: every 10 s.
     pub vacuum_interval: Option<Duration>,
 }
