@@ -119,7 +119,7 @@ impl PgBackend {
         result.map(|(jobs, _)| jobs)
     }
 
-    /// Claims from a plain queue only jobs of `kinds` (job_claim_kinds.sql), from the head
+    /// Claims from a plain queue only jobs of `kinds` (job_claim.sql with `$9`), from the head
     /// of the claim index. The claim cursor is neither used nor moved: it tracks the order
     /// of the plain claims.
     pub(crate) async fn claim_kinds(
@@ -128,16 +128,25 @@ impl PgBackend {
         params: &ClaimParams,
         kinds: &[String],
     ) -> Result<Vec<ClaimedJob>> {
-        let statement = self
-            .prepare(client, &self.inner.queries.job_claim_kinds)
-            .await?;
+        let statement = self.prepare(client, &self.inner.queries.job_claim).await?;
         let limit = i64::from(params.limit);
         let lease_ms = i32::try_from(params.lease.as_millis()).unwrap_or(i32::MAX);
         let now = self.inner.clock.now();
+        let no_cursor: (Option<i16>, Option<DateTime<Utc>>, Option<JobId>) = (None, None, None);
         let rows = statement
             .query(
                 driver(client),
-                &[&params.queue, &params.node, &limit, &lease_ms, &now, &kinds],
+                &[
+                    &params.queue,
+                    &params.node,
+                    &limit,
+                    &lease_ms,
+                    &now,
+                    &no_cursor.0,
+                    &no_cursor.1,
+                    &no_cursor.2,
+                    &kinds,
+                ],
             )
             .await
             .map_err(map_pg)?;
@@ -177,6 +186,7 @@ impl PgBackend {
                     &after.map(|k| k.priority),
                     &after.map(|k| k.run_at),
                     &after.map(|k| k.id),
+                    &None::<Vec<String>>,
                 ],
             )
             .await

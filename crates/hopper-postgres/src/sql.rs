@@ -107,7 +107,17 @@ queries!(
         TIMESTAMPTZ
     ),
     job_cancel(UUID, TIMESTAMPTZ),
-    job_claim(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, INT2, TIMESTAMPTZ, UUID),
+    job_claim(
+        TEXT,
+        UUID,
+        INT8,
+        INT4,
+        TIMESTAMPTZ,
+        INT2,
+        TIMESTAMPTZ,
+        UUID,
+        TEXT_ARRAY
+    ),
     job_claim_fair(
         TEXT,
         UUID,
@@ -122,7 +132,6 @@ queries!(
         UUID_ARRAY,
         BOOL
     ),
-    job_claim_kinds(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, TEXT_ARRAY),
     job_claim_flush(),
     job_claim_limited(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, FLOAT8, TIMESTAMPTZ),
     job_clear(TEXT),

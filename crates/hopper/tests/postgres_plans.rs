@@ -78,14 +78,16 @@ async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()>
         (
             "the plain claim (job_claim.sql)",
             &queries.job_claim,
-            "text, uuid, bigint, integer, timestamptz, smallint, timestamptz, uuid",
-            format!("'other', '{node}', 100, 30000, NULL, NULL, NULL, NULL"),
+            "text, uuid, bigint, integer, timestamptz, smallint, timestamptz, uuid, text[]",
+            format!("'other', '{node}', 100, 30000, NULL, NULL, NULL, NULL, NULL"),
         ),
         (
-            "the claim of some kinds (job_claim_kinds.sql)",
-            &queries.job_claim_kinds,
-            "text, uuid, bigint, integer, timestamptz, text[]",
-            format!("'other', '{node}', 100, 30000, NULL, ARRAY['planned', 'other']"),
+            "the claim of some kinds (job_claim.sql with $9)",
+            &queries.job_claim,
+            "text, uuid, bigint, integer, timestamptz, smallint, timestamptz, uuid, text[]",
+            format!(
+                "'other', '{node}', 100, 30000, NULL, NULL, NULL, NULL, ARRAY['planned', 'other']"
+            ),
         ),
         (
             "the limited claim (job_claim_limited.sql)",

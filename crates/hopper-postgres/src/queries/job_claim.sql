@@ -28,6 +28,12 @@
 --
 -- Figures: W3 drains 100,000 no-op jobs at about 0.9 x L2 with this claim; every strategy
 -- tried and its measurements are in docs/benchmarks.md ("Claim strategies measured").
+--
+-- $9: only jobs of these kinds (hopper serve, when every worker with room in the queue
+-- declared the kinds it runs); every kind when NULL. `kind` is not in the index, so each
+-- entry is checked on its heap row and jobs of other kinds are stepped over, untouched
+-- (no index on kind: it would cost every insert and claim a third index entry). Such
+-- claims pass no cursor ($6-$8 NULL) and do not move it.
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
@@ -37,6 +43,7 @@ WITH picked AS (
       AND (priority, run_at, id) > (coalesce($6::smallint, (-32768)::smallint),
                                     coalesce($7::timestamptz, '-infinity'::timestamptz),
                                     coalesce($8::uuid, '00000000-0000-0000-0000-000000000000'))
+      AND ($9::text[] IS NULL OR kind = ANY ($9::text[]))
     ORDER BY priority, run_at, id
     LIMIT $3
     FOR UPDATE SKIP LOCKED
