@@ -21,7 +21,8 @@ use rusqlite::{OptionalExtension, named_params};
 use crate::error::map_sqlite;
 use crate::minute_stats::{self, Finished};
 use crate::outcome::{finish_one, released_rows};
-use crate::query::{claimed_job, get, records};
+use crate::poison::{self, Decoded, Poisoned};
+use crate::query::{claimed_job, get, get_decoded, records};
 use crate::rows::{self, col, delay_us, micros, rfc3339};
 use crate::{SqliteBackend, migrate, scheduling, wake};
 
@@ -97,6 +98,49 @@ impl SqliteBackend {
             .await
     }
 
+    /// Answers the rows a read decoded, in order: the ones that could not be read are moved
+    /// to `failed` (`poison.rs`) and read again; one that still cannot be read is left
+    /// out, with an error logged.
+    async fn readable(&self, decoded: Vec<Decoded<JobRecord>>) -> Result<Vec<JobRecord>> {
+        let poisoned: Vec<Poisoned> = decoded
+            .iter()
+            .filter_map(|d| d.as_ref().err().cloned())
+            .collect();
+        if poisoned.is_empty() {
+            return Ok(decoded.into_iter().filter_map(|d| d.ok()).collect());
+        }
+        let inner = self.inner.clone();
+        let now = self.now();
+        let again = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                poison::quarantine(tx, &inner.queries, &poisoned, micros(now), &rfc3339(now))?;
+                poisoned
+                    .iter()
+                    .map(|p| match rows::uuid(&p.id) {
+                        Ok(id) => get_decoded(tx, &inner.queries, id),
+                        Err(_) => Ok(None),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await?;
+        let mut again = again.into_iter();
+        let mut jobs = Vec::with_capacity(decoded.len());
+        for d in decoded {
+            match d {
+                Ok(job) => jobs.push(job),
+                Err(p) => match again.next().flatten() {
+                    Some(Ok(job)) => jobs.push(job),
+                    Some(Err(_)) | None => {
+                        tracing::error!(job = %p.id, "a failed job's row still cannot be read; left out");
+                    }
+                },
+            }
+        }
+        Ok(jobs)
+    }
+
     /// Sends a wake-up to this process's subscribers.
     fn wake(&self, wakeup: Wakeup) {
         wake::send(&self.inner.wake, wakeup);
@@ -140,16 +184,22 @@ impl Backend for SqliteBackend {
 
     async fn job_get(&self, id: JobId) -> Result<Option<JobRecord>> {
         let inner = self.inner.clone();
-        self.inner
+        let found = self
+            .inner
             .pool
-            .read(move |conn| get(conn, &inner.queries, id))
-            .await
+            .read(move |conn| get_decoded(conn, &inner.queries, id))
+            .await?;
+        match found {
+            None => Ok(None),
+            Some(job) => Ok(self.readable(vec![job]).await?.pop()),
+        }
     }
 
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
         let inner = self.inner.clone();
         let params = params.clone();
-        self.inner
+        let decoded = self
+            .inner
             .pool
             .read(move |conn| {
                 records(
@@ -165,7 +215,8 @@ impl Backend for SqliteBackend {
                     },
                 )
             })
-            .await
+            .await?;
+        self.readable(decoded).await
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
@@ -196,7 +247,7 @@ impl Backend for SqliteBackend {
                         cursor.as_deref(),
                     )?;
                     inner.set_cursor(&params.queue, cursor);
-                    return Ok(claimed);
+                    return readable_claims(tx, &inner.queries, claimed, now);
                 }
                 let mut statement = tx
                     .prepare_cached(&inner.queries.job_claim[0])
@@ -210,10 +261,13 @@ impl Backend for SqliteBackend {
                         ":now": now,
                     })
                     .map_err(map_sqlite)?;
-                let mut claimed = Vec::new();
+                let mut decoded = Vec::new();
                 while let Some(row) = found.next().map_err(map_sqlite)? {
-                    claimed.push(claimed_job(row)?);
+                    decoded.push(poison::decode(row, 0, claimed_job)?);
                 }
+                drop(found);
+                drop(statement);
+                let mut claimed = readable_claims(tx, &inner.queries, decoded, now)?;
                 // RETURNING gives no order; hand jobs out in the order they were picked.
                 claimed.sort_by(|a, b| {
                     (a.priority, a.run_at, a.lease.job_id).cmp(&(
@@ -339,7 +393,8 @@ impl Backend for SqliteBackend {
     }
 
     async fn job_promote_scheduled(&self) -> Result<(u64, Option<DateTime<Utc>>)> {
-        let now = micros(self.now());
+        let now_at = self.now();
+        let now = micros(now_at);
         let mut total = 0u64;
         loop {
             let inner = self.inner.clone();
@@ -361,10 +416,21 @@ impl Backend for SqliteBackend {
                             queues.push(queue);
                         }
                     }
-                    let next: Option<i64> = tx
-                        .prepare_cached(&q[1])
-                        .and_then(|mut s| s.query_row(named_params! { ":now": now }, |r| r.get(0)))
-                        .map_err(map_sqlite)?;
+                    drop(rows);
+                    let next_due = || -> Result<Option<i64>> {
+                        tx.prepare_cached(&q[1])
+                            .and_then(|mut s| {
+                                s.query_row(named_params! { ":now": now }, |r| r.get(0))
+                            })
+                            .map_err(map_sqlite)
+                    };
+                    let mut next = next_due()?;
+                    if next.is_some_and(|us| !poison::readable_instant(us)) {
+                        // A run_at beyond what hopper reads: fail such jobs, and go on.
+                        let text = rfc3339(now_at);
+                        poison::quarantine_unreadable_scheduled(tx, &inner.queries, now, &text)?;
+                        next = next_due()?;
+                    }
                     Ok((promoted, queues, next))
                 })
                 .await?;
@@ -476,7 +542,8 @@ impl Backend for SqliteBackend {
     async fn job_search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
         let inner = self.inner.clone();
         let params = params.clone();
-        self.inner
+        let decoded = self
+            .inner
             .pool
             .read(move |conn| {
                 let list = &params.list;
@@ -495,7 +562,8 @@ impl Backend for SqliteBackend {
                     },
                 )
             })
-            .await
+            .await?;
+        self.readable(decoded).await
     }
 
     async fn job_delete(&self, id: JobId) -> Result<()> {
@@ -713,4 +781,22 @@ impl Backend for SqliteBackend {
     async fn subscribe(&self) -> Result<WakeupStream> {
         Ok(wake::subscribe(&self.inner.wake))
     }
+}
+
+/// The jobs a claim could read; the others are moved to `failed` in the claim's own
+/// transaction (`poison.rs`), so that they neither block the queue nor stay `running`.
+fn readable_claims(
+    tx: &rusqlite::Connection,
+    q: &crate::sql::Queries,
+    decoded: Vec<Decoded<ClaimedJob>>,
+    now: i64,
+) -> Result<Vec<ClaimedJob>> {
+    let (claimed, poisoned): (Vec<_>, Vec<_>) = decoded.into_iter().partition(|d| d.is_ok());
+    let claimed: Vec<ClaimedJob> = claimed.into_iter().filter_map(|d| d.ok()).collect();
+    let poisoned: Vec<Poisoned> = poisoned.into_iter().filter_map(|d| d.err()).collect();
+    if !poisoned.is_empty() {
+        let at = rows::time(now).map(rfc3339).unwrap_or_default();
+        poison::quarantine(tx, q, &poisoned, now, &at)?;
+    }
+    Ok(claimed)
 }

@@ -18,6 +18,7 @@ use hopper_core::{
 use rusqlite::{Connection, OptionalExtension, Row, named_params};
 
 use crate::error::map_sqlite;
+use crate::poison::{self, Decoded};
 use crate::query::{Inserted, Inserter, claimed_job};
 use crate::rows::{self, col, delay_us, micros};
 use crate::sql::Queries;
@@ -246,7 +247,8 @@ fn resolve<'j>(
 }
 
 /// Claims from a queue with settings (see `job_claim_controlled.sql`). `cursor` is the
-/// group this backend served last in the queue; returns the jobs and the new cursor.
+/// group this backend served last in the queue; returns the jobs (each read on its own:
+/// see `poison.rs`) and the new cursor.
 pub fn claim(
     conn: &Connection,
     q: &Queries,
@@ -254,7 +256,7 @@ pub fn claim(
     queue: &Stored,
     now: i64,
     cursor: Option<&str>,
-) -> Result<(Vec<ClaimedJob>, Option<String>)> {
+) -> Result<(Vec<Decoded<ClaimedJob>>, Option<String>)> {
     let s = &queue.settings;
     if s.paused {
         return Ok((Vec::new(), None));
@@ -320,7 +322,7 @@ pub fn claim(
             })
             .map_err(map_sqlite)?;
         if let Some(row) = rows.next().map_err(map_sqlite)? {
-            claimed.push(claimed_job(row)?);
+            claimed.push(poison::decode(row, 0, claimed_job)?);
         }
     }
     if let Some(tokens) = tokens {
