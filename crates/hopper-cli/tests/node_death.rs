@@ -7,6 +7,10 @@
 //! Each round: `hopper worker` (a separate process, concurrency 4) claims the round's 4
 //! jobs, each a sleep of a minute; a runtime in this test serves the same queue; the worker
 //! is killed; the time until this runtime has started all 4 again is one sample.
+//!
+//! The same through `hopper serve`: the worker and the other node are remote workers of one
+//! server (heartbeat 5 s, so the silence sweep would take 15 s), and the server ends the
+//! killed worker's session when it finds its connection closed.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -15,8 +19,8 @@ use std::time::Duration;
 
 use hopper::testing::TestDatabase;
 use hopper::{
-    Backend, Client, JobArgs, JobContext, JobError, JobListParams, JobState, NewJob, Runtime,
-    RuntimeConfig, SqliteBackend, SqliteOptions, Worker, Workers,
+    Backend, Client, JobArgs, JobContext, JobError, JobListParams, JobState, NewJob, RemoteBackend,
+    RemoteOptions, Runtime, RuntimeConfig, SqliteBackend, SqliteOptions, Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
@@ -66,9 +70,24 @@ fn worker(db_args: &[String], queue: &str) -> std::io::Result<Child> {
         .spawn()
 }
 
-/// Runs the rounds on `backend` (what `db_args` point the worker process at); the samples,
-/// sorted.
-async fn rounds(backend: Arc<dyn Backend>, db_args: &[String]) -> anyhow::Result<Vec<Duration>> {
+/// The other node's server, when it is a remote worker, and what the history of a re-run
+/// job says.
+struct Other {
+    endpoint: Option<String>,
+    reason: &'static str,
+}
+
+/// Runs the rounds on `backend` (what `db_args` point the worker process at, and the other
+/// node's too unless `other` says); the samples, sorted.
+async fn rounds(
+    backend: Arc<dyn Backend>,
+    db_args: &[String],
+    other: Option<Other>,
+) -> anyhow::Result<Vec<Duration>> {
+    let other = other.unwrap_or(Other {
+        endpoint: None,
+        reason: "vanished",
+    });
     let client = Client::new(backend.clone());
     let mut samples = Vec::new();
     for round in 0..ROUNDS {
@@ -99,9 +118,12 @@ async fn rounds(backend: Arc<dyn Backend>, db_args: &[String]) -> anyhow::Result
             concurrency: JOBS,
             ..RuntimeConfig::default()
         };
-        let other = Runtime::new(backend.clone(), workers, config)
-            .start()
-            .await?;
+        // A remote runtime says bye when it stops: each round connects anew.
+        let other_backend: Arc<dyn Backend> = match &other.endpoint {
+            Some(endpoint) => Arc::new(RemoteBackend::connect(RemoteOptions::new(endpoint)).await?),
+            None => backend.clone(),
+        };
+        let rerunner = Runtime::new(other_backend, workers, config).start().await?;
 
         let killed = Instant::now();
         child.kill().await?; // SIGKILL, then reaps it
@@ -113,14 +135,19 @@ async fn rounds(backend: Arc<dyn Backend>, db_args: &[String]) -> anyhow::Result
                 .ok_or_else(|| anyhow::anyhow!("the runtime stopped"))?;
         }
         samples.push(last - killed);
-        other.shutdown().await;
+        rerunner.shutdown().await;
 
+        // A remote worker's outcomes are written after they are acknowledged.
+        wait_for_jobs(&client, &queue, |jobs| {
+            jobs.iter().all(|j| j.state == JobState::Completed)
+        })
+        .await?;
         for job in round_jobs(&client, &queue).await? {
-            assert_eq!(job.state, JobState::Completed, "{job:?}");
             assert_eq!(job.attempt, 2, "{job:?}");
             assert!(
-                job.errors[0].error.contains("vanished"),
-                "released as a vanished node's job: {:?}",
+                job.errors[0].error.contains(other.reason),
+                "released as {:?}: {:?}",
+                other.reason,
                 job.errors
             );
         }
@@ -158,6 +185,23 @@ async fn wait_until(
     }
 }
 
+/// Waits (up to 10 s) until `done(the jobs of queue)`.
+async fn wait_for_jobs(
+    client: &Client,
+    queue: &str,
+    done: impl Fn(&[hopper::JobRecord]) -> bool,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let jobs = round_jobs(client, queue).await?;
+        if done(&jobs) {
+            return Ok(());
+        }
+        anyhow::ensure!(start.elapsed() < Duration::from_secs(10), "{jobs:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn check(backend: &str, samples: &[Duration]) {
     let median = samples[samples.len() / 2];
     let worst = samples[samples.len() - 1];
@@ -179,7 +223,7 @@ async fn postgres_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow
         "--schema".to_owned(),
         db.schema().to_owned(),
     ];
-    let samples = rounds(db.backend(), &args).await?;
+    let samples = rounds(db.backend(), &args, None).await?;
     check("postgres", &samples);
     Ok(())
 }
@@ -204,7 +248,76 @@ async fn sqlite_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::
         "--database-url".to_owned(),
         format!("sqlite://{}", path.display()),
     ];
-    let samples = rounds(Arc::new(backend), &args).await?;
+    let samples = rounds(Arc::new(backend), &args, None).await?;
     check("sqlite", &samples);
+    Ok(())
+}
+
+/// A `hopper serve` child process on a free loopback port, killed on drop.
+struct Serve {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `hopper serve` (no auth, loopback) on `db`, and reads its stderr until it says
+/// where it listens.
+fn serve(db: &TestDatabase) -> anyhow::Result<Serve> {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args([
+            "serve",
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--insecure-no-auth",
+        ])
+        .env("DATABASE_URL", db.url())
+        .env("HOPPER_SCHEMA", db.schema())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    let mut serving = Serve {
+        child,
+        endpoint: String::new(),
+    };
+    let mut lines = BufReader::new(stderr).lines();
+    for line in lines.by_ref() {
+        if let Some(rest) = line?.strip_prefix("hopper serve: listening on ") {
+            serving.endpoint = rest.split_whitespace().next().unwrap_or("").to_owned();
+            break;
+        }
+    }
+    anyhow::ensure!(
+        serving.endpoint.starts_with("tcp://"),
+        "hopper serve printed no endpoint"
+    );
+    // The rest of its stderr is passed on, so that a failure shows what the server said.
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
+    Ok(serving)
+}
+
+#[tokio::test]
+async fn remote_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = serve(&db)?;
+    let args = vec!["--database-url".to_owned(), server.endpoint.clone()];
+    let other = Other {
+        endpoint: Some(server.endpoint.clone()),
+        reason: "connection closed",
+    };
+    let samples = rounds(db.backend(), &args, Some(other)).await?;
+    check("remote", &samples);
     Ok(())
 }

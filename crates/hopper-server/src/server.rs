@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use crate::auth::Access;
 use crate::convert::{self, error_code};
+use crate::dispatch::Gone;
 use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
 
@@ -66,7 +67,18 @@ pub(crate) enum Event {
     /// These outcomes were written (or failed for good): a later outcome for the same lease
     /// goes to the database, which says whether it still holds.
     Written(Vec<Lease>),
+    /// A connection closed; the transport cannot say whose (see `transport.rs`).
+    ConnectionClosed,
+    /// The probe that follows [`Event::ConnectionClosed`] by [`REPROBE_AFTER`].
+    Reprobe,
+    /// A message to this peer found its connection gone.
+    PeerGone(PeerId),
 }
+
+/// How long after a closed connection the workers are probed a second time: libzmq may
+/// tell of the close a moment before the ROUTER forgets the routing id, and closes that
+/// follow within this time are covered by the same probe.
+pub(crate) const REPROBE_AFTER: Duration = Duration::from_millis(100);
 
 /// An order a worker holds.
 #[derive(Debug, Clone, Copy)]
@@ -167,6 +179,8 @@ pub(crate) struct Core {
     /// The next queue the poll tick re-checks as a safety net, one per tick, whatever
     /// number of queues is served (the idle cost does not grow with it).
     pub poll_turn: usize,
+    /// A second probe of the workers is due ([`Event::Reprobe`]).
+    pub reprobing: bool,
 }
 
 pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
@@ -215,6 +229,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         active: HashSet::new(),
         poll_turn: 0,
+        reprobing: false,
         config,
     };
     let health = Health::new();
@@ -326,6 +341,16 @@ impl Core {
             Event::Written(leases) => {
                 for lease in leases {
                     self.writing.remove(&(lease.job_id, lease.attempt));
+                }
+            }
+            Event::ConnectionClosed => self.on_connection_closed(),
+            Event::Reprobe => {
+                self.reprobing = false;
+                self.probe_workers();
+            }
+            Event::PeerGone(peer) => {
+                if self.peers.contains_key(&peer) {
+                    self.drop_peer(&peer, Instant::now(), Gone::Closed);
                 }
             }
             Event::Wakeup(Wakeup::Resync) => {
