@@ -141,6 +141,77 @@ impl SqliteBackend {
         Ok(jobs)
     }
 
+    /// Claims from one queue (`job_claim`), only jobs of `kinds` (a JSON array) if given
+    /// (`job_claim_kinds`).
+    async fn claim(&self, params: &ClaimParams, kinds: Option<String>) -> Result<Vec<ClaimedJob>> {
+        if params.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let params = params.clone();
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                // A queue with settings (paused, grouped, limited) takes the controlled
+                // claim; every other queue the plain one. The settings row is read inside
+                // this transaction: a primary-key probe, always current, no cache.
+                if let Some(queue) = scheduling::settings(tx, &inner.queries, Some(&params.queue))?
+                    .into_iter()
+                    .next()
+                    .filter(|s| !s.settings.is_plain())
+                {
+                    let cursor = inner.cursor(&params.queue);
+                    let (claimed, cursor) = scheduling::claim(
+                        tx,
+                        &inner.queries,
+                        &params,
+                        &queue,
+                        now,
+                        cursor.as_deref(),
+                        kinds.as_deref(),
+                    )?;
+                    inner.set_cursor(&params.queue, cursor);
+                    return readable_claims(tx, &inner.queries, claimed, now);
+                }
+                let sql = match kinds {
+                    Some(_) => &inner.queries.job_claim_kinds[0],
+                    None => &inner.queries.job_claim[0],
+                };
+                let mut statement = tx.prepare_cached(sql).map_err(map_sqlite)?;
+                let node = params.node.hyphenated().to_string();
+                let (limit, lease_us) = (i64::from(params.limit), delay_us(params.lease));
+                let mut found = match &kinds {
+                    Some(kinds) => statement.query(named_params! {
+                        ":queue": params.queue, ":node": node, ":limit": limit,
+                        ":lease_us": lease_us, ":now": now, ":kinds": kinds,
+                    }),
+                    None => statement.query(named_params! {
+                        ":queue": params.queue, ":node": node, ":limit": limit,
+                        ":lease_us": lease_us, ":now": now,
+                    }),
+                }
+                .map_err(map_sqlite)?;
+                let mut decoded = Vec::new();
+                while let Some(row) = found.next().map_err(map_sqlite)? {
+                    decoded.push(poison::decode(row, 0, claimed_job)?);
+                }
+                drop(found);
+                drop(statement);
+                let mut claimed = readable_claims(tx, &inner.queries, decoded, now)?;
+                // RETURNING gives no order; hand jobs out in the order they were picked.
+                claimed.sort_by(|a, b| {
+                    (a.priority, a.run_at, a.lease.job_id).cmp(&(
+                        b.priority,
+                        b.run_at,
+                        b.lease.job_id,
+                    ))
+                });
+                Ok(claimed)
+            })
+            .await
+    }
+
     /// Sends a wake-up to this process's subscribers.
     fn wake(&self, wakeup: Wakeup) {
         wake::send(&self.inner.wake, wakeup);
@@ -220,64 +291,15 @@ impl Backend for SqliteBackend {
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        if params.limit == 0 {
-            return Ok(Vec::new());
-        }
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let params = params.clone();
-        self.inner
-            .pool
-            .write_tx(move |tx| {
-                // A queue with settings (paused, grouped, limited) takes the controlled
-                // claim; every other queue the plain one. The settings row is read inside
-                // this transaction: a primary-key probe, always current, no cache.
-                if let Some(queue) = scheduling::settings(tx, &inner.queries, Some(&params.queue))?
-                    .into_iter()
-                    .next()
-                    .filter(|s| !s.settings.is_plain())
-                {
-                    let cursor = inner.cursor(&params.queue);
-                    let (claimed, cursor) = scheduling::claim(
-                        tx,
-                        &inner.queries,
-                        &params,
-                        &queue,
-                        now,
-                        cursor.as_deref(),
-                    )?;
-                    inner.set_cursor(&params.queue, cursor);
-                    return readable_claims(tx, &inner.queries, claimed, now);
-                }
-                let mut statement = tx
-                    .prepare_cached(&inner.queries.job_claim[0])
-                    .map_err(map_sqlite)?;
-                let mut found = statement
-                    .query(named_params! {
-                        ":queue": params.queue,
-                        ":node": params.node.hyphenated().to_string(),
-                        ":limit": i64::from(params.limit),
-                        ":lease_us": delay_us(params.lease),
-                        ":now": now,
-                    })
-                    .map_err(map_sqlite)?;
-                let mut decoded = Vec::new();
-                while let Some(row) = found.next().map_err(map_sqlite)? {
-                    decoded.push(poison::decode(row, 0, claimed_job)?);
-                }
-                drop(found);
-                drop(statement);
-                let mut claimed = readable_claims(tx, &inner.queries, decoded, now)?;
-                // RETURNING gives no order; hand jobs out in the order they were picked.
-                claimed.sort_by(|a, b| {
-                    (a.priority, a.run_at, a.lease.job_id).cmp(&(
-                        b.priority,
-                        b.run_at,
-                        b.lease.job_id,
-                    ))
-                });
-                Ok(claimed)
-            })
+        self.claim(params, None).await
+    }
+
+    async fn job_claim_kinds(
+        &self,
+        params: &ClaimParams,
+        kinds: &[String],
+    ) -> Result<Vec<ClaimedJob>> {
+        self.claim(params, Some(serde_json::to_string(kinds)?))
             .await
     }
 

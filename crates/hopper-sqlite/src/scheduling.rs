@@ -247,8 +247,9 @@ fn resolve<'j>(
 }
 
 /// Claims from a queue with settings (see `job_claim_controlled.sql`). `cursor` is the
-/// group this backend served last in the queue; returns the jobs (each read on its own:
-/// see `poison.rs`) and the new cursor.
+/// group this backend served last in the queue; `kinds` (a JSON array), if any, the only
+/// kinds to claim. Returns the jobs (each read on its own: see `poison.rs`) and the new
+/// cursor.
 pub fn claim(
     conn: &Connection,
     q: &Queries,
@@ -256,6 +257,7 @@ pub fn claim(
     queue: &Stored,
     now: i64,
     cursor: Option<&str>,
+    kinds: Option<&str>,
 ) -> Result<(Vec<Decoded<ClaimedJob>>, Option<String>)> {
     let s = &queue.settings;
     if s.paused {
@@ -297,13 +299,13 @@ pub fn claim(
             Some(max) => i64::from(max) - running.get(g).copied().unwrap_or(0),
             None => allowance,
         };
-        pick_fair(conn, steps, &p.queue, allowance, cursor, room)?
+        pick_fair(conn, steps, &p.queue, kinds, allowance, cursor, room)?
     } else {
         let ids = ids(
             conn,
             &steps[step::QUEUE_JOBS],
             named_params! {
-                ":queue": p.queue, ":limit": allowance,
+                ":queue": p.queue, ":kinds": kinds, ":limit": allowance,
             },
         )?;
         (ids, None)
@@ -362,6 +364,7 @@ fn pick_fair(
     conn: &Connection,
     steps: &[String],
     queue: &str,
+    kinds: Option<&str>,
     allowance: i64,
     cursor: Option<&str>,
     room: impl Fn(&str) -> i64,
@@ -416,7 +419,7 @@ fn pick_fair(
             conn,
             &steps[step::GROUP_JOBS],
             named_params! {
-                ":queue": queue, ":group_key": g, ":limit": limit,
+                ":queue": queue, ":group_key": g, ":kinds": kinds, ":limit": limit,
             },
         )?);
     }
@@ -432,7 +435,9 @@ fn pick_fair(
             }
         }
     }
-    Ok((picked, last.or_else(|| cursor.map(str::to_owned))))
+    // Nothing picked (the ring's jobs are all of kinds not asked for): the next claim
+    // starts after this ring, so that groups beyond it are reached.
+    Ok((picked, last.or_else(|| ring.last().cloned())))
 }
 
 /// Registers (or refreshes) periodic entries.
