@@ -266,16 +266,19 @@ impl Drop for Serve {
     }
 }
 
-/// Starts `hopper serve` (no auth, loopback) on `db`, and reads its stderr until it says
-/// where it listens.
+/// Starts `hopper serve` (no auth, loopback, its own node id) on `db`, and reads its stderr
+/// until it says where it listens.
 fn serve(db: &TestDatabase) -> anyhow::Result<Serve> {
     use std::io::{BufRead, BufReader};
+    let node = uuid::Uuid::now_v7().to_string();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hopper"))
         .args([
             "serve",
             "--listen",
             "tcp://127.0.0.1:0",
             "--insecure-no-auth",
+            "--node-id",
+            &node,
         ])
         .env("DATABASE_URL", db.url())
         .env("HOPPER_SCHEMA", db.schema())
@@ -319,5 +322,68 @@ async fn remote_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::
     };
     let samples = rounds(db.backend(), &args, Some(other)).await?;
     check("remote", &samples);
+    Ok(())
+}
+
+/// `hopper serve` killed with SIGKILL while its remote worker runs 4 jobs: another server's
+/// rescuer finds the killed server's liveness lock free and releases them, and its own
+/// remote worker runs them again. Ten kills; the median and the worst are printed.
+#[tokio::test]
+async fn serve_killed_its_jobs_run_again_within_two_seconds() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    let survivor = serve(&db)?;
+    let mut samples = Vec::new();
+    for round in 0..ROUNDS {
+        let queue = format!("serve{round}");
+        let jobs: Vec<NewJob> = (0..JOBS as u64)
+            .map(|n| NewJob::new("bench", serde_json::json!({ "n": n })).with_queue(&queue))
+            .collect();
+        client.insert_many(&jobs).await?;
+        let mut doomed = serve(&db)?;
+        let _worker = worker(
+            &["--database-url".to_owned(), doomed.endpoint.clone()],
+            &queue,
+        )?;
+        wait_until(&client, &queue, Duration::from_secs(20), |running| {
+            running == JOBS
+        })
+        .await?;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut workers = Workers::new();
+        workers.register(Rerun(tx));
+        let config = RuntimeConfig {
+            queues: vec![queue.clone()],
+            concurrency: JOBS,
+            ..RuntimeConfig::default()
+        };
+        let remote = RemoteBackend::connect(RemoteOptions::new(&survivor.endpoint)).await?;
+        let rerunner = Runtime::new(Arc::new(remote), workers, config)
+            .start()
+            .await?;
+
+        let killed = Instant::now();
+        doomed.child.kill()?; // SIGKILL
+        doomed.child.wait()?;
+        let mut last = killed;
+        for _ in 0..JOBS {
+            last = tokio::time::timeout(WORST_BOUND * 2, rx.recv())
+                .await
+                .map_err(|_| anyhow::anyhow!("round {round}: the jobs did not run again"))?
+                .ok_or_else(|| anyhow::anyhow!("the runtime stopped"))?;
+        }
+        samples.push(last - killed);
+        rerunner.shutdown().await;
+        wait_for_jobs(&client, &queue, |jobs| {
+            jobs.iter().all(|j| j.state == JobState::Completed)
+        })
+        .await?;
+        for job in round_jobs(&client, &queue).await? {
+            assert_eq!(job.attempt, 2, "{job:?}");
+            assert!(job.errors[0].error.contains("vanished"), "{:?}", job.errors);
+        }
+    }
+    samples.sort();
+    check("serve", &samples);
     Ok(())
 }

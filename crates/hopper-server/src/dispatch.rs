@@ -32,7 +32,8 @@ use crate::tasks;
 impl Core {
     /// Starts a claim if some queue with free worker credit may have jobs.
     pub(crate) fn dispatch(&mut self) {
-        if self.claiming {
+        // A fenced server may have been taken for vanished: it claims nothing for now.
+        if self.claiming || self.fenced.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
         let mut free: BTreeMap<&str, usize> = BTreeMap::new();
@@ -208,13 +209,16 @@ impl Core {
         }
         // Once per period: it reads every held order, and a timeout has two periods of grace.
         self.enforce_timeouts(now);
-        let node = tasks::node_info(&self.config, &self.peers);
-        let backend = self.backend.clone();
-        tokio::spawn(async move {
-            if let Err(e) = backend.node_heartbeat(&node).await {
-                tracing::warn!(error = %convert::detail(&e), "node heartbeat failed");
-            }
-        });
+        // A fenced server does not say it is alive: it may have been released.
+        if !self.fenced.load(std::sync::atomic::Ordering::Acquire) {
+            let node = tasks::node_info(&self.config, &self.peers);
+            let backend = self.backend.clone();
+            tokio::spawn(async move {
+                if let Err(e) = backend.node_heartbeat(&node).await {
+                    tracing::warn!(error = %convert::detail(&e), "node heartbeat failed");
+                }
+            });
+        }
         // Forget queues nobody serves any more.
         let served: HashMap<&str, ()> = self
             .peers

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -181,20 +182,25 @@ pub(crate) struct Core {
     pub poll_turn: usize,
     /// A second probe of the workers is due ([`Event::Reprobe`]).
     pub reprobing: bool,
+    /// The server lost its liveness lock and has not taken it again: no claims and no
+    /// node heartbeats (`liveness.rs`).
+    pub fenced: Arc<AtomicBool>,
 }
 
 pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
     let backend = config.backend.clone();
     let node_id = config.node_id;
-    backend
-        .node_heartbeat(&tasks::node_info(&config, &HashMap::new()))
-        .await?;
+    let stop = CancellationToken::new();
+    let fenced = Arc::new(AtomicBool::new(false));
+    let node = tasks::node_info(&config, &HashMap::new());
+    let hold = crate::liveness::start(&backend, node, fenced.clone(), &stop).await?;
+    // Should binding fail below, the lock's keeper stops and gives the lock back.
+    let stop_on_error = stop.clone().drop_guard();
     let bind_error = |reason: String| ServeError::Bind {
         endpoint: config.listen.clone(),
         reason,
     };
     crate::exposure::check(&config).map_err(bind_error)?;
-    let stop = CancellationToken::new();
     let (events_tx, events_rx) = mpsc::channel(4096);
     let (out_tx, out_rx) = mpsc::channel(4096);
     let settings = crate::transport::Settings {
@@ -230,6 +236,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         active: HashSet::new(),
         poll_turn: 0,
         reprobing: false,
+        fenced,
         config,
     };
     let health = Health::new();
@@ -272,6 +279,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         tokio::spawn(run(core, events_rx, stop.clone())),
     ];
     tasks.extend(bound.tasks);
+    stop_on_error.disarm();
     tracing::info!(%endpoint, node = %node_id, curve, "hopper server listening");
     Ok(ServerHandle {
         endpoint,
@@ -279,6 +287,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         stop,
         tasks,
         health,
+        hold,
     })
 }
 

@@ -142,6 +142,7 @@ queries!(
     migrate: 3,
     node_deregister: 1,
     node_heartbeat: 1,
+    node_let_go: 2,
     node_lock_paths: 1,
     node_release_dead: 2,
     queue_list: 1,
