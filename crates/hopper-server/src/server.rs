@@ -301,7 +301,8 @@ fn supervised<F, Fut>(
 ) -> tokio::task::JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    Fut: std::future::Future + Send + 'static,
+    Fut::Output: hopper::supervise::TaskEnd,
 {
     supervise(name, health, Policy::default(), stop.clone(), task)
 }

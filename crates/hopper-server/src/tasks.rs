@@ -233,12 +233,16 @@ pub(crate) async fn rescue(
 }
 
 /// Makes scheduled jobs available when due, sleeping until the next one (at most `poll`).
-pub(crate) async fn promote(backend: Arc<dyn Backend>, poll: Duration, stop: CancellationToken) {
+pub(crate) async fn promote(
+    backend: Arc<dyn Backend>,
+    poll: Duration,
+    stop: CancellationToken,
+) -> hopper_core::Result<()> {
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return Ok(()),
         }
         wait = match backend.job_promote_scheduled().await {
             Ok((_, Some(next))) => {
@@ -248,10 +252,14 @@ pub(crate) async fn promote(backend: Arc<dyn Backend>, poll: Duration, stop: Can
                 until.min(poll) + Duration::from_millis(1)
             }
             Ok((_, None)) => poll,
-            Err(e) => {
+            // The database is away: ride it out. Anything else (a missing table, a
+            // privilege revoked) fails again the same way: the supervisor counts it, and
+            // gives up (the process unhealthy) if it keeps failing.
+            Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, "promoting scheduled jobs failed");
                 poll
             }
+            Err(e) => return Err(e),
         };
     }
 }
