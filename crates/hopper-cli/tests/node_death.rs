@@ -110,50 +110,67 @@ async fn rounds(
             );
         }
         // The other node: serves the queue, runs its rescuer.
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut workers = Workers::new();
-        workers.register(Rerun(tx));
-        let config = RuntimeConfig {
-            queues: vec![queue.clone()],
-            concurrency: JOBS,
-            ..RuntimeConfig::default()
-        };
-        // A remote runtime says bye when it stops: each round connects anew.
         let other_backend: Arc<dyn Backend> = match &other.endpoint {
             Some(endpoint) => Arc::new(RemoteBackend::connect(RemoteOptions::new(endpoint)).await?),
             None => backend.clone(),
         };
-        let rerunner = Runtime::new(other_backend, workers, config).start().await?;
-
-        let killed = Instant::now();
-        child.kill().await?; // SIGKILL, then reaps it
-        let mut last = killed;
-        for _ in 0..JOBS {
-            last = tokio::time::timeout(WORST_BOUND * 2, rx.recv())
-                .await
-                .map_err(|_| anyhow::anyhow!("round {round}: the jobs did not run again"))?
-                .ok_or_else(|| anyhow::anyhow!("the runtime stopped"))?;
-        }
-        samples.push(last - killed);
-        rerunner.shutdown().await;
-
-        // A remote worker's outcomes are written after they are acknowledged.
-        wait_for_jobs(&client, &queue, |jobs| {
-            jobs.iter().all(|j| j.state == JobState::Completed)
-        })
-        .await?;
-        for job in round_jobs(&client, &queue).await? {
-            assert_eq!(job.attempt, 2, "{job:?}");
-            assert!(
-                job.errors[0].error.contains(other.reason),
-                "released as {:?}: {:?}",
-                other.reason,
-                job.errors
-            );
-        }
+        let kill = async {
+            child.kill().await?; // SIGKILL, then reaps it
+            Ok(())
+        };
+        let sample = rerun_after(&client, other_backend, &queue, other.reason, kill).await?;
+        samples.push(sample);
     }
     samples.sort();
     Ok(samples)
+}
+
+/// Starts a runtime on `other` that serves `queue` (a remote one says bye when it stops:
+/// each round connects anew), then `kill`s the node holding the round's jobs; answers how
+/// long after the kill the last of them started again there, once each job's history says
+/// `reason`.
+async fn rerun_after(
+    client: &Client,
+    other: Arc<dyn Backend>,
+    queue: &str,
+    reason: &str,
+    kill: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Duration> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut workers = Workers::new();
+    workers.register(Rerun(tx));
+    let config = RuntimeConfig {
+        queues: vec![queue.to_owned()],
+        concurrency: JOBS,
+        ..RuntimeConfig::default()
+    };
+    let rerunner = Runtime::new(other, workers, config).start().await?;
+
+    let killed = Instant::now();
+    kill.await?;
+    let mut last = killed;
+    for _ in 0..JOBS {
+        last = tokio::time::timeout(WORST_BOUND * 2, rx.recv())
+            .await
+            .map_err(|_| anyhow::anyhow!("{queue}: the jobs did not run again"))?
+            .ok_or_else(|| anyhow::anyhow!("the runtime stopped"))?;
+    }
+    rerunner.shutdown().await;
+
+    // A remote worker's outcomes are written after they are acknowledged.
+    wait_for_jobs(client, queue, |jobs| {
+        jobs.iter().all(|j| j.state == JobState::Completed)
+    })
+    .await?;
+    for job in round_jobs(client, queue).await? {
+        assert_eq!(job.attempt, 2, "{job:?}");
+        assert!(
+            job.errors[0].error.contains(reason),
+            "released as {reason:?}: {:?}",
+            job.errors
+        );
+    }
+    Ok(last - killed)
 }
 
 async fn round_jobs(client: &Client, queue: &str) -> hopper::Result<Vec<hopper::JobRecord>> {
@@ -349,39 +366,13 @@ async fn serve_killed_its_jobs_run_again_within_two_seconds() -> anyhow::Result<
             running == JOBS
         })
         .await?;
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut workers = Workers::new();
-        workers.register(Rerun(tx));
-        let config = RuntimeConfig {
-            queues: vec![queue.clone()],
-            concurrency: JOBS,
-            ..RuntimeConfig::default()
-        };
         let remote = RemoteBackend::connect(RemoteOptions::new(&survivor.endpoint)).await?;
-        let rerunner = Runtime::new(Arc::new(remote), workers, config)
-            .start()
-            .await?;
-
-        let killed = Instant::now();
-        doomed.child.kill()?; // SIGKILL
-        doomed.child.wait()?;
-        let mut last = killed;
-        for _ in 0..JOBS {
-            last = tokio::time::timeout(WORST_BOUND * 2, rx.recv())
-                .await
-                .map_err(|_| anyhow::anyhow!("round {round}: the jobs did not run again"))?
-                .ok_or_else(|| anyhow::anyhow!("the runtime stopped"))?;
-        }
-        samples.push(last - killed);
-        rerunner.shutdown().await;
-        wait_for_jobs(&client, &queue, |jobs| {
-            jobs.iter().all(|j| j.state == JobState::Completed)
-        })
-        .await?;
-        for job in round_jobs(&client, &queue).await? {
-            assert_eq!(job.attempt, 2, "{job:?}");
-            assert!(job.errors[0].error.contains("vanished"), "{:?}", job.errors);
-        }
+        let kill = async {
+            doomed.child.kill()?; // SIGKILL
+            doomed.child.wait()?;
+            Ok(())
+        };
+        samples.push(rerun_after(&client, Arc::new(remote), &queue, "vanished", kill).await?);
     }
     samples.sort();
     check("serve", &samples);
