@@ -3,22 +3,14 @@
 //! test's own schema, the promoter fails at each run, the supervisor gives up after its
 //! failure budget, `/health` answers 503 naming the task, and the process exits non-zero.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::Hopper;
 use hopper::testing::TestDatabase;
-
-/// Kills the child on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `GET /health` on `addr`: the status code and the body.
 fn health(addr: &str) -> anyhow::Result<(u16, String)> {
@@ -66,40 +58,27 @@ fn health_until(
 #[tokio::test]
 async fn a_task_that_keeps_failing_makes_serve_unhealthy_and_exit() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
-        .args([
+    let mut serve = Hopper::start(
+        &db,
+        "",
+        &[
             "serve",
             "--listen",
             "tcp://127.0.0.1:0",
             "--insecure-no-auth",
-        ])
-        .args(["--http", "127.0.0.1:0", "--http-open"])
-        .env("DATABASE_URL", db.url())
-        .env("HOPPER_SCHEMA", db.schema())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
-    let mut serve = Running(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let mut addr = String::new();
-    for line in lines.by_ref() {
-        if let Some(rest) = line?.split("HTTP API on http://").nth(1) {
-            addr = rest.split('/').next().unwrap_or_default().to_owned();
-            break;
-        }
-    }
-    anyhow::ensure!(!addr.is_empty(), "hopper serve printed no HTTP address");
-    let log = std::thread::spawn(move || {
-        lines
-            .map_while(Result::ok)
-            .filter(|l| l.contains("promoter"))
-            .collect::<Vec<_>>()
-    });
+            "--http",
+            "127.0.0.1:0",
+            "--http-open",
+        ],
+    )?;
+    let line = serve.line_with("HTTP API on http://", Duration::from_secs(30))?;
+    let addr = line
+        .split("HTTP API on http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(!addr.is_empty(), "no HTTP address in {line:?}");
 
     let (code, body) = health(&addr)?;
     assert_eq!(code, 200, "{body}");
@@ -124,18 +103,17 @@ async fn a_task_that_keeps_failing_makes_serve_unhealthy_and_exit() -> anyhow::R
 
     let start = Instant::now();
     let status = loop {
-        if let Some(status) = serve.0.try_wait()? {
+        if let Some(status) = serve.child.try_wait()? {
             break status;
         }
         anyhow::ensure!(start.elapsed() < Duration::from_secs(30), "never exited");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(!status.success(), "exits non-zero: {status:?}");
-    let said = log
-        .join()
-        .map_err(|_| anyhow::anyhow!("log reader panicked"))?;
+    let said = serve.rest();
     assert!(
-        said.iter().any(|l| l.contains("giving up")),
+        said.iter()
+            .any(|l| l.contains("giving up") && l.contains("promoter")),
         "the log says so: {said:?}"
     );
     Ok(())

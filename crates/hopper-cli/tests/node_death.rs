@@ -12,11 +12,14 @@
 //! server (heartbeat 5 s, so the silence sweep would take 15 s), and the server ends the
 //! killed worker's session when it finds its connection closed.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::Hopper;
 use hopper::testing::TestDatabase;
 use hopper::{
     Backend, Client, JobArgs, JobContext, JobError, JobListParams, JobState, NewJob, RemoteBackend,
@@ -272,60 +275,32 @@ async fn sqlite_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::
 
 /// A `hopper serve` child process on a free loopback port, killed on drop.
 struct Serve {
-    child: std::process::Child,
+    hopper: Hopper,
     endpoint: String,
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `hopper serve` (no auth, loopback, its own node id) on `db`, and reads its stderr
+/// Starts `hopper serve` (no auth, loopback, its own node id) on `db`, and reads its output
 /// until it says where it listens.
 fn serve(db: &TestDatabase) -> anyhow::Result<Serve> {
-    use std::io::{BufRead, BufReader};
     let node = uuid::Uuid::now_v7().to_string();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hopper"))
-        .args([
-            "serve",
-            "--listen",
-            "tcp://127.0.0.1:0",
-            "--insecure-no-auth",
-            "--node-id",
-            &node,
-        ])
-        .env("DATABASE_URL", db.url())
-        .env("HOPPER_SCHEMA", db.schema())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
-    let mut serving = Serve {
-        child,
-        endpoint: String::new(),
-    };
-    let mut lines = BufReader::new(stderr).lines();
-    for line in lines.by_ref() {
-        if let Some(rest) = line?.strip_prefix("hopper serve: listening on ") {
-            serving.endpoint = rest.split_whitespace().next().unwrap_or("").to_owned();
-            break;
-        }
-    }
-    anyhow::ensure!(
-        serving.endpoint.starts_with("tcp://"),
-        "hopper serve printed no endpoint"
-    );
-    // The rest of its stderr is passed on, so that a failure shows what the server said.
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
-    Ok(serving)
+    let args = [
+        "serve",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--insecure-no-auth",
+        "--node-id",
+        &node,
+    ];
+    let hopper = Hopper::start(db, "", &args)?;
+    let line = hopper.line_with("hopper serve: listening on ", Duration::from_secs(30))?;
+    let endpoint = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(endpoint.starts_with("tcp://"), "no endpoint in {line:?}");
+    Ok(Serve { hopper, endpoint })
 }
 
 #[tokio::test]
@@ -368,8 +343,8 @@ async fn serve_killed_its_jobs_run_again_within_two_seconds() -> anyhow::Result<
         .await?;
         let remote = RemoteBackend::connect(RemoteOptions::new(&survivor.endpoint)).await?;
         let kill = async {
-            doomed.child.kill()?; // SIGKILL
-            doomed.child.wait()?;
+            doomed.hopper.child.kill()?; // SIGKILL
+            doomed.hopper.child.wait()?;
             Ok(())
         };
         samples.push(rerun_after(&client, Arc::new(remote), &queue, "vanished", kill).await?);

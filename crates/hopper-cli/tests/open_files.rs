@@ -2,70 +2,22 @@
 //! when they start (each connection costs descriptors), and say so once. Both are started
 //! with a soft limit of 256, and their limit is read from /proc once they run.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::Duration;
 
+use common::Hopper;
 use hopper::testing::TestDatabase;
 
-/// Kills the child on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `hopper ARGS` with a soft open-files limit of 256 and reads its stderr until a
+/// Starts `hopper ARGS` with a soft open-files limit of 256 and reads its output until a
 /// line holds `ready`; answers the process and the line that logged the limit.
-fn start(db: &TestDatabase, args: &[&str], ready: &str) -> anyhow::Result<(Running, String)> {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -Sn 256 && exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_hopper"))
-        .args(args)
-        .env("DATABASE_URL", db.url())
-        .env("HOPPER_SCHEMA", db.schema())
-        .env("HOPPER_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stderr"))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let running = Running(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    for out in [
-        Box::new(stderr) as Box<dyn std::io::Read + Send>,
-        Box::new(stdout),
-    ] {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+fn start(db: &TestDatabase, args: &[&str], ready: &str) -> anyhow::Result<(Hopper, String)> {
+    let hopper = Hopper::start(db, "ulimit -Sn 256", args)?;
+    let logged = hopper.line_with("open files limit", Duration::from_secs(30))?;
+    if ready != "open files limit" {
+        hopper.line_with(ready, Duration::from_secs(30))?;
     }
-    let mut logged = String::new();
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .map_err(|_| anyhow::anyhow!("never ready; limit line: {logged:?}"))?;
-        if line.contains("open files limit") {
-            logged = line.clone();
-        }
-        if line.contains(ready) {
-            return Ok((running, logged));
-        }
-    }
+    Ok((hopper, logged))
 }
 
 /// The soft and hard "Max open files" of `pid`.
@@ -81,8 +33,8 @@ fn limits(pid: u32) -> anyhow::Result<(String, String)> {
     Ok((soft, hard))
 }
 
-fn check(what: &str, process: &Running, logged: &str) -> anyhow::Result<()> {
-    let (soft, hard) = limits(process.0.id())?;
+fn check(what: &str, process: &Hopper, logged: &str) -> anyhow::Result<()> {
+    let (soft, hard) = limits(process.child.id())?;
     assert_eq!(
         soft, hard,
         "{what}: the soft limit was raised to the hard one"
