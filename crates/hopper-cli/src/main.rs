@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod demo;
 mod http;
+mod open_files;
 mod outage;
 mod output;
 mod prune;

@@ -84,6 +84,7 @@ fn duration(what: &str, text: &str) -> anyhow::Result<Duration> {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::Result<()> {
+    crate::open_files::raise();
     let schema = pg.schema.clone();
     let schema = schema.as_str();
     let heartbeat = duration("heartbeat", &args.heartbeat)?;

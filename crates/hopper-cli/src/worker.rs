@@ -42,6 +42,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
     if args.concurrency == 0 {
         anyhow::bail!("--concurrency must be at least 1");
     }
+    crate::open_files::raise();
     let mut workers = Workers::new();
     workers.register(BenchWorker {
         work: Duration::from_millis(args.work_ms),

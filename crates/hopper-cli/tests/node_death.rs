@@ -7,17 +7,24 @@
 //! Each round: `hopper worker` (a separate process, concurrency 4) claims the round's 4
 //! jobs, each a sleep of a minute; a runtime in this test serves the same queue; the worker
 //! is killed; the time until this runtime has started all 4 again is one sample.
+//!
+//! The same through `hopper serve`: the worker and the other node are remote workers of one
+//! server (heartbeat 5 s, so the silence sweep would take 15 s), and the server ends the
+//! killed worker's session when it finds its connection closed.
+
+mod common;
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::Hopper;
 use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
-    Client, JobArgs, JobContext, JobError, JobListParams, JobState, NewJob, Runtime, RuntimeConfig,
-    SqliteBackend, SqliteOptions, Worker, Workers,
+    Client, JobArgs, JobContext, JobError, JobListParams, JobState, NewJob, RemoteBackend,
+    RemoteOptions, Runtime, RuntimeConfig, SqliteBackend, SqliteOptions, Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
@@ -67,9 +74,24 @@ fn worker(db_args: &[String], queue: &str) -> std::io::Result<Child> {
         .spawn()
 }
 
-/// Runs the rounds on `backend` (what `db_args` point the worker process at); the samples,
-/// sorted.
-async fn rounds(backend: Arc<dyn Backend>, db_args: &[String]) -> anyhow::Result<Vec<Duration>> {
+/// The other node's server, when it is a remote worker, and what the history of a re-run
+/// job says.
+struct Other {
+    endpoint: Option<String>,
+    reason: &'static str,
+}
+
+/// Runs the rounds on `backend` (what `db_args` point the worker process at, and the other
+/// node's too unless `other` says); the samples, sorted.
+async fn rounds(
+    backend: Arc<dyn Backend>,
+    db_args: &[String],
+    other: Option<Other>,
+) -> anyhow::Result<Vec<Duration>> {
+    let other = other.unwrap_or(Other {
+        endpoint: None,
+        reason: "vanished",
+    });
     let client = Client::new(backend.clone());
     let mut samples = Vec::new();
     for round in 0..ROUNDS {
@@ -92,42 +114,67 @@ async fn rounds(backend: Arc<dyn Backend>, db_args: &[String]) -> anyhow::Result
             );
         }
         // The other node: serves the queue, runs its rescuer.
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut workers = Workers::new();
-        workers.register(Rerun(tx));
-        let config = RuntimeConfig {
-            queues: vec![queue.clone()],
-            concurrency: JOBS,
-            ..RuntimeConfig::default()
+        let other_backend: Arc<dyn Backend> = match &other.endpoint {
+            Some(endpoint) => Arc::new(RemoteBackend::connect(RemoteOptions::new(endpoint)).await?),
+            None => backend.clone(),
         };
-        let other = Runtime::new(backend.clone(), workers, config)
-            .start()
-            .await?;
-
-        let killed = Instant::now();
-        child.kill().await?; // SIGKILL, then reaps it
-        let mut last = killed;
-        for _ in 0..JOBS {
-            last = tokio::time::timeout(WORST_BOUND * 2, rx.recv())
-                .await
-                .map_err(|_| anyhow::anyhow!("round {round}: the jobs did not run again"))?
-                .ok_or_else(|| anyhow::anyhow!("the runtime stopped"))?;
-        }
-        samples.push(last - killed);
-        other.shutdown().await;
-
-        for job in round_jobs(&client, &queue).await? {
-            assert_eq!(job.state, JobState::Completed, "{job:?}");
-            assert_eq!(job.attempt, 2, "{job:?}");
-            assert!(
-                job.errors[0].error.contains("vanished"),
-                "released as a vanished node's job: {:?}",
-                job.errors
-            );
-        }
+        let kill = async {
+            child.kill().await?; // SIGKILL, then reaps it
+            Ok(())
+        };
+        let sample = rerun_after(&client, other_backend, &queue, other.reason, kill).await?;
+        samples.push(sample);
     }
     samples.sort();
     Ok(samples)
+}
+
+/// Starts a runtime on `other` that serves `queue` (a remote one says bye when it stops:
+/// each round connects anew), then `kill`s the node holding the round's jobs; answers how
+/// long after the kill the last of them started again there, once each job's history says
+/// `reason`.
+async fn rerun_after(
+    client: &Client,
+    other: Arc<dyn Backend>,
+    queue: &str,
+    reason: &str,
+    kill: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Duration> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut workers = Workers::new();
+    workers.register(Rerun(tx));
+    let config = RuntimeConfig {
+        queues: vec![queue.to_owned()],
+        concurrency: JOBS,
+        ..RuntimeConfig::default()
+    };
+    let rerunner = Runtime::new(other, workers, config).start().await?;
+
+    let killed = Instant::now();
+    kill.await?;
+    let mut last = killed;
+    for _ in 0..JOBS {
+        last = tokio::time::timeout(WORST_BOUND * 2, rx.recv())
+            .await
+            .map_err(|_| anyhow::anyhow!("{queue}: the jobs did not run again"))?
+            .ok_or_else(|| anyhow::anyhow!("the runtime stopped"))?;
+    }
+    rerunner.shutdown().await;
+
+    // A remote worker's outcomes are written after they are acknowledged.
+    wait_for_jobs(client, queue, |jobs| {
+        jobs.iter().all(|j| j.state == JobState::Completed)
+    })
+    .await?;
+    for job in round_jobs(client, queue).await? {
+        assert_eq!(job.attempt, 2, "{job:?}");
+        assert!(
+            job.errors[0].error.contains(reason),
+            "released as {reason:?}: {:?}",
+            job.errors
+        );
+    }
+    Ok(last - killed)
 }
 
 async fn round_jobs(client: &Client, queue: &str) -> hopper::Result<Vec<hopper::JobRecord>> {
@@ -159,6 +206,23 @@ async fn wait_until(
     }
 }
 
+/// Waits (up to 10 s) until `done(the jobs of queue)`.
+async fn wait_for_jobs(
+    client: &Client,
+    queue: &str,
+    done: impl Fn(&[hopper::JobRecord]) -> bool,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let jobs = round_jobs(client, queue).await?;
+        if done(&jobs) {
+            return Ok(());
+        }
+        anyhow::ensure!(start.elapsed() < Duration::from_secs(10), "{jobs:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn check(backend: &str, samples: &[Duration]) {
     let median = samples[samples.len() / 2];
     let worst = samples[samples.len() - 1];
@@ -180,7 +244,7 @@ async fn postgres_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow
         "--schema".to_owned(),
         db.schema().to_owned(),
     ];
-    let samples = rounds(db.backend(), &args).await?;
+    let samples = rounds(db.backend(), &args, None).await?;
     check("postgres", &samples);
     Ok(())
 }
@@ -205,7 +269,88 @@ async fn sqlite_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::
         "--database-url".to_owned(),
         format!("sqlite://{}", path.display()),
     ];
-    let samples = rounds(Arc::new(backend), &args).await?;
+    let samples = rounds(Arc::new(backend), &args, None).await?;
     check("sqlite", &samples);
+    Ok(())
+}
+
+/// A `hopper serve` child process on a free loopback port, killed on drop.
+struct Serve {
+    hopper: Hopper,
+    endpoint: String,
+}
+
+/// Starts `hopper serve` (no auth, loopback, its own node id) on `db`, and reads its output
+/// until it says where it listens.
+fn serve(db: &TestDatabase) -> anyhow::Result<Serve> {
+    let node = uuid::Uuid::now_v7().to_string();
+    let args = [
+        "serve",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--insecure-no-auth",
+        "--node-id",
+        &node,
+    ];
+    let hopper = Hopper::start(db, "", &args)?;
+    let line = hopper.line_with("hopper serve: listening on ", Duration::from_secs(30))?;
+    let endpoint = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(endpoint.starts_with("tcp://"), "no endpoint in {line:?}");
+    Ok(Serve { hopper, endpoint })
+}
+
+#[tokio::test]
+async fn remote_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = serve(&db)?;
+    let args = vec!["--database-url".to_owned(), server.endpoint.clone()];
+    let other = Other {
+        endpoint: Some(server.endpoint.clone()),
+        reason: "connection closed",
+    };
+    let samples = rounds(db.backend(), &args, Some(other)).await?;
+    check("remote", &samples);
+    Ok(())
+}
+
+/// `hopper serve` killed with SIGKILL while its remote worker runs 4 jobs: another server's
+/// rescuer finds the killed server's liveness lock free and releases them, and its own
+/// remote worker runs them again. Ten kills; the median and the worst are printed.
+#[tokio::test]
+async fn serve_killed_its_jobs_run_again_within_two_seconds() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    let survivor = serve(&db)?;
+    let mut samples = Vec::new();
+    for round in 0..ROUNDS {
+        let queue = format!("serve{round}");
+        let jobs: Vec<NewJob> = (0..JOBS as u64)
+            .map(|n| NewJob::new("bench", serde_json::json!({ "n": n })).with_queue(&queue))
+            .collect();
+        client.insert_many(&jobs).await?;
+        let mut doomed = serve(&db)?;
+        let _worker = worker(
+            &["--database-url".to_owned(), doomed.endpoint.clone()],
+            &queue,
+        )?;
+        wait_until(&client, &queue, Duration::from_secs(20), |running| {
+            running == JOBS
+        })
+        .await?;
+        let remote = RemoteBackend::connect(RemoteOptions::new(&survivor.endpoint)).await?;
+        let kill = async {
+            doomed.hopper.child.kill()?; // SIGKILL
+            doomed.hopper.child.wait()?;
+            Ok(())
+        };
+        samples.push(rerun_after(&client, Arc::new(remote), &queue, "vanished", kill).await?);
+    }
+    samples.sort();
+    check("serve", &samples);
     Ok(())
 }

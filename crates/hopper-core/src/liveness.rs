@@ -82,4 +82,15 @@ pub trait NodeLiveness: Send + Sync {
     /// Releases every running job of registered holders whose lock is free (a failed
     /// attempt each, the reason recorded) and forgets those nodes. Returns how many jobs.
     async fn node_release_vanished(&self) -> Result<u64>;
+
+    /// Keeps `node` registered, but no longer as the holder of a liveness lock, so that the
+    /// lock it gives back next does not make it vanished: for a node that stops on purpose
+    /// while its running jobs are to be taken up by its successor under the same id
+    /// (`hopper serve`). Such a node is found dead, if no successor comes, by its silent
+    /// heartbeat. Call it while still holding the lock. The default does nothing (the
+    /// node's jobs are then released as a vanished node's once the lock is given back).
+    async fn node_let_go(&self, node: crate::NodeId) -> Result<()> {
+        let _ = node;
+        Ok(())
+    }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
-use hopper_core::{Error, NodeHold, NodeInfo, NodeLiveness, Result};
+use hopper_core::{Error, NodeHold, NodeId, NodeInfo, NodeLiveness, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
@@ -116,6 +116,15 @@ impl NodeLiveness for PgBackend {
 
     async fn node_release_vanished(&self) -> Result<u64> {
         self.release_dead(None).await
+    }
+
+    async fn node_let_go(&self, node: NodeId) -> Result<()> {
+        let client = self.client().await?;
+        self.text(&self.inner.queries.node_let_go)
+            .execute(&**client, &[&node])
+            .await
+            .map_err(map_pg)?;
+        Ok(())
     }
 }
 

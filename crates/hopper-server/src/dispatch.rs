@@ -21,7 +21,7 @@ use hopper_protocol::{Order, Reply};
 use tokio::time::Instant;
 
 use crate::convert;
-use crate::server::{Core, Event, Held, PeerId, hex};
+use crate::server::{Core, Event, Held, PeerId, REPROBE_AFTER, hex};
 use hopper_core::log_limit::capped;
 
 /// Most jobs in one `orders` push: each job's arguments may be up to 1 MiB, so a push
@@ -32,7 +32,8 @@ use crate::tasks;
 impl Core {
     /// Starts a claim if some queue with free worker credit may have jobs.
     pub(crate) fn dispatch(&mut self) {
-        if self.claiming {
+        // A fenced server may have been taken for vanished: it claims nothing for now.
+        if self.claiming || self.fenced.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
         let mut free: BTreeMap<&str, usize> = BTreeMap::new();
@@ -191,7 +192,7 @@ impl Core {
             .map(|(id, _)| id.clone())
             .collect();
         for id in silent {
-            self.drop_peer(&id, now);
+            self.drop_peer(&id, now, Gone::Silent);
         }
         // Listed while no claim is under way (and none starts until the list is back), so
         // every running job of this node the list shows is either seen or inherited.
@@ -205,13 +206,16 @@ impl Core {
         }
         // Once per period: it reads every held order, and a timeout has two periods of grace.
         self.enforce_timeouts(now);
-        let node = tasks::node_info(&self.config, &self.peers);
-        let backend = self.backend.clone();
-        tokio::spawn(async move {
-            if let Err(e) = backend.node_heartbeat(&node).await {
-                tracing::warn!(error = %convert::detail(&e), "node heartbeat failed");
-            }
-        });
+        // A fenced server does not say it is alive: it may have been released.
+        if !self.fenced.load(std::sync::atomic::Ordering::Acquire) {
+            let node = tasks::node_info(&self.config, &self.peers);
+            let backend = self.backend.clone();
+            tokio::spawn(async move {
+                if let Err(e) = backend.node_heartbeat(&node).await {
+                    tracing::warn!(error = %convert::detail(&e), "node heartbeat failed");
+                }
+            });
+        }
         // Forget queues nobody serves any more.
         let served: HashMap<&str, ()> = self
             .peers
@@ -222,11 +226,41 @@ impl Core {
         self.active.retain(|q| served.contains_key(q.as_str()));
     }
 
+    /// A connection closed: probes every worker now, and again after [`REPROBE_AFTER`]
+    /// (one second probe covers every close until then).
+    pub(crate) fn on_connection_closed(&mut self) {
+        if self.reprobing {
+            return;
+        }
+        self.probe_workers();
+        self.reprobing = true;
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(REPROBE_AFTER).await;
+            let _ = events.send(Event::Reprobe).await;
+        });
+    }
+
+    /// Sends every worker a message it ignores (a `heartbeat_ack` for no request, with
+    /// nothing lost): the transport answers [`Event::PeerGone`] for each whose connection
+    /// is gone. Clients hold no orders and are left to the silence sweep.
+    pub(crate) fn probe_workers(&self) {
+        for (id, p) in &self.peers {
+            if p.role == hopper_protocol::Role::Worker {
+                let probe = Reply::HeartbeatAck {
+                    req: 0,
+                    lost: Vec::new(),
+                };
+                self.reply(id, probe);
+            }
+        }
+    }
+
     /// Ends a peer's session: it went silent, or its connection closed. The orders it held
     /// are taken back at once: released without counting the attempt when it said `bye`
     /// (it left on purpose), failed and retried at once otherwise (its worker vanished
     /// mid-run: the attempt counts).
-    pub(crate) fn drop_peer(&mut self, id: &PeerId, now: Instant) {
+    pub(crate) fn drop_peer(&mut self, id: &PeerId, now: Instant, why: Gone) {
         let Some(p) = self.peers.remove(id) else {
             return;
         };
@@ -236,6 +270,8 @@ impl Core {
             tracing::info!(peer = %hex(id), %name, jobs = p.held.len(), "peer left after bye");
         } else if p.role != hopper_protocol::Role::Worker && p.held.is_empty() {
             tracing::info!(peer = %hex(id), %name, ?silence, "idle client's session ended");
+        } else if why == Gone::Closed {
+            tracing::warn!(peer = %hex(id), %name, jobs = p.held.len(), "peer's connection closed; dropped");
         } else {
             tracing::warn!(peer = %hex(id), %name, jobs = p.held.len(), ?silence, "peer went silent; dropped");
         }
@@ -247,11 +283,16 @@ impl Core {
             let outcome = if p.leaving {
                 Outcome::Released
             } else {
-                let error = format!(
-                    "worker {} went silent ({} ms without a message); retrying elsewhere",
-                    p.name,
-                    silence.as_millis()
-                );
+                let error = match why {
+                    Gone::Silent => format!(
+                        "worker {} went silent ({} ms without a message); retrying elsewhere",
+                        p.name,
+                        silence.as_millis()
+                    ),
+                    Gone::Closed => {
+                        format!("worker {}'s connection closed; retrying elsewhere", p.name)
+                    }
+                };
                 Outcome::Retry {
                     error,
                     retry_in: std::time::Duration::ZERO,
@@ -399,4 +440,13 @@ impl Core {
             });
         }
     }
+}
+
+/// Why a peer's session ends without a `bye`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// Nothing heard for three heartbeat periods.
+    Silent,
+    /// Its connection closed (a message to it found no connection).
+    Closed,
 }

@@ -31,6 +31,7 @@ mod convert;
 mod dispatch;
 mod exposure;
 mod keys;
+mod liveness;
 mod server;
 mod tasks;
 mod transport;
@@ -186,6 +187,8 @@ pub struct ServerHandle {
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     health: hopper::Health,
+    /// The node's liveness lock, where the backend offers one.
+    hold: Option<liveness::Hold>,
 }
 
 impl ServerHandle {
@@ -200,20 +203,30 @@ impl ServerHandle {
     }
 
     /// Stops serving. Workers' leases stay in the database under this node id: a server
-    /// started again with the same node id within the node timeout carries on with them.
+    /// started again with the same node id within the node timeout carries on with them
+    /// (the node lets go of its liveness lock's registration before it gives the lock
+    /// back, so other nodes do not take it for vanished).
     pub async fn shutdown(mut self) {
         self.stop.cancel();
         for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
         }
+        if let Some(hold) = self.hold.take() {
+            hold.release().await;
+        }
         tracing::info!(endpoint = %self.endpoint, "server stopped");
     }
 
-    /// Stops at once, as a crash would (for fault tests): nothing is flushed.
+    /// Stops at once, as a crash would (for fault tests): nothing is flushed, and the
+    /// liveness lock is given back as a dead process's is, so other nodes release the
+    /// server's jobs.
     pub fn abort(self) {
         self.stop.cancel();
         for task in &self.tasks {
             task.abort();
+        }
+        if let Some(hold) = &self.hold {
+            hold.abort();
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +23,7 @@ use uuid::Uuid;
 
 use crate::auth::Access;
 use crate::convert::{self, error_code};
+use crate::dispatch::Gone;
 use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
 
@@ -67,7 +69,18 @@ pub(crate) enum Event {
     /// These outcomes were written (or failed for good): a later outcome for the same lease
     /// goes to the database, which says whether it still holds.
     Written(Vec<Lease>),
+    /// A connection closed; the transport cannot say whose (see `transport.rs`).
+    ConnectionClosed,
+    /// The probe that follows [`Event::ConnectionClosed`] by [`REPROBE_AFTER`].
+    Reprobe,
+    /// A message to this peer found its connection gone.
+    PeerGone(PeerId),
 }
+
+/// How long after a closed connection the workers are probed a second time: libzmq may
+/// tell of the close a moment before the ROUTER forgets the routing id, and closes that
+/// follow within this time are covered by the same probe.
+pub(crate) const REPROBE_AFTER: Duration = Duration::from_millis(100);
 
 /// An order a worker holds.
 #[derive(Debug, Clone, Copy)]
@@ -168,20 +181,27 @@ pub(crate) struct Core {
     /// The next queue the poll tick re-checks as a safety net, one per tick, whatever
     /// number of queues is served (the idle cost does not grow with it).
     pub poll_turn: usize,
+    /// A second probe of the workers is due ([`Event::Reprobe`]).
+    pub reprobing: bool,
+    /// The server lost its liveness lock and has not taken it again: no claims and no
+    /// node heartbeats (`liveness.rs`).
+    pub fenced: Arc<AtomicBool>,
 }
 
 pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
     let backend = config.backend.clone();
     let node_id = config.node_id;
-    backend
-        .node_heartbeat(&tasks::node_info(&config, &HashMap::new()))
-        .await?;
+    let stop = CancellationToken::new();
+    let fenced = Arc::new(AtomicBool::new(false));
+    let node = tasks::node_info(&config, &HashMap::new());
+    let hold = crate::liveness::start(&backend, node, fenced.clone(), &stop).await?;
+    // Should binding fail below, the lock's keeper stops and gives the lock back.
+    let stop_on_error = stop.clone().drop_guard();
     let bind_error = |reason: String| ServeError::Bind {
         endpoint: config.listen.clone(),
         reason,
     };
     crate::exposure::check(&config).map_err(bind_error)?;
-    let stop = CancellationToken::new();
     let (events_tx, events_rx) = mpsc::channel(4096);
     let (out_tx, out_rx) = mpsc::channel(4096);
     let settings = crate::transport::Settings {
@@ -216,6 +236,8 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         active: HashSet::new(),
         poll_turn: 0,
+        reprobing: false,
+        fenced,
         config,
     };
     let health = Health::new();
@@ -258,6 +280,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         tokio::spawn(run(core, events_rx, stop.clone())),
     ];
     tasks.extend(bound.tasks);
+    stop_on_error.disarm();
     tracing::info!(%endpoint, node = %node_id, curve, "hopper server listening");
     Ok(ServerHandle {
         endpoint,
@@ -265,6 +288,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         stop,
         tasks,
         health,
+        hold,
     })
 }
 
@@ -278,7 +302,8 @@ fn supervised<F, Fut>(
 ) -> tokio::task::JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
+    Fut: std::future::Future + Send + 'static,
+    Fut::Output: hopper::supervise::TaskEnd,
 {
     supervise(name, health, Policy::default(), stop.clone(), task)
 }
@@ -327,6 +352,16 @@ impl Core {
             Event::Written(leases) => {
                 for lease in leases {
                     self.writing.remove(&(lease.job_id, lease.attempt));
+                }
+            }
+            Event::ConnectionClosed => self.on_connection_closed(),
+            Event::Reprobe => {
+                self.reprobing = false;
+                self.probe_workers();
+            }
+            Event::PeerGone(peer) => {
+                if self.peers.contains_key(&peer) {
+                    self.drop_peer(&peer, Instant::now(), Gone::Closed);
                 }
             }
             Event::Wakeup(Wakeup::Resync) => {

@@ -245,19 +245,23 @@ pub(crate) async fn rescue(
 }
 
 /// Makes scheduled jobs available when due, sleeping until the next one (at most `poll`).
-pub(crate) async fn promote(backend: Arc<dyn Backend>, poll: Duration, stop: CancellationToken) {
+pub(crate) async fn promote(
+    backend: Arc<dyn Backend>,
+    poll: Duration,
+    stop: CancellationToken,
+) -> hopper_core::Result<()> {
     let Some(store) = backend.maintenance() else {
         tracing::warn!(
             backend = backend.name(),
             "this backend does no maintenance; nothing promotes scheduled jobs"
         );
-        return;
+        return Ok(());
     };
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return Ok(()),
         }
         wait = match store.job_promote_scheduled().await {
             Ok(JobPromoteOutcome {
@@ -270,10 +274,14 @@ pub(crate) async fn promote(backend: Arc<dyn Backend>, poll: Duration, stop: Can
                 until.min(poll) + Duration::from_millis(1)
             }
             Ok(JobPromoteOutcome { next_due: None, .. }) => poll,
-            Err(e) => {
+            // The database is away: ride it out. Anything else (a missing table, a
+            // privilege revoked) fails again the same way: the supervisor counts it, and
+            // gives up (the process unhealthy) if it keeps failing.
+            Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, "promoting scheduled jobs failed");
                 poll
             }
+            Err(e) => return Err(e),
         };
     }
 }

@@ -14,6 +14,15 @@
 //! - the socket monitor, an inproc PAIR: accepted and closed connections (the count the cap
 //!   is checked against) and failed handshakes (logged, rate-limited).
 //!
+//! **Which peer's connection closed.** A monitor event names a file descriptor and the
+//! listening endpoint, never the ROUTER routing id of the peer, and libzmq's safe API gives
+//! no way to learn the descriptor a message came from. So a closed connection is told to
+//! the loop as [`Event::ConnectionClosed`], and the loop sends its workers a probe (an
+//! unsolicited `heartbeat_ack` with nothing lost, which every peer ignores). With
+//! `ZMQ_ROUTER_MANDATORY`, a message to a routing id whose connection is gone fails with
+//! `EHOSTUNREACH` at once: that is reported as [`Event::PeerGone`], for probes and orders
+//! alike, and the loop ends that peer's session.
+//!
 //! What libzmq does for us: `ZMQ_MAXMSGSIZE` closes a connection whose frame announces
 //! more than the limit before anything is allocated for it; `ZMQ_HANDSHAKE_IVL` closes
 //! connections that do not complete their handshake in time; ZMTP heartbeats and TCP
@@ -143,6 +152,7 @@ pub(crate) fn start(
         events,
         gate: gate::Gate::new(settings.max_connections),
         drops: gate::Throttle::default(),
+        closed: false,
     };
     let io_stop = stop.clone();
     let tasks = vec![
@@ -189,6 +199,8 @@ struct IoThread {
     events: mpsc::Sender<Event>,
     gate: gate::Gate,
     drops: gate::Throttle,
+    /// A connection closed and the loop has not been told yet (its queue was full).
+    closed: bool,
 }
 
 impl IoThread {
@@ -209,8 +221,15 @@ impl IoThread {
             let ready = items.map(|i| i.is_readable());
             if ready[3] {
                 while let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) {
-                    self.gate.on_monitor(&frames);
+                    self.closed |= self.gate.on_monitor(&frames);
                 }
+            }
+            // One event however many closed: the loop probes every worker for each.
+            if self.closed {
+                self.closed = matches!(
+                    self.events.try_send(Event::ConnectionClosed),
+                    Err(mpsc::error::TrySendError::Full(_))
+                );
             }
             if ready[2] {
                 while let Ok(request) = self.zap.recv_multipart(zmq::DONTWAIT) {
@@ -264,11 +283,14 @@ impl IoThread {
             let Ok(message) = self.inbox.recv_multipart(zmq::DONTWAIT) else {
                 return;
             };
-            let peer = message.first().map(|p| hex(p)).unwrap_or_default();
+            let id = message.first().cloned().unwrap_or_default();
+            let peer = hex(&id);
             match self.router.send_multipart(message, zmq::DONTWAIT) {
                 Ok(()) => {}
                 Err(zmq::Error::EHOSTUNREACH) => {
                     tracing::debug!(%peer, "a reply to a peer that is gone was dropped");
+                    // If the loop is behind, its silence sweep finds the peer instead.
+                    let _ = self.events.try_send(Event::PeerGone(Bytes::from(id)));
                 }
                 Err(e) => {
                     if let Some(more) = self.drops.allow("send") {

@@ -23,8 +23,9 @@ use rusqlite::{OptionalExtension, named_params};
 
 use crate::error::map_sqlite;
 use crate::outcome::finish_one;
-use crate::query::{claimed_job, get, records};
-use crate::rows::{col, delay_us, micros, rfc3339};
+use crate::poison::{self, Decoded, Poisoned};
+use crate::query::{claimed_job, get, get_decoded, records};
+use crate::rows::{self, col, delay_us, micros, rfc3339};
 use crate::{SqliteBackend, migrate, scheduling, wake};
 
 impl SqliteBackend {
@@ -93,6 +94,120 @@ impl SqliteBackend {
             .await
     }
 
+    /// Answers the rows a read decoded, in order: the ones that could not be read are moved
+    /// to `failed` (`poison.rs`) and read again; one that still cannot be read is left
+    /// out, with an error logged.
+    async fn readable(&self, decoded: Vec<Decoded<JobRecord>>) -> Result<Vec<JobRecord>> {
+        let poisoned: Vec<Poisoned> = decoded
+            .iter()
+            .filter_map(|d| d.as_ref().err().cloned())
+            .collect();
+        if poisoned.is_empty() {
+            return Ok(decoded.into_iter().filter_map(|d| d.ok()).collect());
+        }
+        let inner = self.inner.clone();
+        let now = self.now();
+        let again = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                poison::quarantine(tx, &inner.queries, &poisoned, micros(now), &rfc3339(now))?;
+                poisoned
+                    .iter()
+                    .map(|p| match rows::uuid(&p.id) {
+                        Ok(id) => get_decoded(tx, &inner.queries, id),
+                        Err(_) => Ok(None),
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .await?;
+        let mut again = again.into_iter();
+        let mut jobs = Vec::with_capacity(decoded.len());
+        for d in decoded {
+            match d {
+                Ok(job) => jobs.push(job),
+                Err(p) => match again.next().flatten() {
+                    Some(Ok(job)) => jobs.push(job),
+                    Some(Err(_)) | None => {
+                        tracing::error!(job = %p.id, "a failed job's row still cannot be read; left out");
+                    }
+                },
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// Claims from one queue (`job_claim`), only jobs of `kinds` (a JSON array) if given
+    /// (`job_claim_kinds.sql`).
+    async fn claim(&self, params: &ClaimParams, kinds: Option<String>) -> Result<Vec<ClaimedJob>> {
+        if params.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.clone();
+        let now = micros(self.now());
+        let params = params.clone();
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                // A queue with settings (paused, grouped, limited) takes the controlled
+                // claim; every other queue the plain one. The settings row is read inside
+                // this transaction: a primary-key probe, always current, no cache.
+                if let Some(queue) = scheduling::settings(tx, &inner.queries, Some(&params.queue))?
+                    .into_iter()
+                    .next()
+                    .filter(|s| !s.settings.is_plain())
+                {
+                    let cursor = inner.cursor(&params.queue);
+                    let (claimed, cursor) = scheduling::claim(
+                        tx,
+                        &inner.queries,
+                        &params,
+                        &queue,
+                        now,
+                        cursor.as_deref(),
+                        kinds.as_deref(),
+                    )?;
+                    inner.set_cursor(&params.queue, cursor);
+                    return readable_claims(tx, &inner.queries, claimed, now);
+                }
+                let sql = match kinds {
+                    Some(_) => &inner.queries.job_claim_kinds[0],
+                    None => &inner.queries.job_claim[0],
+                };
+                let mut statement = tx.prepare_cached(sql).map_err(map_sqlite)?;
+                let node = params.node.hyphenated().to_string();
+                let (limit, lease_us) = (i64::from(params.limit), delay_us(params.lease));
+                let mut found = match &kinds {
+                    Some(kinds) => statement.query(named_params! {
+                        ":queue": params.queue, ":node": node, ":limit": limit,
+                        ":lease_us": lease_us, ":now": now, ":kinds": kinds,
+                    }),
+                    None => statement.query(named_params! {
+                        ":queue": params.queue, ":node": node, ":limit": limit,
+                        ":lease_us": lease_us, ":now": now,
+                    }),
+                }
+                .map_err(map_sqlite)?;
+                let mut decoded = Vec::new();
+                while let Some(row) = found.next().map_err(map_sqlite)? {
+                    decoded.push(poison::decode(row, 0, claimed_job)?);
+                }
+                drop(found);
+                drop(statement);
+                let mut claimed = readable_claims(tx, &inner.queries, decoded, now)?;
+                // RETURNING gives no order; hand jobs out in the order they were picked.
+                claimed.sort_by(|a, b| {
+                    (a.priority, a.run_at, a.lease.job_id).cmp(&(
+                        b.priority,
+                        b.run_at,
+                        b.lease.job_id,
+                    ))
+                });
+                Ok(claimed)
+            })
+            .await
+    }
+
     /// Sends a wake-up to this process's subscribers.
     fn wake(&self, wakeup: Wakeup) {
         wake::send(&self.inner.wake, wakeup);
@@ -133,16 +248,22 @@ impl Backend for SqliteBackend {
     async fn job_get(&self, params: &JobGetParams) -> Result<Option<JobRecord>> {
         let id = params.id;
         let inner = self.inner.clone();
-        self.inner
+        let found = self
+            .inner
             .pool
-            .read(move |conn| get(conn, &inner.queries, id))
-            .await
+            .read(move |conn| get_decoded(conn, &inner.queries, id))
+            .await?;
+        match found {
+            None => Ok(None),
+            Some(job) => Ok(self.readable(vec![job]).await?.pop()),
+        }
     }
 
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
         let inner = self.inner.clone();
         let params = params.clone();
-        self.inner
+        let decoded = self
+            .inner
             .pool
             .read(move |conn| {
                 records(
@@ -158,66 +279,17 @@ impl Backend for SqliteBackend {
                     },
                 )
             })
-            .await
+            .await?;
+        self.readable(decoded).await
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
-        if params.limit == 0 {
-            return Ok(Vec::new());
-        }
-        let inner = self.inner.clone();
-        let now = micros(self.now());
-        let params = params.clone();
-        self.inner
-            .pool
-            .write_tx(move |tx| {
-                // A queue with settings (paused, grouped, limited) takes the controlled
-                // claim; every other queue the plain one. The settings row is read inside
-                // this transaction: a primary-key probe, always current, no cache.
-                if let Some(queue) = scheduling::settings(tx, &inner.queries, Some(&params.queue))?
-                    .into_iter()
-                    .next()
-                    .filter(|s| !s.settings.is_plain())
-                {
-                    let cursor = inner.cursor(&params.queue);
-                    let (claimed, cursor) = scheduling::claim(
-                        tx,
-                        &inner.queries,
-                        &params,
-                        &queue,
-                        now,
-                        cursor.as_deref(),
-                    )?;
-                    inner.set_cursor(&params.queue, cursor);
-                    return Ok(claimed);
-                }
-                let mut statement = tx
-                    .prepare_cached(&inner.queries.job_claim[0])
-                    .map_err(map_sqlite)?;
-                let mut found = statement
-                    .query(named_params! {
-                        ":queue": params.queue,
-                        ":node": params.node.hyphenated().to_string(),
-                        ":limit": i64::from(params.limit),
-                        ":lease_us": delay_us(params.lease),
-                        ":now": now,
-                    })
-                    .map_err(map_sqlite)?;
-                let mut claimed = Vec::new();
-                while let Some(row) = found.next().map_err(map_sqlite)? {
-                    claimed.push(claimed_job(row)?);
-                }
-                // RETURNING gives no order; hand jobs out in the order they were picked.
-                claimed.sort_by(|a, b| {
-                    (a.priority, a.run_at, a.lease.job_id).cmp(&(
-                        b.priority,
-                        b.run_at,
-                        b.lease.job_id,
-                    ))
-                });
-                Ok(claimed)
-            })
-            .await
+        let kinds = params
+            .kinds
+            .as_deref()
+            .map(serde_json::to_string)
+            .transpose()?;
+        self.claim(params, kinds).await
     }
 
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>> {
@@ -403,7 +475,8 @@ impl Backend for SqliteBackend {
     async fn job_search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
         let inner = self.inner.clone();
         let params = params.clone();
-        self.inner
+        let decoded = self
+            .inner
             .pool
             .read(move |conn| {
                 let list = &params.list;
@@ -422,7 +495,8 @@ impl Backend for SqliteBackend {
                     },
                 )
             })
-            .await
+            .await?;
+        self.readable(decoded).await
     }
 
     async fn job_delete(&self, params: &JobDeleteParams) -> Result<()> {
@@ -517,4 +591,22 @@ impl Backend for SqliteBackend {
     async fn subscribe(&self) -> Result<WakeupStream> {
         Ok(wake::subscribe(&self.inner.wake))
     }
+}
+
+/// The jobs a claim could read; the others are moved to `failed` in the claim's own
+/// transaction (`poison.rs`), so that they neither block the queue nor stay `running`.
+fn readable_claims(
+    tx: &rusqlite::Connection,
+    q: &crate::sql::Queries,
+    decoded: Vec<Decoded<ClaimedJob>>,
+    now: i64,
+) -> Result<Vec<ClaimedJob>> {
+    let (claimed, poisoned): (Vec<_>, Vec<_>) = decoded.into_iter().partition(|d| d.is_ok());
+    let claimed: Vec<ClaimedJob> = claimed.into_iter().filter_map(|d| d.ok()).collect();
+    let poisoned: Vec<Poisoned> = poisoned.into_iter().filter_map(|d| d.err()).collect();
+    if !poisoned.is_empty() {
+        let at = rows::time(now).map(rfc3339).unwrap_or_default();
+        poison::quarantine(tx, q, &poisoned, now, &at)?;
+    }
+    Ok(claimed)
 }

@@ -13,7 +13,7 @@ use crate::error::map_sqlite;
 use crate::minute_stats::{self, Finished};
 use crate::outcome::released_rows;
 use crate::rows::{self, col, delay_us, micros, rfc3339};
-use crate::{SqliteBackend, scheduling};
+use crate::{SqliteBackend, poison, scheduling};
 
 /// Rows a promotion batch takes at most (`LIMIT` in `job_promote_scheduled.sql`).
 const PROMOTE_BATCH: usize = 1000;
@@ -21,7 +21,8 @@ const PROMOTE_BATCH: usize = 1000;
 #[async_trait]
 impl MaintenanceStore for SqliteBackend {
     async fn job_promote_scheduled(&self) -> Result<JobPromoteOutcome> {
-        let now = micros(self.now());
+        let now_at = self.now();
+        let now = micros(now_at);
         let mut total = 0u64;
         loop {
             let inner = self.inner.clone();
@@ -43,10 +44,21 @@ impl MaintenanceStore for SqliteBackend {
                             queues.push(queue);
                         }
                     }
-                    let next: Option<i64> = tx
-                        .prepare_cached(&q[1])
-                        .and_then(|mut s| s.query_row(named_params! { ":now": now }, |r| r.get(0)))
-                        .map_err(map_sqlite)?;
+                    drop(rows);
+                    let next_due = || -> Result<Option<i64>> {
+                        tx.prepare_cached(&q[1])
+                            .and_then(|mut s| {
+                                s.query_row(named_params! { ":now": now }, |r| r.get(0))
+                            })
+                            .map_err(map_sqlite)
+                    };
+                    let mut next = next_due()?;
+                    if next.is_some_and(|us| !poison::readable_instant(us)) {
+                        // A run_at beyond what hopper reads: fail such jobs, and go on.
+                        let text = rfc3339(now_at);
+                        poison::quarantine_unreadable_scheduled(tx, &inner.queries, now, &text)?;
+                        next = next_due()?;
+                    }
                     Ok((promoted, queues, next))
                 })
                 .await?;

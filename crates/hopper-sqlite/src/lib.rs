@@ -7,6 +7,7 @@ mod liveness;
 mod migrate;
 mod minute_stats;
 mod outcome;
+mod poison;
 mod pool;
 mod query;
 mod rows;

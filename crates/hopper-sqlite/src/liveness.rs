@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use hopper_core::{Error, NodeHold, NodeId, NodeInfo, NodeLiveness, Result};
-use rusqlite::named_params;
+use rusqlite::{OptionalExtension, named_params};
 
 use crate::error::map_sqlite;
 use crate::outcome::released_rows;
@@ -112,6 +112,35 @@ impl NodeLiveness for SqliteBackend {
             futures_util::future::pending().boxed(),
             Box::new(guard),
         ))
+    }
+
+    async fn node_let_go(&self, node: NodeId) -> Result<()> {
+        let inner = self.inner.clone();
+        let path: Option<String> = self
+            .inner
+            .pool
+            .write_tx(move |tx| {
+                let id = node.hyphenated().to_string();
+                let q = &inner.queries.node_let_go;
+                let path = tx
+                    .prepare_cached(&q[0])
+                    .and_then(|mut s| {
+                        s.query_row(named_params! { ":id": id }, |r| r.get(0))
+                            .optional()
+                    })
+                    .map(Option::flatten)
+                    .map_err(map_sqlite)?;
+                tx.prepare_cached(&q[1])
+                    .and_then(|mut s| s.execute(named_params! { ":id": id }))
+                    .map_err(map_sqlite)?;
+                Ok(path)
+            })
+            .await?;
+        // Still locked by this node, which gives the lock back after this.
+        if let Some(path) = path {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
     }
 
     async fn node_release_vanished(&self) -> Result<u64> {

@@ -7,6 +7,7 @@ use hopper_core::{ClaimedJob, Error, JobId, JobRecord, Lease, NewJob, Result};
 use rusqlite::{Connection, Row, ToSql, named_params};
 
 use crate::error::map_sqlite;
+use crate::poison::{self, Decoded};
 use crate::rows::{self, col, micros};
 use crate::sql::Queries;
 
@@ -100,29 +101,42 @@ impl<'c> Inserter<'c> {
     }
 }
 
-/// Reads one job inside the caller's connection or transaction.
+/// Reads one job inside the caller's connection or transaction; a row that cannot be read
+/// is an error.
 pub fn get(conn: &Connection, q: &Queries, id: JobId) -> Result<Option<JobRecord>> {
+    get_decoded(conn, q, id)?
+        .map(|job| job.map_err(|p| Error::Schema(p.reason)))
+        .transpose()
+}
+
+/// Reads one job; a row that cannot be read is answered as `Poisoned`.
+pub fn get_decoded(
+    conn: &Connection,
+    q: &Queries,
+    id: JobId,
+) -> Result<Option<Decoded<JobRecord>>> {
     let mut statement = conn.prepare_cached(&q.job_get[0]).map_err(map_sqlite)?;
     let mut found = statement
         .query(named_params! { ":id": id.hyphenated().to_string() })
         .map_err(map_sqlite)?;
     match found.next().map_err(map_sqlite)? {
-        Some(row) => rows::job_record(row).map(Some),
+        Some(row) => poison::decode(row, 0, rows::job_record).map(Some),
         None => Ok(None),
     }
 }
 
-/// Runs a listing statement (`job_list.sql`, `job_search.sql`) and reads its rows.
+/// Runs a listing statement (`job_list.sql`, `job_search.sql`) and reads its rows, each
+/// on its own: a row that cannot be read is answered as `Poisoned`.
 pub fn records(
     conn: &Connection,
     sql: &str,
     params: &[(&str, &dyn ToSql)],
-) -> Result<Vec<JobRecord>> {
+) -> Result<Vec<Decoded<JobRecord>>> {
     let mut statement = conn.prepare_cached(sql).map_err(map_sqlite)?;
     let mut found = statement.query(params).map_err(map_sqlite)?;
     let mut jobs = Vec::new();
     while let Some(row) = found.next().map_err(map_sqlite)? {
-        jobs.push(rows::job_record(row)?);
+        jobs.push(poison::decode(row, 0, rows::job_record)?);
     }
     Ok(jobs)
 }

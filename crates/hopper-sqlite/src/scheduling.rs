@@ -19,6 +19,7 @@ use hopper_core::{
 use rusqlite::{Connection, OptionalExtension, Row, named_params};
 
 use crate::error::map_sqlite;
+use crate::poison::{self, Decoded};
 use crate::query::{Inserted, Inserter, claimed_job};
 use crate::rows::{self, col, delay_us, micros};
 use crate::sql::Queries;
@@ -239,7 +240,9 @@ fn resolve<'j>(
 }
 
 /// Claims from a queue with settings (see `job_claim_controlled.sql`). `cursor` is the
-/// group this backend served last in the queue; returns the jobs and the new cursor.
+/// group this backend served last in the queue; `kinds` (a JSON array), if any, the only
+/// kinds to claim. Returns the jobs (each read on its own: see `poison.rs`) and the new
+/// cursor.
 pub fn claim(
     conn: &Connection,
     q: &Queries,
@@ -247,7 +250,8 @@ pub fn claim(
     queue: &Stored,
     now: i64,
     cursor: Option<&str>,
-) -> Result<(Vec<ClaimedJob>, Option<String>)> {
+    kinds: Option<&str>,
+) -> Result<(Vec<Decoded<ClaimedJob>>, Option<String>)> {
     let s = &queue.settings;
     if s.paused {
         return Ok((Vec::new(), None));
@@ -290,13 +294,13 @@ pub fn claim(
             Some(max) => i64::from(max) - running.get(g).copied().unwrap_or(0),
             None => allowance,
         };
-        pick_fair(conn, steps, &p.queue, allowance, cursor, room)?
+        pick_fair(conn, steps, &p.queue, kinds, allowance, cursor, room)?
     } else {
         let ids = ids(
             conn,
             &steps[step::QUEUE_JOBS],
             named_params! {
-                ":queue": p.queue, ":limit": allowance,
+                ":queue": p.queue, ":kinds": kinds, ":limit": allowance,
             },
         )?;
         (ids, None)
@@ -315,7 +319,7 @@ pub fn claim(
             })
             .map_err(map_sqlite)?;
         if let Some(row) = rows.next().map_err(map_sqlite)? {
-            claimed.push(claimed_job(row)?);
+            claimed.push(poison::decode(row, 0, claimed_job)?);
         }
     }
     if let Some(bucket) = bucket {
@@ -355,6 +359,7 @@ fn pick_fair(
     conn: &Connection,
     steps: &[String],
     queue: &str,
+    kinds: Option<&str>,
     allowance: i64,
     cursor: Option<&str>,
     room: impl Fn(&str) -> i64,
@@ -409,7 +414,7 @@ fn pick_fair(
             conn,
             &steps[step::GROUP_JOBS],
             named_params! {
-                ":queue": queue, ":group_key": g, ":limit": limit,
+                ":queue": queue, ":group_key": g, ":kinds": kinds, ":limit": limit,
             },
         )?);
     }
@@ -425,7 +430,9 @@ fn pick_fair(
             }
         }
     }
-    Ok((picked, last.or_else(|| cursor.map(str::to_owned))))
+    // Nothing picked (the ring's jobs are all of kinds not asked for): the next claim
+    // starts after this ring, so that groups beyond it are reached.
+    Ok((picked, last.or_else(|| ring.last().cloned())))
 }
 
 /// Registers (or refreshes) periodic entries.

@@ -34,6 +34,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Health {
     failure: Arc<watch::Sender<Option<String>>>,
     failures: Arc<AtomicU64>,
+    /// The supervised task that gave up first.
+    task: Arc<std::sync::OnceLock<&'static str>>,
 }
 
 impl Default for Health {
@@ -48,7 +50,14 @@ impl Health {
         Health {
             failure: Arc::new(watch::channel(None).0),
             failures: Arc::new(AtomicU64::new(0)),
+            task: Arc::new(std::sync::OnceLock::new()),
         }
+    }
+
+    /// The name of the supervised task that gave up (`promoter`, `rescuer`…), if one did:
+    /// what a health endpoint may show to anyone, where the cause may not be.
+    pub fn failed_task(&self) -> Option<&'static str> {
+        self.task.get().copied()
     }
 
     /// True until a supervised task gave up.
@@ -169,6 +178,7 @@ where
             crate::metrics::task_failed(name);
             if failures >= policy.max_failures {
                 tracing::error!(task = name, %cause, failures, "background task keeps failing; giving up: the process is unhealthy");
+                let _ = health.task.set(name);
                 health.fail(format!(
                     "background task {name} failed {failures} times in a row: {cause}"
                 ));

@@ -7,6 +7,7 @@
 mod support;
 
 use std::time::Duration;
+use anyhow::Context;
 
 use hopper::backend::{ClaimParams, JobGetParams, JobRetryParams};
 use hopper::testing::TestDatabase;
@@ -170,5 +171,52 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
     // And a failed unreadable job can be retried by hand, like any other.
     backend.job_retry(&JobRetryParams { id: shown }).await?;
     assert_eq!(job(&db, shown).await?.state, JobState::Available);
+    Ok(())
+}
+
+#[tokio::test]
+async fn per_minute_stats_survive_infinite_times() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let now = "now() - interval '1s'";
+    write_by_hand(
+        &db,
+        "q",
+        "completed",
+        ", run_at, attempted_at, finished_at, duration_ms",
+        &format!(", '-infinity', {now}, {now}, 5"),
+    )
+    .await?;
+    write_by_hand(
+        &db,
+        "q",
+        "failed",
+        ", attempted_at, finished_at",
+        &format!(", 'infinity', {now}"),
+    )
+    .await?;
+    write_by_hand(
+        &db,
+        "q",
+        "completed",
+        ", attempted_at, finished_at, duration_ms",
+        &format!(", {now}, 'infinity', 7"),
+    )
+    .await?;
+
+    let backend = db.backend();
+    let stats = backend
+        .stats()
+        .context("PostgreSQL keeps per-minute statistics")?
+        .job_stats_per_minute(&hopper::backend::JobStatsParams {
+            window: Duration::from_secs(3600),
+        })
+        .await?;
+    let completed: i64 = stats.iter().map(|m| m.completed).sum();
+    let failed: i64 = stats.iter().map(|m| m.failed).sum();
+    assert_eq!((completed, failed), (1, 1), "{stats:?}");
+    for minute in &stats {
+        assert!(minute.latency_avg_ms.is_finite(), "{minute:?}");
+        assert!(minute.latency_p95_ms.is_finite(), "{minute:?}");
+    }
     Ok(())
 }

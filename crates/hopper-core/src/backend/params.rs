@@ -27,8 +27,8 @@ pub struct ClaimParams {
     pub lease: Duration,
     /// Only jobs of these kinds, when the claimer knows what it can run (`hopper serve`,
     /// when every worker with room declared its kinds); every kind when `None`. A filter
-    /// the backend may not apply: PostgreSQL applies it to plain queues, other backends
-    /// and queues with settings claim every kind, and the claimer hands back
+    /// the backend may not apply: SQLite applies it to every queue, PostgreSQL to plain
+    /// queues (its limited and fair claims take every kind), and the claimer hands back
     /// ([`Outcome::Released`]) what it cannot run.
     pub kinds: Option<Vec<String>>,
 }

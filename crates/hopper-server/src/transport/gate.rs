@@ -35,10 +35,11 @@ impl Gate {
         }
     }
 
-    /// Handles one monitor event (two frames: event and value, then the endpoint).
-    pub fn on_monitor(&mut self, frames: &[Vec<u8>]) {
+    /// Handles one monitor event (two frames: event and value, then the endpoint); true
+    /// when it says that a connection closed.
+    pub fn on_monitor(&mut self, frames: &[Vec<u8>]) -> bool {
         let Some(head) = frames.first().filter(|f| f.len() >= 6) else {
-            return;
+            return false;
         };
         let event = u16::from_le_bytes([head[0], head[1]]);
         let value = u32::from_le_bytes([head[2], head[3], head[4], head[5]]);
@@ -54,6 +55,7 @@ impl Gate {
                         "below the connection cap again: accepting handshakes"
                     );
                 }
+                return true;
             }
             zmq::SocketEvent::ACCEPT_FAILED => {
                 let error = std::io::Error::from_raw_os_error(value as i32);
@@ -77,6 +79,7 @@ impl Gate {
             }
             _ => {}
         }
+        false
     }
 
     /// Answers one ZAP request: 200 while under the cap, 400 past it.
@@ -162,12 +165,12 @@ mod tests {
         let mut gate = Gate::new(2);
         let zap = vec![b"1.0".to_vec(), b"id-7".to_vec()];
         for _ in 0..3 {
-            gate.on_monitor(&event(zmq::SocketEvent::ACCEPTED, 9));
+            assert!(!gate.on_monitor(&event(zmq::SocketEvent::ACCEPTED, 9)));
         }
         let refused = gate.on_zap(&zap);
         assert_eq!(status(&refused), b"400");
         assert_eq!(refused[1], b"id-7", "the request id is echoed");
-        gate.on_monitor(&event(zmq::SocketEvent::DISCONNECTED, 9));
+        assert!(gate.on_monitor(&event(zmq::SocketEvent::DISCONNECTED, 9)));
         assert_eq!(gate.connections(), 2);
         assert_eq!(status(&gate.on_zap(&zap)), b"200");
         for _ in 0..5 {

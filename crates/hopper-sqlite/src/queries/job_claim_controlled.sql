@@ -33,20 +33,24 @@ WHERE state = 'available'
 ORDER BY group_key
 LIMIT 1;
 
--- Statement 4: one group's first ready jobs, in claim order (same index).
+-- Statement 4: one group's first ready jobs, in claim order (same index); only of :kinds
+-- (a JSON array) unless it is NULL, as job_claim_kinds.sql.
 SELECT id
 FROM hopper_jobs
 WHERE state = 'available'
   AND queue = :queue
   AND group_key = :group_key
+  AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
 ORDER BY priority, run_at, id
 LIMIT :limit;
 
--- Statement 5: a queue's first ready jobs, in claim order (hopper_jobs_claim_idx).
+-- Statement 5: a queue's first ready jobs, in claim order (hopper_jobs_claim_idx); only of
+-- :kinds unless it is NULL.
 SELECT id
 FROM hopper_jobs
 WHERE state = 'available'
   AND queue = :queue
+  AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
 ORDER BY priority, run_at, id
 LIMIT :limit;
 
