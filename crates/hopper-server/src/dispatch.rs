@@ -32,7 +32,11 @@ use crate::tasks;
 impl Core {
     /// Starts a claim if some queue with free worker credit may have jobs.
     pub(crate) fn dispatch(&mut self) {
-        if self.claiming {
+        // Every queue a peer serves is in `hot` (a hello adds it, the sweep forgets only
+        // queues nobody serves), so with none hot there is nothing to claim: return before
+        // the pass over every peer, which thousands of idle workers make the cost of each
+        // message (5,000 workers' heartbeats: a third of a core, docs/benchmarks.md).
+        if self.claiming || !self.hot.values().any(|hot| *hot) {
             return;
         }
         let mut free: BTreeMap<&str, usize> = BTreeMap::new();
