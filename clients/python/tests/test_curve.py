@@ -1,7 +1,6 @@
 """CURVE: a server started with --curve serves peers that know its public key, and nobody
 else gets a single request through."""
 
-import collections
 import signal
 import threading
 import time
@@ -10,7 +9,7 @@ import cbor2
 import pytest
 import zmq
 
-from conftest import Server
+from conftest import Server, counting_nap
 from hopper_client import Client, Unavailable, Worker
 
 
@@ -72,13 +71,7 @@ def test_plaintext_and_wrong_key_peers_get_nothing_through(curve_server):
 def test_workers_reconnect_to_a_restarted_curve_server_and_finish_every_job(curve_server):
     server = curve_server
     key = server.server_key
-    runs = collections.Counter()
-    lock = threading.Lock()
-
-    def nap(job):
-        time.sleep(0.005)
-        with lock:
-            runs[job.id] += 1
+    nap, runs = counting_nap()
 
     with Client(server.endpoint, token=server.token, server_key=key) as client:
         ids = client.submit_batch([{"kind": "nap", "args": {}} for _ in range(1000)])
