@@ -1,11 +1,13 @@
 """Fixtures: the real `hopper serve` binary against PostgreSQL, one schema per test."""
 
+import collections
 import os
 import pathlib
 import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 
@@ -131,6 +133,19 @@ def wait(condition, timeout=30, what="condition"):
             return
         time.sleep(0.02)
     raise AssertionError(f"{what} not met within {timeout} s")
+
+
+def counting_nap():
+    """A handler that naps 5 ms and counts its runs by job id; returns (handler, runs)."""
+    runs = collections.Counter()
+    lock = threading.Lock()
+
+    def nap(job):
+        time.sleep(0.005)
+        with lock:
+            runs[job.id] += 1
+
+    return nap, runs
 
 
 SERVER_KEY = re.compile(r"peers need the server key (\S{40})")

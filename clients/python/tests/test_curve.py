@@ -1,6 +1,7 @@
 """CURVE: a server started with --curve serves peers that know its public key, and nobody
 else gets a single request through."""
 
+import signal
 import threading
 import time
 
@@ -8,7 +9,7 @@ import cbor2
 import pytest
 import zmq
 
-from conftest import Server
+from conftest import Server, counting_nap
 from hopper_client import Client, Unavailable, Worker
 
 
@@ -44,20 +45,54 @@ def test_plaintext_and_wrong_key_peers_get_nothing_through(curve_server):
         assert time.monotonic() - started < 10
         assert "server_key" in str(silent.value)
 
-    # A plaintext DEALER with the right token, asking straight away: no reply, nothing written.
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(server.endpoint)
-    sock.send(cbor2.dumps({"type": "hello", "req": 1, "version": 1, "role": "client",
-                           "token": server.token}))
-    sock.send(cbor2.dumps({"type": "submit", "req": 2, "job": {"kind": "k"}}))
-    assert sock.poll(2000) == 0
-    sock.close(0)
+    # Raw DEALERs with the right token, asking straight away, one in plaintext and one
+    # encrypting to another key: no reply, nothing written.
+    for key in (None, wrong_key):
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if key is not None:
+            public, secret = zmq.curve_keypair()
+            sock.setsockopt(zmq.CURVE_SERVERKEY, key)
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+        sock.connect(server.endpoint)
+        sock.send(cbor2.dumps({"type": "hello", "req": 1, "version": 1, "role": "client",
+                               "token": server.token}))
+        sock.send(cbor2.dumps({"type": "submit", "req": 2, "job": {"kind": "k"}}))
+        assert sock.poll(2000) == 0, f"key {key!r}: answered"
+        sock.close(0)
     assert server.counts() == {}
 
     # The server is unharmed: a peer with the key is served at once.
     with Client(server.endpoint, token=server.token, server_key=server.server_key) as client:
         assert client.status(client.submit("k", {}))["state"] == "available"
+
+
+def test_workers_reconnect_to_a_restarted_curve_server_and_finish_every_job(curve_server):
+    server = curve_server
+    key = server.server_key
+    nap, runs = counting_nap()
+
+    with Client(server.endpoint, token=server.token, server_key=key) as client:
+        ids = client.submit_batch([{"kind": "nap", "args": {}} for _ in range(1000)])
+    workers = []
+    for i in range(2):
+        worker = Worker(server.endpoint, token=server.token, server_key=key, concurrency=8,
+                        handlers={"nap": nap}, name=f"curve-py{i}")
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        workers.append((worker, thread))
+    server.wait_for(lambda c: c.get("completed", 0) >= 200, timeout=60)
+    server.kill(signal.SIGKILL)
+    time.sleep(0.5)
+    server.start()
+    assert server.server_key == key, "the restarted server kept its key pair"
+    server.wait_for(lambda c: c.get("completed") == 1000, timeout=120)
+    for worker, thread in workers:
+        worker.stop()
+        thread.join(timeout=30)
+    # At least 800 jobs completed after the restart: only the reconnected workers ran them.
+    assert set(runs) == set(ids)
 
 
 def test_a_bad_server_key_is_refused_before_connecting():

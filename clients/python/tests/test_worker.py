@@ -8,7 +8,7 @@ import threading
 import time
 import pathlib
 
-from conftest import psql
+from conftest import counting_nap, psql
 from hopper_client import Client, Permanent, Snooze, Worker
 
 
@@ -103,13 +103,7 @@ def test_killed_worker_jobs_complete_elsewhere(server):
 
 
 def test_server_restart_loses_nothing(server):
-    runs = collections.Counter()
-    lock = threading.Lock()
-
-    def nap(job):
-        time.sleep(0.005)
-        with lock:
-            runs[job.id] += 1
+    nap, runs = counting_nap()
 
     with Client(server.endpoint, token=server.token) as client:
         ids = client.submit_batch([{"kind": "nap", "args": {}} for _ in range(1500)])

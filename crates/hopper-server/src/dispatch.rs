@@ -33,7 +33,14 @@ impl Core {
     /// Starts a claim if some queue with free worker credit may have jobs.
     pub(crate) fn dispatch(&mut self) {
         // A fenced server may have been taken for vanished: it claims nothing for now.
-        if self.claiming || self.fenced.load(std::sync::atomic::Ordering::Acquire) {
+        // Every queue a peer serves is in `hot` (a hello adds it, the sweep forgets only
+        // queues nobody serves), so with none hot there is nothing to claim: return before
+        // the pass over every peer, which thousands of idle workers make the cost of each
+        // message (5,000 workers' heartbeats: a third of a core, docs/benchmarks.md).
+        if self.claiming
+            || self.fenced.load(std::sync::atomic::Ordering::Acquire)
+            || !self.hot.values().any(|hot| *hot)
+        {
             return;
         }
         let mut free: BTreeMap<&str, usize> = BTreeMap::new();
