@@ -137,8 +137,8 @@ impl SqliteBackend {
         Ok(jobs)
     }
 
-    /// Claims from one queue (`job_claim`), only jobs of `kinds` (a JSON array) if given
-    /// (`job_claim_kinds.sql`).
+    /// Claims from one queue (`job_claim.sql`, or the controlled claim of a queue with
+    /// settings), only jobs of `kinds` (a JSON array) if given.
     async fn claim(&self, params: &ClaimParams, kinds: Option<String>) -> Result<Vec<ClaimedJob>> {
         if params.limit == 0 {
             return Ok(Vec::new());
@@ -170,23 +170,16 @@ impl SqliteBackend {
                     inner.set_cursor(&params.queue, cursor);
                     return readable_claims(tx, &inner.queries, claimed, now);
                 }
-                let sql = match kinds {
-                    Some(_) => &inner.queries.job_claim_kinds[0],
-                    None => &inner.queries.job_claim[0],
-                };
-                let mut statement = tx.prepare_cached(sql).map_err(map_sqlite)?;
+                let mut statement = tx
+                    .prepare_cached(&inner.queries.job_claim[0])
+                    .map_err(map_sqlite)?;
                 let node = params.node.hyphenated().to_string();
                 let (limit, lease_us) = (i64::from(params.limit), delay_us(params.lease));
-                let mut found = match &kinds {
-                    Some(kinds) => statement.query(named_params! {
+                let mut found = statement
+                    .query(named_params! {
                         ":queue": params.queue, ":node": node, ":limit": limit,
                         ":lease_us": lease_us, ":now": now, ":kinds": kinds,
-                    }),
-                    None => statement.query(named_params! {
-                        ":queue": params.queue, ":node": node, ":limit": limit,
-                        ":lease_us": lease_us, ":now": now,
-                    }),
-                }
+                    })
                 .map_err(map_sqlite)?;
                 let mut decoded = Vec::new();
                 while let Some(row) = found.next().map_err(map_sqlite)? {

@@ -100,7 +100,6 @@ queries!(
     job_cancel: 1,
     job_claim: 1,
     job_claim_controlled: 7,
-    job_claim_kinds: 1,
     job_clear: 1,
     job_complete_many: 1,
     job_delete: 1,

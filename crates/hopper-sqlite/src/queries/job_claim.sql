@@ -1,13 +1,18 @@
 -- Claims up to :limit available jobs of :queue for :node; each claim is a new attempt.
--- The lease is min(job timeout, :lease_us) from :now.
+-- The lease is min(job timeout, :lease_us) from :now. With :kinds (a JSON array of names;
+-- NULL for every kind), only jobs of those kinds: `hopper serve` asks so when every worker
+-- with room declared the kinds it runs, and jobs of other kinds stay untouched instead of
+-- being claimed and put back (which moved their run_at and hid their age).
 --
 -- Index: hopper_jobs_claim_idx (queue, priority, run_at, id) WHERE state = 'available'.
 -- The subquery walks that index from its start for one queue and stops after :limit
 -- entries, so its cost depends on the batch size, not on the backlog: scheduled, running
 -- and finished jobs are not in the index at all. EXPLAIN QUERY PLAN: the subquery is
--- "SEARCH hopper_jobs USING COVERING INDEX hopper_jobs_claim_idx (queue=?)" with no sort
+-- "SEARCH hopper_jobs USING INDEX hopper_jobs_claim_idx (queue=?)" with no sort
 -- step, the update "SEARCH … USING COVERING INDEX sqlite_autoindex_hopper_jobs_1 (id=?)"
--- per pick (checked by a test in src/sql.rs).
+-- per pick (checked by a test in src/sql.rs). `kind` is not in the index: with :kinds each
+-- entry's row is read and entries of other kinds are stepped over, cheap while those are
+-- few (an index on kind would cost every insert and claim).
 --
 -- Locking: SQLite has no row locks and no SKIP LOCKED; it has one writer at a time. This
 -- statement runs inside `BEGIN IMMEDIATE`, which takes the database's write lock before
@@ -26,6 +31,7 @@ WHERE id IN (
     FROM hopper_jobs
     WHERE state = 'available'
       AND queue = :queue
+      AND (:kinds IS NULL OR kind IN (SELECT value FROM json_each(:kinds)))
     ORDER BY priority, run_at, id
     LIMIT :limit
 )

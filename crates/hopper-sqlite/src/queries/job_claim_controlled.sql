@@ -34,7 +34,7 @@ ORDER BY group_key
 LIMIT 1;
 
 -- Statement 4: one group's first ready jobs, in claim order (same index); only of :kinds
--- (a JSON array) unless it is NULL, as job_claim_kinds.sql.
+-- (a JSON array) unless it is NULL, as job_claim.sql.
 SELECT id
 FROM hopper_jobs
 WHERE state = 'available'
