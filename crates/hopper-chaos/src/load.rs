@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hopper::housekeeping::Housekeeping;
+use hopper::maintenance::Housekeeping;
 use hopper::{
     Backend, Client, JobArgs, JobContext, JobError, NewJob, PgBackend, PgOptions, Runtime,
     RuntimeConfig, RuntimeHandle, Worker, Workers,

@@ -38,7 +38,7 @@ mod transport;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper::housekeeping::Housekeeping;
+use hopper::maintenance::Housekeeping;
 use hopper_core::{Backend, NodeId};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -128,7 +128,7 @@ impl ServeConfig {
         let listen = listen.into();
         ServeConfig {
             backend,
-            node_id: stable_node_id(&[&host_name(), &listen]),
+            node_id: stable_node_id(&[&hopper::maintenance::host_name(), &listen]),
             node_name: format!("hopper serve {listen}"),
             listen,
             auth,
@@ -158,15 +158,6 @@ pub fn stable_node_id(parts: &[&str]) -> NodeId {
     )
 }
 
-fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
 /// The server: [`Server::start`] binds and returns a [`ServerHandle`].
 #[derive(Debug)]
 pub struct Server;
@@ -185,6 +176,7 @@ pub struct ServerHandle {
     node_id: NodeId,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    services: hopper::maintenance::Services,
     health: hopper::Health,
 }
 
@@ -206,6 +198,7 @@ impl ServerHandle {
         for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
         }
+        self.services.stop().await;
         tracing::info!(endpoint = %self.endpoint, "server stopped");
     }
 
@@ -215,6 +208,7 @@ impl ServerHandle {
         for task in &self.tasks {
             task.abort();
         }
+        self.services.abort();
     }
 
     /// Whether every maintenance task still runs (see [`hopper::supervise`]).

@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hopper::Health;
+use hopper::maintenance::{
+    Heartbeat, HeartbeatConfig, Promoter, PromoterConfig, Pruner, Rescuer, RescuerConfig, Services,
+    Vacuumer,
+};
 use hopper::supervise::{Policy, supervise};
 use hopper_core::log_limit::LogThrottle;
 use hopper_core::pace::{Pace, prefetch_for};
@@ -14,7 +18,7 @@ use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wa
 use hopper_protocol::{
     ErrorCode, FinishResult, LeaseRef, OutcomeItem, Reply, Request, Role, decode_request,
 };
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -167,14 +171,16 @@ pub(crate) struct Core {
     /// The next queue the poll tick re-checks as a safety net, one per tick, whatever
     /// number of queues is served (the idle cost does not grow with it).
     pub poll_turn: usize,
+    /// The node row, published for the heartbeat at every node beat of the sweep.
+    pub node: watch::Sender<hopper_core::NodeInfo>,
 }
 
 pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
     let backend = config.backend.clone();
     let node_id = config.node_id;
-    backend
-        .node_heartbeat(&tasks::node_info(&config, &HashMap::new()))
-        .await?;
+    let node = tasks::node_info(&config, &HashMap::new());
+    backend.node_heartbeat(&node).await?;
+    let (node, node_rx) = watch::channel(node);
     let bind_error = |reason: String| ServeError::Bind {
         endpoint: config.listen.clone(),
         reason,
@@ -215,9 +221,29 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         active: HashSet::new(),
         poll_turn: 0,
+        node,
         config,
     };
     let health = Health::new();
+    let services = Services::new(&health, stop.clone());
+    let config = &core.config;
+    services.start(Heartbeat::new(
+        Arc::new(tasks::NodeBeat {
+            backend: backend.clone(),
+            node: node_rx,
+        }),
+        HeartbeatConfig::new(config.heartbeat),
+    ));
+    services.start(Rescuer::new(
+        backend.clone(),
+        RescuerConfig::new(Duration::from_secs(1), config.node_dead_after),
+    ));
+    services.start(Promoter::new(
+        backend.clone(),
+        PromoterConfig::new(config.poll_interval),
+    ));
+    services.start(Pruner::new(backend.clone(), config.housekeeping.clone()));
+    services.start(Vacuumer::new(backend.clone(), config.housekeeping.clone()));
     let mut tasks = vec![
         supervised("outcome_writer", &health, &stop, {
             let (backend, finish_rx) = (backend.clone(), Arc::new(Mutex::new(finish_rx)));
@@ -228,31 +254,8 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
             }
         }),
         supervised("listener", &health, &stop, {
-            let (backend, stop) = (backend.clone(), stop.clone());
-            move || tasks::listen(backend.clone(), events_tx.clone(), stop.clone())
-        }),
-        supervised("rescuer", &health, &stop, {
-            let (backend, stop) = (backend.clone(), stop.clone());
-            let dead_after = core.config.node_dead_after;
-            move || tasks::rescue(backend.clone(), dead_after, stop.clone())
-        }),
-        supervised("promoter", &health, &stop, {
-            let (backend, stop, poll) = (backend.clone(), stop.clone(), core.config.poll_interval);
-            move || tasks::promote(backend.clone(), poll, stop.clone())
-        }),
-        supervised("pruner", &health, &stop, {
-            let (backend, stop) = (backend.clone(), stop.clone());
-            let housekeeping = core.config.housekeeping.clone();
-            move || {
-                hopper::housekeeping::pruner(backend.clone(), housekeeping.clone(), stop.clone())
-            }
-        }),
-        supervised("vacuumer", &health, &stop, {
             let (backend, stop) = (backend, stop.clone());
-            let housekeeping = core.config.housekeeping.clone();
-            move || {
-                hopper::housekeeping::vacuumer(backend.clone(), housekeeping.clone(), stop.clone())
-            }
+            move || tasks::listen(backend.clone(), events_tx.clone(), stop.clone())
         }),
         tokio::spawn(run(core, events_rx, stop.clone())),
     ];
@@ -263,6 +266,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         node_id,
         stop,
         tasks,
+        services,
         health,
     })
 }

@@ -1,14 +1,16 @@
-//! The server's background tasks: the batching outcome writer, the notification listener, and the maintenance the workers' runtimes would
-//! otherwise do (rescuing expired leases, releasing dead nodes, promoting scheduled jobs).
+//! The server's background tasks: the batching outcome writer, the notification listener,
+//! and the node row its [`hopper::maintenance::Heartbeat`] refreshes. The maintenance the
+//! workers' runtimes would otherwise do runs as the same [`hopper::maintenance`] services.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use hopper::maintenance::Beat;
 use hopper_core::{Backend, Finish, FinishResult, NodeInfo};
 use hopper_protocol::{FinishResult as WireResult, Reply};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::ServeConfig;
@@ -200,58 +202,19 @@ pub(crate) async fn listen(
     }
 }
 
-/// Takes back expired leases and dead nodes' jobs, every second (at once for nodes whose
-/// liveness lock went free, where the backend tracks liveness).
-pub(crate) async fn rescue(
-    backend: Arc<dyn Backend>,
-    node_dead_after: Duration,
-    stop: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = stop.cancelled() => return,
-        }
-        match backend.job_rescue_expired().await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
-            Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
-        }
-        if let Some(liveness) = backend.node_liveness() {
-            match liveness.node_release_vanished().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(jobs = n, "released the jobs of vanished nodes"),
-                Err(e) => tracing::warn!(error = %e, "releasing vanished nodes failed"),
-            }
-        }
-        match backend.node_release_dead(node_dead_after).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(jobs = n, "released the jobs of dead nodes"),
-            Err(e) => tracing::warn!(error = %e, "releasing dead nodes failed"),
-        }
-    }
+/// The server's heartbeat: the node row as the loop last described it (the queues served
+/// and the concurrency of the connected workers).
+pub(crate) struct NodeBeat {
+    pub backend: Arc<dyn Backend>,
+    pub node: watch::Receiver<NodeInfo>,
 }
 
-/// Makes scheduled jobs available when due, sleeping until the next one (at most `poll`).
-pub(crate) async fn promote(backend: Arc<dyn Backend>, poll: Duration, stop: CancellationToken) {
-    let mut wait = Duration::ZERO;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = stop.cancelled() => return,
+#[async_trait::async_trait]
+impl Beat for NodeBeat {
+    async fn beat(&self) {
+        let node = self.node.borrow().clone();
+        if let Err(e) = self.backend.node_heartbeat(&node).await {
+            tracing::warn!(error = %crate::convert::detail(&e), "node heartbeat failed");
         }
-        wait = match backend.job_promote_scheduled().await {
-            Ok((_, Some(next))) => {
-                let until = (next - chrono::Utc::now())
-                    .to_std()
-                    .unwrap_or(Duration::ZERO);
-                until.min(poll) + Duration::from_millis(1)
-            }
-            Ok((_, None)) => poll,
-            Err(e) => {
-                tracing::warn!(error = %e, "promoting scheduled jobs failed");
-                poll
-            }
-        };
     }
 }

@@ -4,17 +4,21 @@
 //! workers have no database connection of their own: a deployment of only remote workers
 //! keeps its history bounded and its claim index clean as well.
 //!
-//! Both loops run on every node and elect one at a time per statement (an advisory lock),
-//! so several nodes only share the work.
+//! Both services run on every node and elect one at a time per statement (an advisory
+//! lock), so several nodes only share the work.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use hopper_core::{Backend, Error, JobPruneParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// When finished jobs are deleted and the job table vacuumed.
+use super::{Service, tick};
+
+/// When finished jobs are deleted and the job table vacuumed: the config of [`Pruner`] and
+/// [`Vacuumer`].
 /// [`Housekeeping::default`] gives the documented defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Housekeeping {
@@ -64,73 +68,112 @@ impl Housekeeping {
     }
 }
 
-/// Sleeps `period`, returning false if `stop` was cancelled first.
-pub(crate) async fn tick(stop: &CancellationToken, period: Duration) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(period) => true,
-        _ = stop.cancelled() => false,
-    }
+/// Deletes the finished jobs past their retention, every
+/// [`Housekeeping::prune_interval`]: one pass is statements of `prune_batch` jobs until one
+/// comes back short (or another node holds the lock), with a pause between them. Stops at
+/// once on a backend that offers no pruning, or when pruning is turned off.
+#[derive(Debug, Clone)]
+pub struct Pruner {
+    backend: Arc<dyn Backend>,
+    config: Housekeeping,
 }
 
-/// Every `prune_interval`, deletes the finished jobs past their retention until `stop`:
-/// one pass is statements of `prune_batch` jobs until one comes back short (or another
-/// node holds the lock), with a pause between them. Stops at once on a backend that
-/// offers no pruning.
-pub async fn pruner(backend: Arc<dyn Backend>, settings: Housekeeping, stop: CancellationToken) {
-    let Some(period) = settings.prune_interval else {
-        return;
-    };
-    let params = settings.prune_params();
-    while tick(&stop, period).await {
-        let mut pruned = 0u64;
-        loop {
-            let started = Instant::now();
-            match backend.job_prune(&params).await {
-                Ok(outcome) => {
-                    pruned += outcome.total();
-                    if !outcome.elected || outcome.total() < u64::from(params.limit) {
-                        break;
+impl Pruner {
+    /// A pruner of `backend`'s job table.
+    pub fn new(backend: Arc<dyn Backend>, config: Housekeeping) -> Self {
+        Pruner { backend, config }
+    }
+
+    async fn run_until(&self, stop: CancellationToken) {
+        let Some(period) = self.config.prune_interval else {
+            return;
+        };
+        let params = self.config.prune_params();
+        while tick(&stop, period).await {
+            let mut pruned = 0u64;
+            loop {
+                let started = Instant::now();
+                match self.backend.job_prune(&params).await {
+                    Ok(outcome) => {
+                        pruned += outcome.total();
+                        if !outcome.elected || outcome.total() < u64::from(params.limit) {
+                            break;
+                        }
+                        let pause = self.config.prune_pause + started.elapsed() * 3;
+                        if !tick(&stop, pause).await {
+                            return;
+                        }
                     }
-                    let pause = settings.prune_pause + started.elapsed() * 3;
-                    if !tick(&stop, pause).await {
+                    Err(Error::Unsupported(m)) => {
+                        tracing::debug!(reason = %m, "pruning is not offered by this backend; the pruner stops");
                         return;
                     }
-                }
-                Err(Error::Unsupported(m)) => {
-                    tracing::debug!(reason = %m, "pruning is not offered by this backend; the pruner stops");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "pruning finished jobs failed");
-                    break;
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pruning finished jobs failed");
+                        break;
+                    }
                 }
             }
-        }
-        if pruned > 0 {
-            tracing::info!(jobs = pruned, "pruned finished jobs past their retention");
+            if pruned > 0 {
+                tracing::info!(jobs = pruned, "pruned finished jobs past their retention");
+            }
         }
     }
 }
 
-/// Every `vacuum_interval`, vacuums the job table if dead row versions piled up (one node
-/// at a time), until `stop`, so claims stay fast where the database's autovacuum is off or
-/// behind. Stops at once on a backend that has no such thing.
-pub async fn vacuumer(backend: Arc<dyn Backend>, settings: Housekeeping, stop: CancellationToken) {
-    let Some(period) = settings.vacuum_interval else {
-        return;
-    };
-    while tick(&stop, period).await {
-        let started = Instant::now();
-        match backend.job_vacuum(period).await {
-            Ok(true) => {
-                tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
+impl Service for Pruner {
+    fn name(&self) -> &'static str {
+        "pruner"
+    }
+
+    fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(async move { self.run_until(stop).await })
+    }
+}
+
+/// Vacuums the job table if dead row versions piled up (one node at a time), every
+/// [`Housekeeping::vacuum_interval`], so claims stay fast where the database's autovacuum
+/// is off or behind. Stops at once on a backend that has no such thing, or when it is
+/// turned off.
+#[derive(Debug, Clone)]
+pub struct Vacuumer {
+    backend: Arc<dyn Backend>,
+    config: Housekeeping,
+}
+
+impl Vacuumer {
+    /// A vacuumer of `backend`'s job table.
+    pub fn new(backend: Arc<dyn Backend>, config: Housekeeping) -> Self {
+        Vacuumer { backend, config }
+    }
+
+    async fn run_until(&self, stop: CancellationToken) {
+        let Some(period) = self.config.vacuum_interval else {
+            return;
+        };
+        while tick(&stop, period).await {
+            let started = Instant::now();
+            match self.backend.job_vacuum(period).await {
+                Ok(true) => {
+                    tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
+                }
+                Ok(false) => {}
+                Err(Error::Unsupported(m)) => {
+                    tracing::debug!(reason = %m, "vacuuming is not offered by this backend; the vacuumer stops");
+                    return;
+                }
+                Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
             }
-            Ok(false) => {}
-            Err(Error::Unsupported(m)) => {
-                tracing::debug!(reason = %m, "vacuuming is not offered by this backend; the vacuumer stops");
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
         }
+    }
+}
+
+impl Service for Vacuumer {
+    fn name(&self) -> &'static str {
+        "vacuumer"
+    }
+
+    fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(async move { self.run_until(stop).await })
     }
 }
