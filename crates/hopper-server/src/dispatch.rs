@@ -145,7 +145,7 @@ impl Core {
                     orders
                         .entry(peer.clone())
                         .or_default()
-                        .push(convert::order(&job));
+                        .push(Order::from(&job));
                 }
                 None => {
                     tracing::debug!(job_id = %job.lease.job_id, kind = %job.kind, queue = %job.queue,

@@ -14,9 +14,9 @@ use hopper::maintenance::{
 use hopper::supervise::{Policy, supervise};
 use hopper_core::log_limit::LogThrottle;
 use hopper_core::pace::{Pace, prefetch_for};
-use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wakeup};
+use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, NewJob, Outcome, Result, Wakeup};
 use hopper_protocol::{
-    ErrorCode, FinishResult, LeaseRef, OutcomeItem, Reply, Request, Role, decode_request,
+    ErrorCode, FinishResult, JobInfo, LeaseRef, OutcomeItem, Reply, Request, Role, decode_request,
 };
 use tokio::sync::{Mutex, mpsc, watch};
 use tokio::time::Instant;
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::auth::Access;
-use crate::convert::{self, error_code};
+use crate::convert;
 use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
 
@@ -428,7 +428,7 @@ impl Core {
         match request {
             Request::Hello { .. } => {}
             Request::Submit { req, job } => self.spawn_reply(peer, req, async move {
-                let job = convert::new_job(job)?;
+                let job = NewJob::try_from(job)?;
                 backend.job_insert(&job).await?;
                 wake(&events, std::slice::from_ref(&job));
                 Ok(Reply::Submitted {
@@ -441,7 +441,7 @@ impl Core {
                     .into_iter()
                     .enumerate()
                     .map(|(i, spec)| {
-                        convert::new_job(spec).map_err(|e| {
+                        NewJob::try_from(spec).map_err(|e| {
                             hopper_core::Error::InvalidInput(format!("job {i} of the batch: {e}"))
                         })
                     })
@@ -457,7 +457,7 @@ impl Core {
                 match backend.job_get(id).await? {
                     Some(job) => Ok(Reply::Job {
                         req,
-                        job: convert::job_info(job),
+                        job: JobInfo::from(job),
                     }),
                     None => Err(hopper_core::Error::NotFound(format!("job {id}"))),
                 }
@@ -466,7 +466,7 @@ impl Core {
                 let job = backend.job_cancel(id).await?;
                 Ok(Reply::Job {
                     req,
-                    job: convert::job_info(job),
+                    job: JobInfo::from(job),
                 })
             }),
             single @ (Request::Completed { .. }
@@ -474,7 +474,7 @@ impl Core {
             | Request::Snoozed { .. }
             | Request::Released { .. }) => {
                 if let Some((req, item)) = OutcomeItem::from_request(&single) {
-                    if let Err(e) = convert::check_outcome(&item) {
+                    if let Err(e) = item.check() {
                         let message = e.to_string();
                         return self
                             .reply(&peer, Reply::error(Some(req), ErrorCode::Invalid, message));
@@ -565,7 +565,7 @@ impl Core {
             let reply = match work.await {
                 Ok(reply) => reply,
                 Err(e) => {
-                    let code = error_code(&e);
+                    let code = ErrorCode::from(&e);
                     if code == ErrorCode::Internal {
                         tracing::warn!(error = %convert::detail(&e), "request failed");
                     }
@@ -774,7 +774,7 @@ impl Core {
                 tracing::warn!(error = %convert::detail(&e), "extending leases failed");
                 self.reply(
                     &peer,
-                    Reply::error(Some(req), error_code(&e), e.to_string()),
+                    Reply::error(Some(req), ErrorCode::from(&e), e.to_string()),
                 );
             }
         }

@@ -9,12 +9,12 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use hopper::maintenance::Beat;
 use hopper_core::{Backend, Finish, FinishResult, NodeInfo};
-use hopper_protocol::{FinishResult as WireResult, Reply};
+use hopper_protocol::{ErrorCode, FinishResult as WireResult, Reply};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::ServeConfig;
-use crate::convert::error_code;
+
 use crate::server::{Event, Peer, PeerId};
 
 /// The node row: the queues served and the total concurrency of connected workers.
@@ -133,9 +133,10 @@ async fn write_batch(
         at = range.end;
         let (peer, reply) = match (item.reply_to, results.get(range.start)) {
             (ReplyTo::Nobody, _) => continue,
-            (ReplyTo::Ack(peer, req), Some(Err(e))) => {
-                (peer, Reply::error(Some(req), error_code(e), e.to_string()))
-            }
+            (ReplyTo::Ack(peer, req), Some(Err(e))) => (
+                peer,
+                Reply::error(Some(req), ErrorCode::from(e), e.to_string()),
+            ),
             (ReplyTo::Ack(peer, req), _) => (
                 peer,
                 Reply::Ack {
