@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hopper::Health;
 use hopper::maintenance::{
-    Heartbeat, HeartbeatConfig, Promoter, PromoterConfig, Pruner, Rescuer, RescuerConfig, Services,
-    Vacuumer,
+    Heartbeat, HeartbeatConfig, Listener, Promoter, PromoterConfig, Pruner, Rescuer, RescuerConfig,
+    Services, Vacuumer,
 };
 use hopper::supervise::{Policy, supervise};
 use hopper_core::log_limit::LogThrottle;
@@ -244,6 +244,10 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
     ));
     services.start(Pruner::new(backend.clone(), config.housekeeping.clone()));
     services.start(Vacuumer::new(backend.clone(), config.housekeeping.clone()));
+    services.start(Listener::new(
+        backend.clone(),
+        Arc::new(tasks::LoopWakeups(events_tx.clone())),
+    ));
     let mut tasks = vec![
         supervised("outcome_writer", &health, &stop, {
             let (backend, finish_rx) = (backend.clone(), Arc::new(Mutex::new(finish_rx)));
@@ -252,10 +256,6 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
                 let (backend, items) = (backend.clone(), finish_rx.clone());
                 tasks::finish(backend, items, out_tx.clone(), events.clone(), 3)
             }
-        }),
-        supervised("listener", &health, &stop, {
-            let (backend, stop) = (backend, stop.clone());
-            move || tasks::listen(backend.clone(), events_tx.clone(), stop.clone())
         }),
         tokio::spawn(run(core, events_rx, stop.clone())),
     ];

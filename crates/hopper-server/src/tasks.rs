@@ -4,14 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures_util::StreamExt;
-use hopper::maintenance::Beat;
-use hopper_core::{Backend, Finish, FinishResult, NodeInfo};
+use hopper::maintenance::{Beat, OnWakeup};
+use hopper_core::{Backend, Finish, FinishResult, NodeInfo, Wakeup};
 use hopper_protocol::{ErrorCode, FinishResult as WireResult, Reply};
 use tokio::sync::{mpsc, watch};
-use tokio_util::sync::CancellationToken;
 
 use crate::ServeConfig;
 
@@ -160,46 +157,19 @@ async fn write_batch(
     }
 }
 
-/// Forwards database notifications to the loop, resubscribing when the stream ends.
-pub(crate) async fn listen(
-    backend: Arc<dyn Backend>,
-    events: mpsc::Sender<Event>,
-    stop: CancellationToken,
-) {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let mut stream = tokio::select! {
-            s = backend.subscribe() => match s {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %crate::convert::detail(&e), "subscribing to wake-ups failed; polling meanwhile");
-                    // No announcements meanwhile: every served queue is claimed from again.
-                    let _ = events.send(Event::Wakeup(hopper_core::Wakeup::Resync)).await;
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = stop.cancelled() => return,
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                    continue;
-                }
-            },
-            _ = stop.cancelled() => return,
-        };
-        backoff = Duration::from_millis(100);
-        loop {
-            let wakeup = tokio::select! {
-                w = stream.next() => w,
-                _ = stop.cancelled() => return,
-            };
-            match wakeup {
-                Some(w) => {
-                    if events.send(Event::Wakeup(w)).await.is_err() {
-                        return;
-                    }
-                }
-                None => break,
-            }
-        }
+/// Forwards database notifications to the loop.
+pub(crate) struct LoopWakeups(pub mpsc::Sender<Event>);
+
+#[async_trait::async_trait]
+impl OnWakeup for LoopWakeups {
+    async fn wakeup(&self, wakeup: Wakeup) -> bool {
+        self.0.send(Event::Wakeup(wakeup)).await.is_ok()
+    }
+
+    async fn unsubscribed(&self, error: &hopper_core::Error) {
+        tracing::warn!(error = %crate::convert::detail(error), "subscribing to wake-ups failed; polling meanwhile");
+        // No announcements meanwhile: every served queue is claimed from again.
+        let _ = self.0.send(Event::Wakeup(Wakeup::Resync)).await;
     }
 }
 

@@ -8,7 +8,9 @@
 //!   once for nodes whose liveness lock went free, where the backend tracks it);
 //! - [`Promoter`]: makes scheduled jobs available when due, sleeping until the next one;
 //! - [`Pruner`] and [`Vacuumer`]: retention and vacuuming of the job table
-//!   ([`Housekeeping`]).
+//!   ([`Housekeeping`]);
+//! - [`Listener`]: hands the backend's wake-ups to the node ([`OnWakeup`]), subscribing
+//!   again with backoff.
 //!
 //! Every service has the same shape: a config with documented defaults (`Default`), a
 //! constructor taking the backend and the config, and a loop that does one thing every
@@ -21,6 +23,7 @@
 
 mod heartbeat;
 mod housekeeping;
+mod listener;
 mod promoter;
 mod rescuer;
 
@@ -33,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use heartbeat::{Beat, Heartbeat, HeartbeatConfig};
 pub use housekeeping::{Housekeeping, Pruner, Vacuumer};
+pub use listener::{Listener, OnWakeup};
 pub use promoter::{Promoter, PromoterConfig};
 pub use rescuer::{Rescuer, RescuerConfig};
 

@@ -30,8 +30,8 @@ pub use config::RuntimeConfig;
 
 use crate::context::{RunState, StopReason};
 use crate::maintenance::{
-    Heartbeat, HeartbeatConfig, Promoter, PromoterConfig, Pruner, Rescuer, RescuerConfig, Services,
-    Vacuumer,
+    Heartbeat, HeartbeatConfig, Listener, Promoter, PromoterConfig, Pruner, Rescuer, RescuerConfig,
+    Services, Vacuumer,
 };
 use crate::registry::Workers;
 use crate::supervise::{Health, Policy, supervise};
@@ -225,7 +225,10 @@ impl Runtime {
         });
         let services = Services::new(&health, shared.stop_services.clone());
         let config = &shared.config;
-        services.start(services::Listener(shared.clone()));
+        services.start(Listener::new(
+            shared.backend.clone(),
+            Arc::new(services::NodeWakeups(shared.clone())),
+        ));
         services.start(Heartbeat::new(
             Arc::new(services::NodeBeat(shared.clone())),
             HeartbeatConfig::new(config.effective_heartbeat()),

@@ -3,22 +3,20 @@
 //!
 //! - the heartbeat's [`Beat`]: keeps the node registered and renews the leases of running
 //!   jobs, unless the node is fenced;
-//! - the listener: turns LISTEN/NOTIFY wake-ups into producer wake-ups and cancellations;
+//! - what its listener does with wake-ups: producer wake-ups and cancellations;
 //! - the periodic enqueuer, when periodic jobs are registered.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
-use hopper_core::{Backend, Clock, Lease, Wakeup};
+use hopper_core::{Backend, Clock, Error, Lease, Wakeup};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::context::StopReason;
-use crate::maintenance::{Beat, Service, tick};
+use crate::maintenance::{Beat, OnWakeup, Service};
 
 /// The runtime's heartbeat: the node row, then the leases due for renewal.
 pub(crate) struct NodeBeat(pub(crate) Arc<Shared>);
@@ -61,15 +59,26 @@ pub(super) async fn renew(shared: &Shared, due: &[Lease]) {
 }
 
 /// Turns wake-ups into producer wake-ups and cancellations of running jobs.
-pub(crate) struct Listener(pub(crate) Arc<Shared>);
+pub(crate) struct NodeWakeups(pub(crate) Arc<Shared>);
 
-impl Service for Listener {
-    fn name(&self) -> &'static str {
-        "listener"
+#[async_trait::async_trait]
+impl OnWakeup for NodeWakeups {
+    async fn wakeup(&self, wakeup: Wakeup) -> bool {
+        let shared = &self.0;
+        match wakeup {
+            Wakeup::Jobs(queue) => {
+                if shared.config.queues.contains(&queue) {
+                    shared.wake.notify_one();
+                }
+            }
+            Wakeup::Cancelled(id) => shared.running_stop(id, StopReason::Cancelled),
+            Wakeup::Resync => shared.wake.notify_one(),
+        }
+        true
     }
 
-    fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, ()> {
-        Box::pin(async move { listen(&self.0, &stop).await })
+    async fn unsubscribed(&self, error: &Error) {
+        tracing::warn!(error = %error, "subscribing to wake-ups failed; polling meanwhile");
     }
 }
 
@@ -93,39 +102,5 @@ impl Service for Periodic {
             self.jobs.clone(),
             stop,
         ))
-    }
-}
-
-async fn listen(shared: &Shared, stop: &CancellationToken) {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let mut stream = match shared.backend.subscribe().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "subscribing to wake-ups failed; polling meanwhile");
-                if !tick(stop, backoff).await {
-                    return;
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(100);
-        loop {
-            let wakeup = tokio::select! {
-                w = stream.next() => w,
-                _ = stop.cancelled() => return,
-            };
-            match wakeup {
-                Some(Wakeup::Jobs(queue)) => {
-                    if shared.config.queues.contains(&queue) {
-                        shared.wake.notify_one();
-                    }
-                }
-                Some(Wakeup::Cancelled(id)) => shared.running_stop(id, StopReason::Cancelled),
-                Some(Wakeup::Resync) => shared.wake.notify_one(),
-                None => break,
-            }
-        }
     }
 }
