@@ -47,8 +47,11 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use connection::{Command, HelloInfo};
 
-/// How to reach a `hopper serve` server.
+/// How to reach a `hopper serve` server. Built with [`RemoteOptions::new`] or
+/// [`RemoteOptions::from_url`], then its fields set; `#[non_exhaustive]`, so a new option
+/// is not a breaking change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RemoteOptions {
     /// The server's endpoint, e.g. `tcp://127.0.0.1:7010`.
     pub endpoint: String,
