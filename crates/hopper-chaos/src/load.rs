@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hopper::backend::Backend;
-use hopper::housekeeping::Housekeeping;
+use hopper::maintenance::Housekeeping;
 use hopper::{
     Client, JobArgs, JobContext, JobError, NewJob, PgBackend, PgOptions, Runtime, RuntimeConfig,
     RuntimeHandle, Worker, Workers,

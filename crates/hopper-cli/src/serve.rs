@@ -120,9 +120,9 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     let mut server = None;
     if let (Some(listen), Some(auth)) = (listen, auth) {
         let mut config = ServeConfig::new(backend.clone(), listen.clone(), auth);
-        config.node_id = args
-            .node_id
-            .unwrap_or_else(|| hopper_server::stable_node_id(&[&host_name(), schema, &listen]));
+        config.node_id = args.node_id.unwrap_or_else(|| {
+            hopper_server::stable_node_id(&[&hopper::maintenance::host_name(), schema, &listen])
+        });
         config.heartbeat = heartbeat;
         config.lease = lease;
         config.node_dead_after = node_dead_after;
@@ -221,15 +221,6 @@ fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
         path.display()
     );
     Ok(Auth::Tokens(vec![token]))
-}
-
-fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 #[cfg(test)]

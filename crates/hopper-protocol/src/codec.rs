@@ -155,7 +155,10 @@ fn decode<T: DeserializeOwned>(
 mod tests {
     use super::*;
     use crate::messages::*;
-    use crate::{CronInfo, JobFilter, OutcomeItem, QueueChange, QueueCounts, QueueInfo, RateInfo};
+    use crate::{
+        Completed, CronInfo, Failed, JobFilter, OutcomeItem, QueueChange, QueueCounts, QueueInfo,
+        RateInfo, Released, Snoozed,
+    };
     use crate::{MAX_FRAME, VERSION};
     use serde_json::json;
     use uuid::Uuid;
@@ -207,29 +210,34 @@ mod tests {
             Request::Cancel { req: 5, id },
             Request::Completed {
                 req: 6,
-                id,
-                attempt: 1,
-                duration_ms: 12,
+                outcome: Completed {
+                    id,
+                    attempt: 1,
+                    duration_ms: 12,
+                },
             },
             Request::Failed {
                 req: 7,
-                id,
-                attempt: 1,
-                error: "boom".into(),
-                retryable: false,
-                retry_in_ms: Some(5),
-                duration_ms: 3,
+                outcome: Failed {
+                    id,
+                    attempt: 1,
+                    error: "boom".into(),
+                    retryable: false,
+                    retry_in_ms: Some(5),
+                    duration_ms: 3,
+                },
             },
             Request::Snoozed {
                 req: 8,
-                id,
-                attempt: 2,
-                delay_ms: 100,
+                outcome: Snoozed {
+                    id,
+                    attempt: 2,
+                    delay_ms: 100,
+                },
             },
             Request::Released {
                 req: 9,
-                id,
-                attempt: 2,
+                outcome: Released { id, attempt: 2 },
             },
             Request::Heartbeat {
                 req: 10,
@@ -245,25 +253,25 @@ mod tests {
             Request::Outcomes {
                 req: 12,
                 outcomes: vec![
-                    OutcomeItem::Completed {
+                    OutcomeItem::Completed(Completed {
                         id,
                         attempt: 1,
                         duration_ms: 3,
-                    },
-                    OutcomeItem::Failed {
+                    }),
+                    OutcomeItem::Failed(Failed {
                         id,
                         attempt: 2,
                         error: "boom".into(),
                         retryable: true,
                         retry_in_ms: None,
                         duration_ms: 0,
-                    },
-                    OutcomeItem::Snoozed {
+                    }),
+                    OutcomeItem::Snoozed(Snoozed {
                         id,
                         attempt: 3,
                         delay_ms: 10,
-                    },
-                    OutcomeItem::Released { id, attempt: 4 },
+                    }),
+                    OutcomeItem::Released(Released { id, attempt: 4 }),
                 ],
             },
             Request::ListJobs {
@@ -535,9 +543,13 @@ mod tests {
         ]));
         match decode_request(&frame, MAX_FRAME) {
             Ok(Request::Failed {
-                retryable,
-                retry_in_ms,
-                duration_ms,
+                outcome:
+                    Failed {
+                        retryable,
+                        retry_in_ms,
+                        duration_ms,
+                        ..
+                    },
                 ..
             }) => assert_eq!((retryable, retry_in_ms, duration_ms), (true, None, 0)),
             other => panic!("unexpected {other:?}"),

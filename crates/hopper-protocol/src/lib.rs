@@ -3,7 +3,9 @@
 //!
 //! This crate does no I/O. It holds the message types ([`Request`], peer to server;
 //! [`Reply`], server to peer), [`encode`] and [`decode_request`] / [`decode_reply`] with the
-//! frame size limit ([`MAX_FRAME`]), and the error codes ([`ErrorCode`]). The full
+//! frame size limit ([`MAX_FRAME`]), the error codes ([`ErrorCode`]), and the conversions
+//! between the messages and the types of [`hopper_core`] (`From` impls, in one place for the
+//! server and the remote transport). The full
 //! description, enough to write a client in any language, is `docs/protocol.md` in the
 //! repository; this crate is its reference implementation.
 //!
@@ -24,11 +26,12 @@
 mod admin;
 mod batch;
 mod codec;
+mod convert;
 mod messages;
 pub mod uuid_str;
 
 pub use admin::{CronInfo, JobFilter, QueueChange, QueueCounts, QueueInfo, RateInfo};
-pub use batch::OutcomeItem;
+pub use batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 pub use codec::{DecodeError, decode_reply, decode_request, encode};
 pub use messages::{
     AttemptInfo, ErrorCode, FinishResult, JobInfo, JobSpec, LeaseRef, Order, PriorityValue, Reply,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::admin::{CronInfo, JobFilter, QueueChange, QueueCounts, QueueInfo};
-use crate::batch::OutcomeItem;
+use crate::batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 use crate::uuid_str;
 
 /// What a peer does: clients submit and inspect jobs; workers also receive orders.
@@ -42,10 +42,6 @@ pub enum PriorityValue {
 
 fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// A job to submit. Only `kind` is required.
@@ -178,59 +174,35 @@ pub enum Request {
     Completed {
         /// The request number.
         req: u64,
-        /// The job.
-        #[serde(with = "uuid_str")]
-        id: Uuid,
-        /// The attempt from the order.
-        attempt: i32,
-        /// How long the run took.
-        #[serde(default)]
-        duration_ms: i64,
+        /// What it reports.
+        #[serde(flatten)]
+        outcome: Completed,
     },
     /// The job of an order failed. Reply: `ack`.
     Failed {
         /// The request number.
         req: u64,
-        /// The job.
-        #[serde(with = "uuid_str")]
-        id: Uuid,
-        /// The attempt from the order.
-        attempt: i32,
-        /// What went wrong (kept in the job's error history).
-        error: String,
-        /// False: do not retry, dead-letter the job now. Default true.
-        #[serde(default = "yes")]
-        retryable: bool,
-        /// Delay before the retry; absent: the server's backoff (exponential, with jitter).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        retry_in_ms: Option<u64>,
-        /// How long the run took.
-        #[serde(default)]
-        duration_ms: i64,
+        /// What it reports.
+        #[serde(flatten)]
+        outcome: Failed,
     },
     /// Run the job of an order again after `delay_ms`, without using up an attempt.
     /// Reply: `ack`.
     Snoozed {
         /// The request number.
         req: u64,
-        /// The job.
-        #[serde(with = "uuid_str")]
-        id: Uuid,
-        /// The attempt from the order.
-        attempt: i32,
-        /// The delay.
-        delay_ms: u64,
+        /// What it reports.
+        #[serde(flatten)]
+        outcome: Snoozed,
     },
     /// Hand an order back unstarted: the job is available again at once, the attempt not
     /// counted. Reply: `ack`.
     Released {
         /// The request number.
         req: u64,
-        /// The job.
-        #[serde(with = "uuid_str")]
-        id: Uuid,
-        /// The attempt from the order.
-        attempt: i32,
+        /// What it reports.
+        #[serde(flatten)]
+        outcome: Released,
     },
     /// "I am alive, and I still run these." The server extends the leases in the database.
     /// Reply: `heartbeat_ack` with the leases that are lost (stop those jobs).

@@ -10,10 +10,8 @@ use hopper_core::{
     QueueStats, QueueUpdate, RateLimit, Result,
 };
 use hopper_protocol::{
-    CronInfo, JobFilter, QueueChange, QueueCounts, QueueInfo, RateInfo, Reply, Request,
+    CronInfo, JobFilter, JobInfo, QueueChange, QueueCounts, QueueInfo, RateInfo, Reply, Request,
 };
-
-use crate::convert;
 
 /// Most jobs one `list_jobs` returns.
 const MAX_LIST: u32 = 1000;
@@ -28,12 +26,12 @@ pub(crate) async fn handle(
             let jobs = backend.job_search(&search(filter)?).await?;
             Reply::Jobs {
                 req,
-                jobs: jobs.into_iter().map(convert::job_info).collect(),
+                jobs: jobs.into_iter().map(JobInfo::from).collect(),
             }
         }
         Request::Retry { req, id } => Reply::Job {
             req,
-            job: convert::job_info(backend.job_retry(&JobRetryParams { id }).await?),
+            job: JobInfo::from(backend.job_retry(&JobRetryParams { id }).await?),
         },
         Request::Delete { req, id } => {
             backend.job_delete(&JobDeleteParams { id }).await?;

@@ -150,7 +150,7 @@ impl Core {
                     orders
                         .entry(peer.clone())
                         .or_default()
-                        .push(convert::order(&job));
+                        .push(Order::from(&job));
                 }
                 None => {
                     tracing::debug!(job_id = %job.lease.job_id, kind = %job.kind, queue = %job.queue,
@@ -186,8 +186,8 @@ impl Core {
     }
 
     /// Drops peers silent for three heartbeat periods; every `node_beat` (once per period),
-    /// also enforces timeouts, refreshes the server's node row and forgets queues nobody
-    /// serves. Runs five times per heartbeat period, so a silent peer goes within 3.2
+    /// also enforces timeouts, publishes the server's node row for its heartbeat and
+    /// forgets queues nobody serves. Runs five times per heartbeat period, so a silent peer goes within 3.2
     /// periods.
     pub(crate) fn sweep(&mut self, node_beat: bool) {
         let now = Instant::now();
@@ -213,16 +213,8 @@ impl Core {
         }
         // Once per period: it reads every held order, and a timeout has two periods of grace.
         self.enforce_timeouts(now);
-        // A fenced server does not say it is alive: it may have been released.
-        if !self.fenced.load(std::sync::atomic::Ordering::Acquire) {
-            let node = tasks::node_info(&self.config, &self.peers);
-            let backend = self.backend.clone();
-            tokio::spawn(async move {
-                if let Err(e) = backend.node_heartbeat(&node).await {
-                    tracing::warn!(error = %convert::detail(&e), "node heartbeat failed");
-                }
-            });
-        }
+        self.node
+            .send_replace(tasks::node_info(&self.config, &self.peers));
         // Forget queues nobody serves any more.
         let served: HashMap<&str, ()> = self
             .peers

@@ -39,7 +39,7 @@ mod transport;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper::housekeeping::Housekeeping;
+use hopper::maintenance::Housekeeping;
 use hopper_core::{Backend, NodeId};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -129,7 +129,7 @@ impl ServeConfig {
         let listen = listen.into();
         ServeConfig {
             backend,
-            node_id: stable_node_id(&[&host_name(), &listen]),
+            node_id: stable_node_id(&[&hopper::maintenance::host_name(), &listen]),
             node_name: format!("hopper serve {listen}"),
             listen,
             auth,
@@ -159,15 +159,6 @@ pub fn stable_node_id(parts: &[&str]) -> NodeId {
     )
 }
 
-fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
 /// The server: [`Server::start`] binds and returns a [`ServerHandle`].
 #[derive(Debug)]
 pub struct Server;
@@ -186,6 +177,7 @@ pub struct ServerHandle {
     node_id: NodeId,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    services: hopper::maintenance::Services,
     health: hopper::Health,
     /// The node's liveness lock, where the backend offers one.
     hold: Option<liveness::Hold>,
@@ -211,6 +203,7 @@ impl ServerHandle {
         for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
         }
+        self.services.stop().await;
         if let Some(hold) = self.hold.take() {
             hold.release().await;
         }
@@ -225,6 +218,7 @@ impl ServerHandle {
         for task in &self.tasks {
             task.abort();
         }
+        self.services.abort();
         if let Some(hold) = &self.hold {
             hold.abort();
         }

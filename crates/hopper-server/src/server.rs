@@ -9,20 +9,24 @@ use std::time::Duration;
 use bytes::Bytes;
 use hopper::Health;
 use hopper::backend::{JobCancelParams, JobExtendManyParams, JobGetParams};
+use hopper::maintenance::{
+    Heartbeat, HeartbeatConfig, Listener, Promoter, PromoterConfig, Pruner, Rescuer, RescuerConfig,
+    Services, Vacuumer,
+};
 use hopper::supervise::{Policy, supervise};
 use hopper_core::log_limit::LogThrottle;
 use hopper_core::pace::{Pace, prefetch_for};
-use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, Outcome, Result, Wakeup};
+use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, NewJob, Outcome, Result, Wakeup};
 use hopper_protocol::{
-    ErrorCode, FinishResult, LeaseRef, OutcomeItem, Reply, Request, Role, decode_request,
+    ErrorCode, FinishResult, JobInfo, LeaseRef, OutcomeItem, Reply, Request, Role, decode_request,
 };
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::auth::Access;
-use crate::convert::{self, error_code};
+use crate::convert;
 use crate::dispatch::Gone;
 use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
@@ -186,6 +190,8 @@ pub(crate) struct Core {
     /// The server lost its liveness lock and has not taken it again: no claims and no
     /// node heartbeats (`liveness.rs`).
     pub fenced: Arc<AtomicBool>,
+    /// The node row, published for the heartbeat at every node beat of the sweep.
+    pub node: watch::Sender<hopper_core::NodeInfo>,
 }
 
 pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHandle, ServeError> {
@@ -194,9 +200,10 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
     let stop = CancellationToken::new();
     let fenced = Arc::new(AtomicBool::new(false));
     let node = tasks::node_info(&config, &HashMap::new());
-    let hold = crate::liveness::start(&backend, node, fenced.clone(), &stop).await?;
+    let hold = crate::liveness::start(&backend, node.clone(), fenced.clone(), &stop).await?;
     // Should binding fail below, the lock's keeper stops and gives the lock back.
     let stop_on_error = stop.clone().drop_guard();
+    let (node, node_rx) = watch::channel(node);
     let bind_error = |reason: String| ServeError::Bind {
         endpoint: config.listen.clone(),
         reason,
@@ -237,10 +244,35 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         active: HashSet::new(),
         poll_turn: 0,
         reprobing: false,
-        fenced,
+        fenced: fenced.clone(),
+        node,
         config,
     };
     let health = Health::new();
+    let services = Services::new(&health, stop.clone());
+    let config = &core.config;
+    services.start(Heartbeat::new(
+        Arc::new(tasks::NodeBeat {
+            backend: backend.clone(),
+            node: node_rx,
+            fenced,
+        }),
+        HeartbeatConfig::new(config.heartbeat),
+    ));
+    services.start(Rescuer::new(
+        backend.clone(),
+        RescuerConfig::new(Duration::from_secs(1), config.node_dead_after),
+    ));
+    services.start(Promoter::new(
+        backend.clone(),
+        PromoterConfig::new(config.poll_interval),
+    ));
+    services.start(Pruner::new(backend.clone(), config.housekeeping.clone()));
+    services.start(Vacuumer::new(backend.clone(), config.housekeeping.clone()));
+    services.start(Listener::new(
+        backend.clone(),
+        Arc::new(tasks::LoopWakeups(events_tx.clone())),
+    ));
     let mut tasks = vec![
         supervised("outcome_writer", &health, &stop, {
             let (backend, finish_rx) = (backend.clone(), Arc::new(Mutex::new(finish_rx)));
@@ -248,33 +280,6 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
             move || {
                 let (backend, items) = (backend.clone(), finish_rx.clone());
                 tasks::finish(backend, items, out_tx.clone(), events.clone(), 3)
-            }
-        }),
-        supervised("listener", &health, &stop, {
-            let (backend, stop) = (backend.clone(), stop.clone());
-            move || tasks::listen(backend.clone(), events_tx.clone(), stop.clone())
-        }),
-        supervised("rescuer", &health, &stop, {
-            let (backend, stop) = (backend.clone(), stop.clone());
-            let dead_after = core.config.node_dead_after;
-            move || tasks::rescue(backend.clone(), dead_after, stop.clone())
-        }),
-        supervised("promoter", &health, &stop, {
-            let (backend, stop, poll) = (backend.clone(), stop.clone(), core.config.poll_interval);
-            move || tasks::promote(backend.clone(), poll, stop.clone())
-        }),
-        supervised("pruner", &health, &stop, {
-            let (backend, stop) = (backend.clone(), stop.clone());
-            let housekeeping = core.config.housekeeping.clone();
-            move || {
-                hopper::housekeeping::pruner(backend.clone(), housekeeping.clone(), stop.clone())
-            }
-        }),
-        supervised("vacuumer", &health, &stop, {
-            let (backend, stop) = (backend, stop.clone());
-            let housekeeping = core.config.housekeeping.clone();
-            move || {
-                hopper::housekeeping::vacuumer(backend.clone(), housekeeping.clone(), stop.clone())
             }
         }),
         tokio::spawn(run(core, events_rx, stop.clone())),
@@ -287,6 +292,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         node_id,
         stop,
         tasks,
+        services,
         health,
         hold,
     })
@@ -460,7 +466,7 @@ impl Core {
         match request {
             Request::Hello { .. } => {}
             Request::Submit { req, job } => self.spawn_reply(peer, req, async move {
-                let job = convert::new_job(job)?;
+                let job = NewJob::try_from(job)?;
                 backend.job_insert(&job).await?;
                 wake(&events, std::slice::from_ref(&job));
                 Ok(Reply::Submitted {
@@ -473,7 +479,7 @@ impl Core {
                     .into_iter()
                     .enumerate()
                     .map(|(i, spec)| {
-                        convert::new_job(spec).map_err(|e| {
+                        NewJob::try_from(spec).map_err(|e| {
                             hopper_core::Error::InvalidInput(format!("job {i} of the batch: {e}"))
                         })
                     })
@@ -489,7 +495,7 @@ impl Core {
                 match backend.job_get(&JobGetParams { id }).await? {
                     Some(job) => Ok(Reply::Job {
                         req,
-                        job: convert::job_info(job),
+                        job: JobInfo::from(job),
                     }),
                     None => Err(hopper_core::Error::NotFound(format!("job {id}"))),
                 }
@@ -498,7 +504,7 @@ impl Core {
                 let job = backend.job_cancel(&JobCancelParams { id }).await?;
                 Ok(Reply::Job {
                     req,
-                    job: convert::job_info(job),
+                    job: JobInfo::from(job),
                 })
             }),
             single @ (Request::Completed { .. }
@@ -506,7 +512,7 @@ impl Core {
             | Request::Snoozed { .. }
             | Request::Released { .. }) => {
                 if let Some((req, item)) = OutcomeItem::from_request(&single) {
-                    if let Err(e) = convert::check_outcome(&item) {
+                    if let Err(e) = item.check() {
                         let message = e.to_string();
                         return self
                             .reply(&peer, Reply::error(Some(req), ErrorCode::Invalid, message));
@@ -602,7 +608,7 @@ impl Core {
             let reply = match work.await {
                 Ok(reply) => reply,
                 Err(e) => {
-                    let code = error_code(&e);
+                    let code = ErrorCode::from(&e);
                     if code == ErrorCode::Internal {
                         tracing::warn!(error = %convert::detail(&e), "request failed");
                     }
@@ -813,7 +819,7 @@ impl Core {
                 tracing::warn!(error = %convert::detail(&e), "extending leases failed");
                 self.reply(
                     &peer,
-                    Reply::error(Some(req), error_code(&e), e.to_string()),
+                    Reply::error(Some(req), ErrorCode::from(&e), e.to_string()),
                 );
             }
         }

@@ -1,20 +1,19 @@
-//! The server's background tasks: the batching outcome writer, the notification listener, and the maintenance the workers' runtimes would
-//! otherwise do (rescuing expired leases, releasing dead nodes, promoting scheduled jobs).
+//! The server's background tasks: the batching outcome writer, the notification listener,
+//! and the node row its [`hopper::maintenance::Heartbeat`] refreshes. The maintenance the
+//! workers' runtimes would otherwise do runs as the same [`hopper::maintenance`] services.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures_util::StreamExt;
-use hopper_core::backend::{
-    Backend, Finish, FinishResult, JobPromoteOutcome, NodeInfo, NodeReleaseDeadParams,
-};
-use hopper_protocol::{FinishResult as WireResult, Reply};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use hopper::maintenance::{Beat, OnWakeup};
+use hopper_core::Wakeup;
+use hopper_core::backend::{Backend, Finish, FinishResult, NodeInfo};
+use hopper_protocol::{ErrorCode, FinishResult as WireResult, Reply};
+use tokio::sync::{mpsc, watch};
 
 use crate::ServeConfig;
-use crate::convert::error_code;
+
 use crate::server::{Event, Peer, PeerId};
 
 /// The node row: the queues served and the total concurrency of connected workers.
@@ -133,9 +132,10 @@ async fn write_batch(
         at = range.end;
         let (peer, reply) = match (item.reply_to, results.get(range.start)) {
             (ReplyTo::Nobody, _) => continue,
-            (ReplyTo::Ack(peer, req), Some(Err(e))) => {
-                (peer, Reply::error(Some(req), error_code(e), e.to_string()))
-            }
+            (ReplyTo::Ack(peer, req), Some(Err(e))) => (
+                peer,
+                Reply::error(Some(req), ErrorCode::from(e), e.to_string()),
+            ),
             (ReplyTo::Ack(peer, req), _) => (
                 peer,
                 Reply::Ack {
@@ -159,129 +159,41 @@ async fn write_batch(
     }
 }
 
-/// Forwards database notifications to the loop, resubscribing when the stream ends.
-pub(crate) async fn listen(
-    backend: Arc<dyn Backend>,
-    events: mpsc::Sender<Event>,
-    stop: CancellationToken,
-) {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let mut stream = tokio::select! {
-            s = backend.subscribe() => match s {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %crate::convert::detail(&e), "subscribing to wake-ups failed; polling meanwhile");
-                    // No announcements meanwhile: every served queue is claimed from again.
-                    let _ = events.send(Event::Wakeup(hopper_core::Wakeup::Resync)).await;
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = stop.cancelled() => return,
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                    continue;
-                }
-            },
-            _ = stop.cancelled() => return,
-        };
-        backoff = Duration::from_millis(100);
-        loop {
-            let wakeup = tokio::select! {
-                w = stream.next() => w,
-                _ = stop.cancelled() => return,
-            };
-            match wakeup {
-                Some(w) => {
-                    if events.send(Event::Wakeup(w)).await.is_err() {
-                        return;
-                    }
-                }
-                None => break,
-            }
-        }
+/// Forwards database notifications to the loop.
+pub(crate) struct LoopWakeups(pub mpsc::Sender<Event>);
+
+#[async_trait::async_trait]
+impl OnWakeup for LoopWakeups {
+    async fn wakeup(&self, wakeup: Wakeup) -> bool {
+        self.0.send(Event::Wakeup(wakeup)).await.is_ok()
+    }
+
+    async fn unsubscribed(&self, error: &hopper_core::Error) {
+        tracing::warn!(error = %crate::convert::detail(error), "subscribing to wake-ups failed; polling meanwhile");
+        // No announcements meanwhile: every served queue is claimed from again.
+        let _ = self.0.send(Event::Wakeup(Wakeup::Resync)).await;
     }
 }
 
-/// Takes back expired leases and dead nodes' jobs, every second (at once for nodes whose
-/// liveness lock went free, where the backend tracks liveness).
-pub(crate) async fn rescue(
-    backend: Arc<dyn Backend>,
-    node_dead_after: Duration,
-    stop: CancellationToken,
-) {
-    let Some(store) = backend.maintenance() else {
-        tracing::warn!(
-            backend = backend.name(),
-            "this backend does no maintenance; nothing rescues expired leases"
-        );
-        return;
-    };
-    let release_dead = NodeReleaseDeadParams {
-        dead_after: node_dead_after,
-    };
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = stop.cancelled() => return,
-        }
-        match store.job_rescue_expired().await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
-            Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
-        }
-        if let Some(liveness) = backend.node_liveness() {
-            match liveness.node_release_vanished().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(jobs = n, "released the jobs of vanished nodes"),
-                Err(e) => tracing::warn!(error = %e, "releasing vanished nodes failed"),
-            }
-        }
-        match store.node_release_dead(&release_dead).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(jobs = n, "released the jobs of dead nodes"),
-            Err(e) => tracing::warn!(error = %e, "releasing dead nodes failed"),
-        }
-    }
+/// The server's heartbeat: the node row as the loop last described it (the queues served
+/// and the concurrency of the connected workers).
+pub(crate) struct NodeBeat {
+    pub backend: Arc<dyn Backend>,
+    pub node: watch::Receiver<NodeInfo>,
+    /// Set while the server has lost its liveness lock (`liveness.rs`).
+    pub fenced: Arc<AtomicBool>,
 }
 
-/// Makes scheduled jobs available when due, sleeping until the next one (at most `poll`).
-pub(crate) async fn promote(
-    backend: Arc<dyn Backend>,
-    poll: Duration,
-    stop: CancellationToken,
-) -> hopper_core::Result<()> {
-    let Some(store) = backend.maintenance() else {
-        tracing::warn!(
-            backend = backend.name(),
-            "this backend does no maintenance; nothing promotes scheduled jobs"
-        );
-        return Ok(());
-    };
-    let mut wait = Duration::ZERO;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = stop.cancelled() => return Ok(()),
+#[async_trait::async_trait]
+impl Beat for NodeBeat {
+    async fn beat(&self) {
+        // A fenced server does not say it is alive: it may have been released.
+        if self.fenced.load(Ordering::Acquire) {
+            return;
         }
-        wait = match store.job_promote_scheduled().await {
-            Ok(JobPromoteOutcome {
-                next_due: Some(next),
-                ..
-            }) => {
-                let until = (next - chrono::Utc::now())
-                    .to_std()
-                    .unwrap_or(Duration::ZERO);
-                until.min(poll) + Duration::from_millis(1)
-            }
-            Ok(JobPromoteOutcome { next_due: None, .. }) => poll,
-            // The database is away: ride it out. Anything else (a missing table, a
-            // privilege revoked) fails again the same way: the supervisor counts it, and
-            // gives up (the process unhealthy) if it keeps failing.
-            Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, "promoting scheduled jobs failed");
-                poll
-            }
-            Err(e) => return Err(e),
-        };
+        let node = self.node.borrow().clone();
+        if let Err(e) = self.backend.node_heartbeat(&node).await {
+            tracing::warn!(error = %crate::convert::detail(&e), "node heartbeat failed");
+        }
     }
 }

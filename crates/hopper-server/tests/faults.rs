@@ -21,9 +21,8 @@ impl JobArgs for Nap {
     const KIND: &'static str = "nap";
 }
 
-/// Sleeps `ms` (or `override_ms`), counting runs per job.
+/// Sleeps `ms`, counting runs per job.
 struct Napper {
-    override_ms: Option<u64>,
     runs: Arc<Mutex<HashMap<uuid::Uuid, u32>>>,
 }
 
@@ -31,7 +30,7 @@ struct Napper {
 impl Worker for Napper {
     type Args = Nap;
     async fn process(&self, ctx: &JobContext, args: Nap) -> Result<(), JobError> {
-        tokio::time::sleep(Duration::from_millis(self.override_ms.unwrap_or(args.ms))).await;
+        tokio::time::sleep(Duration::from_millis(args.ms)).await;
         *self
             .runs
             .lock()
@@ -57,22 +56,6 @@ async fn remote_runtime(
     Ok(Runtime::new(backend, workers, config).start().await?)
 }
 
-/// Not a test of its own: the body of the worker process that `killed_worker...` starts
-/// (this test binary again, with `HOPPER_TEST_CHILD_URL` set). Its jobs never finish.
-#[tokio::test]
-async fn child_worker() -> anyhow::Result<()> {
-    let Ok(url) = std::env::var("HOPPER_TEST_CHILD_URL") else {
-        return Ok(());
-    };
-    let napper = Napper {
-        override_ms: Some(3_600_000),
-        runs: Arc::default(),
-    };
-    let _handle = remote_runtime(&url, 5, napper).await?;
-    tokio::time::sleep(Duration::from_secs(600)).await;
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_worker_jobs_complete_elsewhere() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -84,9 +67,9 @@ async fn killed_worker_jobs_complete_elsewhere() -> anyhow::Result<()> {
         .collect::<Result<_, _>>()?;
     client.insert_many(&jobs).await?;
 
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .args(["child_worker", "--exact", "--nocapture"])
-        .env("HOPPER_TEST_CHILD_URL", &url)
+    // A remote worker of five slots whose jobs sleep an hour.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hopper-stuck-worker"))
+        .arg(&url)
         .stdout(std::process::Stdio::null())
         .spawn()?;
     // Five running and, before any job has finished, twice as many held ahead of its slots
@@ -99,10 +82,7 @@ async fn killed_worker_jobs_complete_elsewhere() -> anyhow::Result<()> {
     held.map_err(anyhow::Error::msg)?;
 
     let runs = Arc::new(Mutex::new(HashMap::new()));
-    let napper = Napper {
-        override_ms: None,
-        runs: runs.clone(),
-    };
+    let napper = Napper { runs: runs.clone() };
     let handle = remote_runtime(&url, 5, napper).await?;
     let stats = db
         .wait_for("default", Duration::from_secs(30), |s| s.completed == 20)
@@ -154,10 +134,7 @@ async fn server_restart_mid_run_loses_nothing() -> anyhow::Result<()> {
     let runs = Arc::new(Mutex::new(HashMap::new()));
     let mut handles = Vec::new();
     for _ in 0..2 {
-        let napper = Napper {
-            override_ms: None,
-            runs: runs.clone(),
-        };
+        let napper = Napper { runs: runs.clone() };
         handles.push(remote_runtime(&url, 8, napper).await?);
     }
     db.wait_for("default", Duration::from_secs(60), |s| s.completed >= 500)

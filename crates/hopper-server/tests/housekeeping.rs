@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hopper::housekeeping::Housekeeping;
+use hopper::maintenance::Housekeeping;
 use hopper::testing::TestDatabase;
 
 /// Jobs left in the test's table, the vacuums counted for it, and its dead rows.

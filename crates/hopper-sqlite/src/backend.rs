@@ -180,7 +180,7 @@ impl SqliteBackend {
                         ":queue": params.queue, ":node": node, ":limit": limit,
                         ":lease_us": lease_us, ":now": now, ":kinds": kinds,
                     })
-                .map_err(map_sqlite)?;
+                    .map_err(map_sqlite)?;
                 let mut decoded = Vec::new();
                 while let Some(row) = found.next().map_err(map_sqlite)? {
                     decoded.push(poison::decode(row, 0, claimed_job)?);

@@ -39,10 +39,10 @@ impl Worker for Worky {
         tokio::time::sleep(Duration::from_millis(args.ms)).await;
         match args.luck {
             0..2 => Err(JobError::Permanent("the input was malformed".into())),
-            2..8 if ctx.attempt() < 3 => Err(JobError::Retry {
-                message: format!("upstream timed out (attempt {})", ctx.attempt()),
-                retry_in: Some(Duration::from_secs(2)),
-            }),
+            2..8 if ctx.attempt() < 3 => Err(JobError::retry_after(
+                format!("upstream timed out (attempt {})", ctx.attempt()),
+                Duration::from_secs(2),
+            )),
             _ => Ok(()),
         }
     }

@@ -62,7 +62,7 @@
 mod client;
 mod context;
 mod control;
-pub mod housekeeping;
+pub mod maintenance;
 pub mod metrics;
 pub mod outcomes;
 mod periodic;

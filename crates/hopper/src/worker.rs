@@ -69,9 +69,14 @@ pub fn default_backoff(attempt: i32) -> Duration {
 
 /// Why an attempt did not complete.
 ///
-/// Any `std::error::Error` converts into a retryable `JobError` with `?`.
+/// Any `std::error::Error` converts into a retryable `JobError` with `?`. Built with
+/// [`JobError::retry`], [`JobError::retry_after`], [`JobError::permanent`] and
+/// [`JobError::snooze`]; new kinds of outcome, or new details of one, may be added without
+/// a breaking change (the enum and its `Retry` variant are `#[non_exhaustive]`).
+#[non_exhaustive]
 pub enum JobError {
     /// Try again after the worker's backoff (or `retry_in`, when given), while attempts last.
+    #[non_exhaustive]
     Retry {
         /// What went wrong.
         message: String,
@@ -90,6 +95,14 @@ impl JobError {
         JobError::Retry {
             message: message.to_string(),
             retry_in: None,
+        }
+    }
+
+    /// A retryable failure, retried after `delay` instead of the worker's backoff.
+    pub fn retry_after(message: impl fmt::Display, delay: Duration) -> Self {
+        JobError::Retry {
+            message: message.to_string(),
+            retry_in: Some(delay),
         }
     }
 

@@ -25,9 +25,18 @@ job_kind!(Signal, "signal");
 
 const QUEUE: &str = "signals";
 
+/// Longest wait for what a notification brings: well under the poll interval and the
+/// heartbeat (10 s, a third of the lease) of [`quiet_config`], so an event seen within it
+/// came by notification, not by a poll or a lease renewal. A failsafe, not a figure: the
+/// tests wait for the event itself.
+const PROMPTLY: Duration = Duration::from_secs(5);
+
+/// A runtime that polls only every 30 s and heartbeats every 10 s: what it does sooner,
+/// it was told to.
 fn quiet_config(concurrency: usize) -> RuntimeConfig {
     RuntimeConfig {
         poll_interval: Duration::from_secs(30),
+        heartbeat_interval: Duration::from_secs(30),
         ..support::config(QUEUE, concurrency)
     }
 }
@@ -79,9 +88,12 @@ async fn cancelling_a_running_job_fires_its_token_promptly() -> anyhow::Result<(
     let db = TestDatabase::new().await?;
     let (token_tx, mut tokens) = mpsc::unbounded_channel::<CancellationToken>();
     let mut workers = Workers::new();
+    let (dropped_tx, mut dropped) = mpsc::unbounded_channel::<()>();
     workers.register(FnWorker::new(move |ctx, _: Signal| {
         let _ = token_tx.send(ctx.cancellation().clone());
-        async {
+        let on_drop = SendOnDrop(dropped_tx.clone());
+        async move {
+            let _on_drop = on_drop;
             std::future::pending::<()>().await;
             Ok(())
         }
@@ -95,24 +107,26 @@ async fn cancelling_a_running_job_fires_its_token_promptly() -> anyhow::Result<(
     // The job was claimed at once; the cancellation must not race the listener's start.
     wait_listening(&db, 1).await?;
 
-    let cancelled_at = Instant::now();
     let record = Client::new(db.backend()).cancel(id).await?;
     assert_eq!(record.state, JobState::Cancelled);
-    tokio::time::timeout(Duration::from_secs(2), token.cancelled()).await?;
-    let delay = cancelled_at.elapsed();
-    assert!(delay < Duration::from_millis(500), "took {delay:?}");
-
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while handle.running() > 0 {
-        anyhow::ensure!(Instant::now() < deadline, "the handler was not stopped");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    tokio::time::timeout(PROMPTLY, token.cancelled()).await?;
+    // The handler is stopped: its future dropped.
+    tokio::time::timeout(PROMPTLY, dropped.recv()).await?;
     handle.shutdown().await;
     let job = get(&db, id).await?;
     assert_eq!(job.state, JobState::Cancelled);
     assert!(job.errors.is_empty(), "{:?}", job.errors);
     assert_eq!(job.attempt, 1);
     Ok(())
+}
+
+/// Sends on its channel when dropped: a handler holding it was stopped.
+struct SendOnDrop(mpsc::UnboundedSender<()>);
+
+impl Drop for SendOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
 }
 
 /// A handler that runs until its token is cancelled, then says so and fails, as a handler
@@ -160,7 +174,7 @@ async fn a_handler_watching_its_token_gets_to_react_to_a_cancellation() -> anyho
     // Each handler sees its token fire and runs its reaction: none is dropped unawares.
     let mut reacted = Vec::new();
     for _ in 0..JOBS {
-        let id = tokio::time::timeout(Duration::from_secs(2), saw.recv()).await?;
+        let id = tokio::time::timeout(PROMPTLY, saw.recv()).await?;
         reacted.extend(id);
     }
     reacted.sort();
@@ -233,9 +247,10 @@ async fn shutdown_lets_short_jobs_finish_and_releases_long_ones() -> anyhow::Res
     let shutdown = tokio::spawn(handle.shutdown_within(Duration::from_secs(1)));
     finish_short.notify_one();
     tokio::time::timeout(Duration::from_secs(15), shutdown).await??;
-    let took = began.elapsed();
-    assert!(took >= Duration::from_secs(1), "waited for the deadline");
-    assert!(took < Duration::from_secs(8), "took {took:?}");
+    assert!(
+        began.elapsed() >= Duration::from_secs(1),
+        "waited for the deadline"
+    );
 
     let short = get(&db, short).await?;
     assert_eq!(short.state, JobState::Completed);
@@ -263,12 +278,12 @@ async fn shutdown_lets_short_jobs_finish_and_releases_long_ones() -> anyhow::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_released_at_shutdown_is_taken_over_promptly() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
-    let (started_tx, mut started) = mpsc::unbounded_channel::<(i32, Instant)>();
+    let (started_tx, mut started) = mpsc::unbounded_channel::<i32>();
     let workers = || {
         let started_tx = started_tx.clone();
         let mut workers = Workers::new();
         workers.register(FnWorker::new(move |ctx, _: Signal| {
-            let _ = started_tx.send((ctx.lease().attempt, Instant::now()));
+            let _ = started_tx.send(ctx.lease().attempt);
             async move {
                 if ctx.lease().attempt == 1 {
                     tokio::time::sleep(Duration::from_secs(600)).await;
@@ -281,19 +296,16 @@ async fn a_job_released_at_shutdown_is_taken_over_promptly() -> anyhow::Result<(
     let id = insert(&db, 0).await?;
     let leaving = start(&db, workers(), quiet_config(1)).await;
     let first = tokio::time::timeout(Duration::from_secs(10), started.recv()).await?;
-    assert_eq!(first.map(|r| r.0), Some(1));
+    assert_eq!(first, Some(1));
     // A second node, idle: the only job is running elsewhere.
     let staying = start(&db, workers(), quiet_config(1)).await;
     wait_listening(&db, 2).await?;
 
-    let began = Instant::now();
     leaving.shutdown_within(Duration::from_millis(100)).await;
-    let (attempt, at) = tokio::time::timeout(Duration::from_secs(10), started.recv())
+    let attempt = tokio::time::timeout(PROMPTLY, started.recv())
         .await?
         .expect("taken over");
     assert_eq!(attempt, 2);
-    let delay = at - began;
-    assert!(delay < Duration::from_secs(2), "took {delay:?}");
     wait_for(&db, QUEUE, Duration::from_secs(10), |s| s.completed == 1).await?;
     staying.shutdown().await;
     let job = get(&db, id).await?;
@@ -303,33 +315,27 @@ async fn a_job_released_at_shutdown_is_taken_over_promptly() -> anyhow::Result<(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_runtime_starts_a_new_job_within_milliseconds() -> anyhow::Result<()> {
+async fn an_idle_runtime_starts_a_new_job_when_told() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
-    let (started_tx, mut started) = mpsc::unbounded_channel::<Instant>();
+    let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
     let mut workers = Workers::new();
     workers.register(FnWorker::new(move |_ctx, _: Signal| {
-        let _ = started_tx.send(Instant::now());
+        let _ = started_tx.send(());
         async { Ok(()) }
     }));
     let handle = start(&db, workers, quiet_config(4)).await;
     wait_listening(&db, 1).await?;
-    let mut latencies = Vec::new();
     for n in 0..3 {
-        let enqueued = Instant::now();
         insert(&db, n).await?;
-        let began = tokio::time::timeout(Duration::from_secs(10), started.recv())
+        tokio::time::timeout(PROMPTLY, started.recv())
             .await?
             .expect("the handler ran");
-        latencies.push(began - enqueued);
         wait_for(&db, QUEUE, Duration::from_secs(10), |s| {
             s.completed == n as i64 + 1
         })
         .await?;
     }
     handle.shutdown().await;
-    for latency in &latencies {
-        assert!(*latency < Duration::from_millis(500), "{latencies:?}");
-    }
     Ok(())
 }
 
@@ -364,7 +370,9 @@ async fn a_retry_with_a_short_backoff_runs_again_promptly() -> anyhow::Result<()
     let (first, failed_at) = tokio::time::timeout(Duration::from_secs(10), runs.recv())
         .await?
         .expect("first run");
-    let (second, again_at) = tokio::time::timeout(Duration::from_secs(10), runs.recv())
+    // The promoter found nothing scheduled at its last pass: it sleeps the 30 s poll
+    // interval unless the retry wakes it.
+    let (second, again_at) = tokio::time::timeout(PROMPTLY, runs.recv())
         .await?
         .expect("second run");
     assert_eq!((first, second), (1, 2));
@@ -373,7 +381,6 @@ async fn a_retry_with_a_short_backoff_runs_again_promptly() -> anyhow::Result<()
         gap >= Duration::from_millis(20),
         "not before the backoff: {gap:?}"
     );
-    assert!(gap < Duration::from_millis(1000), "promptly: {gap:?}");
     wait_for(&db, QUEUE, Duration::from_secs(10), |s| s.completed == 2).await?;
     handle.shutdown().await;
     assert_eq!(get(&db, id).await?.errors.len(), 1);

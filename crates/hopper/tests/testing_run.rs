@@ -45,10 +45,7 @@ impl Worker for Doer {
         match task.act {
             Act::Succeed => Ok(()),
             Act::Retry => Err(JobError::retry(format!("attempt {} failed", ctx.attempt()))),
-            Act::RetryIn(ms) => Err(JobError::Retry {
-                message: "later".into(),
-                retry_in: Some(Duration::from_millis(ms)),
-            }),
+            Act::RetryIn(ms) => Err(JobError::retry_after("later", Duration::from_millis(ms))),
             Act::Fail => Err(JobError::permanent("never")),
             Act::Snooze(s) => Err(JobError::snooze(Duration::from_secs(s))),
             Act::Panic => panic!("boom"),

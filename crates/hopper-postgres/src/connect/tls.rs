@@ -169,9 +169,11 @@ impl TlsSettings {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?;
+        let algorithms = provider.signature_verification_algorithms;
         let verifier: Arc<dyn ServerCertVerifier> = match (&self.roots, self.mode) {
-            (None, _) | (_, Mode::Disable) => Arc::new(AcceptAnyCertificate {
-                algorithms: provider.signature_verification_algorithms,
+            (None, _) | (_, Mode::Disable) => Arc::new(LaxVerifier {
+                algorithms,
+                chain: Chain::Unchecked,
             }),
             (Some(roots), mode) => {
                 let webpki = WebPkiServerVerifier::builder_with_provider(
@@ -183,7 +185,10 @@ impl TlsSettings {
                 if mode == Mode::VerifyFull {
                     webpki
                 } else {
-                    Arc::new(ChainOnly { webpki })
+                    Arc::new(LaxVerifier {
+                        algorithms,
+                        chain: Chain::ToRoot(webpki),
+                    })
                 }
             }
         };
@@ -258,24 +263,47 @@ fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     })
 }
 
-/// `prefer` and `require` without a root certificate: the traffic is encrypted and the
-/// handshake's signatures checked, but anyone's certificate is accepted (libpq's
-/// behaviour: protection from passive eavesdropping only).
+/// The server certificate check of `prefer`, `require` and `verify-ca`. The handshake's
+/// signatures are always checked (with the provider's algorithms, as WebPKI checks them);
+/// what differs is how much of the certificate is.
 #[derive(Debug)]
-struct AcceptAnyCertificate {
+struct LaxVerifier {
     algorithms: WebPkiSupportedAlgorithms,
+    chain: Chain,
 }
 
-impl ServerCertVerifier for AcceptAnyCertificate {
+/// How much of the server's certificate a [`LaxVerifier`] checks.
+#[derive(Debug)]
+enum Chain {
+    /// `prefer` and `require` without a root certificate: anyone's certificate is accepted
+    /// (libpq's behaviour: the traffic is encrypted, which protects from passive
+    /// eavesdropping only).
+    Unchecked,
+    /// `verify-ca`: the chain must lead to a trusted root; the host name is not compared.
+    /// The WebPKI verifier checks the chain first and the name last, so a name mismatch
+    /// (and only that) is forgiven.
+    ToRoot(Arc<WebPkiServerVerifier>),
+}
+
+impl ServerCertVerifier for LaxVerifier {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Chain::ToRoot(webpki) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -298,60 +326,6 @@ impl ServerCertVerifier for AcceptAnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must lead to a trusted root; the host name is not compared.
-/// The WebPKI verifier checks the chain first and the name last, so a name mismatch
-/// (and only that) is forgiven.
-#[derive(Debug)]
-struct ChainOnly {
-    webpki: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.webpki.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
     }
 }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use hopper_core::{Finish, Lease, Outcome};
-use hopper_protocol::{ErrorCode, FinishResult, OutcomeItem, Reply};
+use hopper_protocol::{Completed, ErrorCode, Failed, FinishResult, OutcomeItem, Reply};
 
 use super::{Core, PeerId, hex};
 use crate::convert;
@@ -16,9 +16,10 @@ impl Core {
     /// and so is a second outcome for one lease. An item out of bounds refuses the whole
     /// message (`invalid`): nothing of it is written.
     pub(super) fn on_outcomes(&mut self, peer: PeerId, req: u64, items: Vec<OutcomeItem>) {
-        let checked = items.iter().enumerate().try_for_each(|(i, item)| {
-            convert::check_outcome(item).map_err(|e| format!("outcome {i}: {e}"))
-        });
+        let checked = items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, item)| item.check().map_err(|e| format!("outcome {i}: {e}")));
         if let Err(message) = checked {
             let reply = Reply::error(Some(req), ErrorCode::Invalid, message);
             return self.reply(&peer, reply);
@@ -80,11 +81,12 @@ impl Core {
 /// biased low); a negative figure counts as 0. `None` for outcomes of jobs that did not run (snoozed, released).
 fn ran(item: &OutcomeItem) -> Option<Duration> {
     match item {
-        OutcomeItem::Completed { duration_ms, .. } | OutcomeItem::Failed { duration_ms, .. } => {
+        OutcomeItem::Completed(Completed { duration_ms, .. })
+        | OutcomeItem::Failed(Failed { duration_ms, .. }) => {
             let ms = u64::try_from(*duration_ms).unwrap_or(0);
             Some(Duration::from_millis(ms) + Duration::from_micros(500))
         }
-        OutcomeItem::Snoozed { .. } | OutcomeItem::Released { .. } => None,
+        OutcomeItem::Snoozed(_) | OutcomeItem::Released(_) => None,
     }
 }
 
@@ -98,32 +100,22 @@ fn storable(error: String) -> String {
     }
 }
 
-/// What an item says, as the storage seam takes it.
+/// What an item says, as the storage seam takes it, its error text storable.
 fn outcome(item: OutcomeItem, counted_attempt: i32) -> Outcome {
-    match item {
-        OutcomeItem::Completed { duration_ms, .. } => Outcome::Completed { duration_ms },
-        OutcomeItem::Failed {
+    match item.into_outcome(|| convert::default_backoff(counted_attempt)) {
+        Outcome::Retry {
             error,
-            retryable: true,
-            retry_in_ms,
+            retry_in,
             duration_ms,
-            ..
         } => Outcome::Retry {
             error: storable(error),
-            retry_in: retry_in_ms
-                .map(Duration::from_millis)
-                .unwrap_or_else(|| convert::default_backoff(counted_attempt)),
+            retry_in,
             duration_ms,
         },
-        OutcomeItem::Failed {
-            error, duration_ms, ..
-        } => Outcome::Failed {
+        Outcome::Failed { error, duration_ms } => Outcome::Failed {
             error: storable(error),
             duration_ms,
         },
-        OutcomeItem::Snoozed { delay_ms, .. } => Outcome::Snoozed {
-            retry_in: Duration::from_millis(delay_ms),
-        },
-        OutcomeItem::Released { .. } => Outcome::Released,
+        other => other,
     }
 }

@@ -11,7 +11,7 @@ use hopper_core::{
 };
 use hopper_protocol::{CronInfo, JobFilter, QueueChange, QueueInfo, RateInfo, Reply, Request};
 
-use super::{RemoteBackend, millis, record, unexpected};
+use super::{RemoteBackend, millis, unexpected};
 
 impl RemoteBackend {
     pub(super) async fn search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
@@ -20,14 +20,14 @@ impl RemoteBackend {
             .request(|req| Request::ListJobs { req, filter })
             .await?
         {
-            Reply::Jobs { jobs, .. } => jobs.into_iter().map(record).collect(),
+            Reply::Jobs { jobs, .. } => jobs.into_iter().map(JobRecord::try_from).collect(),
             other => Err(unexpected(&other)),
         }
     }
 
     pub(super) async fn retry(&self, id: JobId) -> Result<JobRecord> {
         match self.request(|req| Request::Retry { req, id }).await? {
-            Reply::Job { job, .. } => record(job),
+            Reply::Job { job, .. } => JobRecord::try_from(job),
             other => Err(unexpected(&other)),
         }
     }

@@ -12,10 +12,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{ClaimedJob, Error, Lease, Priority, Result, Wakeup};
-use hopper_protocol::{
-    ErrorCode, LeaseRef, Order, Reply, Request, Role, VERSION, decode_reply, encode,
-};
+use hopper_core::{ClaimedJob, Error, Lease, Result, Wakeup};
+use hopper_protocol::{ErrorCode, LeaseRef, Reply, Request, Role, VERSION, decode_reply, encode};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -275,8 +273,10 @@ fn on_reply(
     pending: &mut HashMap<u64, (Instant, oneshot::Sender<Result<Reply>>)>,
 ) -> Option<&'static str> {
     match reply {
-        Reply::Order { job } => shared.push_orders(vec![claimed(job)]),
-        Reply::Orders { jobs } => shared.push_orders(jobs.into_iter().map(claimed).collect()),
+        Reply::Order { job } => shared.push_orders(vec![ClaimedJob::from(job)]),
+        Reply::Orders { jobs } => {
+            shared.push_orders(jobs.into_iter().map(ClaimedJob::from).collect())
+        }
         Reply::Cancel { id } => shared.cancelled(id),
         Reply::HeartbeatAck { req, lost } if !pending.contains_key(&req) => {
             for LeaseRef { id, attempt } in lost {
@@ -304,23 +304,4 @@ fn on_reply(
         },
     }
     None
-}
-
-/// An order as the runtime takes it.
-fn claimed(job: Order) -> ClaimedJob {
-    ClaimedJob {
-        lease: Lease {
-            job_id: job.id,
-            attempt: job.attempt,
-        },
-        queue: job.queue,
-        kind: job.kind,
-        args: job.args,
-        priority: Priority(job.priority),
-        counted_attempt: job.counted_attempt,
-        max_attempts: job.max_attempts,
-        timeout: Duration::from_millis(job.timeout_ms),
-        created_at: job.created_at,
-        run_at: job.run_at,
-    }
 }

@@ -40,18 +40,20 @@ use hopper_core::backend::{
     QueueStats, Wakeup, WakeupStream,
 };
 use hopper_core::{
-    AttemptError, CronEntry, Error, JobId, JobRecord, JobState, Lease, NewJob, Priority,
-    QueueSettings, QueueUpdate, Result,
+    CronEntry, Error, JobId, JobRecord, JobState, Lease, NewJob, QueueSettings, QueueUpdate, Result,
 };
 use hopper_protocol::{
-    ErrorCode, FinishResult as WireResult, JobInfo, JobSpec, PriorityValue, Reply, Request, Role,
+    ErrorCode, FinishResult as WireResult, JobSpec, OutcomeItem, Reply, Request, Role,
 };
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use connection::{Command, HelloInfo};
 
-/// How to reach a `hopper serve` server.
+/// How to reach a `hopper serve` server. Built with [`RemoteOptions::new`] or
+/// [`RemoteOptions::from_url`], then its fields set; `#[non_exhaustive]`, so a new option
+/// is not a breaking change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RemoteOptions {
     /// The server's endpoint, e.g. `tcp://127.0.0.1:7010`.
     pub endpoint: String,
@@ -390,7 +392,7 @@ impl RemoteBackend {
 
     async fn finish_one(&self, finish: &Finish) -> Result<FinishResult> {
         let reply = self
-            .request(|req| outcomes::item(finish).into_request(req))
+            .request(|req| OutcomeItem::from(finish).into_request(req))
             .await?;
         lock(&self.shared.held).remove(&finish.lease);
         match reply {
@@ -429,58 +431,6 @@ fn unexpected(reply: &Reply) -> Error {
     )))
 }
 
-/// A job to insert as the wire carries it.
-fn spec(job: &NewJob) -> JobSpec {
-    JobSpec {
-        id: Some(job.id),
-        kind: job.kind.clone(),
-        args: job.args.clone(),
-        queue: Some(job.queue.clone()),
-        priority: Some(PriorityValue::Number(job.priority.0)),
-        run_at: job.run_at,
-        delay_ms: None,
-        max_attempts: Some(job.max_attempts),
-        timeout_ms: Some(millis(job.timeout)),
-    }
-}
-
-/// A job as the wire shows it, as a record.
-fn record(job: JobInfo) -> Result<JobRecord> {
-    Ok(JobRecord {
-        id: job.id,
-        queue: job.queue,
-        kind: job.kind,
-        args: job.args,
-        state: job.state.parse()?,
-        priority: Priority(job.priority),
-        run_at: job.run_at,
-        attempt: job.attempt,
-        uncounted: job.attempt - job.attempts_used,
-        max_attempts: job.max_attempts,
-        timeout_ms: job.timeout_ms,
-        node_id: None,
-        lease_expires_at: None,
-        created_at: job.created_at,
-        attempted_at: job.attempted_at,
-        finished_at: job.finished_at,
-        duration_ms: job.duration_ms,
-        errors: job
-            .errors
-            .into_iter()
-            .map(|e| AttemptError {
-                attempt: e.attempt,
-                at: e.at,
-                error: e.error,
-                node: None,
-                duration_ms: e.duration_ms,
-            })
-            .collect(),
-        // The wire's job does not carry them.
-        group: None,
-        unique_key: None,
-    })
-}
-
 /// The largest encoded batch sent in one `submit_batch` (the server takes 2 MiB frames).
 const BATCH_BYTES: usize = 1536 * 1024;
 
@@ -501,7 +451,7 @@ impl Backend for RemoteBackend {
 
     async fn job_insert(&self, job: &NewJob) -> Result<()> {
         job.validate()?;
-        let job = spec(job);
+        let job = JobSpec::from(job);
         match self.request(|req| Request::Submit { req, job }).await? {
             Reply::Submitted { .. } => Ok(()),
             other => Err(unexpected(&other)),
@@ -515,7 +465,7 @@ impl Backend for RemoteBackend {
         let mut size = 0usize;
         for job in jobs {
             job.validate()?;
-            let s = spec(job);
+            let s = JobSpec::from(job);
             let len = hopper_protocol::encode(&s).map(|b| b.len()).unwrap_or(0);
             if !chunk.is_empty() && size + len > BATCH_BYTES {
                 self.submit_batch(std::mem::take(&mut chunk)).await?;
@@ -533,7 +483,7 @@ impl Backend for RemoteBackend {
     async fn job_get(&self, params: &JobGetParams) -> Result<Option<JobRecord>> {
         let id = params.id;
         match self.request(|req| Request::Status { req, id }).await {
-            Ok(Reply::Job { job, .. }) => record(job).map(Some),
+            Ok(Reply::Job { job, .. }) => JobRecord::try_from(job).map(Some),
             Ok(other) => Err(unexpected(&other)),
             Err(Error::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
@@ -600,7 +550,7 @@ impl Backend for RemoteBackend {
     async fn job_cancel(&self, params: &JobCancelParams) -> Result<JobRecord> {
         let id = params.id;
         match self.request(|req| Request::Cancel { req, id }).await? {
-            Reply::Job { job, .. } => record(job),
+            Reply::Job { job, .. } => JobRecord::try_from(job),
             other => Err(unexpected(&other)),
         }
     }

@@ -2,10 +2,10 @@
 //! go to the server as `outcomes` messages (one reply, `acks`, for each), instead of one
 //! message and one reply per job.
 
-use hopper_core::{Error, Finish, FinishResult, Outcome, Result};
+use hopper_core::{Error, Finish, FinishResult, Result};
 use hopper_protocol::{FinishResult as WireResult, OutcomeItem, Reply, Request};
 
-use super::{RemoteBackend, lock, millis, state_after, unexpected};
+use super::{RemoteBackend, lock, state_after, unexpected};
 
 /// Most outcomes in one message (about 100 bytes each, a failure's error text more).
 const PER_MESSAGE: usize = 500;
@@ -37,7 +37,7 @@ impl RemoteBackend {
     }
 
     async fn finish_chunk(&self, chunk: &[Finish]) -> Result<Vec<FinishResult>> {
-        let outcomes: Vec<OutcomeItem> = chunk.iter().map(item).collect();
+        let outcomes: Vec<OutcomeItem> = chunk.iter().map(OutcomeItem::from).collect();
         let reply = self
             .request(|req| Request::Outcomes { req, outcomes })
             .await?;
@@ -59,43 +59,5 @@ impl RemoteBackend {
                 }
             })
             .collect())
-    }
-}
-
-/// One outcome as the wire carries it.
-pub(super) fn item(finish: &Finish) -> OutcomeItem {
-    let (id, attempt) = (finish.lease.job_id, finish.lease.attempt);
-    match &finish.outcome {
-        Outcome::Completed { duration_ms } => OutcomeItem::Completed {
-            id,
-            attempt,
-            duration_ms: *duration_ms,
-        },
-        Outcome::Retry {
-            error,
-            retry_in,
-            duration_ms,
-        } => OutcomeItem::Failed {
-            id,
-            attempt,
-            error: error.clone(),
-            retryable: true,
-            retry_in_ms: Some(millis(*retry_in)),
-            duration_ms: *duration_ms,
-        },
-        Outcome::Failed { error, duration_ms } => OutcomeItem::Failed {
-            id,
-            attempt,
-            error: error.clone(),
-            retryable: false,
-            retry_in_ms: None,
-            duration_ms: *duration_ms,
-        },
-        Outcome::Snoozed { retry_in } => OutcomeItem::Snoozed {
-            id,
-            attempt,
-            delay_ms: millis(*retry_in),
-        },
-        Outcome::Released => OutcomeItem::Released { id, attempt },
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hopper_core::{Clock, SystemClock};
 
-use crate::housekeeping::Housekeeping;
+use crate::maintenance::Housekeeping;
 
 /// How a [`crate::Runtime`] runs. Every field has a default; see [`RuntimeConfig::default`].
 #[derive(Debug, Clone)]

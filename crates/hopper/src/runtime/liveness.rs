@@ -18,7 +18,7 @@ use std::time::Duration;
 use hopper_core::{Lease, NodeHold};
 
 use super::Shared;
-use super::maintenance::renew;
+use super::services::renew;
 
 /// Longest wait between two attempts to take the lock again.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -53,7 +53,7 @@ async fn retake(shared: &Shared) -> Option<NodeHold> {
     let liveness = shared.backend.node_liveness()?;
     let mut backoff = Duration::from_millis(100);
     loop {
-        if !crate::housekeeping::tick(&shared.stop_services, backoff).await {
+        if !crate::maintenance::tick(&shared.stop_services, backoff).await {
             return None;
         }
         match liveness.node_hold(&shared.node).await {

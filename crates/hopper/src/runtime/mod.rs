@@ -1,8 +1,8 @@
 //! The worker runtime: claims jobs, runs them with bounded concurrency, records outcomes.
 //!
 //! Split as River splits it: the [`producer`] claims, the [`executor`] runs one job, the
-//! [`completer`] writes outcomes in batches, and [`maintenance`] keeps leases, nodes and
-//! schedules in order. [`Runtime::start`] wires them together and returns a
+//! [`completer`] writes outcomes in batches, and the [`crate::maintenance`] services (with
+//! the runtime's own in [`services`]) keep leases, nodes and schedules in order. [`Runtime::start`] wires them together and returns a
 //! [`RuntimeHandle`] for a graceful shutdown.
 
 mod completer;
@@ -10,16 +10,15 @@ mod config;
 mod executor;
 pub(crate) mod handler;
 mod liveness;
-mod maintenance;
 mod prefetch;
 mod producer;
+mod services;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use hopper_core::backend::NodeDeregisterParams;
 use hopper_core::{Backend, ClaimParams, ClaimedJob, JobId, Lease, NodeInfo, Result};
 use tokio::sync::{Notify, Semaphore, mpsc};
@@ -31,6 +30,10 @@ use uuid::Uuid;
 pub use config::RuntimeConfig;
 
 use crate::context::{RunState, StopReason};
+use crate::maintenance::{
+    Heartbeat, HeartbeatConfig, Listener, Promoter, PromoterConfig, Pruner, Rescuer, RescuerConfig,
+    Services, Vacuumer,
+};
 use crate::registry::Workers;
 use crate::supervise::{Health, Policy, supervise};
 
@@ -221,52 +224,33 @@ impl Runtime {
                 )
             }
         });
-        let stop = shared.stop_services.clone();
-        let service = |name: &'static str, task: fn(Arc<Shared>) -> BoxFuture<'static, ()>| {
-            let shared = shared.clone();
-            supervise(name, &health, policy, stop.clone(), move || {
-                task(shared.clone())
-            })
-        };
-        let mut services = vec![
-            service("listener", |s| Box::pin(maintenance::listener(s))),
-            service("heartbeat", |s| Box::pin(maintenance::heartbeat(s))),
-            service("rescuer", |s| Box::pin(maintenance::rescuer(s))),
-            service("promoter", |s| Box::pin(maintenance::promoter(s))),
-            service("pruner", |s| {
-                let (backend, config) = (s.backend.clone(), s.config.housekeeping.clone());
-                Box::pin(crate::housekeeping::pruner(
-                    backend,
-                    config,
-                    s.stop_services.clone(),
-                ))
-            }),
-            service("vacuumer", |s| {
-                let (backend, config) = (s.backend.clone(), s.config.housekeeping.clone());
-                Box::pin(crate::housekeeping::vacuumer(
-                    backend,
-                    config,
-                    s.stop_services.clone(),
-                ))
-            }),
-        ];
+        let services = Services::new(&health, shared.stop_services.clone());
+        let config = &shared.config;
+        services.start(Listener::new(
+            shared.backend.clone(),
+            Arc::new(services::NodeWakeups(shared.clone())),
+        ));
+        services.start(Heartbeat::new(
+            Arc::new(services::NodeBeat(shared.clone())),
+            HeartbeatConfig::new(config.effective_heartbeat()),
+        ));
+        let backend = &shared.backend;
+        services.start(Rescuer::new(
+            backend.clone(),
+            RescuerConfig::new(config.rescue_interval, config.node_dead_after),
+        ));
+        services.start(
+            Promoter::new(backend.clone(), PromoterConfig::new(config.poll_interval))
+                .woken_by(shared.promote.clone()),
+        );
+        services.start(Pruner::new(backend.clone(), config.housekeeping.clone()));
+        services.start(Vacuumer::new(backend.clone(), config.housekeeping.clone()));
         if !self.periodic.is_empty() {
-            let (backend, periodic) = (shared.backend.clone(), self.periodic);
-            let clock = shared.config.clock.clone();
-            services.push(supervise(
-                "periodic",
-                &health,
-                policy,
-                stop.clone(),
-                move || {
-                    crate::periodic::run(
-                        backend.clone(),
-                        clock.clone(),
-                        periodic.clone(),
-                        stop.clone(),
-                    )
-                },
-            ));
+            services.start(services::Periodic {
+                backend: backend.clone(),
+                clock: config.clock.clone(),
+                jobs: self.periodic,
+            });
         }
         let keeper = hold.map(|hold| tokio::spawn(liveness::keep(shared.clone(), hold)));
         let producer = tokio::spawn(producer::run(shared.clone()));
@@ -283,13 +267,7 @@ impl Runtime {
 }
 
 fn default_node_name() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
+    format!("{}:{}", crate::maintenance::host_name(), std::process::id())
 }
 
 /// A running runtime. Dropping it leaves the runtime running; call
@@ -299,7 +277,7 @@ pub struct RuntimeHandle {
     shared: Arc<Shared>,
     producer: JoinHandle<()>,
     completer: JoinHandle<()>,
-    services: Vec<JoinHandle<()>>,
+    services: Services,
     health: Health,
     /// Keeps the node's liveness lock, and gives it back when the services stop.
     keeper: Option<JoinHandle<Option<hopper_core::NodeHold>>>,
@@ -371,10 +349,7 @@ impl RuntimeHandle {
             let _ =
                 tokio::time::timeout(Duration::from_secs(5), shared.slots.acquire_many(all)).await;
         }
-        shared.stop_services.cancel();
-        for service in self.services {
-            let _ = service.await;
-        }
+        self.services.stop().await;
         // The lock is given back last: while outcomes are still being written, other
         // nodes must not take this node for vanished.
         let hold = match self.keeper {

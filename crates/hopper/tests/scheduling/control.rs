@@ -1,7 +1,6 @@
 //! Pause and resume, cancellation across nodes, periodic jobs.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
@@ -75,7 +74,7 @@ impl JobArgs for Wait {
 
 /// Runs until cancelled, then says so.
 struct Waiter {
-    started: Arc<AtomicBool>,
+    started: Arc<tokio::sync::Notify>,
     cancelled: Arc<tokio::sync::Notify>,
 }
 
@@ -83,7 +82,7 @@ struct Waiter {
 impl Worker for Waiter {
     type Args = Wait;
     async fn process(&self, ctx: &JobContext, _args: Wait) -> Result<(), JobError> {
-        self.started.store(true, Ordering::SeqCst);
+        self.started.notify_one();
         tokio::select! {
             _ = ctx.cancellation().cancelled() => {
                 self.cancelled.notify_one();
@@ -98,7 +97,7 @@ impl Worker for Waiter {
 #[tokio::test]
 async fn cancel_reaches_a_handler_on_another_node() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
-    let started = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(tokio::sync::Notify::new());
     let cancelled = Arc::new(tokio::sync::Notify::new());
     let mut workers = Workers::new();
     workers.register(Waiter {
@@ -114,16 +113,10 @@ async fn cancel_reaches_a_handler_on_another_node() -> anyhow::Result<()> {
     let other_client = Client::new(node(&db).await?);
 
     let id = other_client.insert(NewJob::of(&Wait {})?).await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !started.load(Ordering::SeqCst) {
-        anyhow::ensure!(Instant::now() < deadline, "the job never started");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let asked = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), started.notified()).await?;
     let record = other_client.cancel(id).await?;
     assert_eq!(record.state, hopper::JobState::Cancelled);
     tokio::time::timeout(Duration::from_secs(2), cancelled.notified()).await?;
-    println!("cancellation reached the handler in {:?}", asked.elapsed());
     runner.shutdown().await;
     other.shutdown().await;
     Ok(())

@@ -1,0 +1,304 @@
+//! Between the wire's types and the storage seam's ([`hopper_core`]), in one place for
+//! both ends: `hopper serve` turns requests into core types and core types into replies,
+//! the remote transport of the `hopper` crate the other way round.
+//!
+//! | wire | core | direction |
+//! | --- | --- | --- |
+//! | [`Order`] | [`ClaimedJob`] | both |
+//! | [`JobInfo`] | [`JobRecord`] | both (a record from the wire lacks the lease and the node) |
+//! | [`JobSpec`] | [`NewJob`] | both (from the wire: checked as the server accepts it) |
+//! | [`OutcomeItem`] | [`Finish`] / [`Outcome`] | both ([`OutcomeItem::into_outcome`]) |
+//! | [`ErrorCode`] | [`Error`] | core to wire |
+
+use std::time::Duration;
+
+use hopper_core::limits::duration_ms;
+use hopper_core::{
+    AttemptError, ClaimedJob, Error, Finish, JobRecord, Lease, NewJob, Outcome, Priority, Result,
+};
+
+use crate::batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
+use crate::messages::{AttemptInfo, ErrorCode, JobInfo, JobSpec, Order, PriorityValue};
+
+/// Whole milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A claimed job as an order.
+impl From<&ClaimedJob> for Order {
+    fn from(job: &ClaimedJob) -> Self {
+        Order {
+            id: job.lease.job_id,
+            attempt: job.lease.attempt,
+            queue: job.queue.clone(),
+            kind: job.kind.clone(),
+            args: job.args.clone(),
+            priority: job.priority.0,
+            counted_attempt: job.counted_attempt,
+            max_attempts: job.max_attempts,
+            timeout_ms: millis(job.timeout),
+            created_at: job.created_at,
+            run_at: job.run_at,
+        }
+    }
+}
+
+/// An order as a runtime takes it.
+impl From<Order> for ClaimedJob {
+    fn from(job: Order) -> Self {
+        ClaimedJob {
+            lease: Lease {
+                job_id: job.id,
+                attempt: job.attempt,
+            },
+            queue: job.queue,
+            kind: job.kind,
+            args: job.args,
+            priority: Priority(job.priority),
+            counted_attempt: job.counted_attempt,
+            max_attempts: job.max_attempts,
+            timeout: Duration::from_millis(job.timeout_ms),
+            created_at: job.created_at,
+            run_at: job.run_at,
+        }
+    }
+}
+
+/// A stored job as the wire shows it.
+impl From<JobRecord> for JobInfo {
+    fn from(job: JobRecord) -> Self {
+        JobInfo {
+            id: job.id,
+            queue: job.queue,
+            kind: job.kind,
+            args: job.args,
+            state: job.state.as_str().to_owned(),
+            priority: job.priority.0,
+            run_at: job.run_at,
+            attempt: job.attempt,
+            attempts_used: job.attempt - job.uncounted,
+            max_attempts: job.max_attempts,
+            timeout_ms: job.timeout_ms,
+            created_at: job.created_at,
+            attempted_at: job.attempted_at,
+            finished_at: job.finished_at,
+            duration_ms: job.duration_ms,
+            errors: job
+                .errors
+                .into_iter()
+                .map(|e| AttemptInfo {
+                    attempt: e.attempt,
+                    at: e.at,
+                    error: e.error,
+                    duration_ms: e.duration_ms,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A job as the wire shows it, as a record. The wire does not carry the lease, the node,
+/// the group or the unique key: they are `None`. Fails on a state this version does not
+/// know.
+impl TryFrom<JobInfo> for JobRecord {
+    type Error = Error;
+
+    fn try_from(job: JobInfo) -> Result<Self> {
+        Ok(JobRecord {
+            id: job.id,
+            queue: job.queue,
+            kind: job.kind,
+            args: job.args,
+            state: job.state.parse()?,
+            priority: Priority(job.priority),
+            run_at: job.run_at,
+            attempt: job.attempt,
+            uncounted: job.attempt - job.attempts_used,
+            max_attempts: job.max_attempts,
+            timeout_ms: job.timeout_ms,
+            node_id: None,
+            lease_expires_at: None,
+            created_at: job.created_at,
+            attempted_at: job.attempted_at,
+            finished_at: job.finished_at,
+            duration_ms: job.duration_ms,
+            errors: job
+                .errors
+                .into_iter()
+                .map(|e| AttemptError {
+                    attempt: e.attempt,
+                    at: e.at,
+                    error: e.error,
+                    node: None,
+                    duration_ms: e.duration_ms,
+                })
+                .collect(),
+            group: None,
+            unique_key: None,
+        })
+    }
+}
+
+/// A job to insert as the wire carries it, every setting spelled out.
+impl From<&NewJob> for JobSpec {
+    fn from(job: &NewJob) -> Self {
+        JobSpec {
+            id: Some(job.id),
+            kind: job.kind.clone(),
+            args: job.args.clone(),
+            queue: Some(job.queue.clone()),
+            priority: Some(PriorityValue::Number(job.priority.0)),
+            run_at: job.run_at,
+            delay_ms: None,
+            max_attempts: Some(job.max_attempts),
+            timeout_ms: Some(millis(job.timeout)),
+        }
+    }
+}
+
+/// The job to insert from a submitted spec, checked as the server accepts it: the id a
+/// UUIDv7, `run_at` or `delay_ms` but not both, durations within
+/// [`hopper_core::limits::MAX_DURATION`], and [`NewJob::validate`].
+impl TryFrom<JobSpec> for NewJob {
+    type Error = Error;
+
+    fn try_from(spec: JobSpec) -> Result<Self> {
+        let mut job = NewJob::new(spec.kind, spec.args);
+        if let Some(id) = spec.id {
+            // Ids are UUIDv7 so that they sort by creation: listing newest first, paging
+            // with `before` and the FIFO order of a batch rely on it.
+            if id.get_version_num() != 7 {
+                return Err(Error::InvalidInput(format!(
+                    "id {id} is a UUID of version {}; job ids must be UUIDv7",
+                    id.get_version_num()
+                )));
+            }
+            job.id = id;
+        }
+        if let Some(queue) = spec.queue {
+            job.queue = queue;
+        }
+        if let Some(priority) = spec.priority {
+            job.priority = match priority {
+                PriorityValue::Number(n) => Priority(n),
+                PriorityValue::Name(name) => name.parse()?,
+            };
+        }
+        match (spec.run_at, spec.delay_ms) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidInput(
+                    "give run_at or delay_ms, not both".to_owned(),
+                ));
+            }
+            (Some(at), None) => job.run_at = Some(at),
+            (None, Some(ms)) => job = job.with_delay(duration_ms("delay_ms", ms)?),
+            (None, None) => {}
+        }
+        if let Some(max) = spec.max_attempts {
+            job.max_attempts = max;
+        }
+        if let Some(ms) = spec.timeout_ms {
+            job.timeout = Duration::from_millis(ms);
+        }
+        job.validate()?;
+        Ok(job)
+    }
+}
+
+/// One outcome as the wire carries it.
+impl From<&Finish> for OutcomeItem {
+    fn from(finish: &Finish) -> Self {
+        let (id, attempt) = (finish.lease.job_id, finish.lease.attempt);
+        match &finish.outcome {
+            Outcome::Completed { duration_ms } => OutcomeItem::Completed(Completed {
+                id,
+                attempt,
+                duration_ms: *duration_ms,
+            }),
+            Outcome::Retry {
+                error,
+                retry_in,
+                duration_ms,
+            } => OutcomeItem::Failed(Failed {
+                id,
+                attempt,
+                error: error.clone(),
+                retryable: true,
+                retry_in_ms: Some(millis(*retry_in)),
+                duration_ms: *duration_ms,
+            }),
+            Outcome::Failed { error, duration_ms } => OutcomeItem::Failed(Failed {
+                id,
+                attempt,
+                error: error.clone(),
+                retryable: false,
+                retry_in_ms: None,
+                duration_ms: *duration_ms,
+            }),
+            Outcome::Snoozed { retry_in } => OutcomeItem::Snoozed(Snoozed {
+                id,
+                attempt,
+                delay_ms: millis(*retry_in),
+            }),
+            Outcome::Released => OutcomeItem::Released(Released { id, attempt }),
+        }
+    }
+}
+
+impl OutcomeItem {
+    /// Checks its durations against the one bound of every way in
+    /// ([`hopper_core::limits::MAX_DURATION`]), so that what is queued for writing can be
+    /// written: past it a job's next run would leave the range of instants the database
+    /// holds.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            OutcomeItem::Failed(Failed {
+                retry_in_ms: Some(ms),
+                ..
+            }) => duration_ms("retry_in_ms", *ms).map(drop),
+            OutcomeItem::Snoozed(Snoozed { delay_ms, .. }) => {
+                duration_ms("delay_ms", *delay_ms).map(drop)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// What it says, as the storage seam takes it. A retryable failure that names no
+    /// delay is retried after `default_retry_in()` (the server's backoff).
+    pub fn into_outcome(self, default_retry_in: impl FnOnce() -> Duration) -> Outcome {
+        match self {
+            OutcomeItem::Completed(c) => Outcome::Completed {
+                duration_ms: c.duration_ms,
+            },
+            OutcomeItem::Failed(f) if f.retryable => Outcome::Retry {
+                error: f.error,
+                retry_in: f
+                    .retry_in_ms
+                    .map(Duration::from_millis)
+                    .unwrap_or_else(default_retry_in),
+                duration_ms: f.duration_ms,
+            },
+            OutcomeItem::Failed(f) => Outcome::Failed {
+                error: f.error,
+                duration_ms: f.duration_ms,
+            },
+            OutcomeItem::Snoozed(s) => Outcome::Snoozed {
+                retry_in: Duration::from_millis(s.delay_ms),
+            },
+            OutcomeItem::Released(_) => Outcome::Released,
+        }
+    }
+}
+
+/// The error code a failed backend call is answered with.
+impl From<&Error> for ErrorCode {
+    fn from(e: &Error) -> Self {
+        match e {
+            Error::InvalidInput(_) | Error::Args(_) => ErrorCode::Invalid,
+            Error::NotFound(_) => ErrorCode::NotFound,
+            Error::Conflict(_) | Error::LeaseLost(_) => ErrorCode::Conflict,
+            _ => ErrorCode::Internal,
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Keeping the job table small and fast: retention (deleting finished jobs once their time
+//! is up) and vacuuming (clearing the dead row versions that every claim and outcome
+//! leaves). Every worker runtime runs both loops, and so does `hopper serve`, whose remote
+//! workers have no database connection of their own: a deployment of only remote workers
+//! keeps its history bounded and its claim index clean as well.
+//!
+//! Both services run on every node and elect one at a time per statement (an advisory
+//! lock), so several nodes only share the work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use hopper_core::backend::{Backend, JobPruneParams, JobVacuumParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Service, tick};
+
+/// When finished jobs are deleted and the job table vacuumed: the config of [`Pruner`] and
+/// [`Vacuumer`].
+/// [`Housekeeping::default`] gives the documented defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Housekeeping {
+    /// How long `completed` and `cancelled` jobs are kept after they finished. Default:
+    /// 24 h.
+    pub completed_retention: Duration,
+    /// How long `failed` (dead-lettered) jobs are kept after they finished, for inspection
+    /// and retry. Default: 7 days.
+    pub failed_retention: Duration,
+    /// How often finished jobs past their retention are deleted; `None` turns pruning off
+    /// on this node. Default: every 60 s.
+    pub prune_interval: Option<Duration>,
+    /// Most jobs deleted by one pruning statement. Default: 1,000.
+    pub prune_batch: u32,
+    /// The pause between two pruning statements of one pass, on top of three times as long
+    /// as the last statement took, so a large backlog is deleted at a pace the hot path
+    /// does not feel (measured in `docs/benchmarks.md`). Default: 20 ms.
+    pub prune_pause: Duration,
+    /// How often the node checks whether the job table needs a vacuum, which it then runs
+    /// (see [`Backend::job_vacuum`]); `None` leaves it to the database's autovacuum.
+    /// Default: every 10 s.
+    pub vacuum_interval: Option<Duration>,
+}
+
+impl Default for Housekeeping {
+    fn default() -> Self {
+        Housekeeping {
+            completed_retention: Duration::from_secs(24 * 3600),
+            failed_retention: Duration::from_secs(7 * 24 * 3600),
+            prune_interval: Some(Duration::from_secs(60)),
+            prune_batch: 1000,
+            prune_pause: Duration::from_millis(20),
+            vacuum_interval: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+impl Housekeeping {
+    /// One pruning statement's parameters.
+    pub fn prune_params(&self) -> JobPruneParams {
+        JobPruneParams {
+            completed_retention: self.completed_retention,
+            failed_retention: self.failed_retention,
+            limit: self.prune_batch.max(1),
+            dry_run: false,
+        }
+    }
+}
+
+/// Deletes the finished jobs past their retention, every
+/// [`Housekeeping::prune_interval`]: one pass is statements of `prune_batch` jobs until one
+/// comes back short (or another node holds the lock), with a pause between them. Stops at
+/// once on a backend that offers no pruning, or when pruning is turned off.
+#[derive(Debug, Clone)]
+pub struct Pruner {
+    backend: Arc<dyn Backend>,
+    config: Housekeeping,
+}
+
+impl Pruner {
+    /// A pruner of `backend`'s job table.
+    pub fn new(backend: Arc<dyn Backend>, config: Housekeeping) -> Self {
+        Pruner { backend, config }
+    }
+
+    async fn run_until(&self, stop: CancellationToken) {
+        let Some(period) = self.config.prune_interval else {
+            return;
+        };
+        let Some(store) = self.backend.maintenance() else {
+            tracing::debug!(
+                backend = self.backend.name(),
+                "pruning is not offered by this backend; the pruner stops"
+            );
+            return;
+        };
+        let params = self.config.prune_params();
+        while tick(&stop, period).await {
+            let mut pruned = 0u64;
+            loop {
+                let started = Instant::now();
+                match store.job_prune(&params).await {
+                    Ok(outcome) => {
+                        pruned += outcome.total();
+                        if !outcome.elected || outcome.total() < u64::from(params.limit) {
+                            break;
+                        }
+                        let pause = self.config.prune_pause + started.elapsed() * 3;
+                        if !tick(&stop, pause).await {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pruning finished jobs failed");
+                        break;
+                    }
+                }
+            }
+            if pruned > 0 {
+                tracing::info!(jobs = pruned, "pruned finished jobs past their retention");
+            }
+        }
+    }
+}
+
+impl Service for Pruner {
+    fn name(&self) -> &'static str {
+        "pruner"
+    }
+
+    fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
+        Box::pin(async move {
+            self.run_until(stop).await;
+            Ok(())
+        })
+    }
+}
+
+/// Vacuums the job table if dead row versions piled up (one node at a time), every
+/// [`Housekeeping::vacuum_interval`], so claims stay fast where the database's autovacuum
+/// is off or behind. Stops at once on a backend that has no such thing, or when it is
+/// turned off.
+#[derive(Debug, Clone)]
+pub struct Vacuumer {
+    backend: Arc<dyn Backend>,
+    config: Housekeeping,
+}
+
+impl Vacuumer {
+    /// A vacuumer of `backend`'s job table.
+    pub fn new(backend: Arc<dyn Backend>, config: Housekeeping) -> Self {
+        Vacuumer { backend, config }
+    }
+
+    async fn run_until(&self, stop: CancellationToken) {
+        let Some(period) = self.config.vacuum_interval else {
+            return;
+        };
+        let Some(store) = self.backend.maintenance() else {
+            tracing::debug!(
+                backend = self.backend.name(),
+                "vacuuming is not offered by this backend; the vacuumer stops"
+            );
+            return;
+        };
+        let params = JobVacuumParams {
+            min_interval: period,
+        };
+        while tick(&stop, period).await {
+            let started = Instant::now();
+            match store.job_vacuum(&params).await {
+                Ok(true) => {
+                    tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
+            }
+        }
+    }
+}
+
+impl Service for Vacuumer {
+    fn name(&self) -> &'static str {
+        "vacuumer"
+    }
+
+    fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
+        Box::pin(async move {
+            self.run_until(stop).await;
+            Ok(())
+        })
+    }
+}
