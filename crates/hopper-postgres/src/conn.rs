@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 use hopper_core::{Error, JobId, Lease, NewJob, Result};
 use tokio_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
 
 use crate::PgBackend;
 use crate::error::map_pg;
@@ -99,6 +100,22 @@ impl<'a> Columns<'a> {
     }
 }
 
+/// `job`'s columns as `$1` to `$8` of `job_insert.sql` and `job_insert_full.sql`: id,
+/// queue, kind, args, priority, run_at, max_attempts and `timeout_ms` (the caller's
+/// `job.timeout_ms()`, which must outlive the statement).
+pub(crate) fn job_params<'a>(job: &'a NewJob, timeout_ms: &'a i32) -> [&'a (dyn ToSql + Sync); 8] {
+    [
+        &job.id,
+        &job.queue,
+        &job.kind,
+        &job.args,
+        &job.priority.0,
+        &job.run_at,
+        &job.max_attempts,
+        timeout_ms,
+    ]
+}
+
 /// A tokio-postgres client, transaction or pooled connection of the caller's.
 pub(crate) struct Tokio<'a, C> {
     pub backend: &'a PgBackend,
@@ -127,20 +144,23 @@ impl<C: GenericClient + Sync> Conn for Tokio<'_, C> {
         now: Option<DateTime<Utc>>,
         window: Option<DateTime<Utc>>,
     ) -> Result<bool> {
+        let timeout_ms = job.timeout_ms();
+        let [id, queue, kind, args, priority, run_at, attempts, timeout] =
+            job_params(job, &timeout_ms);
         let row = self
             .backend
             .text(&self.backend.inner.queries.job_insert_full)
             .query_one(
                 self.client,
                 &[
-                    &job.id,
-                    &job.queue,
-                    &job.kind,
-                    &job.args,
-                    &job.priority.0,
-                    &job.run_at,
-                    &job.max_attempts,
-                    &job.timeout_ms(),
+                    id,
+                    queue,
+                    kind,
+                    args,
+                    priority,
+                    run_at,
+                    attempts,
+                    timeout,
                     &now,
                     &job.group,
                     &job.unique_key,

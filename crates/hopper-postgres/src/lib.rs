@@ -275,19 +275,13 @@ impl PgBackend {
     ) -> Result<()> {
         let now = self.inner.clock.now();
         let timeout_ms = job.timeout_ms();
+        let [id, queue, kind, args, priority, run_at, attempts, timeout] =
+            conn::job_params(job, &timeout_ms);
         statement
             .execute(
                 client,
                 &[
-                    &job.id,
-                    &job.queue,
-                    &job.kind,
-                    &job.args,
-                    &job.priority.0,
-                    &job.run_at,
-                    &job.max_attempts,
-                    &timeout_ms,
-                    &now,
+                    id, queue, kind, args, priority, run_at, attempts, timeout, &now,
                 ],
             )
             .await

@@ -125,6 +125,24 @@ impl Sqlx<'_> {
     }
 }
 
+/// `query` with `job`'s columns bound as `$1` to `$8`, in the order of `job_insert.sql`
+/// and `job_insert_full.sql`: id, queue, kind, args, priority, run_at, max_attempts,
+/// timeout_ms.
+fn bind_job<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    job: &'q NewJob,
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(job.id)
+        .bind(&job.queue)
+        .bind(&job.kind)
+        .bind(&job.args)
+        .bind(job.priority.0)
+        .bind(job.run_at)
+        .bind(job.max_attempts)
+        .bind(job.timeout_ms())
+}
+
 impl Conn for Sqlx<'_> {
     async fn mark_grouped(&mut self, queues: &[&str]) -> Result<()> {
         let sql = &self.backend.inner.queries.queue_mark_grouped.sql;
@@ -138,15 +156,7 @@ impl Conn for Sqlx<'_> {
 
     async fn insert_plain(&mut self, job: &NewJob) -> Result<()> {
         let sql = &self.backend.inner.queries.job_insert.sql;
-        self.query(sql)
-            .bind(job.id)
-            .bind(&job.queue)
-            .bind(&job.kind)
-            .bind(&job.args)
-            .bind(job.priority.0)
-            .bind(job.run_at)
-            .bind(job.max_attempts)
-            .bind(job.timeout_ms())
+        bind_job(self.query(sql), job)
             .bind(self.backend.inner.clock.now())
             .execute(&mut *self.conn)
             .await
@@ -161,16 +171,7 @@ impl Conn for Sqlx<'_> {
         window: Option<DateTime<Utc>>,
     ) -> Result<bool> {
         let sql = &self.backend.inner.queries.job_insert_full.sql;
-        let row = self
-            .query(sql)
-            .bind(job.id)
-            .bind(&job.queue)
-            .bind(&job.kind)
-            .bind(&job.args)
-            .bind(job.priority.0)
-            .bind(job.run_at)
-            .bind(job.max_attempts)
-            .bind(job.timeout_ms())
+        let row = bind_job(self.query(sql), job)
             .bind(now)
             .bind(&job.group)
             .bind(&job.unique_key)

@@ -49,6 +49,13 @@ async fn orders(db: &TestDatabase, conn: &mut PgConnection) -> anyhow::Result<Ve
     Ok(rows.iter().map(|r| r.get::<i64, _>(0)).collect())
 }
 
+/// The application's own write: an order row, on `conn` (inside its transaction).
+async fn add_order(db: &TestDatabase, conn: &mut PgConnection, id: i64) -> anyhow::Result<()> {
+    conn.execute(format!("INSERT INTO {}.orders VALUES ({id}, NULL)", db.schema()).as_str())
+        .await?;
+    Ok(())
+}
+
 fn claim(queue: &str) -> ClaimParams {
     ClaimParams {
         queue: queue.into(),
@@ -65,8 +72,7 @@ async fn an_enqueue_in_a_committed_transaction_is_there_and_runnable() -> anyhow
     let jobs = db.pg().sqlx();
 
     let mut tx = conn.begin().await?;
-    tx.execute(format!("INSERT INTO {}.orders VALUES (1, NULL)", db.schema()).as_str())
-        .await?;
+    add_order(&db, &mut tx, 1).await?;
     let id = jobs.enqueue(&mut tx, &Ship { n: 1 }).await?;
     assert_eq!(
         db.backend().job_get(id).await?,
@@ -95,8 +101,7 @@ async fn an_enqueue_in_a_rolled_back_transaction_leaves_nothing() -> anyhow::Res
     let jobs = db.pg().sqlx();
 
     let mut tx = conn.begin().await?;
-    tx.execute(format!("INSERT INTO {}.orders VALUES (1, NULL)", db.schema()).as_str())
-        .await?;
+    add_order(&db, &mut tx, 1).await?;
     let one = jobs.enqueue(&mut tx, &Ship { n: 1 }).await?;
     let many: Vec<NewJob> = (0..20)
         .map(|n| NewJob::new("ship", json!({ "n": n })))
@@ -116,8 +121,7 @@ async fn an_enqueue_in_a_rolled_back_transaction_leaves_nothing() -> anyhow::Res
         .await
         .expect_err("refused");
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
-    tx.execute(format!("INSERT INTO {}.orders VALUES (2, NULL)", db.schema()).as_str())
-        .await?;
+    add_order(&db, &mut tx, 2).await?;
     tx.commit().await?;
     assert_eq!(orders(&db, &mut conn).await?, vec![2]);
     Ok(())
@@ -200,8 +204,7 @@ async fn a_completion_counts_only_with_its_transaction_and_lease() -> anyhow::Re
 
     // Rolled back with the application's row: the job is still running.
     let mut tx = conn.begin().await?;
-    tx.execute(format!("INSERT INTO {}.orders VALUES (1, NULL)", db.schema()).as_str())
-        .await?;
+    add_order(&db, &mut tx, 1).await?;
     jobs.complete(&mut tx, stale, 3).await?;
     tx.rollback().await?;
     let running = backend.job_get(job.id).await?.expect("exists");
@@ -222,8 +225,7 @@ async fn a_completion_counts_only_with_its_transaction_and_lease() -> anyhow::Re
 
     // Committed with the current lease: completed, with the application's row.
     let mut tx = conn.begin().await?;
-    tx.execute(format!("INSERT INTO {}.orders VALUES (2, NULL)", db.schema()).as_str())
-        .await?;
+    add_order(&db, &mut tx, 2).await?;
     jobs.complete(&mut tx, current, 4).await?;
     tx.commit().await?;
     let done = backend.job_get(job.id).await?.expect("exists");
