@@ -3,27 +3,28 @@
 //!
 //! - **Enqueue in your transaction**: [`PgBackend::enqueue_in`], [`PgBackend::insert_in`]
 //!   and [`PgBackend::insert_many_in`] take a tokio-postgres client or transaction; with
-//!   the `sqlx` feature, [`PgBackend::sqlx`] does the same on a sqlx connection or
+//!   the `sqlx` feature, `PgBackend::sqlx` does the same on a sqlx connection or
 //!   transaction. The job exists only if that transaction commits.
 //! - **Complete in the handler's transaction**: [`JobContext::complete_in`] (and
-//!   [`JobContext::complete_in_sqlx`]) complete the job with the handler's own writes:
-//!   both commit or neither does, and a stale lease completes nothing.
+//!   `JobContext::complete_in_sqlx`, the `sqlx` feature) complete the job with the
+//!   handler's own writes: both commit or neither does, and a stale lease completes
+//!   nothing.
 //!
 //! The backend's types are re-exported at the crate root too ([`crate::PgBackend`], …).
 //!
 //! ```no_run
-//! # async fn run(client: &tokio_postgres::Client) -> hopper::Result<()> {
+//! # async fn run(conn: &mut tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use hopper::postgres::{PgBackend, PgOptions};
 //! use hopper::{Client, NewJob};
 //!
 //! let pg = PgBackend::connect("postgres://postgres@127.0.0.1/postgres", PgOptions::default()).await?;
-//! let jobs = Client::from(pg.clone()); // enqueue, administer: any backend
+//! let jobs = Client::from(pg.clone()); // enqueue, administer: the same as on any backend
 //! jobs.migrate().await?;
 //!
-//! client.batch_execute("BEGIN").await.map_err(hopper::core::Error::database)?;
-//! // … the application's own writes …
-//! pg.insert_in(client, &NewJob::new("send_email", serde_json::json!({"to": "ada@example.com"}))).await?;
-//! client.batch_execute("COMMIT").await.map_err(hopper::core::Error::database)?;
+//! let tx = conn.transaction().await?;
+//! tx.execute("INSERT INTO users (name) VALUES ($1)", &[&"ada"]).await?;
+//! pg.insert_in(&tx, &NewJob::new("send_email", serde_json::json!({"to": "ada@example.com"}))).await?;
+//! tx.commit().await?; // the user and the job, or neither
 //! # Ok(()) }
 //! ```
 
