@@ -7,31 +7,39 @@ use tokio_postgres::error::SqlState;
 /// become [`Error::InvalidInput`] with the database's own message, everything else
 /// [`Error::Database`].
 pub fn map_pg(e: tokio_postgres::Error) -> Error {
-    if let Some(db) = e.as_db_error() {
-        let code = db.code();
-        if *code == SqlState::CHECK_VIOLATION
-            || *code == SqlState::INVALID_PARAMETER_VALUE
-            || *code == SqlState::INVALID_TEXT_REPRESENTATION
-            || *code == SqlState::NOT_NULL_VIOLATION
-        {
-            return Error::InvalidInput(db.message().to_owned());
-        }
-        // Class 22, data exceptions (a value out of range, an overflowing interval): the
-        // same statement with the same values fails again, so it is not worth retrying.
-        if code.code().starts_with("22") {
-            return Error::InvalidInput(db.message().to_owned());
-        }
-        if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::UNDEFINED_FUNCTION {
-            return Error::Schema(format!(
-                "{}: the schema is missing or not migrated; run `hopper migrate`",
-                db.message()
-            ));
-        }
-        if *code == SqlState::UNIQUE_VIOLATION {
-            return Error::Conflict(db.message().to_owned());
-        }
+    if let Some(db) = e.as_db_error()
+        && let Some(mapped) = classify(db.code().code(), db.message())
+    {
+        return mapped;
     }
     Error::database(e)
+}
+
+/// hopper's error for a database error of SQLSTATE `code`, whichever driver reported it;
+/// `None` for a plain [`Error::Database`].
+pub(crate) fn classify(code: &str, message: &str) -> Option<Error> {
+    let is = |state: &SqlState| code == state.code();
+    if is(&SqlState::CHECK_VIOLATION)
+        || is(&SqlState::INVALID_PARAMETER_VALUE)
+        || is(&SqlState::INVALID_TEXT_REPRESENTATION)
+        || is(&SqlState::NOT_NULL_VIOLATION)
+    {
+        return Some(Error::InvalidInput(message.to_owned()));
+    }
+    // Class 22, data exceptions (a value out of range, an overflowing interval): the
+    // same statement with the same values fails again, so it is not worth retrying.
+    if code.starts_with("22") {
+        return Some(Error::InvalidInput(message.to_owned()));
+    }
+    if is(&SqlState::UNDEFINED_TABLE) || is(&SqlState::UNDEFINED_FUNCTION) {
+        return Some(Error::Schema(format!(
+            "{message}: the schema is missing or not migrated; run `hopper migrate`"
+        )));
+    }
+    if is(&SqlState::UNIQUE_VIOLATION) {
+        return Some(Error::Conflict(message.to_owned()));
+    }
+    None
 }
 
 /// Turns a pool error into hopper's error.

@@ -6,12 +6,14 @@
 //! ones. Migrations are in `migrations/`, applied in the configured schema.
 //!
 //! Two things only PostgreSQL offers are here as inherent methods rather than on the seam:
-//! enqueueing inside the caller's own transaction ([`PgBackend::insert_in`],
-//! [`PgBackend::insert_many_in`]) and completing a job inside the handler's transaction
-//! ([`PgBackend::complete_in`]).
+//! enqueueing inside the caller's own transaction ([`PgBackend::enqueue_in`],
+//! [`PgBackend::insert_in`], [`PgBackend::insert_many_in`]) and completing a job inside
+//! the handler's transaction ([`PgBackend::complete_in`]). With the `sqlx` feature, the
+//! same on a sqlx connection or transaction ([`PgBackend::sqlx`]).
 
 mod backend;
 mod capabilities;
+mod conn;
 mod connect;
 mod copy;
 mod cron;
@@ -28,14 +30,20 @@ mod rows;
 mod scheduling;
 mod settings;
 pub mod sql;
+#[cfg(feature = "sqlx")]
+mod sqlx;
 mod statement;
+pub mod testing;
 mod upsert;
 mod vacuum;
 
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
-use hopper_core::{Clock, Error, InsertOutcome, Lease, NewJob, Result, SystemClock, Wakeup};
+use hopper_core::{
+    Clock, Error, InsertOutcome, JobArgs, JobId, JobRecord, Lease, NewJob, Result, SystemClock,
+    Wakeup,
+};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
@@ -45,6 +53,8 @@ pub use cursor::{CLAIM_HEAD_SPACING, ClaimCursorConfig, ClaimStartMode};
 pub use error::map_pg;
 pub use liveness::{PING_PERIOD, PING_TIMEOUT};
 use sql::Queries;
+#[cfg(feature = "sqlx")]
+pub use sqlx::SqlxJobs;
 use statement::Ready;
 pub use statement::{Pooler, Query};
 
@@ -200,9 +210,26 @@ impl PgBackend {
         self.inner.pooler
     }
 
+    /// Enqueues typed `args` with default options using the caller's client or
+    /// transaction: the job exists only if the caller's transaction commits. Returns the
+    /// job's id.
+    pub async fn enqueue_in<A: JobArgs>(
+        &self,
+        client: &(impl GenericClient + Sync),
+        args: &A,
+    ) -> Result<JobId> {
+        let job = NewJob::of(args)?;
+        self.insert_in(client, &job).await?;
+        Ok(job.id)
+    }
+
     /// Inserts one job using the caller's client or transaction: the job commits or rolls
     /// back with the caller's own writes.
-    pub async fn insert_in(&self, client: &impl GenericClient, job: &NewJob) -> Result<()> {
+    pub async fn insert_in(
+        &self,
+        client: &(impl GenericClient + Sync),
+        job: &NewJob,
+    ) -> Result<()> {
         self.upsert_in(client, job).await.map(|_| ())
     }
 
@@ -210,16 +237,31 @@ impl PgBackend {
     /// unique key, and says what became of it (see [`InsertOutcome`]).
     pub async fn upsert_in(
         &self,
-        client: &impl GenericClient,
+        client: &(impl GenericClient + Sync),
+        job: &NewJob,
+    ) -> Result<InsertOutcome> {
+        self.upsert_on(
+            &mut conn::Tokio {
+                backend: self,
+                client,
+            },
+            job,
+        )
+        .await
+    }
+
+    /// [`PgBackend::upsert_in`] on either driver.
+    pub(crate) async fn upsert_on(
+        &self,
+        conn: &mut impl conn::Conn,
         job: &NewJob,
     ) -> Result<InsertOutcome> {
         job.validate()?;
         self.refresh_settings().await?;
         if self.needs_full_insert(job) {
-            return self.upsert_one_in(client, job).await;
+            return self.upsert_one_in(conn, job).await;
         }
-        let insert = self.inner.pooler.text(&self.inner.queries.job_insert);
-        self.insert_plain(client, &insert, job).await?;
+        conn.insert_plain(job).await?;
         Ok(InsertOutcome::Inserted)
     }
 
@@ -234,19 +276,13 @@ impl PgBackend {
     ) -> Result<()> {
         let now = self.inner.clock.now();
         let timeout_ms = job.timeout_ms();
+        let [id, queue, kind, args, priority, run_at, attempts, timeout] =
+            conn::job_params(job, &timeout_ms);
         statement
             .execute(
                 client,
                 &[
-                    &job.id,
-                    &job.queue,
-                    &job.kind,
-                    &job.args,
-                    &job.priority.0,
-                    &job.run_at,
-                    &job.max_attempts,
-                    &timeout_ms,
-                    &now,
+                    id, queue, kind, args, priority, run_at, attempts, timeout, &now,
                 ],
             )
             .await
@@ -311,31 +347,57 @@ impl PgBackend {
     /// [`Error::LeaseLost`] (and changes nothing) if the lease is no longer current.
     pub async fn complete_in(
         &self,
-        client: &impl GenericClient,
+        client: &(impl GenericClient + Sync),
         lease: Lease,
         duration_ms: i64,
     ) -> Result<()> {
-        let now = self.inner.clock.now();
-        let rows = self
-            .inner
-            .pooler
-            .text(&self.inner.queries.job_complete_many)
-            .query(
+        self.complete_on(
+            &mut conn::Tokio {
+                backend: self,
                 client,
-                &[
-                    &vec![lease.job_id],
-                    &vec![lease.attempt],
-                    &vec![duration_ms],
-                    &now,
-                ],
-            )
+            },
+            lease,
+            duration_ms,
+        )
+        .await
+    }
+
+    /// [`PgBackend::complete_in`] on either driver.
+    pub(crate) async fn complete_on(
+        &self,
+        conn: &mut impl conn::Conn,
+        lease: Lease,
+        duration_ms: i64,
+    ) -> Result<()> {
+        if conn
+            .complete(lease, duration_ms, self.inner.clock.now())
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::LeaseLost(lease))
+        }
+    }
+
+    /// The newest `limit` jobs, newest first, as `client` sees them: inside a transaction,
+    /// its own uncommitted inserts included. For tests (`hopper::testing`'s `_in`
+    /// assertions), not for a hot path.
+    pub async fn jobs_in(
+        &self,
+        client: &(impl GenericClient + Sync),
+        limit: u32,
+    ) -> Result<Vec<JobRecord>> {
+        let rows = self
+            .text(&self.inner.queries.job_list_in_transaction)
+            .query(client, &[&i64::from(limit)])
             .await
             .map_err(map_pg)?;
-        if rows.is_empty() {
-            Err(Error::LeaseLost(lease))
-        } else {
-            Ok(())
-        }
+        rows.iter()
+            .map(|row| {
+                let json: serde_json::Value = row.try_get(0).map_err(Error::database)?;
+                serde_json::from_value(json).map_err(Error::from)
+            })
+            .collect()
     }
 
     /// "Now" by the injected clock, else by this host's (for what is decided here rather

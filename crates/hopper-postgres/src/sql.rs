@@ -189,6 +189,7 @@ queries!(
         TIMESTAMPTZ
     ),
     job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT),
+    job_list_in_transaction(INT8),
     job_notify_queues(TEXT_ARRAY),
     job_promote_scheduled(TIMESTAMPTZ),
     job_prune(INT8, INT8, INT8, TIMESTAMPTZ),

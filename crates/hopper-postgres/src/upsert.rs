@@ -10,11 +10,11 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use hopper_core::{Error, InsertOutcome, JobId, NewJob, Result, UniquePolicy};
-use tokio_postgres::{GenericClient, Transaction};
+use hopper_core::{Error, InsertOutcome, NewJob, Result, UniquePolicy};
+use tokio_postgres::Transaction;
 
 use crate::PgBackend;
-use crate::error::map_pg;
+use crate::conn::{Columns, Conn, Tokio};
 
 /// How many times a job whose key holder vanished between the insert and the lookup is
 /// tried again before giving up.
@@ -34,7 +34,7 @@ impl PgBackend {
     }
 
     /// Marks the queues of `jobs` that get their first grouped job as grouped.
-    async fn mark_grouped(&self, client: &impl GenericClient, jobs: &[NewJob]) -> Result<()> {
+    async fn mark_grouped(&self, conn: &mut impl Conn, jobs: &[NewJob]) -> Result<()> {
         let mut queues: Vec<&str> = Vec::new();
         for job in jobs.iter().filter(|j| j.group.is_some()) {
             if !self.inner.settings.is_grouped(&job.queue) && !queues.contains(&job.queue.as_str())
@@ -45,38 +45,35 @@ impl PgBackend {
         if queues.is_empty() {
             return Ok(());
         }
-        self.text(&self.inner.queries.queue_mark_grouped)
-            .execute(client, &[&queues])
-            .await
-            .map_err(map_pg)?;
+        conn.mark_grouped(&queues).await?;
         for queue in queues {
             self.inner.settings.set_grouped(queue);
         }
         Ok(())
     }
 
-    /// Inserts one job with the full statement on `client` (the caller's transaction or
+    /// Inserts one job with the full statement on `conn` (the caller's transaction or
     /// an autocommit connection), applying its unique policy.
     pub(crate) async fn upsert_one_in(
         &self,
-        client: &impl GenericClient,
+        conn: &mut impl Conn,
         job: &NewJob,
     ) -> Result<InsertOutcome> {
         job.validate()?;
-        self.mark_grouped(client, std::slice::from_ref(job)).await?;
+        self.mark_grouped(conn, std::slice::from_ref(job)).await?;
         let window = job.unique_window_start(job.run_at.unwrap_or_else(|| self.now_or_local()));
         for _ in 0..ATTEMPTS {
-            if self.insert_full(client, job, window).await? {
+            if conn
+                .insert_full(job, self.inner.clock.now(), window)
+                .await?
+            {
                 return Ok(InsertOutcome::Inserted);
             }
-            if let Some(outcome) = self.resolve_conflict(client, job, window).await? {
+            if let Some(outcome) = self.resolve_conflict(conn, job, window).await? {
                 return Ok(outcome);
             }
         }
-        Err(Error::Conflict(format!(
-            "job {}: its unique key kept changing hands; try again",
-            job.id
-        )))
+        Err(kept_changing_hands(job))
     }
 
     /// Inserts `jobs` inside `tx`: plain ones with binary COPY, the others (behind a
@@ -87,16 +84,37 @@ impl PgBackend {
         tx: &Transaction<'_>,
         jobs: &[NewJob],
     ) -> Result<Vec<InsertOutcome>> {
+        let mut conn = Tokio {
+            backend: self,
+            client: tx,
+        };
+        self.prepare_many(&mut conn, jobs).await?;
+        let plain: Vec<NewJob> = jobs.iter().filter(|j| self.copies(j)).cloned().collect();
+        if !plain.is_empty() {
+            self.copy_in(tx, &plain).await?;
+        }
+        self.insert_rest(&mut conn, jobs, |job| self.copies(job))
+            .await
+    }
+
+    /// Validates `jobs` and marks the queues that get their first grouped job.
+    pub(crate) async fn prepare_many(&self, conn: &mut impl Conn, jobs: &[NewJob]) -> Result<()> {
         for job in jobs {
             job.validate()?;
         }
-        self.mark_grouped(tx, jobs).await?;
-        let (full, plain): (Vec<&NewJob>, Vec<&NewJob>) =
-            jobs.iter().partition(|j| !self.copies(j));
-        if !plain.is_empty() {
-            let plain: Vec<NewJob> = plain.into_iter().cloned().collect();
-            self.copy_in(tx, &plain).await?;
-        }
+        self.mark_grouped(conn, jobs).await
+    }
+
+    /// Inserts the `jobs` not `copied` already with one `INSERT … SELECT unnest(…) ON
+    /// CONFLICT DO NOTHING`, then applies the unique policy of each job that was not
+    /// inserted. Says what became of every job, in order.
+    pub(crate) async fn insert_rest(
+        &self,
+        conn: &mut impl Conn,
+        jobs: &[NewJob],
+        copied: impl Fn(&NewJob) -> bool,
+    ) -> Result<Vec<InsertOutcome>> {
+        let full: Vec<&NewJob> = jobs.iter().filter(|j| !copied(j)).collect();
         // ON CONFLICT would take a repeated id for the first one's (COPY refuses it).
         let mut ids = HashSet::with_capacity(full.len());
         if let Some(twice) = full.iter().find(|j| !ids.insert(j.id)) {
@@ -106,166 +124,73 @@ impl PgBackend {
             )));
         }
         let now = self.now_or_local();
-        let inserted = self.insert_many_full(tx, &full, now).await?;
+        let inserted = if full.is_empty() {
+            HashSet::new()
+        } else {
+            conn.insert_many_full(&Columns::of(&full, now, self.inner.clock.now()))
+                .await?
+        };
         let mut outcomes = Vec::with_capacity(jobs.len());
         for job in jobs {
-            if self.copies(job) || inserted.contains(&job.id) {
+            if copied(job) || inserted.contains(&job.id) {
                 outcomes.push(InsertOutcome::Inserted);
                 continue;
             }
             let window = job.unique_window_start(job.run_at.unwrap_or(now));
-            let mut outcome = self.resolve_conflict(tx, job, window).await?;
+            let mut outcome = self.resolve_conflict(conn, job, window).await?;
             for _ in 1..ATTEMPTS {
                 if outcome.is_some() {
                     break;
                 }
-                outcome = if self.insert_full(tx, job, window).await? {
+                outcome = if conn
+                    .insert_full(job, self.inner.clock.now(), window)
+                    .await?
+                {
                     Some(InsertOutcome::Inserted)
                 } else {
-                    self.resolve_conflict(tx, job, window).await?
+                    self.resolve_conflict(conn, job, window).await?
                 };
             }
-            outcomes.push(outcome.ok_or_else(|| {
-                Error::Conflict(format!(
-                    "job {}: its unique key kept changing hands; try again",
-                    job.id
-                ))
-            })?);
+            outcomes.push(outcome.ok_or_else(|| kept_changing_hands(job))?);
         }
         Ok(outcomes)
-    }
-
-    /// `job_insert_full.sql`: true if the job was inserted.
-    async fn insert_full(
-        &self,
-        client: &impl GenericClient,
-        job: &NewJob,
-        window: Option<DateTime<Utc>>,
-    ) -> Result<bool> {
-        let row = self
-            .text(&self.inner.queries.job_insert_full)
-            .query_one(
-                client,
-                &[
-                    &job.id,
-                    &job.queue,
-                    &job.kind,
-                    &job.args,
-                    &job.priority.0,
-                    &job.run_at,
-                    &job.max_attempts,
-                    &job.timeout_ms(),
-                    &self.inner.clock.now(),
-                    &job.group,
-                    &job.unique_key,
-                    &window,
-                ],
-            )
-            .await
-            .map_err(map_pg)?;
-        Ok(row.try_get::<_, i64>(0).map_err(Error::database)? == 1)
-    }
-
-    /// `job_insert_many_full.sql`: the ids inserted.
-    async fn insert_many_full(
-        &self,
-        client: &impl GenericClient,
-        jobs: &[&NewJob],
-        now: DateTime<Utc>,
-    ) -> Result<HashSet<JobId>> {
-        if jobs.is_empty() {
-            return Ok(HashSet::new());
-        }
-        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-        let queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
-        let kinds: Vec<&str> = jobs.iter().map(|j| j.kind.as_str()).collect();
-        let args: Vec<&serde_json::Value> = jobs.iter().map(|j| &j.args).collect();
-        let priorities: Vec<i16> = jobs.iter().map(|j| j.priority.0).collect();
-        let run_ats: Vec<Option<DateTime<Utc>>> = jobs.iter().map(|j| j.run_at).collect();
-        let attempts: Vec<i32> = jobs.iter().map(|j| j.max_attempts).collect();
-        let timeouts: Vec<i32> = jobs.iter().map(|j| j.timeout_ms()).collect();
-        let groups: Vec<Option<&str>> = jobs.iter().map(|j| j.group.as_deref()).collect();
-        let keys: Vec<Option<&str>> = jobs.iter().map(|j| j.unique_key.as_deref()).collect();
-        let windows: Vec<Option<DateTime<Utc>>> = jobs
-            .iter()
-            .map(|j| j.unique_window_start(j.run_at.unwrap_or(now)))
-            .collect();
-        let rows = self
-            .text(&self.inner.queries.job_insert_many_full)
-            .query(
-                client,
-                &[
-                    &ids,
-                    &queues,
-                    &kinds,
-                    &args,
-                    &priorities,
-                    &run_ats,
-                    &attempts,
-                    &timeouts,
-                    &groups,
-                    &keys,
-                    &windows,
-                    &self.inner.clock.now(),
-                ],
-            )
-            .await
-            .map_err(map_pg)?;
-        rows.iter()
-            .map(|r| r.try_get(0).map_err(Error::database))
-            .collect()
     }
 
     /// A job was not inserted: finds who holds its key and applies its policy. `None`
     /// when nobody holds it any more (the caller inserts again).
     async fn resolve_conflict(
         &self,
-        client: &impl GenericClient,
+        conn: &mut impl Conn,
         job: &NewJob,
         window: Option<DateTime<Utc>>,
     ) -> Result<Option<InsertOutcome>> {
         let Some(key) = &job.unique_key else {
             return Err(Error::Conflict(format!("a job with id {} exists", job.id)));
         };
-        let Some(row) = self
-            .text(&self.inner.queries.job_unique_holder)
-            .query_opt(client, &[key, &window])
-            .await
-            .map_err(map_pg)?
-        else {
+        let Some((holder, state)) = conn.unique_holder(key, window).await? else {
             return Ok(None);
         };
-        let holder: JobId = row.try_get(0).map_err(Error::database)?;
-        let state: String = row.try_get(1).map_err(Error::database)?;
         match job.unique_policy {
             UniquePolicy::Ignore => Ok(Some(InsertOutcome::Duplicate { existing: holder })),
             UniquePolicy::Reject => Err(Error::Conflict(format!(
                 "unique key {key:?} is held by job {holder} ({state})"
             ))),
             UniquePolicy::Replace => {
-                let replaced = self
-                    .text(&self.inner.queries.job_replace)
-                    .query_opt(
-                        client,
-                        &[
-                            &holder,
-                            &job.kind,
-                            &job.args,
-                            &job.priority.0,
-                            &job.run_at,
-                            &job.max_attempts,
-                            &job.timeout_ms(),
-                            &job.group,
-                            &self.inner.clock.now(),
-                        ],
-                    )
-                    .await
-                    .map_err(map_pg)?;
-                Ok(Some(match replaced {
-                    Some(_) => InsertOutcome::Replaced { existing: holder },
-                    None => InsertOutcome::Duplicate { existing: holder },
+                let replaced = conn.replace(holder, job, self.inner.clock.now()).await?;
+                Ok(Some(if replaced {
+                    InsertOutcome::Replaced { existing: holder }
+                } else {
+                    InsertOutcome::Duplicate { existing: holder }
                 }))
             }
         }
     }
+}
+
+/// The error of a job whose unique key changed hands at every attempt.
+fn kept_changing_hands(job: &NewJob) -> Error {
+    Error::Conflict(format!(
+        "job {}: its unique key kept changing hands; try again",
+        job.id
+    ))
 }

@@ -8,8 +8,8 @@ use hopper_core::{
     AppliedMigration, Backend, Error, JobArgs, JobId, JobListParams, JobRecord, NewJob, QueueStats,
     Result,
 };
+#[cfg(feature = "postgres")]
 use hopper_postgres::{PgBackend, PgOptions};
-use hopper_sqlite::{SqliteBackend, SqliteOptions};
 
 use crate::metrics;
 
@@ -25,33 +25,74 @@ pub struct Client {
 ///   dbname=app sslmode=verify-full`): PostgreSQL, with `options`; TLS, several hosts and
 ///   `target_session_attrs` as libpq reads them (see [`hopper_postgres::PgConnectOptions`]);
 /// - `sqlite://path/to/file.db`, `sqlite:///absolute/path.db`, `sqlite:path.db` or
-///   `sqlite::memory:`: SQLite ([`SqliteBackend`](hopper_sqlite::SqliteBackend)), no server
-///   needed. From `options` it takes the clock, `schema` as the table prefix
-///   (`hopper_jobs`, …) and `pool_size` as the most reader connections;
-/// - `tcp://host:port?token=…`: a `hopper serve` server.
+///   `sqlite::memory:` (`sqlite` feature): SQLite
+///   ([`SqliteBackend`](hopper_sqlite::SqliteBackend)), no server needed. From `options` it
+///   takes the clock, `schema` as the table prefix (`hopper_jobs`, …) and `pool_size` as
+///   the most reader connections;
+/// - `tcp://host:port?token=…` (`remote` feature): a `hopper serve` server.
+///
+/// Without the `postgres` feature, [`Client::connect`] opens the others.
+#[cfg(feature = "postgres")]
 pub async fn connect(url: &str, options: PgOptions) -> Result<Arc<dyn Backend>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") || is_key_values(url) {
-        Ok(Arc::new(PgBackend::connect(url, options).await?))
-    } else if url.starts_with("sqlite:") {
-        let sqlite = SqliteOptions {
-            prefix: options.schema,
-            readers: options.pool_size.max(1),
-            clock: options.clock,
-            ..SqliteOptions::default()
+    if is_postgres(url) {
+        return Ok(Arc::new(PgBackend::connect(url, options).await?));
+    }
+    open(url, options.schema, options.pool_size, options.clock).await
+}
+
+/// Opens a backend other than PostgreSQL (see [`connect`]), or says which feature `url`
+/// needs.
+#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
+async fn open(
+    url: &str,
+    schema: String,
+    pool_size: usize,
+    clock: Arc<dyn hopper_core::Clock>,
+) -> Result<Arc<dyn Backend>> {
+    #[cfg(feature = "sqlite")]
+    if url.starts_with("sqlite:") {
+        let sqlite = hopper_sqlite::SqliteOptions {
+            prefix: schema,
+            readers: pool_size.max(1),
+            clock,
+            ..hopper_sqlite::SqliteOptions::default()
         };
-        Ok(Arc::new(SqliteBackend::connect(url, sqlite).await?))
-    } else if url.starts_with("tcp://") {
+        return Ok(Arc::new(
+            hopper_sqlite::SqliteBackend::connect(url, sqlite).await?,
+        ));
+    }
+    #[cfg(feature = "remote")]
+    if url.starts_with("tcp://") {
         // A `hopper serve` server: `tcp://host:port?token=…` (see `crate::remote`).
         let remote = crate::remote::RemoteOptions::from_url(url)?;
-        Ok(Arc::new(
+        return Ok(Arc::new(
             crate::remote::RemoteBackend::connect(remote).await?,
-        ))
-    } else {
-        Err(Error::InvalidInput(format!(
-            "unsupported database URL {:?}: expected postgres://, postgresql://, key=value (libpq), sqlite:// (or sqlite::memory:) or tcp://",
-            url.split(':').next().unwrap_or_default()
-        )))
+        ));
     }
+    let scheme = url.split(':').next().unwrap_or_default();
+    let feature = if is_postgres(url) {
+        Some("postgres")
+    } else if url.starts_with("sqlite:") {
+        Some("sqlite")
+    } else if url.starts_with("tcp://") {
+        Some("remote")
+    } else {
+        None
+    };
+    Err(match feature {
+        Some(feature) => Error::Unsupported(format!(
+            "database URL {scheme:?}: this build of hopper has no `{feature}` feature (enable it in Cargo.toml)"
+        )),
+        None => Error::InvalidInput(format!(
+            "unsupported database URL {scheme:?}: expected postgres://, postgresql://, key=value (libpq), sqlite:// (or sqlite::memory:) or tcp://"
+        )),
+    })
+}
+
+/// Whether `url` names PostgreSQL: a `postgres://` or `postgresql://` URL, or libpq's
+/// `key=value` form.
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://") || is_key_values(url)
 }
 
 /// Whether `url` is a libpq `key=value` connection string (`host=… dbname=…`) rather than
@@ -70,9 +111,19 @@ impl Client {
         Client { backend }
     }
 
-    /// Connects to `url` with default options (schema `hopper`).
+    /// Connects to `url` (see [`connect`]) with default options (schema `hopper`).
     pub async fn connect(url: &str) -> Result<Self> {
-        Ok(Client::new(connect(url, PgOptions::default()).await?))
+        #[cfg(feature = "postgres")]
+        let backend = connect(url, PgOptions::default()).await?;
+        #[cfg(not(feature = "postgres"))]
+        let backend = open(
+            url,
+            "hopper".to_owned(),
+            10,
+            Arc::new(hopper_core::SystemClock),
+        )
+        .await?;
+        Ok(Client::new(backend))
     }
 
     /// The backend underneath.
@@ -122,35 +173,6 @@ impl Client {
         Ok(())
     }
 
-    /// Enqueues typed `args` inside the caller's transaction (or on its client): the job
-    /// exists only if the caller commits. PostgreSQL only.
-    pub async fn enqueue_in<A: JobArgs>(
-        &self,
-        client: &impl tokio_postgres::GenericClient,
-        args: &A,
-    ) -> Result<JobId> {
-        self.insert_in(client, NewJob::of(args)?).await
-    }
-
-    /// Inserts a job inside the caller's transaction. PostgreSQL only.
-    pub async fn insert_in(
-        &self,
-        client: &impl tokio_postgres::GenericClient,
-        job: NewJob,
-    ) -> Result<JobId> {
-        self.postgres()?.insert_in(client, &job).await?;
-        Ok(job.id)
-    }
-
-    /// Inserts many jobs with COPY inside the caller's transaction. PostgreSQL only.
-    pub async fn insert_many_in(
-        &self,
-        tx: &tokio_postgres::Transaction<'_>,
-        jobs: &[NewJob],
-    ) -> Result<()> {
-        self.postgres()?.insert_many_in(tx, jobs).await
-    }
-
     /// Reads a job.
     pub async fn job(&self, id: JobId) -> Result<Option<JobRecord>> {
         self.backend.job_get(&JobGetParams { id }).await
@@ -183,18 +205,6 @@ impl Client {
     /// Counts by queue and state.
     pub async fn stats(&self) -> Result<Vec<QueueStats>> {
         self.backend.queue_stats().await
-    }
-
-    fn postgres(&self) -> Result<&PgBackend> {
-        self.backend
-            .as_any()
-            .downcast_ref::<PgBackend>()
-            .ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "enqueueing inside the caller's transaction needs the postgres backend, not {}",
-                    self.backend.name()
-                ))
-            })
     }
 }
 

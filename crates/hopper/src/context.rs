@@ -1,5 +1,6 @@
 //! What a handler gets besides its arguments: the job's identity and lease, cancellation,
-//! lease extension, the blocking pool, and completion inside its own transaction.
+//! lease extension, the blocking pool (completion inside the handler's own transaction is
+//! in `postgres.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -7,7 +8,6 @@ use std::time::Duration;
 
 use hopper_core::backend::JobExtendManyParams;
 use hopper_core::{Backend, ClaimedJob, Error, JobId, Lease, Priority, Result};
-use hopper_postgres::PgBackend;
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -72,6 +72,7 @@ pub struct JobContext {
     run: Arc<RunState>,
     backend: Arc<dyn Backend>,
     blocking: Arc<Semaphore>,
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     started: Instant,
 }
 
@@ -174,23 +175,22 @@ impl JobContext {
             .map_err(Error::database)
     }
 
-    /// Completes the job inside `client`'s transaction (PostgreSQL only), so the job's
-    /// completion and the handler's writes commit or roll back together. Call it before
-    /// committing, then return `Ok(())`.
-    pub async fn complete_in(&self, client: &impl tokio_postgres::GenericClient) -> Result<()> {
-        let pg = self
-            .backend
-            .as_any()
-            .downcast_ref::<PgBackend>()
-            .ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "completing inside a transaction needs the postgres backend, not {}",
-                    self.backend.name()
-                ))
-            })?;
-        let duration = i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX);
-        pg.complete_in(client, self.job.lease, duration).await?;
+    #[cfg(feature = "postgres")]
+    /// The backend the job runs on.
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    #[cfg(feature = "postgres")]
+    /// How long this attempt has run, in milliseconds.
+    pub(crate) fn elapsed_ms(&self) -> i64 {
+        i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    #[cfg(feature = "postgres")]
+    /// Tells the runtime the handler completed the job in its own transaction, so it
+    /// reports no outcome of its own.
+    pub(crate) fn mark_completed_in_tx(&self) {
         self.run.completed_in_tx.store(true, Ordering::SeqCst);
-        Ok(())
     }
 }

@@ -10,8 +10,9 @@
 //!   credentials; it speaks ZeroMQ + CBOR to the server (`docs/protocol.md`), as the Python
 //!   client does; [`connect`] picks it for a `tcp://` endpoint.
 //!
-//! - **Enqueue** typed jobs one at a time, in bulk (binary COPY on PostgreSQL), inside your
-//!   own PostgreSQL transaction, or from SQL (`SELECT hopper.enqueue('kind', '{"n": 1}')`): [`Client`].
+//! - **Enqueue** typed jobs one at a time, in bulk (binary COPY on PostgreSQL), or from SQL
+//!   (`SELECT hopper.enqueue('kind', '{"n": 1}')`): [`Client`]; inside your own PostgreSQL
+//!   transaction, tokio-postgres or sqlx: [`postgres`].
 //! - **Run** them with a [`Worker`] per kind in a [`Runtime`]: bounded concurrency, batched
 //!   claims (`FOR UPDATE SKIP LOCKED`) and batched outcomes, LISTEN/NOTIFY wake-ups with a
 //!   polling fallback, heartbeats, timeouts, graceful shutdown.
@@ -22,6 +23,10 @@
 //!   then land in the dead letter state `failed`, with every attempt's error kept.
 //! - **Test** with [`testing`]: assert what was enqueued (inside a transaction too), run one
 //!   job of a worker and get its outcome, or run every enqueued job at once (inline mode).
+//!
+//! Cargo features pick the backends compiled in: `postgres`, `sqlite` and `remote` (all
+//! three by default), and `sqlx` (off by default). `default-features = false, features =
+//! ["postgres"]` builds neither the bundled SQLite C library nor ZeroMQ; see the README.
 //!
 //! ```no_run
 //! use hopper::{Client, JobArgs, JobContext, JobError, Runtime, RuntimeConfig, Worker, Workers};
@@ -59,6 +64,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod client;
 mod context;
 mod control;
@@ -66,14 +73,22 @@ pub mod maintenance;
 pub mod metrics;
 pub mod outcomes;
 mod periodic;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 mod registry;
+#[cfg(feature = "remote")]
+#[cfg_attr(docsrs, doc(cfg(feature = "remote")))]
 pub mod remote;
 mod runtime;
 pub mod supervise;
 pub mod testing;
 mod worker;
 
-pub use client::{Client, connect};
+pub use client::Client;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use client::connect;
 pub use context::JobContext;
 pub use hopper_core::backend::{AppliedMigration, JobListParams, QueueStats};
 pub use hopper_core::{
@@ -83,12 +98,18 @@ pub use hopper_core::{
 pub use hopper_core::{
     CronEntry, InsertOutcome, QueueSettings, QueueUpdate, RateLimit, UniquePolicy,
 };
-pub use hopper_postgres::{
-    ClaimCursorConfig, ClaimStartMode, ConnectError, PgBackend, PgConnectOptions, PgOptions, Pooler,
-};
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use hopper_sqlite::{SqliteBackend, SqliteOptions};
 pub use periodic::PeriodicJob;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::{
+    ClaimCursorConfig, ClaimStartMode, ConnectError, PgBackend, PgConnectOptions, PgOptions, Pooler,
+};
 pub use registry::Workers;
+#[cfg(feature = "remote")]
+#[cfg_attr(docsrs, doc(cfg(feature = "remote")))]
 pub use remote::{RemoteBackend, RemoteOptions};
 pub use runtime::{Runtime, RuntimeConfig, RuntimeHandle, shutdown_signal};
 pub use supervise::Health;

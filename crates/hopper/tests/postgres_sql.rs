@@ -223,6 +223,7 @@ async fn the_table_and_sql_enqueue_refuse_bad_input() -> anyhow::Result<()> {
 async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let hopper = Client::new(db.backend());
+    let pg = db.pg();
     let mut conn = connect(db.url()).await?;
     conn.batch_execute("CREATE TEMP TABLE orders (id int)")
         .await?;
@@ -230,19 +231,19 @@ async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Resu
     // Commit: the job and the caller's own row appear together.
     let tx = conn.transaction().await?;
     tx.execute("INSERT INTO orders VALUES (1)", &[]).await?;
-    let kept = hopper
-        .insert_in(&tx, NewJob::new("ship", json!({ "order": 1 })))
-        .await?;
-    let typed = hopper.enqueue_in(&tx, &FromSql { n: 1 }).await?;
+    let kept = NewJob::new("ship", json!({ "order": 1 }));
+    pg.insert_in(&tx, &kept).await?;
+    let kept = kept.id;
+    let typed = pg.enqueue_in(&tx, &FromSql { n: 1 }).await?;
     let many: Vec<NewJob> = (0..50)
         .map(|n| NewJob::new("ship", json!({ "n": n })))
         .collect();
-    hopper.insert_many_in(&tx, &many).await?;
+    pg.insert_many_in(&tx, &many).await?;
     // The transaction sees its own jobs; nobody else does yet.
-    let seen = require_inserted_in(&hopper, &tx, ExpectedJob::of(&FromSql { n: 1 })).await?;
+    let seen = require_inserted_in(pg, &tx, ExpectedJob::of(&FromSql { n: 1 })).await?;
     assert_eq!(seen.id, typed);
     require_inserted_in(
-        &hopper,
+        pg,
         &tx,
         ExpectedJob::kind("ship").args_containing(json!({ "n": 49 })),
     )
@@ -265,15 +266,15 @@ async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Resu
 
     // Rollback: none of them exist.
     let tx = conn.transaction().await?;
-    let dropped = hopper
-        .insert_in(&tx, NewJob::new("ship", json!({ "order": 2 })))
-        .await?;
+    let dropped = NewJob::new("ship", json!({ "order": 2 }));
+    pg.insert_in(&tx, &dropped).await?;
+    let dropped = dropped.id;
     let many: Vec<NewJob> = (0..50)
         .map(|n| NewJob::new("ship", json!({ "n": n })))
         .collect();
-    hopper.insert_many_in(&tx, &many).await?;
+    pg.insert_many_in(&tx, &many).await?;
     require_inserted_in(
-        &hopper,
+        pg,
         &tx,
         ExpectedJob::kind("ship").args(json!({ "order": 2 })),
     )
@@ -298,8 +299,8 @@ async fn insert_in_a_transaction_commits_or_rolls_back_with_it() -> anyhow::Resu
 
     // A bad job inside the caller's transaction is refused before anything is sent.
     let tx = conn.transaction().await?;
-    let err = hopper
-        .insert_in(&tx, NewJob::new("ship", json!("scalar")))
+    let err = pg
+        .insert_in(&tx, &NewJob::new("ship", json!("scalar")))
         .await
         .expect_err("refused");
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");

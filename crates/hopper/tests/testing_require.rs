@@ -170,22 +170,22 @@ async fn assertions_on_postgres() -> anyhow::Result<()> {
 async fn assertions_see_inside_the_callers_transaction_before_rollback() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let client = Client::new(db.backend());
+    let pg = db.pg();
     let (mut conn, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
 
     let tx = conn.transaction().await?;
-    client.enqueue_in(&tx, &mail("ada@example.com")).await?;
-    client
-        .insert_in(
-            &tx,
-            NewJob::new("report", json!({"month": 11})).with_queue("slow"),
-        )
-        .await?;
-    let job = require_inserted_in(&client, &tx, ExpectedJob::of(&mail("ada@example.com"))).await?;
+    pg.enqueue_in(&tx, &mail("ada@example.com")).await?;
+    pg.insert_in(
+        &tx,
+        &NewJob::new("report", json!({"month": 11})).with_queue("slow"),
+    )
+    .await?;
+    let job = require_inserted_in(pg, &tx, ExpectedJob::of(&mail("ada@example.com"))).await?;
     assert_eq!(job.state, JobState::Available);
     assert_eq!(job.errors, vec![], "the row decodes whole");
     require_many_inserted_in(
-        &client,
+        pg,
         &tx,
         &[
             ExpectedJob::kind("send_email"),
@@ -193,26 +193,12 @@ async fn assertions_see_inside_the_callers_transaction_before_rollback() -> anyh
         ],
     )
     .await?;
-    require_not_inserted_in(&client, &tx, ExpectedJob::kind("report").queue("default")).await?;
-    let present = failure(require_not_inserted_in(&client, &tx, ExpectedJob::kind("report")).await);
+    require_not_inserted_in(pg, &tx, ExpectedJob::kind("report").queue("default")).await?;
+    let present = failure(require_not_inserted_in(pg, &tx, ExpectedJob::kind("report")).await);
     assert!(present.contains("found 1"), "{present}");
     // Outside the transaction nothing is there yet.
     require_not_inserted(&client, ExpectedJob::kind("send_email")).await?;
     tx.rollback().await?;
     require_not_inserted(&client, ExpectedJob::kind("send_email")).await?;
-    Ok(())
-}
-
-#[tokio::test]
-async fn assertions_in_a_transaction_need_postgres() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
-    let (conn, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    let sqlite = sqlite_client().await?;
-    let refused = failure(require_inserted_in(&sqlite, &conn, ExpectedJob::kind("k")).await);
-    assert!(
-        refused.contains("needs the postgres backend, not sqlite"),
-        "{refused}"
-    );
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Assertions on what was enqueued: [`require_inserted`], [`require_many_inserted`],
-//! [`require_not_inserted`], and their `_in` forms that look inside the caller's PostgreSQL
-//! transaction.
+//! [`require_not_inserted`], and their `_in` forms (`postgres` feature) that look inside
+//! the caller's PostgreSQL transaction.
 //!
 //! Each reads the newest [`LISTED`] jobs and compares them with [`ExpectedJob`]s. A failure
 //! is a [`RequireError`] whose message says what was expected and lists what was enqueued,
@@ -9,6 +9,7 @@
 use std::fmt;
 
 use hopper_core::{Error, JobListParams, JobRecord};
+#[cfg(feature = "postgres")]
 use hopper_postgres::PgBackend;
 
 use super::expect::{ExpectedJob, describe};
@@ -81,14 +82,15 @@ pub async fn require_inserted(
     check_one(&listed(client).await?, &expected)
 }
 
-/// [`require_inserted`] as seen from inside `tx` (PostgreSQL only), so a test can enqueue
-/// in a transaction, assert, and roll back. `client` names the schema.
+/// [`require_inserted`] as seen from inside `tx`, so a test can enqueue in a transaction,
+/// assert, and roll back. `backend` names the schema.
+#[cfg(feature = "postgres")]
 pub async fn require_inserted_in(
-    client: &Client,
-    tx: &impl tokio_postgres::GenericClient,
+    backend: &PgBackend,
+    tx: &(impl tokio_postgres::GenericClient + Sync),
     expected: ExpectedJob,
 ) -> Result<JobRecord, RequireError> {
-    check_one(&listed_in(client, tx).await?, &expected)
+    check_one(&listed_in(backend, tx).await?, &expected)
 }
 
 /// Requires that the jobs of the kinds named in `expected` are exactly these, in the order
@@ -101,13 +103,14 @@ pub async fn require_many_inserted(
     check_many(&listed(client).await?, expected)
 }
 
-/// [`require_many_inserted`] as seen from inside `tx` (PostgreSQL only).
+/// [`require_many_inserted`] as seen from inside `tx`.
+#[cfg(feature = "postgres")]
 pub async fn require_many_inserted_in(
-    client: &Client,
-    tx: &impl tokio_postgres::GenericClient,
+    backend: &PgBackend,
+    tx: &(impl tokio_postgres::GenericClient + Sync),
     expected: &[ExpectedJob],
 ) -> Result<Vec<JobRecord>, RequireError> {
-    check_many(&listed_in(client, tx).await?, expected)
+    check_many(&listed_in(backend, tx).await?, expected)
 }
 
 /// Requires that no job like `expected` was enqueued; the message lists the ones that were.
@@ -118,13 +121,14 @@ pub async fn require_not_inserted(
     check_none(&listed(client).await?, &expected)
 }
 
-/// [`require_not_inserted`] as seen from inside `tx` (PostgreSQL only).
+/// [`require_not_inserted`] as seen from inside `tx`.
+#[cfg(feature = "postgres")]
 pub async fn require_not_inserted_in(
-    client: &Client,
-    tx: &impl tokio_postgres::GenericClient,
+    backend: &PgBackend,
+    tx: &(impl tokio_postgres::GenericClient + Sync),
     expected: ExpectedJob,
 ) -> Result<(), RequireError> {
-    check_none(&listed_in(client, tx).await?, &expected)
+    check_none(&listed_in(backend, tx).await?, &expected)
 }
 
 /// The newest [`LISTED`] jobs, oldest first.
@@ -139,30 +143,13 @@ async fn listed(client: &Client) -> Result<Vec<JobRecord>, RequireError> {
 }
 
 /// The newest [`LISTED`] jobs as `tx` sees them, oldest first.
+#[cfg(feature = "postgres")]
 async fn listed_in(
-    client: &Client,
-    tx: &impl tokio_postgres::GenericClient,
+    backend: &PgBackend,
+    tx: &(impl tokio_postgres::GenericClient + Sync),
 ) -> Result<Vec<JobRecord>, RequireError> {
-    let backend = client.backend();
-    let pg = backend
-        .as_any()
-        .downcast_ref::<PgBackend>()
-        .ok_or_else(|| {
-            Error::Unsupported(format!(
-                "looking inside a transaction needs the postgres backend, not {}",
-                backend.name()
-            ))
-        })?;
-    let sql = hopper_postgres::sql::bind(include_str!("jobs_in_transaction.sql"), pg.schema());
-    let rows = tx
-        .query(&sql, &[&i64::from(LISTED)])
-        .await
-        .map_err(hopper_postgres::map_pg)?;
-    let mut jobs = Vec::with_capacity(rows.len());
-    for row in rows.iter().rev() {
-        let json: serde_json::Value = row.try_get(0).map_err(Error::database)?;
-        jobs.push(serde_json::from_value(json).map_err(Error::from)?);
-    }
+    let mut jobs = backend.jobs_in(tx, LISTED).await?;
+    jobs.reverse();
     Ok(jobs)
 }
 

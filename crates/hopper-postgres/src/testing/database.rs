@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{PgBackend, PgOptions, Pooler};
 use hopper_core::{Backend, Clock, QueueStats, Result, SystemClock};
-use hopper_postgres::{PgBackend, PgOptions, Pooler};
 
 use super::PgBouncer;
 
@@ -124,13 +124,13 @@ impl TestDatabase {
     }
 
     /// Waits until `done` holds for the queue's counts, checking every 10 ms, or fails
-    /// with [`Error::Timeout`](crate::Error::Timeout) after `limit`, naming the last counts.
+    /// with [`Error::Timeout`](hopper_core::Error::Timeout) after `limit`, naming the last counts.
     pub async fn wait_for(
         &self,
         queue: &str,
         limit: Duration,
         done: impl Fn(&QueueStats) -> bool,
-    ) -> crate::Result<QueueStats> {
+    ) -> Result<QueueStats> {
         let start = tokio::time::Instant::now();
         loop {
             let stats = self.queue_stats(queue).await?;
@@ -138,7 +138,7 @@ impl TestDatabase {
                 return Ok(stats);
             }
             if start.elapsed() > limit {
-                return Err(crate::Error::Timeout(format!(
+                return Err(hopper_core::Error::Timeout(format!(
                     "condition not met within {limit:?}; last counts {stats:?}"
                 )));
             }
@@ -152,7 +152,7 @@ impl TestDatabase {
     /// (and commits it) before it notices the client is gone. A test that reads the state a
     /// killed process left behind waits for those first.
     pub async fn settle(&self, limit: Duration) -> std::result::Result<(), String> {
-        let (client, conn) = hopper_postgres::PgConnectOptions::parse(&self.url)
+        let (client, conn) = crate::PgConnectOptions::parse(&self.url)
             .map_err(|e| e.to_string())?
             .connect_raw()
             .await
@@ -210,7 +210,7 @@ pub fn drop_schema(url: &str, schema: &str) {
             return;
         };
         rt.block_on(async move {
-            let Ok(options) = hopper_postgres::PgConnectOptions::parse(&url) else {
+            let Ok(options) = crate::PgConnectOptions::parse(&url) else {
                 return;
             };
             if let Ok((client, conn)) = options.connect_raw().await {

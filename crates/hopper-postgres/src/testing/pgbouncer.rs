@@ -1,6 +1,6 @@
 //! [`PgBouncer`]: a real PgBouncer in transaction mode in front of the test database,
 //! started as a child process on a free port and stopped when dropped, to test code that
-//! runs behind one (`hopper_postgres::Pooler::Transaction`, `docs/deployment.md`).
+//! runs behind one (`Pooler::Transaction`, `docs/deployment.md`).
 //!
 //! It needs the `pgbouncer` program (Debian: `apt-get install pgbouncer`; found at
 //! `/usr/sbin/pgbouncer`, on the `PATH`, or at `HOPPER_PGBOUNCER`). PgBouncer refuses to run

@@ -1,0 +1,16 @@
+//! PostgreSQL for tests, re-exported by `hopper::testing` (see `docs/testing.md`).
+//!
+//! - **Isolated databases**: a [`TestDatabase`] is a fresh migrated PostgreSQL schema per
+//!   test, dropped afterwards, so tests run in parallel.
+//! - **Private clusters**: a [`TestCluster`] is a PostgreSQL server of the test's own
+//!   (`initdb`, a free port), for TLS with the test's certificates and for failover.
+//! - **PgBouncer**: a [`PgBouncer`] in transaction mode in front of the test database, for
+//!   code that runs behind one ([`TestDatabase::behind`] opens a backend through it).
+
+mod cluster;
+mod database;
+mod pgbouncer;
+
+pub use cluster::{ClusterError, StopMode, TestCluster};
+pub use database::{TestDatabase, database_url, drop_schema};
+pub use pgbouncer::{PgBouncer, PgBouncerConfig};
