@@ -28,7 +28,12 @@ async fn a_claim_of_some_kinds_leaves_the_others_untouched() -> anyhow::Result<(
         let mut unserved = Vec::new();
         for g in ["a", "b", "c"] {
             let id = s.insert(group(job("other", queue), g)).await?;
-            unserved.push(s.backend.job_get(&JobGetParams { id }).await?.expect("the job"));
+            unserved.push(
+                s.backend
+                    .job_get(&JobGetParams { id })
+                    .await?
+                    .expect("the job"),
+            );
         }
         s.advance(Duration::from_secs(1));
         let served = s.insert(group(job("k", queue), "d")).await?;
@@ -53,10 +58,18 @@ async fn a_claim_of_some_kinds_leaves_the_others_untouched() -> anyhow::Result<(
             claimed.extend(s.backend.job_claim(&params).await?);
         }
         let ids: Vec<_> = claimed.iter().map(|c| c.lease.job_id).collect();
-        assert_eq!(ids, vec![served], "{queue}: only the served kind is claimed");
+        assert_eq!(
+            ids,
+            vec![served],
+            "{queue}: only the served kind is claimed"
+        );
         for before in unserved {
             let id = before.id;
-            let after = s.backend.job_get(&JobGetParams { id }).await?.expect("the job");
+            let after = s
+                .backend
+                .job_get(&JobGetParams { id })
+                .await?
+                .expect("the job");
             assert_eq!(after, before, "{queue}: not claimed, run_at unmoved");
         }
         assert_eq!(

@@ -9,8 +9,7 @@ mod common;
 
 use common::{Store, t0};
 use hopper_core::backend::{
-    JobGetParams, JobPromoteOutcome, JobRetryParams, JobStatsParams, MaintenanceStore,
-    StatsStore,
+    JobGetParams, JobPromoteOutcome, JobRetryParams, JobStatsParams, MaintenanceStore, StatsStore,
 };
 use hopper_core::{
     Backend, ClaimedJob, JobListParams, JobRecord, JobState, NewJob, QueueUpdate, limits,

@@ -6,8 +6,8 @@
 #[macro_use]
 mod support;
 
-use std::time::Duration;
 use anyhow::Context;
+use std::time::Duration;
 
 use hopper::backend::{ClaimParams, JobGetParams, JobRetryParams};
 use hopper::testing::TestDatabase;
