@@ -215,7 +215,6 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         listen: config.listen.clone(),
         // Frames up to twice the limit are read, so that the peer gets a `too_large` reply.
         max_message: config.max_frame.saturating_mul(2).saturating_add(4096),
-        heartbeat: config.heartbeat,
         handshake_timeout: config.handshake_timeout,
         max_connections: config.max_connections,
         curve: config.curve.clone(),

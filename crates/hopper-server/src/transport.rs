@@ -25,8 +25,8 @@
 //!
 //! What libzmq does for us: `ZMQ_MAXMSGSIZE` closes a connection whose frame announces
 //! more than the limit before anything is allocated for it; `ZMQ_HANDSHAKE_IVL` closes
-//! connections that do not complete their handshake in time; ZMTP heartbeats and TCP
-//! keepalive close dead connections; high-water marks bound what is queued per peer;
+//! connections that do not complete their handshake in time; TCP keepalive closes
+//! connections to machines that vanished; high-water marks bound what is queued per peer;
 //! CURVE encrypts and authenticates the server when it has a key pair.
 
 mod gate;
@@ -57,7 +57,6 @@ pub(crate) struct Settings {
     pub listen: String,
     /// Frames above this close their connection (libzmq's `ZMQ_MAXMSGSIZE`).
     pub max_message: usize,
-    pub heartbeat: Duration,
     pub handshake_timeout: Duration,
     pub max_connections: usize,
     pub curve: Option<ServerKeys>,
@@ -162,15 +161,18 @@ pub(crate) fn start(
     Ok(Bound { endpoint, tasks })
 }
 
-/// The ROUTER's options: limits, timeouts, heartbeats, CURVE.
+/// The ROUTER's options: limits, timeouts, keepalive, CURVE.
 fn configure(router: &zmq::Socket, settings: &Settings) -> zmq::Result<()> {
     router.set_maxmsgsize(i64::try_from(settings.max_message).unwrap_or(i64::MAX))?;
     router.set_handshake_ivl(millis(settings.handshake_timeout))?;
-    // ZMTP PINGs each heartbeat; a peer that answers nothing for three is disconnected, and
-    // peers are told (TTL) to drop the server after as long.
-    router.set_heartbeat_ivl(millis(settings.heartbeat))?;
-    router.set_heartbeat_timeout(millis(settings.heartbeat * 3))?;
-    router.set_heartbeat_ttl(millis(settings.heartbeat * 3))?;
+    // No ZMTP PINGs from the server (libzmq's default, said here on purpose). libzmq 4.3
+    // cancels a timer by walking all of its I/O thread's timers, and a PING arms one per
+    // connection that the next message cancels: with 5,000 peers that walk took two thirds
+    // of the server's CPU and queued every message behind it (docs/benchmarks.md). Silent
+    // peers are dropped by the protocol's heartbeat (three periods), closed connections are
+    // seen by the monitor, and the kernel's TCP keepalive closes connections to machines
+    // that vanished, without a timer in libzmq. Peers' own PINGs are still answered.
+    router.set_heartbeat_ivl(0)?;
     router.set_tcp_keepalive(1)?;
     router.set_tcp_keepalive_idle(60)?;
     router.set_tcp_keepalive_intvl(10)?;
