@@ -20,7 +20,7 @@ mod enqueue;
 mod worker;
 
 use anyhow::{Context, bail};
-use hopper::{Client, PgOptions};
+use hopper::{Client, ConnectOptions, PgOptions};
 
 const USAGE: &str = "usage: hopper-bench-peer setup | bulk N BATCH | single N | worker-drain CONC \
                      | worker-latency CONC N | enqueue-paced N RATE";
@@ -105,7 +105,7 @@ async fn connect() -> anyhow::Result<Client> {
     if let Ok(schema) = std::env::var("HOPPER_SCHEMA") {
         options.schema = schema;
     }
-    let backend = hopper::connect(&url, options)
+    let backend = hopper::connect(&url, ConnectOptions::default().with_postgres(options))
         .await
         .context("connecting to DATABASE_URL")?;
     Ok(Client::new(backend))

@@ -86,10 +86,10 @@ impl Worker for Recorder {
 /// Runs until killed (or SIGTERM).
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let pool = crate::db::pool(&args.record_url, args.concurrency)?;
-    let options = PgOptions {
+    let options = hopper::ConnectOptions::default().with_postgres(PgOptions {
         pool_size: 4,
         ..PgOptions::default()
-    };
+    });
     // Started again while the database or the server is down, the process waits for it
     // rather than exiting: an exit is then a crash worth reporting.
     let backend = loop {

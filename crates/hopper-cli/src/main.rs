@@ -18,8 +18,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use hopper::PgOptions;
 use hopper::backend::Backend;
+use hopper::{ConnectOptions, PgOptions, SqliteOptions};
 
 use cli::{Cli, Command};
 
@@ -147,6 +147,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 /// directory, so hopper runs on a machine with no database server.
 const DEFAULT_DATABASE_URL: &str = "sqlite://hopper.db";
 
+/// The options of every backend from the command line's PostgreSQL options: for SQLite,
+/// `--schema` is the table prefix and the pool size the most reader connections.
+fn connect_options(pg: PgOptions) -> ConnectOptions {
+    let sqlite = SqliteOptions {
+        prefix: pg.schema.clone(),
+        readers: pg.pool_size.max(1),
+        ..SqliteOptions::default()
+    };
+    ConnectOptions::default()
+        .with_sqlite(sqlite)
+        .with_postgres(pg)
+}
+
 /// Connects to the configured database (`DATABASE_URL` / `--database-url`) with `options`
 /// (schema, pooler), or to the embedded SQLite default, said in one line on stderr.
 async fn open(url: Option<&str>, options: PgOptions) -> anyhow::Result<Arc<dyn Backend>> {
@@ -165,7 +178,7 @@ async fn open(url: Option<&str>, options: PgOptions) -> anyhow::Result<Arc<dyn B
         Some((endpoint, _)) => format!("cannot reach the hopper server at {endpoint}"),
         None => format!("cannot reach the hopper server at {url}"),
     };
-    hopper::connect(url, options)
+    hopper::connect(url, connect_options(options))
         .await
         .map_err(|e| anyhow::Error::new(e).context(what))
 }

@@ -108,7 +108,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
         pool_size: usize::from(args.pool_size),
         ..pg
     };
-    let backend = hopper::connect(url, options)
+    let backend = hopper::connect(url, crate::connect_options(options))
         .await
         .map_err(|e| anyhow::Error::new(e).context("cannot open the database"))?;
     backend

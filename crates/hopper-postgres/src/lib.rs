@@ -48,7 +48,9 @@ use tokio::sync::OnceCell;
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 
-pub use connect::{ConnectError, MakeRustlsConnect, PgConnectOptions, PgTlsStream};
+#[cfg(feature = "tls")]
+pub use connect::MakeRustlsConnect;
+pub use connect::{ConnectError, PgConnectOptions, PgTls, PgTlsStream};
 pub use cursor::{CLAIM_HEAD_SPACING, ClaimCursorConfig, ClaimStartMode};
 pub use error::map_pg;
 pub use liveness::{PING_PERIOD, PING_TIMEOUT};

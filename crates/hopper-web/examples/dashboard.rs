@@ -58,6 +58,7 @@ async fn main() -> anyhow::Result<()> {
         schema: "hopper_web_demo".to_owned(),
         ..PgOptions::default()
     };
+    let options = hopper::ConnectOptions::default().with_postgres(options);
     let client = Client::new(hopper::connect(&url, options).await?);
     client.migrate().await?;
     client.clear(None).await?;

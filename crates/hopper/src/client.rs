@@ -19,52 +19,78 @@ pub struct Client {
     backend: Arc<dyn Backend>,
 }
 
-/// Opens the backend named by `url`:
-///
-/// - `postgres://…` or `postgresql://…`, or libpq's `key=value` form (`host=a,b
-///   dbname=app sslmode=verify-full`): PostgreSQL, with `options`; TLS, several hosts and
-///   `target_session_attrs` as libpq reads them (see [`hopper_postgres::PgConnectOptions`]);
-/// - `sqlite://path/to/file.db`, `sqlite:///absolute/path.db`, `sqlite:path.db` or
-///   `sqlite::memory:` (`sqlite` feature): SQLite
-///   ([`SqliteBackend`](hopper_sqlite::SqliteBackend)), no server needed. From `options` it
-///   takes the clock, `schema` as the table prefix (`hopper_jobs`, …) and `pool_size` as
-///   the most reader connections;
-/// - `tcp://host:port?token=…` (`remote` feature): a `hopper serve` server.
-///
-/// Without the `postgres` feature, [`Client::connect`] opens the others.
-#[cfg(feature = "postgres")]
-pub async fn connect(url: &str, options: PgOptions) -> Result<Arc<dyn Backend>> {
-    if is_postgres(url) {
-        return Ok(Arc::new(PgBackend::connect(url, options).await?));
-    }
-    open(url, options.schema, options.pool_size, options.clock).await
+/// The options of [`connect`], one set per backend: the URL picks the backend, and only
+/// that backend's options are used. Built with `ConnectOptions::default()` and the
+/// `with_*` methods; `#[non_exhaustive]`, so a new backend is not a breaking change.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ConnectOptions {
+    /// For a PostgreSQL URL (`postgres` feature).
+    #[cfg(feature = "postgres")]
+    pub postgres: PgOptions,
+    /// For a `sqlite:` URL (`sqlite` feature): table prefix, readers, clock, ….
+    #[cfg(feature = "sqlite")]
+    pub sqlite: hopper_sqlite::SqliteOptions,
+    /// For a `tcp://` URL (`remote` feature): the base the URL's own parameters go on top
+    /// of (see [`RemoteOptions::with_url`](crate::RemoteOptions::with_url)); its endpoint
+    /// is the URL's.
+    #[cfg(feature = "remote")]
+    pub remote: crate::remote::RemoteOptions,
 }
 
-/// Opens a backend other than PostgreSQL (see [`connect`]), or says which feature `url`
-/// needs.
-#[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
-async fn open(
-    url: &str,
-    schema: String,
-    pool_size: usize,
-    clock: Arc<dyn hopper_core::Clock>,
-) -> Result<Arc<dyn Backend>> {
+impl ConnectOptions {
+    /// With `postgres` for a PostgreSQL URL.
+    #[cfg(feature = "postgres")]
+    pub fn with_postgres(self, postgres: PgOptions) -> Self {
+        ConnectOptions { postgres, ..self }
+    }
+
+    /// With `sqlite` for a `sqlite:` URL.
+    #[cfg(feature = "sqlite")]
+    pub fn with_sqlite(self, sqlite: hopper_sqlite::SqliteOptions) -> Self {
+        ConnectOptions { sqlite, ..self }
+    }
+
+    /// With `remote` for a `tcp://` URL.
+    #[cfg(feature = "remote")]
+    pub fn with_remote(self, remote: crate::remote::RemoteOptions) -> Self {
+        ConnectOptions { remote, ..self }
+    }
+}
+
+/// Opens the backend named by `url`, with its options from `options`:
+///
+/// - `postgres://…` or `postgresql://…`, or libpq's `key=value` form (`host=a,b
+///   dbname=app sslmode=verify-full`) (`postgres` feature): PostgreSQL, with
+///   `options.postgres`; TLS, several hosts and `target_session_attrs` as libpq reads them
+///   (see [`hopper_postgres::PgConnectOptions`]);
+/// - `sqlite://path/to/file.db`, `sqlite:///absolute/path.db`, `sqlite:path.db` or
+///   `sqlite::memory:` (`sqlite` feature): SQLite
+///   ([`SqliteBackend`](hopper_sqlite::SqliteBackend)), no server needed, with
+///   `options.sqlite`;
+/// - `tcp://host:port?token=…` (`remote` feature): a `hopper serve` server, with
+///   `options.remote` under the URL's parameters.
+///
+/// A URL whose feature is not compiled in is an [`Error::Unsupported`] naming it.
+#[cfg_attr(
+    not(all(feature = "postgres", feature = "sqlite", feature = "remote")),
+    allow(unused_variables, reason = "the options of the backends compiled out")
+)]
+pub async fn connect(url: &str, options: ConnectOptions) -> Result<Arc<dyn Backend>> {
+    #[cfg(feature = "postgres")]
+    if is_postgres(url) {
+        return Ok(Arc::new(PgBackend::connect(url, options.postgres).await?));
+    }
     #[cfg(feature = "sqlite")]
     if url.starts_with("sqlite:") {
-        let sqlite = hopper_sqlite::SqliteOptions {
-            prefix: schema,
-            readers: pool_size.max(1),
-            clock,
-            ..hopper_sqlite::SqliteOptions::default()
-        };
         return Ok(Arc::new(
-            hopper_sqlite::SqliteBackend::connect(url, sqlite).await?,
+            hopper_sqlite::SqliteBackend::connect(url, options.sqlite).await?,
         ));
     }
     #[cfg(feature = "remote")]
     if url.starts_with("tcp://") {
         // A `hopper serve` server: `tcp://host:port?token=…` (see `crate::remote`).
-        let remote = crate::remote::RemoteOptions::from_url(url)?;
+        let remote = options.remote.with_url(url)?;
         return Ok(Arc::new(
             crate::remote::RemoteBackend::connect(remote).await?,
         ));
@@ -113,17 +139,7 @@ impl Client {
 
     /// Connects to `url` (see [`connect`]) with default options (schema `hopper`).
     pub async fn connect(url: &str) -> Result<Self> {
-        #[cfg(feature = "postgres")]
-        let backend = connect(url, PgOptions::default()).await?;
-        #[cfg(not(feature = "postgres"))]
-        let backend = open(
-            url,
-            "hopper".to_owned(),
-            10,
-            Arc::new(hopper_core::SystemClock),
-        )
-        .await?;
-        Ok(Client::new(backend))
+        Ok(Client::new(connect(url, ConnectOptions::default()).await?))
     }
 
     /// The backend underneath.

@@ -85,10 +85,7 @@ pub mod supervise;
 pub mod testing;
 mod worker;
 
-pub use client::Client;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use client::connect;
+pub use client::{Client, ConnectOptions, connect};
 pub use context::JobContext;
 pub use hopper_core::backend::{AppliedMigration, JobListParams, QueueStats};
 pub use hopper_core::{

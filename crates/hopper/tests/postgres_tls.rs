@@ -170,7 +170,7 @@ async fn sslmodes_against_a_private_cluster() -> anyhow::Result<()> {
     assert!(e.contains("not valid for the host name"), "{e}");
     // hopper::connect (the CLI's way in) takes the key=value form as PostgreSQL.
     let key_values = key_values.replace("wrong.hopper.test", "localhost");
-    let backend = hopper::connect(&key_values, PgOptions::default()).await?;
+    let backend = hopper::connect(&key_values, hopper::ConnectOptions::default()).await?;
     backend.migrate().await?;
     Ok(())
 }

@@ -7,7 +7,19 @@
 //! (`host=a,b`, `postgres://h1:5432,h2:5432/db`) and `target_session_attrs=read-write`, is
 //! tokio-postgres's, which tries the hosts in order and keeps the first that qualifies.
 
+// The connector is cloned for every connection; without `tls` it is `NoTls`, a `Copy`.
+#![cfg_attr(
+    not(feature = "tls"),
+    allow(clippy::clone_on_copy, reason = "rustls's connector is not Copy")
+)]
+
 mod conninfo;
+mod mode;
+#[cfg(feature = "tls")]
+mod tls;
+// Without the `tls` feature: plaintext only, as libpq built without SSL support.
+#[cfg(not(feature = "tls"))]
+#[path = "plain.rs"]
 mod tls;
 
 use std::fmt;
@@ -18,12 +30,17 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use hopper_core::{Error, Result};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, Connection, Socket};
+#[cfg(feature = "tls")]
 pub use tokio_postgres_rustls::MakeRustlsConnect;
 
 use tls::TlsSettings;
 
-/// The TLS stream of a connection made by [`PgConnectOptions::connect_raw`].
-pub type PgTlsStream = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
+/// The TLS connector of every connection: rustls's with the `tls` feature,
+/// [`tokio_postgres::NoTls`] without it.
+pub type PgTls = tls::Connector;
+
+/// The stream of a connection made by [`PgConnectOptions::connect_raw`].
+pub type PgTlsStream = <PgTls as MakeTlsConnect<Socket>>::Stream;
 
 /// A parsed connection string: the driver's configuration and the TLS connector built
 /// from its `ssl*` parameters. Cheap to clone.
@@ -31,7 +48,7 @@ pub type PgTlsStream = <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream;
 pub struct PgConnectOptions {
     config: Config,
     settings: Arc<TlsSettings>,
-    tls: MakeRustlsConnect,
+    tls: PgTls,
 }
 
 impl fmt::Debug for PgConnectOptions {
@@ -47,7 +64,9 @@ impl PgConnectOptions {
     /// Reads `conninfo` (a `postgres://` or `postgresql://` URL, or libpq's `key=value`
     /// form) and loads the certificate files it names. A missing file, an unknown
     /// parameter or a bad value is an [`Error::InvalidInput`] that names it; nothing
-    /// connects yet. `application_name` defaults to `hopper` and `connect_timeout` to 5 s.
+    /// connects yet. Without the `tls` feature, `sslmode=disable|allow|prefer` connect in
+    /// plaintext and a string that needs TLS (`sslmode=require` and up, `sslrootcert`,
+    /// `sslcert`, `sslkey`) is refused here, saying so. `application_name` defaults to `hopper` and `connect_timeout` to 5 s.
     pub fn parse(conninfo: &str) -> Result<Self> {
         let invalid = |e: String| Error::InvalidInput(format!("database URL: {e}"));
         let (rest, params) = conninfo::split(conninfo).map_err(invalid)?;
@@ -62,7 +81,7 @@ impl PgConnectOptions {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
-        let tls = MakeRustlsConnect::new(settings.client_config().map_err(invalid)?);
+        let tls = settings.connector().map_err(invalid)?;
         Ok(PgConnectOptions {
             config,
             settings: Arc::new(settings),
@@ -81,11 +100,12 @@ impl PgConnectOptions {
     }
 
     /// The TLS connector, for the driver's own `connect` or a pool of another kind.
-    pub fn tls(&self) -> MakeRustlsConnect {
+    pub fn tls(&self) -> PgTls {
         self.tls.clone()
     }
 
-    /// The `sslmode` in force, as libpq names it (`prefer` when the string gave none).
+    /// The `sslmode` in force, as libpq names it (`prefer` when the string gave none;
+    /// always `disable` without the `tls` feature).
     pub fn ssl_mode(&self) -> &'static str {
         self.settings.mode.name()
     }

@@ -17,6 +17,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::conninfo::TlsParams;
+use super::mode::Mode;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
@@ -25,54 +27,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
-use tokio_postgres::config::SslMode;
 
-use super::conninfo::TlsParams;
-
-/// How much of the server's certificate is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Disable,
-    Prefer,
-    Require,
-    VerifyCa,
-    VerifyFull,
-}
-
-impl Mode {
-    fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "disable" => Ok(Mode::Disable),
-            "allow" | "prefer" => Ok(Mode::Prefer),
-            "require" => Ok(Mode::Require),
-            "verify-ca" => Ok(Mode::VerifyCa),
-            "verify-full" => Ok(Mode::VerifyFull),
-            other => Err(format!(
-                "sslmode={other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"
-            )),
-        }
-    }
-
-    /// The name libpq gives it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Mode::Disable => "disable",
-            Mode::Prefer => "prefer",
-            Mode::Require => "require",
-            Mode::VerifyCa => "verify-ca",
-            Mode::VerifyFull => "verify-full",
-        }
-    }
-
-    /// What tokio-postgres is told: whether to ask for TLS and whether to insist.
-    pub(crate) fn driver_mode(self) -> SslMode {
-        match self {
-            Mode::Disable => SslMode::Disable,
-            Mode::Prefer => SslMode::Prefer,
-            Mode::Require | Mode::VerifyCa | Mode::VerifyFull => SslMode::Require,
-        }
-    }
-}
+/// The connector of a build with TLS.
+pub type Connector = tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Where the trusted roots come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +117,11 @@ impl TlsSettings {
             roots,
             client,
         })
+    }
+
+    /// The connector these settings call for (see [`TlsSettings::client_config`]).
+    pub(crate) fn connector(&self) -> Result<Connector, String> {
+        Ok(Connector::new(self.client_config()?))
     }
 
     /// The rustls configuration these settings call for. Reads the certificate and key

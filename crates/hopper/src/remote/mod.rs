@@ -78,6 +78,14 @@ pub struct RemoteOptions {
     pub prefetch: u32,
 }
 
+/// No endpoint yet (the URL of [`crate::connect`] or [`RemoteOptions::with_url`] gives it),
+/// every other option at its default.
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions::new("")
+    }
+}
+
 impl RemoteOptions {
     /// Options for `endpoint` with every default and no token.
     pub fn new(endpoint: impl Into<String>) -> Self {
@@ -98,6 +106,14 @@ impl RemoteOptions {
     /// written as it is (its Z85 alphabet holds `&`, `=`, `?` and `%`: the 40 characters
     /// after `server_key=` are taken whole) or percent-encoded.
     pub fn from_url(url: &str) -> Result<Self> {
+        RemoteOptions::default().with_url(url)
+    }
+
+    /// These options with what `url` says on top (as [`RemoteOptions::from_url`] reads
+    /// it): the endpoint, and each parameter the URL gives; the rest (`request_timeout`,
+    /// and `prefetch`, `name`, … where the URL has none) stay as they are. This is how
+    /// [`crate::connect`] applies its [`ConnectOptions::remote`](crate::ConnectOptions).
+    pub fn with_url(self, url: &str) -> Result<Self> {
         let (endpoint, query) = url.split_once('?').unwrap_or((url, ""));
         let (server_key, query) = take_server_key(query)?;
         if !endpoint.starts_with("tcp://") {
@@ -105,8 +121,13 @@ impl RemoteOptions {
                 "a hopper server URL starts with tcp://, got {endpoint:?}"
             )));
         }
-        let mut options = RemoteOptions::new(endpoint);
-        options.server_key = server_key;
+        let mut options = RemoteOptions {
+            endpoint: endpoint.to_owned(),
+            ..self
+        };
+        if server_key.is_some() {
+            options.server_key = server_key;
+        }
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
@@ -691,6 +712,23 @@ mod tests {
                 other => panic!("{url}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_url_goes_on_top_of_the_options_it_is_given() {
+        let base = RemoteOptions {
+            request_timeout: Duration::from_secs(3),
+            prefetch: 7,
+            name: Some("base".to_owned()),
+            ..RemoteOptions::default()
+        };
+        let options = base
+            .with_url("tcp://127.0.0.1:7010?token=t&name=url")
+            .expect("a valid URL");
+        assert_eq!(options.endpoint, "tcp://127.0.0.1:7010");
+        assert_eq!(options.request_timeout, Duration::from_secs(3));
+        assert_eq!(options.prefetch, 7, "the URL gives no prefetch");
+        assert_eq!(options.name.as_deref(), Some("url"), "the URL's wins");
     }
 
     #[test]
