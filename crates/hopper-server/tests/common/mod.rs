@@ -209,9 +209,33 @@ pub fn text_of<'a>(v: &'a Value, name: &str) -> &'a str {
     field(v, name).and_then(Value::as_text).unwrap_or("")
 }
 
-/// Waits for a worker's next `order`: its job id and attempt.
+/// Waits for a worker's next `order` (10 s at most): its job id and attempt. Meanwhile it
+/// heartbeats every 100 ms, listing no leases, as a worker keeps its session: on a loaded
+/// machine the job can take longer to come than the short heartbeat periods tests use, and
+/// a silent peer is dropped after three. (A lease not listed is lost only when its order is
+/// older than 5 s.)
 pub async fn order(peer: &mut RawPeer) -> (String, i64) {
-    let order = peer.recv_type("order").await;
+    let beat = map(vec![("type", text("heartbeat")), ("req", int(0))]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    peer.set_timeout(Duration::from_millis(100));
+    let order = loop {
+        match peer.try_recv_bytes().await {
+            Some(frame) => {
+                let v: Value = ciborium::from_reader(&frame[..]).expect("CBOR");
+                if field(&v, "type").and_then(Value::as_text) == Some("order") {
+                    break v;
+                }
+            }
+            None => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "an order within 10 s"
+                );
+                peer.send(&beat).await;
+            }
+        }
+    };
+    peer.set_timeout(Duration::from_secs(10));
     let job = field(&order, "job").cloned().unwrap_or(Value::Null);
     let attempt = field(&job, "attempt")
         .and_then(Value::as_integer)
