@@ -58,13 +58,14 @@ fn runtime(client: &Client, concurrency: usize, latencies: Option<Arc<Latencies>
     let mut workers = Workers::new();
     workers.register(PeerWorker { latencies });
     let defaults = RuntimeConfig::default();
-    let config = RuntimeConfig {
-        concurrency,
-        node_name: Some(format!("hopper-bench-peer:{}", std::process::id())),
-        prefetch: env_count("HOPPER_PREFETCH").or(defaults.prefetch),
-        claims_in_flight: env_count("HOPPER_CLAIMS_IN_FLIGHT").unwrap_or(defaults.claims_in_flight),
-        ..defaults
-    };
+    let prefetch = env_count("HOPPER_PREFETCH").or(defaults.prefetch);
+    let claims_in_flight =
+        env_count("HOPPER_CLAIMS_IN_FLIGHT").unwrap_or(defaults.claims_in_flight);
+    let config = defaults
+        .with_concurrency(concurrency)
+        .with_node_name(format!("hopper-bench-peer:{}", std::process::id()))
+        .with_prefetch(prefetch)
+        .with_claims_in_flight(claims_in_flight);
     Runtime::new(client.backend().clone(), workers, config)
 }
 

@@ -153,16 +153,14 @@ impl Load {
         let runtime = Runtime::new(
             backend.clone(),
             workers,
-            RuntimeConfig {
-                concurrency: config.concurrency,
-                housekeeping: Housekeeping {
-                    completed_retention: config.retention,
-                    prune_interval: Some(config.prune_interval),
-                    ..Housekeeping::default()
-                },
-                node_name: Some("hopper-chaos-load".to_owned()),
-                ..RuntimeConfig::default()
-            },
+            RuntimeConfig::default()
+                .with_concurrency(config.concurrency)
+                .with_housekeeping(
+                    Housekeeping::default()
+                        .with_completed_retention(config.retention)
+                        .with_prune_interval(Some(config.prune_interval)),
+                )
+                .with_node_name("hopper-chaos-load"),
         )
         .start()
         .await?;

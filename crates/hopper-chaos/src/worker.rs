@@ -86,10 +86,8 @@ impl Worker for Recorder {
 /// Runs until killed (or SIGTERM).
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let pool = crate::db::pool(&args.record_url, args.concurrency)?;
-    let options = hopper::ConnectOptions::default().with_postgres(PgOptions {
-        pool_size: 4,
-        ..PgOptions::default()
-    });
+    let options =
+        hopper::ConnectOptions::default().with_postgres(PgOptions::default().with_pool_size(4));
     // Started again while the database or the server is down, the process waits for it
     // rather than exiting: an exit is then a crash worth reporting.
     let backend = loop {
@@ -108,16 +106,14 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         work: (args.work_min_ms, args.work_max_ms),
     });
     let lease = Duration::from_secs(args.lease_secs.max(1));
-    let config = RuntimeConfig {
-        concurrency: args.concurrency,
-        lease,
-        heartbeat_interval: lease / 5,
-        node_dead_after: lease,
-        rescue_interval: Duration::from_millis(500),
-        poll_interval: Duration::from_millis(500),
-        node_name: Some(args.name),
-        ..RuntimeConfig::default()
-    };
+    let config = RuntimeConfig::default()
+        .with_concurrency(args.concurrency)
+        .with_lease(lease)
+        .with_heartbeat_interval(lease / 5)
+        .with_node_dead_after(lease)
+        .with_rescue_interval(Duration::from_millis(500))
+        .with_poll_interval(Duration::from_millis(500))
+        .with_node_name(args.name);
     let runtime = Runtime::new(backend, workers, config);
     runtime.start().await?.run_until_signal().await;
     Ok(())

@@ -74,11 +74,9 @@ pub async fn run(backend: Arc<dyn Backend>, args: DemoArgs, json: bool) -> anyho
     let worker = DemoWorker::default();
     let running = worker.running();
     workers.register(worker);
-    let config = RuntimeConfig {
-        queues: vec![QUEUE.to_owned()],
-        concurrency: CONCURRENCY,
-        ..RuntimeConfig::default()
-    };
+    let config = RuntimeConfig::default()
+        .with_queues([QUEUE])
+        .with_concurrency(CONCURRENCY);
     let handle = Runtime::new(backend, workers, config).start().await?;
     let bar = progress_bar(u64::from(args.jobs), json);
     let waited = wait_until_finished(&client, &bar, &running).await;

@@ -108,12 +108,10 @@ fn one_line(e: &anyhow::Error) -> String {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let (url, json) = (cli.database_url.as_deref(), cli.json);
     let schema = cli.schema.as_str();
-    let pg = PgOptions {
-        schema: schema.to_owned(),
-        pooler: cli.pooler,
-        direct_url: cli.direct_url.clone(),
-        ..PgOptions::default()
-    };
+    let mut pg = PgOptions::default()
+        .with_schema(schema)
+        .with_pooler(cli.pooler);
+    pg.direct_url = cli.direct_url.clone();
     let open = |url| open(url, pg.clone());
     match cli.command {
         Command::Migrate => admin::migrate(&open(url).await?, schema, json).await,
@@ -150,11 +148,9 @@ const DEFAULT_DATABASE_URL: &str = "sqlite://hopper.db";
 /// The options of every backend from the command line's PostgreSQL options: for SQLite,
 /// `--schema` is the table prefix and the pool size the most reader connections.
 fn connect_options(pg: PgOptions) -> ConnectOptions {
-    let sqlite = SqliteOptions {
-        prefix: pg.schema.clone(),
-        readers: pg.pool_size.max(1),
-        ..SqliteOptions::default()
-    };
+    let sqlite = SqliteOptions::default()
+        .with_prefix(&pg.schema)
+        .with_readers(pg.pool_size.max(1));
     ConnectOptions::default()
         .with_sqlite(sqlite)
         .with_postgres(pg)

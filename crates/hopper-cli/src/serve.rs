@@ -104,10 +104,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     let Some(url) = url else {
         anyhow::bail!("no database: set DATABASE_URL or pass --database-url postgres://…");
     };
-    let options = PgOptions {
-        pool_size: usize::from(args.pool_size),
-        ..pg
-    };
+    let options = pg.with_pool_size(usize::from(args.pool_size));
     let backend = hopper::connect(url, crate::connect_options(options))
         .await
         .map_err(|e| anyhow::Error::new(e).context("cannot open the database"))?;

@@ -49,12 +49,10 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
         timeout: None,
         latencies: None,
     });
-    let config = RuntimeConfig {
-        queues: vec![args.queue.clone()],
-        concurrency: args.concurrency,
-        node_name: Some(format!("hopper-worker:{}", std::process::id())),
-        ..RuntimeConfig::default()
-    };
+    let config = RuntimeConfig::default()
+        .with_queues(vec![args.queue.clone()])
+        .with_concurrency(args.concurrency)
+        .with_node_name(format!("hopper-worker:{}", std::process::id()));
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     if args.stdin_control {
         outln!("ready");

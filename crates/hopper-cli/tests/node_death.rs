@@ -143,11 +143,9 @@ async fn rerun_after(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut workers = Workers::new();
     workers.register(Rerun(tx));
-    let config = RuntimeConfig {
-        queues: vec![queue.to_owned()],
-        concurrency: JOBS,
-        ..RuntimeConfig::default()
-    };
+    let config = RuntimeConfig::default()
+        .with_queues([queue])
+        .with_concurrency(JOBS);
     let rerunner = Runtime::new(other, workers, config).start().await?;
 
     let killed = Instant::now();

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::backend::JobCancelParams;
+use hopper_core::backend::{ClaimParams, JobCancelParams};
 use hopper_core::{JobId, JobState, NewJob, Priority};
 use serde_json::json;
 
@@ -21,6 +21,40 @@ async fn drain_one_by_one(h: &Harness, queue: &str) -> anyhow::Result<Vec<JobId>
             more => anyhow::bail!("limit 1 claimed {}", more.len()),
         }
     }
+}
+
+/// A claim that names its kinds (what `hopper serve` asks when every worker declared the
+/// kinds it runs) takes only jobs of those kinds and leaves the others untouched: not
+/// claimed, their `run_at` unmoved, so they do not churn and the queue's age stays true.
+pub async fn a_claim_of_some_kinds_leaves_the_others_untouched(h: &Harness) -> anyhow::Result<()> {
+    // Unserved jobs first, so that they lead the claim order.
+    let mut unserved = Vec::new();
+    for _ in 0..3 {
+        let id = h.insert(job("other", "default")).await?;
+        unserved.push(h.get(id).await?);
+    }
+    h.advance(Duration::from_secs(1));
+    let served = h.insert(job("k", "default")).await?;
+    let claimed = h
+        .backend
+        .job_claim(&ClaimParams {
+            queue: "default".to_owned(),
+            node: h.node.id,
+            limit: 2,
+            lease: LEASE,
+            kinds: Some(vec!["k".to_owned()]),
+        })
+        .await?;
+    let ids: Vec<JobId> = claimed.iter().map(|c| c.lease.job_id).collect();
+    assert_eq!(ids, vec![served], "only the served kind is claimed");
+    for before in unserved {
+        assert_eq!(
+            h.get(before.id).await?,
+            before,
+            "not claimed, run_at unmoved"
+        );
+    }
+    Ok(())
 }
 
 /// Claim takes high before normal before low.

@@ -80,7 +80,7 @@ pub struct Harness {
     pub clock: TestClock,
     /// A node registered at [`t0`], used by [`Harness::claim`].
     pub node: NodeInfo,
-    _store: Box<dyn std::any::Any + Send + Sync>,
+    store: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl Harness {
@@ -103,8 +103,14 @@ impl Harness {
             backend,
             clock,
             node,
-            _store: Box::new(store),
+            store: Box::new(store),
         })
+    }
+
+    /// The `store` given to [`Harness::new`], if it is a `T`: what a backend's own tests
+    /// need beside the seam (the directory of a database file, say).
+    pub fn store<T: std::any::Any>(&self) -> Option<&T> {
+        self.store.downcast_ref()
     }
 
     /// The clock's instant.
@@ -278,6 +284,7 @@ macro_rules! conformance_suite {
                 claim_grants_a_lease_capped_by_the_job_timeout,
                 claim_skips_scheduled_running_and_finished_jobs,
                 concurrent_claims_never_hand_out_a_job_twice,
+                a_claim_of_some_kinds_leaves_the_others_untouched,
             }
             finish {
                 complete_with_the_current_lease_is_recorded,

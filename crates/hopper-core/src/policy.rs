@@ -2,8 +2,9 @@
 //! decide.
 //!
 //! - [`TokenBucket`]: a queue's rate limit, refilled continuously up to its burst;
-//! - [`cron_unique_key`]: the unique key of a periodic job's tick, so a tick is enqueued
-//!   once however many nodes run the enqueuer;
+//! - [`cron_unique_key`], [`cron_tick_jobs`]: the unique key of a periodic job's tick and
+//!   the jobs of an advance, so a tick is enqueued once however many nodes run the enqueuer;
+//! - [`refuse_newer_schema`]: a database migrated by a newer hopper is not touched;
 //! - [`validate_sql_name`]: the schema or table prefix spliced into SQL text;
 //! - [`conflict`]: the answer to an operation a job's state does not allow.
 
@@ -12,8 +13,8 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use crate::error::{Error, Result};
-use crate::job::{JobId, JobState};
-use crate::scheduling::RateLimit;
+use crate::job::{JobId, JobState, NewJob};
+use crate::scheduling::{CronAdvance, RateLimit, UniquePolicy};
 
 /// The rate bucket of a limited queue at the instant of a claim.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,6 +72,36 @@ pub fn cron_unique_key(name: &str, tick: DateTime<Utc>) -> String {
         "cron:{name}:{}",
         tick.to_rfc3339_opts(SecondsFormat::Millis, true)
     )
+}
+
+/// The jobs an advance of a periodic entry inserts, one per tick: each due at its tick and
+/// unique per (entry, tick) with [`cron_unique_key`], [`UniquePolicy::Ignore`] and a window
+/// that outlives the job, so a tick is never enqueued twice whatever happens to the
+/// entry's `next_run_at`.
+pub fn cron_tick_jobs(advance: &CronAdvance) -> Vec<NewJob> {
+    advance
+        .jobs
+        .iter()
+        .map(|(tick, job)| {
+            let mut job = job.clone();
+            job.unique_key = Some(cron_unique_key(&advance.name, *tick));
+            job.unique_policy = UniquePolicy::Ignore;
+            job.unique_window = Some(Duration::from_millis(1));
+            job.run_at = Some(*tick);
+            job
+        })
+        .collect()
+}
+
+/// Refuses to migrate a store at a `applied` schema version newer than the `known` last
+/// one of this build: `place` names it in the error (`schema hopper`, `tables hopper_*`).
+pub fn refuse_newer_schema(place: &str, applied: i64, known: i64) -> Result<()> {
+    if applied > known {
+        return Err(Error::Schema(format!(
+            "{place} is at version {applied}, but this hopper knows versions up to {known}; upgrade hopper"
+        )));
+    }
+    Ok(())
 }
 
 /// Checks a name spliced into SQL text (a PostgreSQL schema, a SQLite table prefix): a
@@ -173,6 +204,42 @@ mod tests {
             cron_unique_key("nightly", tick),
             "cron:nightly:2031-01-01T00:00:01.500Z"
         );
+    }
+
+    #[test]
+    fn each_tick_is_one_job_unique_to_its_entry_and_tick() {
+        let job = NewJob::new("report", serde_json::json!({}));
+        let ticks = [t0(), t0() + chrono::Duration::minutes(1)];
+        let advance = CronAdvance {
+            name: "nightly".to_owned(),
+            expected_next_run_at: ticks[0],
+            next_run_at: ticks[1] + chrono::Duration::minutes(1),
+            jobs: ticks.iter().map(|t| (*t, job.clone())).collect(),
+        };
+        let jobs = cron_tick_jobs(&advance);
+        assert_eq!(jobs.len(), 2);
+        for (job, tick) in jobs.iter().zip(ticks) {
+            assert_eq!(job.run_at, Some(tick));
+            assert_eq!(job.unique_key, Some(cron_unique_key("nightly", tick)));
+            assert_eq!(job.unique_policy, UniquePolicy::Ignore);
+            assert!(job.unique_window.is_some());
+        }
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_naming_both_versions() {
+        assert!(refuse_newer_schema("schema hopper", 8, 8).is_ok());
+        assert!(refuse_newer_schema("schema hopper", 3, 8).is_ok());
+        match refuse_newer_schema("schema hopper", 9, 8) {
+            Err(Error::Schema(message)) => {
+                assert!(
+                    message.contains("schema hopper is at version 9"),
+                    "{message}"
+                );
+                assert!(message.contains("up to 8"), "{message}");
+            }
+            other => panic!("expected a schema error, got {other:?}"),
+        }
     }
 
     #[test]

@@ -6,12 +6,8 @@
 //! tick as its unique window (so the key stays taken after the job finished), so even two nodes that both read the old `next_run_at` enqueue it
 //! once: the second one's update finds the row changed and writes nothing.
 
-use std::time::Duration;
-
 use hopper_core::policy;
-use hopper_core::{
-    CronAdvance, CronEntry, Error, InsertOutcome, JobId, NewJob, Priority, Result, UniquePolicy,
-};
+use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, JobId, Priority, Result};
 
 use crate::PgBackend;
 use crate::error::map_pg;
@@ -80,20 +76,7 @@ impl PgBackend {
     pub(crate) async fn cron_entry_advance(&self, advance: &CronAdvance) -> Result<bool> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(map_pg)?;
-        // Each tick's job: unique per (entry, tick), even after it finished, so a tick is
-        // never enqueued twice whatever happens to next_run_at.
-        let jobs: Vec<NewJob> = advance
-            .jobs
-            .iter()
-            .map(|(tick, job)| {
-                let mut job = job.clone();
-                job.unique_key = Some(policy::cron_unique_key(&advance.name, *tick));
-                job.unique_policy = UniquePolicy::Ignore;
-                job.unique_window = Some(Duration::from_millis(1));
-                job.run_at = Some(*tick);
-                job
-            })
-            .collect();
+        let jobs = policy::cron_tick_jobs(advance);
         let last = advance.jobs.last().map(|(tick, _)| *tick);
         let last_id: Option<JobId> = jobs.last().map(|j| j.id);
         let moved = self

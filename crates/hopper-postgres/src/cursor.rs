@@ -34,8 +34,11 @@ use chrono::{DateTime, Utc};
 use hopper_core::{ClaimedJob, JobId};
 
 /// When plain claims leave the head of the claim index, and how often they come back to it.
-/// See [`crate::PgBackend::set_claim_cursor`].
+/// See [`crate::PgBackend::set_claim_cursor`]. [`ClaimCursorConfig::default`] gives the
+/// documented defaults, the `with_*` methods change them; `#[non_exhaustive]`, so a new
+/// setting is not a breaking change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClaimCursorConfig {
     /// A head claim that spent at least this long in the database (its statement's own
     /// clock, commit not included; for a claim that found nothing, the round trip) counts as
@@ -59,6 +62,23 @@ impl Default for ClaimCursorConfig {
             slow_heads: 3,
             head_every: Duration::from_secs(1),
         }
+    }
+}
+
+impl ClaimCursorConfig {
+    /// With head claims this slow counting as slow (`Duration::MAX`: always at the head).
+    pub fn with_slow_head(self, slow_head: Duration) -> Self {
+        ClaimCursorConfig { slow_head, ..self }
+    }
+
+    /// With this many slow head claims in a row moving claims after the cursor.
+    pub fn with_slow_heads(self, slow_heads: u32) -> Self {
+        ClaimCursorConfig { slow_heads, ..self }
+    }
+
+    /// With a head claim at least this long after the last one.
+    pub fn with_head_every(self, head_every: Duration) -> Self {
+        ClaimCursorConfig { head_every, ..self }
     }
 }
 

@@ -60,8 +60,11 @@ pub use sqlx::SqlxJobs;
 use statement::Ready;
 pub use statement::{Pooler, Query};
 
-/// How to connect, and where hopper's tables live.
+/// How to connect, and where hopper's tables live. Built from [`PgOptions::default`] with
+/// the `with_*` methods (or by setting its fields); `#[non_exhaustive]`, so a new option is
+/// not a breaking change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PgOptions {
     /// The schema holding hopper's tables (default `hopper`).
     pub schema: String,
@@ -86,6 +89,39 @@ impl Default for PgOptions {
             clock: Arc::new(SystemClock),
             pooler: Pooler::None,
             direct_url: None,
+        }
+    }
+}
+
+impl PgOptions {
+    /// With hopper's tables in `schema`.
+    pub fn with_schema(self, schema: impl Into<String>) -> Self {
+        PgOptions {
+            schema: schema.into(),
+            ..self
+        }
+    }
+
+    /// With a pool of `pool_size` connections.
+    pub fn with_pool_size(self, pool_size: usize) -> Self {
+        PgOptions { pool_size, ..self }
+    }
+
+    /// With `clock` for every "now" (tests: a [`hopper_core::TestClock`]).
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        PgOptions { clock, ..self }
+    }
+
+    /// With `pooler` between hopper and PostgreSQL.
+    pub fn with_pooler(self, pooler: Pooler) -> Self {
+        PgOptions { pooler, ..self }
+    }
+
+    /// With `direct_url` past the pooler for the LISTEN connection.
+    pub fn with_direct_url(self, direct_url: impl Into<String>) -> Self {
+        PgOptions {
+            direct_url: Some(direct_url.into()),
+            ..self
         }
     }
 }
@@ -172,7 +208,7 @@ impl PgBackend {
 
     /// Sets when plain claims leave the head of the claim index for the keys after the
     /// last one claimed, and how often they come back ([`ClaimCursorConfig`]; the default
-    /// suits most; `slow_head: Duration::MAX` keeps every claim at the head). Shared by
+    /// suits most; `with_slow_head(Duration::MAX)` keeps every claim at the head). Shared by
     /// every clone of this backend; takes effect from the next claim.
     pub fn set_claim_cursor(&self, config: ClaimCursorConfig) {
         self.inner.cursors.set_config(config);

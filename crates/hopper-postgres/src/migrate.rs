@@ -1,7 +1,7 @@
 //! Applying migrations: numbered, embedded, in hopper's own schema, safe to run twice and
 //! from several processes at once, and refusing a database newer than this build.
 
-use hopper_core::{AppliedMigration, Error, Result};
+use hopper_core::{AppliedMigration, Error, Result, policy};
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
@@ -52,11 +52,7 @@ pub async fn migrate(
         .get(0);
     let applied = applied.unwrap_or(0);
     let known = MIGRATIONS.last().map_or(0, |m| m.0);
-    if applied > known {
-        return Err(Error::Schema(format!(
-            "schema {schema} is at version {applied}, but this hopper knows versions up to {known}; upgrade hopper"
-        )));
-    }
+    policy::refuse_newer_schema(&format!("schema {schema}"), applied.into(), known.into())?;
     let mut done = Vec::new();
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
         tracing::info!(schema, version, name, "applying migration");

@@ -49,14 +49,7 @@ fn normalize(dump: &str, schema: &str) -> String {
 async fn migrations_match_the_committed_snapshot() -> Result<(), Box<dyn std::error::Error>> {
     let url = database_url();
     let schema = format!("snap_{}", uuid::Uuid::now_v7().simple());
-    let backend = PgBackend::connect(
-        &url,
-        PgOptions {
-            schema: schema.clone(),
-            ..PgOptions::default()
-        },
-    )
-    .await?;
+    let backend = PgBackend::connect(&url, PgOptions::default().with_schema(&schema)).await?;
     backend.migrate().await?;
     let output = Command::new("pg_dump")
         .args([

@@ -70,8 +70,10 @@ pub enum ServeError {
     Backend(#[from] hopper_core::Error),
 }
 
-/// How the server runs. [`ServeConfig::new`] gives the documented defaults.
+/// How the server runs. [`ServeConfig::new`] gives the documented defaults; set the fields
+/// to change them. `#[non_exhaustive]`, so a new setting is not a breaking change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServeConfig {
     /// The storage backend (a PostgreSQL pool of a few connections).
     pub backend: Arc<dyn Backend>,

@@ -65,10 +65,7 @@ async fn jobs_go_only_to_workers_of_their_kind() -> anyhow::Result<()> {
         // Each registers both kinds: only its declared kind may reach it.
         workers.register(Recorder::<A>(name, log.clone(), Default::default()));
         workers.register(Recorder::<B>(name, log.clone(), Default::default()));
-        let config = RuntimeConfig {
-            concurrency: 4,
-            ..RuntimeConfig::default()
-        };
+        let config = RuntimeConfig::default().with_concurrency(4);
         handles.push(Runtime::new(backend, workers, config).start().await?);
     }
     db.wait_for("default", Duration::from_secs(60), |s| s.completed == 60)

@@ -63,10 +63,7 @@ async fn four_remote_workers_drain_ten_thousand_jobs_exactly_once() -> anyhow::R
             hopper::connect(&format!("{url}&name=w{i}&kinds=tick"), Default::default()).await?;
         let mut workers = Workers::new();
         workers.register(Ticker { seen: seen.clone() });
-        let config = RuntimeConfig {
-            concurrency: 32,
-            ..RuntimeConfig::default()
-        };
+        let config = RuntimeConfig::default().with_concurrency(32);
         handles.push(Runtime::new(backend, workers, config).start().await?);
     }
     let stats = db

@@ -49,10 +49,7 @@ async fn remote_runtime(
     let backend = hopper::connect(url, Default::default()).await?;
     let mut workers = Workers::new();
     workers.register(napper);
-    let config = RuntimeConfig {
-        concurrency,
-        ..RuntimeConfig::default()
-    };
+    let config = RuntimeConfig::default().with_concurrency(concurrency);
     Ok(Runtime::new(backend, workers, config).start().await?)
 }
 

@@ -57,14 +57,12 @@ async fn the_server_prunes_finished_jobs_and_vacuums_the_table() -> anyhow::Resu
     let (_, vacuums_before, _) = table_state(&client, &schema).await?;
 
     let mut config = config(&db, Duration::from_secs(1)).await;
-    config.housekeeping = Housekeeping {
-        completed_retention: Duration::from_secs(3600),
-        prune_interval: Some(Duration::from_millis(50)),
-        prune_batch: 500,
-        prune_pause: Duration::ZERO,
-        vacuum_interval: Some(Duration::from_millis(50)),
-        ..Housekeeping::default()
-    };
+    config.housekeeping = Housekeeping::default()
+        .with_completed_retention(Duration::from_secs(3600))
+        .with_prune_interval(Some(Duration::from_millis(50)))
+        .with_prune_batch(500)
+        .with_prune_pause(Duration::ZERO)
+        .with_vacuum_interval(Some(Duration::from_millis(50)));
     let server = start(config).await;
 
     // Both loops tick every 50 ms: a bounded wait for their effect.

@@ -51,8 +51,11 @@ impl Synchronous {
     }
 }
 
-/// How to open the database, and how to name hopper's tables in it.
+/// How to open the database, and how to name hopper's tables in it. Built from
+/// [`SqliteOptions::default`] with the `with_*` methods (or by setting its fields);
+/// `#[non_exhaustive]`, so a new option is not a breaking change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SqliteOptions {
     /// The prefix of hopper's tables (default `hopper`: `hopper_jobs`, `hopper_nodes`, …).
     /// SQLite has no schemas, so this is how two hopper instances share one file.
@@ -79,6 +82,42 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Full,
             clock: Arc::new(SystemClock),
         }
+    }
+}
+
+impl SqliteOptions {
+    /// With hopper's tables named `<prefix>_jobs`, `<prefix>_nodes`, ….
+    pub fn with_prefix(self, prefix: impl Into<String>) -> Self {
+        SqliteOptions {
+            prefix: prefix.into(),
+            ..self
+        }
+    }
+
+    /// With at most `readers` reader connections.
+    pub fn with_readers(self, readers: usize) -> Self {
+        SqliteOptions { readers, ..self }
+    }
+
+    /// With statements waiting this long for another process's lock.
+    pub fn with_busy_timeout(self, busy_timeout: Duration) -> Self {
+        SqliteOptions {
+            busy_timeout,
+            ..self
+        }
+    }
+
+    /// With this durability of commits.
+    pub fn with_synchronous(self, synchronous: Synchronous) -> Self {
+        SqliteOptions {
+            synchronous,
+            ..self
+        }
+    }
+
+    /// With `clock` for every "now" (tests: a [`hopper_core::TestClock`]).
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        SqliteOptions { clock, ..self }
     }
 }
 

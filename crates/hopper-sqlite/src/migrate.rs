@@ -1,7 +1,7 @@
 //! Applying migrations: numbered, embedded, safe to run twice and from several processes
 //! at once, and refusing a database newer than this build.
 
-use hopper_core::{AppliedMigration, Error, Result};
+use hopper_core::{AppliedMigration, Error, Result, policy};
 use rusqlite::{Transaction, named_params};
 
 use crate::error::map_sqlite;
@@ -23,11 +23,7 @@ pub fn migrate(
         .query_row(&queries.migrate[1], [], |row| row.get(0))
         .map_err(map_sqlite)?;
     let known = MIGRATIONS.last().map_or(0, |m| m.0);
-    if applied > known {
-        return Err(Error::Schema(format!(
-            "tables {prefix}_* are at version {applied}, but this hopper knows versions up to {known}; upgrade hopper"
-        )));
-    }
+    policy::refuse_newer_schema(&format!("tables {prefix}_*"), applied, known)?;
     let mut done = Vec::new();
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
         tracing::info!(prefix, version, name, "applying migration");

@@ -503,19 +503,7 @@ pub fn cron_advance(
     advance: &CronAdvance,
     now: DateTime<Utc>,
 ) -> Result<(bool, Vec<String>)> {
-    // Each tick's job: unique per (entry, tick), even after it finished.
-    let jobs: Vec<NewJob> = advance
-        .jobs
-        .iter()
-        .map(|(tick, job)| {
-            let mut job = job.clone();
-            job.unique_key = Some(policy::cron_unique_key(&advance.name, *tick));
-            job.unique_policy = UniquePolicy::Ignore;
-            job.unique_window = Some(Duration::from_millis(1));
-            job.run_at = Some(*tick);
-            job
-        })
-        .collect();
+    let jobs = policy::cron_tick_jobs(advance);
     for job in &jobs {
         job.validate()?;
     }

@@ -1,34 +1,31 @@
 //! What only the SQLite backend does, against a real SQLite file, one file per test:
 //! wake-ups within one process, its migrations, table prefixes, in-memory databases. The
 //! seam's behaviour is checked by the conformance suite (`hopper-conformance`, run from
-//! `crates/hopper/tests/conformance_sqlite.rs`).
+//! `conformance.rs`).
 
 mod common;
 
 use std::time::Duration;
 
-use common::{Store, TempDir, job, t0};
+use common::{TempDir, harness};
 use futures_util::StreamExt;
+use hopper_conformance::{job, secs, t0};
 use hopper_core::backend::{JobCancelParams, JobGetParams};
 use hopper_core::{Backend, Error, JobState, NewJob, TestClock, Wakeup};
 use hopper_sqlite::{SqliteBackend, SqliteOptions};
 use serde_json::json;
 
-fn secs(n: i64) -> chrono::Duration {
-    chrono::Duration::seconds(n)
-}
-
 #[tokio::test]
 async fn subscribers_hear_this_processes_inserts_and_cancels() -> anyhow::Result<()> {
-    let s = Store::new().await?;
-    let mut wakeups = s.backend.subscribe().await?;
-    s.insert(job("k", "later").with_run_at(t0() + secs(60)))
+    let h = harness().await?;
+    let mut wakeups = h.backend.subscribe().await?;
+    h.insert(job("k", "later").with_run_at(t0() + secs(60)))
         .await?;
-    let id = s.insert(job("k", "now")).await?;
-    s.backend
+    let id = h.insert(job("k", "now")).await?;
+    h.backend
         .job_insert_many(&[job("k", "bulk"), job("k", "bulk")])
         .await?;
-    s.backend.job_cancel(&JobCancelParams { id }).await?;
+    h.backend.job_cancel(&JobCancelParams { id }).await?;
     for expected in [
         Wakeup::Jobs("now".into()),
         Wakeup::Jobs("bulk".into()),
@@ -40,21 +37,19 @@ async fn subscribers_hear_this_processes_inserts_and_cancels() -> anyhow::Result
     Ok(())
 }
 
+/// Running the migrations twice is a conformance case (`migrate_twice_is_a_no_op`); this is
+/// the refusal of a file migrated by a newer hopper.
 #[tokio::test]
-async fn migrate_is_idempotent_and_refuses_a_newer_schema() -> anyhow::Result<()> {
-    let s = Store::new().await?;
-    s.insert(job("k", "q")).await?;
-    s.backend.migrate().await?;
-    s.backend.migrate().await?;
-    assert_eq!(s.backend.queue_stats().await?[0].available, 1);
+async fn migrate_refuses_a_newer_schema() -> anyhow::Result<()> {
+    let h = harness().await?;
     {
-        let conn = rusqlite::Connection::open(s.dir.db())?;
+        let conn = rusqlite::Connection::open(common::db(&h))?;
         conn.execute(
             "INSERT INTO hopper_migrations (version, name, applied_at) VALUES (999, 'future', 0)",
             [],
         )?;
     }
-    match s.backend.migrate().await {
+    match h.backend.migrate().await {
         Err(Error::Schema(message)) => assert!(message.contains("999"), "{message}"),
         other => panic!("expected a schema error, got {other:?}"),
     }
@@ -64,15 +59,8 @@ async fn migrate_is_idempotent_and_refuses_a_newer_schema() -> anyhow::Result<()
 #[tokio::test]
 async fn prefixes_keep_two_instances_apart_in_one_file() -> anyhow::Result<()> {
     let dir = TempDir::new()?;
-    let open = |prefix: &str| {
-        SqliteBackend::open(
-            dir.db(),
-            SqliteOptions {
-                prefix: prefix.to_owned(),
-                ..SqliteOptions::default()
-            },
-        )
-    };
+    let open =
+        |prefix: &str| SqliteBackend::open(dir.db(), SqliteOptions::default().with_prefix(prefix));
     let one = open("hopper").await?;
     let two = open("other").await?;
     one.migrate().await?;
@@ -92,10 +80,7 @@ async fn in_memory_database_works_alone() -> anyhow::Result<()> {
     let clock = TestClock::new(t0());
     let backend = SqliteBackend::connect(
         "sqlite::memory:",
-        SqliteOptions {
-            clock: std::sync::Arc::new(clock),
-            ..SqliteOptions::default()
-        },
+        SqliteOptions::default().with_clock(std::sync::Arc::new(clock)),
     )
     .await?;
     backend.migrate().await?;

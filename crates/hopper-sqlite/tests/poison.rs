@@ -7,21 +7,18 @@
 
 mod common;
 
-use common::{Store, t0};
-use hopper_core::backend::{
-    JobGetParams, JobPromoteOutcome, JobRetryParams, JobStatsParams, MaintenanceStore, StatsStore,
-};
-use hopper_core::{
-    Backend, ClaimedJob, JobListParams, JobRecord, JobState, NewJob, QueueUpdate, limits,
-};
+use common::harness;
+use hopper_conformance::{Harness, t0};
+use hopper_core::backend::{JobGetParams, JobPromoteOutcome, JobRetryParams, JobStatsParams};
+use hopper_core::{ClaimedJob, JobListParams, JobRecord, JobState, NewJob, QueueUpdate, limits};
 use serde_json::json;
 use uuid::Uuid;
 
 /// Writes one job of `queue` by hand: a plain row due at the test clock's start, then
 /// `set` (an SQL `SET` list) applied past every check of hopper's and SQLite's. Returns
 /// its id.
-fn write_by_hand(store: &Store, queue: &str, set: &str) -> anyhow::Result<Uuid> {
-    let conn = rusqlite::Connection::open(store.dir.db())?;
+fn write_by_hand(store: &Harness, queue: &str, set: &str) -> anyhow::Result<Uuid> {
+    let conn = rusqlite::Connection::open(common::db(store))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let id = Uuid::now_v7();
     let t0 = t0().timestamp_micros();
@@ -35,7 +32,7 @@ fn write_by_hand(store: &Store, queue: &str, set: &str) -> anyhow::Result<Uuid> 
 }
 
 /// The job as stored, read through hopper (after it was made readable).
-async fn job(store: &Store, id: Uuid) -> anyhow::Result<JobRecord> {
+async fn job(store: &Harness, id: Uuid) -> anyhow::Result<JobRecord> {
     store
         .backend
         .job_get(&JobGetParams { id })
@@ -56,7 +53,7 @@ fn too_deep() -> String {
 
 #[tokio::test]
 async fn the_promoter_fails_a_run_at_beyond_range_and_promotes_the_rest() -> anyhow::Result<()> {
-    let store = Store::new().await?;
+    let store = harness().await?;
     let backend = &store.backend;
     let beyond = write_by_hand(
         &store,
@@ -68,7 +65,7 @@ async fn the_promoter_fails_a_run_at_beyond_range_and_promotes_the_rest() -> any
     let JobPromoteOutcome {
         promoted,
         next_due: next,
-    } = backend.job_promote_scheduled().await?;
+    } = store.promote_outcome().await?;
     assert_eq!(promoted, 1, "the due job was promoted");
     assert_eq!(next, None, "{next:?}");
     assert_eq!(job(&store, due).await?.state, JobState::Available);
@@ -85,14 +82,14 @@ async fn the_promoter_fails_a_run_at_beyond_range_and_promotes_the_rest() -> any
                 .with_run_at(later_at),
         )
         .await?;
-    let next = backend.job_promote_scheduled().await?.next_due;
+    let next = store.promote_outcome().await?.next_due;
     assert_eq!(next, Some(later_at));
     Ok(())
 }
 
 #[tokio::test]
 async fn a_claim_fails_unreadable_jobs_and_hands_out_the_others() -> anyhow::Result<()> {
-    let store = Store::new().await?;
+    let store = harness().await?;
     store
         .backend
         .queue_update(&QueueUpdate {
@@ -134,7 +131,7 @@ async fn a_claim_fails_unreadable_jobs_and_hands_out_the_others() -> anyhow::Res
 
 #[tokio::test]
 async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<()> {
-    let store = Store::new().await?;
+    let store = harness().await?;
     let backend = &store.backend;
     let good = store
         .insert(NewJob::new("k", json!({})).with_queue("q"))
@@ -159,7 +156,7 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
     let q = stats.iter().find(|s| s.queue == "q").expect("queue q");
     assert_eq!(q.available, 2);
     assert_eq!(q.oldest_available_secs, 0.0, "{q:?}");
-    backend
+    (store.stats().expect("SQLite keeps statistics"))
         .job_stats_per_minute(&JobStatsParams {
             window: std::time::Duration::from_secs(3600),
         })

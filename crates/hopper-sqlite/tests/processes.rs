@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Store, TempDir, job};
+use common::{TempDir, another, harness};
+use hopper_conformance::job;
 use hopper_core::{Backend, ClaimParams, Finish, NewJob, Outcome};
 use hopper_sqlite::{SqliteBackend, SqliteOptions};
 use uuid::Uuid;
@@ -23,7 +24,7 @@ const CHILD_MODE: &str = "HOPPER_SQLITE_CHILD_MODE";
 
 /// Claims (and completes) until the queue is empty, printing one line per claimed lease.
 async fn claim_all(
-    backend: &SqliteBackend,
+    backend: &dyn Backend,
     batch: u32,
     out: &mut Vec<(Uuid, i32)>,
 ) -> anyhow::Result<()> {
@@ -155,13 +156,13 @@ async fn two_processes_migrate_a_fresh_file_at_once() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn two_processes_claiming_never_get_the_same_job() -> anyhow::Result<()> {
-    let s = Store::new().await?;
+    let h = harness().await?;
     const N: usize = 3000;
     let jobs: Vec<NewJob> = (0..N).map(|_| job("k", "q")).collect();
-    s.backend.job_insert_many(&jobs).await?;
+    h.backend.job_insert_many(&jobs).await?;
 
     let started = std::time::Instant::now();
-    let outputs = children(&s.dir.db(), "claim", CLAIMERS).await?;
+    let outputs = children(&common::db(&h), "claim", CLAIMERS).await?;
     let took = started.elapsed();
     let mut seen: HashMap<Uuid, usize> = HashMap::new();
     let mut per_child = Vec::new();
@@ -186,25 +187,27 @@ async fn two_processes_claiming_never_get_the_same_job() -> anyhow::Result<()> {
     // How the jobs split between the processes is up to SQLite's file lock, which is not
     // fair (one process may take all of them on a loaded machine); only exactly-once is
     // guaranteed, and checked above.
-    let stats = s.backend.queue_stats().await?;
+    let stats = h.backend.queue_stats().await?;
     assert_eq!(stats[0].completed, N as i64);
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_backends_claiming_concurrently_never_get_the_same_job() -> anyhow::Result<()> {
-    let s = Store::new().await?;
+    let h = harness().await?;
     const N: usize = 3000;
     let jobs: Vec<NewJob> = (0..N).map(|_| job("k", "q")).collect();
-    s.backend.job_insert_many(&jobs).await?;
-    let backends = [Arc::new(s.backend.clone()), Arc::new(s.another().await?)];
+    h.backend.job_insert_many(&jobs).await?;
+    let backends: [Arc<dyn Backend>; 2] = [h.backend.clone(), Arc::new(another(&h).await?)];
     let started = std::time::Instant::now();
     let mut tasks = Vec::new();
     for i in 0..8 {
         let backend = backends[i % 2].clone();
         tasks.push(tokio::spawn(async move {
             let mut claimed = Vec::new();
-            claim_all(&backend, 5, &mut claimed).await.map(|()| claimed)
+            claim_all(&*backend, 5, &mut claimed)
+                .await
+                .map(|()| claimed)
         }));
     }
     let mut all = Vec::new();

@@ -61,12 +61,10 @@ async fn run(jobs: u32, runtimes: usize) -> anyhow::Result<()> {
     for _ in 0..runtimes {
         let mut workers = Workers::new();
         workers.register(counter.clone());
-        let config = RuntimeConfig {
-            concurrency: 16,
-            claim_batch: 50,
-            poll_interval: Duration::from_millis(50),
-            ..RuntimeConfig::default()
-        };
+        let config = RuntimeConfig::default()
+            .with_concurrency(16)
+            .with_claim_batch(50)
+            .with_poll_interval(Duration::from_millis(50));
         handles.push(
             Runtime::new(backend(&dir).await?, workers, config)
                 .start()
@@ -122,10 +120,7 @@ async fn two_runtimes_enqueue_each_periodic_tick_once() -> anyhow::Result<()> {
         workers.register(counter.clone());
         let every_second =
             hopper::PeriodicJob::new("every-second", "* * * * * *", NewJob::of(&Count { n: 0 })?)?;
-        let config = RuntimeConfig {
-            poll_interval: Duration::from_millis(50),
-            ..RuntimeConfig::default()
-        };
+        let config = RuntimeConfig::default().with_poll_interval(Duration::from_millis(50));
         let runtime = Runtime::new(backend(&dir).await?, workers, config).periodic(every_second);
         handles.push(runtime.start().await?);
     }

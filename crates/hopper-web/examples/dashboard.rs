@@ -54,10 +54,7 @@ async fn main() -> anyhow::Result<()> {
     let prometheus = hopper_web::metrics::install_recorder()?;
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let options = PgOptions {
-        schema: "hopper_web_demo".to_owned(),
-        ..PgOptions::default()
-    };
+    let options = PgOptions::default().with_schema("hopper_web_demo");
     let options = hopper::ConnectOptions::default().with_postgres(options);
     let client = Client::new(hopper::connect(&url, options).await?);
     client.migrate().await?;
@@ -73,11 +70,9 @@ async fn main() -> anyhow::Result<()> {
     let runtime = Runtime::new(
         client.backend().clone(),
         workers,
-        RuntimeConfig {
-            queues: queues.iter().map(|q| (*q).to_owned()).collect(),
-            concurrency: 8,
-            ..RuntimeConfig::default()
-        },
+        RuntimeConfig::default()
+            .with_queues(queues)
+            .with_concurrency(8),
     )
     .start()
     .await?;

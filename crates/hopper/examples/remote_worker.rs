@@ -48,10 +48,7 @@ async fn main() -> hopper::Result<()> {
     let backend = hopper::connect(&format!("{server}{sep}kinds=greet"), Default::default()).await?;
     let mut workers = Workers::new();
     workers.register(Greeter);
-    let config = RuntimeConfig {
-        concurrency: 8,
-        ..RuntimeConfig::default()
-    };
+    let config = RuntimeConfig::default().with_concurrency(8);
     Runtime::new(backend, workers, config)
         .start()
         .await?

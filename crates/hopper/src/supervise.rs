@@ -98,8 +98,10 @@ impl Health {
     }
 }
 
-/// How a supervised task restarts. [`Policy::default`] gives the documented rules.
+/// How a supervised task restarts. [`Policy::default`] gives the documented rules, the
+/// `with_*` methods change them; `#[non_exhaustive]`, so a new rule is not a breaking change.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Policy {
     /// The wait before the first restart; doubled after each failure.
     pub first_backoff: Duration,
@@ -118,6 +120,40 @@ impl Default for Policy {
             max_backoff: Duration::from_secs(30),
             max_failures: 5,
             stable_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Policy {
+    /// With this wait before the first restart.
+    pub fn with_first_backoff(self, first_backoff: Duration) -> Self {
+        Policy {
+            first_backoff,
+            ..self
+        }
+    }
+
+    /// With this longest wait between restarts.
+    pub fn with_max_backoff(self, max_backoff: Duration) -> Self {
+        Policy {
+            max_backoff,
+            ..self
+        }
+    }
+
+    /// With the task given up after `max_failures` failures in a row.
+    pub fn with_max_failures(self, max_failures: u32) -> Self {
+        Policy {
+            max_failures,
+            ..self
+        }
+    }
+
+    /// With a run this long counting as stable.
+    pub fn with_stable_after(self, stable_after: Duration) -> Self {
+        Policy {
+            stable_after,
+            ..self
         }
     }
 }

@@ -30,11 +30,10 @@ async fn stopped_clock_db() -> anyhow::Result<(TestDatabase, TestClock)> {
 
 /// Every head claim counts as slow and one is enough: claims leave the head at once.
 fn always_slow() -> ClaimCursorConfig {
-    ClaimCursorConfig {
-        slow_head: Duration::ZERO,
-        slow_heads: 1,
-        head_every: HEAD_EVERY,
-    }
+    ClaimCursorConfig::default()
+        .with_slow_head(Duration::ZERO)
+        .with_slow_heads(1)
+        .with_head_every(HEAD_EVERY)
 }
 
 /// [`stopped_clock_db`] whose head claims are all slow ([`always_slow`]), and its backend.
@@ -84,10 +83,8 @@ fn ids(jobs: &[ClaimedJob]) -> Vec<JobId> {
 async fn order_is_strict_while_head_claims_are_fast() -> anyhow::Result<()> {
     let (db, _clock) = stopped_clock_db().await?;
     // No head claim is ever slow: the head is clean by this measure.
-    db.pg().set_claim_cursor(ClaimCursorConfig {
-        slow_head: Duration::MAX,
-        ..always_slow()
-    });
+    db.pg()
+        .set_claim_cursor(always_slow().with_slow_head(Duration::MAX));
     let backend = db.backend();
     let normal = insert_n(&db, 6, Priority::NORMAL).await?;
     assert_eq!(ids(&claim(&*backend, 3).await?), normal[..3]);
@@ -158,10 +155,8 @@ async fn a_fast_head_claim_returns_to_strict_order() -> anyhow::Result<()> {
     assert_eq!(db.pg().claim_start_mode(QUEUE), ClaimStartMode::AfterCursor);
 
     // The head is clean again (by this measure, no head claim is slow any more).
-    db.pg().set_claim_cursor(ClaimCursorConfig {
-        slow_head: Duration::MAX,
-        ..always_slow()
-    });
+    db.pg()
+        .set_claim_cursor(always_slow().with_slow_head(Duration::MAX));
     clock.advance(chrono::Duration::from_std(HEAD_EVERY)?);
     assert_eq!(ids(&claim(&*backend, 1).await?), normal[1..2]);
     assert_eq!(db.pg().claim_start_mode(QUEUE), ClaimStartMode::Head);
@@ -174,11 +169,8 @@ async fn a_fast_head_claim_returns_to_strict_order() -> anyhow::Result<()> {
 async fn concurrent_claims_after_the_cursor_never_claim_a_job_twice() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     // Head claims as often as they may (one at a time), among claims after the cursor.
-    db.pg().set_claim_cursor(ClaimCursorConfig {
-        slow_head: Duration::ZERO,
-        slow_heads: 1,
-        head_every: Duration::ZERO,
-    });
+    db.pg()
+        .set_claim_cursor(always_slow().with_head_every(Duration::ZERO));
     let backend = db.backend();
     let jobs: Vec<NewJob> = (0..2000)
         .map(|n| {

@@ -88,16 +88,8 @@ async fn run(primary: &TestCluster, standby: &TestCluster) -> anyhow::Result<()>
         primary.port(),
         standby.port()
     );
-    let backend: Arc<dyn Backend> = Arc::new(
-        PgBackend::connect(
-            &url,
-            PgOptions {
-                pool_size: 12,
-                ..PgOptions::default()
-            },
-        )
-        .await?,
-    );
+    let backend: Arc<dyn Backend> =
+        Arc::new(PgBackend::connect(&url, PgOptions::default().with_pool_size(12)).await?);
     backend.migrate().await?;
     let client = Client::new(backend.clone());
     let upfront: Vec<NewJob> = (0..UPFRONT)
@@ -125,16 +117,14 @@ async fn run(primary: &TestCluster, standby: &TestCluster) -> anyhow::Result<()>
             Ok(())
         }
     }));
-    let config = RuntimeConfig {
-        queues: vec![QUEUE.to_owned()],
-        concurrency: 8,
-        lease: Duration::from_secs(3),
-        heartbeat_interval: Duration::from_millis(300),
-        rescue_interval: Duration::from_millis(100),
-        poll_interval: Duration::from_millis(200),
-        shutdown_timeout: Duration::from_secs(5),
-        ..RuntimeConfig::default()
-    };
+    let config = RuntimeConfig::default()
+        .with_queues([QUEUE])
+        .with_concurrency(8)
+        .with_lease(Duration::from_secs(3))
+        .with_heartbeat_interval(Duration::from_millis(300))
+        .with_rescue_interval(Duration::from_millis(100))
+        .with_poll_interval(Duration::from_millis(200))
+        .with_shutdown_timeout(Duration::from_secs(5));
     let runtime = Runtime::new(backend.clone(), workers, config)
         .start()
         .await?;

@@ -14,12 +14,10 @@ use support::{SchemaGuard, connect, fresh_schema_name};
 async fn backend_on(schema: &str) -> anyhow::Result<PgBackend> {
     Ok(PgBackend::connect(
         &database_url(),
-        PgOptions {
-            schema: schema.to_owned(),
-            pool_size: 2,
-            clock: Arc::new(SystemClock),
-            ..PgOptions::default()
-        },
+        PgOptions::default()
+            .with_schema(schema)
+            .with_pool_size(2)
+            .with_clock(Arc::new(SystemClock)),
     )
     .await?)
 }

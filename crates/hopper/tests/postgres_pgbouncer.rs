@@ -26,10 +26,10 @@ job_kind!(Drained, "drained");
 
 /// A PgBouncer that keeps nothing of a session between transactions.
 fn strict_bouncer(pool_size: u32) -> anyhow::Result<PgBouncer> {
-    Ok(PgBouncer::start_with(&PgBouncerConfig {
-        pool_size,
-        discard_all: true,
-    })?)
+    let config = PgBouncerConfig::default()
+        .with_pool_size(pool_size)
+        .with_discard_all(true);
+    Ok(PgBouncer::start_with(&config)?)
 }
 
 async fn through_pgbouncer() -> anyhow::Result<Harness> {
@@ -55,12 +55,10 @@ async fn migrations_run_through_pgbouncer() -> anyhow::Result<()> {
     };
     let backend = PgBackend::connect(
         bouncer.url(),
-        PgOptions {
-            schema,
-            pool_size: 2,
-            pooler: Pooler::Transaction,
-            ..PgOptions::default()
-        },
+        PgOptions::default()
+            .with_schema(schema)
+            .with_pool_size(2)
+            .with_pooler(Pooler::Transaction),
     )
     .await?;
     backend.migrate().await?;
@@ -133,11 +131,11 @@ async fn wake_ups_come_over_the_direct_url() -> anyhow::Result<()> {
 async fn named_statements_fail_behind_pgbouncer_without_the_setting() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let bouncer = strict_bouncer(1)?;
-    let options = |pooler| PgOptions {
-        schema: db.schema().to_owned(),
-        pool_size: 1,
-        pooler,
-        ..PgOptions::default()
+    let options = |pooler| {
+        PgOptions::default()
+            .with_schema(db.schema())
+            .with_pool_size(1)
+            .with_pooler(pooler)
     };
     let claim = ClaimParams {
         queue: "named".to_owned(),

@@ -58,13 +58,11 @@ async fn insert(client: &Client, n: u64, ms: u64) -> anyhow::Result<JobId> {
 }
 
 fn config(concurrency: usize, prefetch: usize) -> RuntimeConfig {
-    RuntimeConfig {
-        queues: vec![QUEUE.to_owned()],
-        concurrency,
-        prefetch: Some(prefetch),
-        poll_interval: Duration::from_millis(200),
-        ..RuntimeConfig::default()
-    }
+    RuntimeConfig::default()
+        .with_queues([QUEUE])
+        .with_concurrency(concurrency)
+        .with_prefetch(prefetch)
+        .with_poll_interval(Duration::from_millis(200))
 }
 
 #[tokio::test]
@@ -152,12 +150,10 @@ async fn the_default_prefetch_follows_the_pace_of_the_jobs() -> anyhow::Result<(
     let db = TestDatabase::new().await?;
     let client = Client::new(db.backend());
     let (workers, _started) = nappers();
-    let config = RuntimeConfig {
-        prefetch: None,
-        claim_batch: 100,
-        shutdown_timeout: Duration::from_millis(50),
-        ..config(2, 0)
-    };
+    let config = config(2, 0)
+        .with_prefetch(None)
+        .with_claim_batch(100)
+        .with_shutdown_timeout(Duration::from_millis(50));
     let handle = Runtime::new(db.backend(), workers, config).start().await?;
 
     // Slow jobs first: 20 ms each, so the prefetch stays at its floor, 2 x 2. The database

@@ -34,11 +34,9 @@ const PROMPTLY: Duration = Duration::from_secs(5);
 /// A runtime that polls only every 30 s and heartbeats every 10 s: what it does sooner,
 /// it was told to.
 fn quiet_config(concurrency: usize) -> RuntimeConfig {
-    RuntimeConfig {
-        poll_interval: Duration::from_secs(30),
-        heartbeat_interval: Duration::from_secs(30),
-        ..support::config(QUEUE, concurrency)
-    }
+    support::config(QUEUE, concurrency)
+        .with_poll_interval(Duration::from_secs(30))
+        .with_heartbeat_interval(Duration::from_secs(30))
 }
 
 async fn insert(db: &TestDatabase, n: u64) -> anyhow::Result<JobId> {

@@ -42,10 +42,7 @@ async fn jobs_run_to_completion() -> anyhow::Result<()> {
     let handle = Runtime::new(
         db.backend(),
         workers,
-        RuntimeConfig {
-            concurrency: 16,
-            ..Default::default()
-        },
+        RuntimeConfig::default().with_concurrency(16),
     )
     .start()
     .await?;

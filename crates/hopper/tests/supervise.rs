@@ -10,12 +10,11 @@ use hopper::supervise::{Policy, supervise};
 use tokio_util::sync::CancellationToken;
 
 fn quick() -> Policy {
-    Policy {
-        first_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(5),
-        max_failures: 3,
-        stable_after: Duration::from_secs(60),
-    }
+    Policy::default()
+        .with_first_backoff(Duration::from_millis(1))
+        .with_max_backoff(Duration::from_millis(5))
+        .with_max_failures(3)
+        .with_stable_after(Duration::from_secs(60))
 }
 
 #[tokio::test]
@@ -71,10 +70,7 @@ async fn a_task_that_keeps_failing_makes_the_process_unhealthy() -> anyhow::Resu
 async fn stopping_ends_the_wait_between_restarts() -> anyhow::Result<()> {
     let health = Health::new();
     let stop = CancellationToken::new();
-    let slow = Policy {
-        first_backoff: Duration::from_secs(3600),
-        ..quick()
-    };
+    let slow = quick().with_first_backoff(Duration::from_secs(3600));
     let task = supervise("stopped", &health, slow, stop.clone(), || async {
         if true {
             panic!("every time");

@@ -25,18 +25,16 @@ const COUNT_EVERY: Duration = Duration::from_millis(500);
 /// `--job-timeout` when given, so a killed run's jobs come back that soon.
 pub fn runtime_config(bench: &Bench) -> RuntimeConfig {
     let defaults = RuntimeConfig::default();
-    RuntimeConfig {
-        queues: vec![QUEUE.to_owned()],
-        concurrency: bench.concurrency,
-        lease: bench.job_timeout.unwrap_or(defaults.lease),
-        node_name: Some(format!("hopper-bench:{}", std::process::id())),
-        prefetch: bench.tuning.prefetch.or(defaults.prefetch),
-        claims_in_flight: bench
-            .tuning
-            .claims_in_flight
-            .unwrap_or(defaults.claims_in_flight),
-        ..defaults
-    }
+    let lease = bench.job_timeout.unwrap_or(defaults.lease);
+    let prefetch = bench.tuning.prefetch.or(defaults.prefetch);
+    let claims_in_flight = (bench.tuning.claims_in_flight).unwrap_or(defaults.claims_in_flight);
+    defaults
+        .with_queues([QUEUE])
+        .with_concurrency(bench.concurrency)
+        .with_lease(lease)
+        .with_node_name(format!("hopper-bench:{}", std::process::id()))
+        .with_prefetch(prefetch)
+        .with_claims_in_flight(claims_in_flight)
 }
 
 /// Runs W3 and reports the jobs that were unfinished at its start over the time taken.

@@ -39,12 +39,10 @@ impl TestDatabase {
         let schema = format!("test_{}", uuid::Uuid::now_v7().simple());
         let backend = PgBackend::connect(
             &url,
-            PgOptions {
-                schema: schema.clone(),
-                pool_size: 16,
-                clock,
-                ..PgOptions::default()
-            },
+            PgOptions::default()
+                .with_schema(&schema)
+                .with_pool_size(16)
+                .with_clock(clock),
         )
         .await?;
         backend.migrate().await?;
@@ -59,12 +57,10 @@ impl TestDatabase {
     pub async fn backend_with_clock(&self, clock: Arc<dyn Clock>) -> Result<PgBackend> {
         PgBackend::connect(
             &self.url,
-            PgOptions {
-                schema: self.schema.clone(),
-                pool_size: 16,
-                clock,
-                ..PgOptions::default()
-            },
+            PgOptions::default()
+                .with_schema(&self.schema)
+                .with_pool_size(16)
+                .with_clock(clock),
         )
         .await
     }
@@ -78,17 +74,13 @@ impl TestDatabase {
         direct: Option<&str>,
         clock: Arc<dyn Clock>,
     ) -> Result<PgBackend> {
-        PgBackend::connect(
-            bouncer.url(),
-            PgOptions {
-                schema: self.schema.clone(),
-                pool_size: 16,
-                clock,
-                pooler: Pooler::Transaction,
-                direct_url: direct.map(str::to_owned),
-            },
-        )
-        .await
+        let mut options = PgOptions::default()
+            .with_schema(&self.schema)
+            .with_pool_size(16)
+            .with_clock(clock)
+            .with_pooler(Pooler::Transaction);
+        options.direct_url = direct.map(str::to_owned);
+        PgBackend::connect(bouncer.url(), options).await
     }
 
     /// The schema's name.

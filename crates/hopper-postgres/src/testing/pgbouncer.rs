@@ -22,8 +22,10 @@ use super::database_url;
 /// How long PgBouncer may take to say it is up.
 const STARTUP: Duration = Duration::from_secs(10);
 
-/// How the [`PgBouncer`] pools (the defaults suit most tests).
+/// How the [`PgBouncer`] pools (the defaults suit most tests; the `with_*` methods change
+/// them). `#[non_exhaustive]`, so a new setting is not a breaking change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PgBouncerConfig {
     /// Server connections per database and user (`default_pool_size`, default 4).
     pub pool_size: u32,
@@ -39,6 +41,21 @@ impl Default for PgBouncerConfig {
         PgBouncerConfig {
             pool_size: 4,
             discard_all: false,
+        }
+    }
+}
+
+impl PgBouncerConfig {
+    /// With `pool_size` server connections per database and user.
+    pub fn with_pool_size(self, pool_size: u32) -> Self {
+        PgBouncerConfig { pool_size, ..self }
+    }
+
+    /// With (or without) `DISCARD ALL` after every transaction.
+    pub fn with_discard_all(self, discard_all: bool) -> Self {
+        PgBouncerConfig {
+            discard_all,
+            ..self
         }
     }
 }

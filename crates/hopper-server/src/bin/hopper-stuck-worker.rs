@@ -38,10 +38,7 @@ async fn main() -> hopper::Result<()> {
     let backend = hopper::connect(&url, Default::default()).await?;
     let mut workers = Workers::new();
     workers.register(Stuck);
-    let config = RuntimeConfig {
-        concurrency: 5,
-        ..RuntimeConfig::default()
-    };
+    let config = RuntimeConfig::default().with_concurrency(5);
     let _handle = Runtime::new(backend, workers, config).start().await?;
     // Runs until killed, which is what the test does.
     std::future::pending::<()>().await;

@@ -21,11 +21,9 @@ pub async fn server_backend(db: &TestDatabase, app: &str, pool: usize) -> Arc<dy
     let url = format!("{}{sep}application_name={app}", db.url());
     let backend = PgBackend::connect(
         &url,
-        PgOptions {
-            schema: db.schema().to_owned(),
-            pool_size: pool,
-            ..PgOptions::default()
-        },
+        PgOptions::default()
+            .with_schema(db.schema())
+            .with_pool_size(pool),
     )
     .await
     .expect("connects");

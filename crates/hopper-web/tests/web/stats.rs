@@ -183,10 +183,7 @@ async fn metrics_show_runtime_counters_and_histograms() -> anyhow::Result<()> {
     let runtime = Runtime::new(
         web.backend(),
         workers,
-        RuntimeConfig {
-            queues: vec!["metered".to_owned()],
-            ..RuntimeConfig::default()
-        },
+        RuntimeConfig::default().with_queues(["metered"]),
     )
     .start()
     .await?;

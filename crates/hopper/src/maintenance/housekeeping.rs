@@ -15,12 +15,14 @@ use hopper_core::backend::{Backend, JobPruneParams, JobVacuumParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Service, tick};
+use super::{Service, maintenance_or_stop, tick};
 
 /// When finished jobs are deleted and the job table vacuumed: the config of [`Pruner`] and
 /// [`Vacuumer`].
-/// [`Housekeeping::default`] gives the documented defaults.
+/// [`Housekeeping::default`] gives the documented defaults, the `with_*` methods change
+/// them; `#[non_exhaustive]`, so a new setting is not a breaking change.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Housekeeping {
     /// How long `completed` and `cancelled` jobs are kept after they finished. Default:
     /// 24 h.
@@ -57,6 +59,54 @@ impl Default for Housekeeping {
 }
 
 impl Housekeeping {
+    /// With `completed` and `cancelled` jobs kept this long.
+    pub fn with_completed_retention(self, completed_retention: Duration) -> Self {
+        Housekeeping {
+            completed_retention,
+            ..self
+        }
+    }
+
+    /// With `failed` jobs kept this long.
+    pub fn with_failed_retention(self, failed_retention: Duration) -> Self {
+        Housekeeping {
+            failed_retention,
+            ..self
+        }
+    }
+
+    /// With pruning this often (`None`: no pruning on this node).
+    pub fn with_prune_interval(self, prune_interval: Option<Duration>) -> Self {
+        Housekeeping {
+            prune_interval,
+            ..self
+        }
+    }
+
+    /// With at most `prune_batch` jobs deleted per statement.
+    pub fn with_prune_batch(self, prune_batch: u32) -> Self {
+        Housekeeping {
+            prune_batch,
+            ..self
+        }
+    }
+
+    /// With this pause between two pruning statements.
+    pub fn with_prune_pause(self, prune_pause: Duration) -> Self {
+        Housekeeping {
+            prune_pause,
+            ..self
+        }
+    }
+
+    /// With the vacuum check this often (`None`: leave it to autovacuum).
+    pub fn with_vacuum_interval(self, vacuum_interval: Option<Duration>) -> Self {
+        Housekeeping {
+            vacuum_interval,
+            ..self
+        }
+    }
+
     /// One pruning statement's parameters.
     pub fn prune_params(&self) -> JobPruneParams {
         JobPruneParams {
@@ -84,16 +134,12 @@ impl Pruner {
         Pruner { backend, config }
     }
 
-    async fn run_until(&self, stop: CancellationToken) {
+    async fn run_until(&self, stop: CancellationToken) -> crate::Result<()> {
         let Some(period) = self.config.prune_interval else {
-            return;
+            return Ok(());
         };
-        let Some(store) = self.backend.maintenance() else {
-            tracing::debug!(
-                backend = self.backend.name(),
-                "pruning is not offered by this backend; the pruner stops"
-            );
-            return;
+        let Some(store) = maintenance_or_stop(&*self.backend, "pruner") else {
+            return Ok(());
         };
         let params = self.config.prune_params();
         while tick(&stop, period).await {
@@ -108,7 +154,7 @@ impl Pruner {
                         }
                         let pause = self.config.prune_pause + started.elapsed() * 3;
                         if !tick(&stop, pause).await {
-                            return;
+                            return Ok(());
                         }
                     }
                     Err(e) => {
@@ -121,6 +167,7 @@ impl Pruner {
                 tracing::info!(jobs = pruned, "pruned finished jobs past their retention");
             }
         }
+        Ok(())
     }
 }
 
@@ -130,10 +177,7 @@ impl Service for Pruner {
     }
 
     fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
-        Box::pin(async move {
-            self.run_until(stop).await;
-            Ok(())
-        })
+        Box::pin(async move { self.run_until(stop).await })
     }
 }
 
@@ -153,16 +197,12 @@ impl Vacuumer {
         Vacuumer { backend, config }
     }
 
-    async fn run_until(&self, stop: CancellationToken) {
+    async fn run_until(&self, stop: CancellationToken) -> crate::Result<()> {
         let Some(period) = self.config.vacuum_interval else {
-            return;
+            return Ok(());
         };
-        let Some(store) = self.backend.maintenance() else {
-            tracing::debug!(
-                backend = self.backend.name(),
-                "vacuuming is not offered by this backend; the vacuumer stops"
-            );
-            return;
+        let Some(store) = maintenance_or_stop(&*self.backend, "vacuumer") else {
+            return Ok(());
         };
         let params = JobVacuumParams {
             min_interval: period,
@@ -177,6 +217,7 @@ impl Vacuumer {
                 Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
             }
         }
+        Ok(())
     }
 }
 
@@ -186,9 +227,6 @@ impl Service for Vacuumer {
     }
 
     fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
-        Box::pin(async move {
-            self.run_until(stop).await;
-            Ok(())
-        })
+        Box::pin(async move { self.run_until(stop).await })
     }
 }

@@ -42,19 +42,19 @@ impl Listener {
         Listener { backend, on }
     }
 
-    async fn run_until(&self, stop: CancellationToken) {
+    async fn run_until(&self, stop: CancellationToken) -> crate::Result<()> {
         let mut backoff = Duration::from_millis(100);
         loop {
             let subscribed = tokio::select! {
                 s = self.backend.subscribe() => s,
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => return Ok(()),
             };
             let mut stream = match subscribed {
                 Ok(s) => s,
                 Err(e) => {
                     self.on.unsubscribed(&e).await;
                     if !tick(&stop, backoff).await {
-                        return;
+                        return Ok(());
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                     continue;
@@ -64,12 +64,12 @@ impl Listener {
             loop {
                 let wakeup = tokio::select! {
                     w = stream.next() => w,
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => return Ok(()),
                 };
                 match wakeup {
                     Some(w) => {
                         if !self.on.wakeup(w).await {
-                            return;
+                            return Ok(());
                         }
                     }
                     None => break,
@@ -85,9 +85,6 @@ impl Service for Listener {
     }
 
     fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
-        Box::pin(async move {
-            self.run_until(stop).await;
-            Ok(())
-        })
+        Box::pin(async move { self.run_until(stop).await })
     }
 }

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use hopper_core::backend::{Backend, MaintenanceStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +42,24 @@ pub use promoter::{Promoter, PromoterConfig};
 pub use rescuer::{Rescuer, RescuerConfig};
 
 use crate::supervise::{Health, Policy, supervise};
+
+/// The backend's [`MaintenanceStore`], or `None` after saying (at debug level) that
+/// `service` stops: a backend without one (the remote transport: its server maintains the
+/// queue) has nothing for it to do.
+fn maintenance_or_stop<'a>(
+    backend: &'a dyn Backend,
+    service: &'static str,
+) -> Option<&'a dyn MaintenanceStore> {
+    let store = backend.maintenance();
+    if store.is_none() {
+        tracing::debug!(
+            backend = backend.name(),
+            service,
+            "this backend does no maintenance here; the service stops"
+        );
+    }
+    store
+}
 
 /// A background service: a named loop that runs until its token is cancelled. Run under
 /// supervision by [`Services::start`], which calls [`Service::run`] again after a panic.

@@ -8,7 +8,7 @@ use hopper_core::backend::{Backend, JobPromoteOutcome};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::Service;
+use super::{Service, maintenance_or_stop};
 
 /// How long the [`Promoter`] may sleep. [`PromoterConfig::default`] gives the documented
 /// default.
@@ -62,11 +62,7 @@ impl Promoter {
     }
 
     async fn run_until(&self, stop: CancellationToken) -> crate::Result<()> {
-        let Some(store) = self.backend.maintenance() else {
-            tracing::debug!(
-                backend = self.backend.name(),
-                "this backend promotes nothing here; the promoter stops"
-            );
+        let Some(store) = maintenance_or_stop(&*self.backend, "promoter") else {
             return Ok(());
         };
         let poll = self.config.poll_interval;

@@ -58,7 +58,7 @@ impl Rescuer {
         Rescuer { backend, config }
     }
 
-    async fn run_until(&self, stop: CancellationToken) {
+    async fn run_until(&self, stop: CancellationToken) -> crate::Result<()> {
         let interval = self.config.interval;
         let period = if self.backend.node_liveness().is_some() {
             interval.min(VANISHED_CHECK_PERIOD)
@@ -69,7 +69,7 @@ impl Rescuer {
         // this) leaves only the liveness check, if any.
         let store = self.backend.maintenance();
         if store.is_none() && self.backend.node_liveness().is_none() {
-            return;
+            return Ok(());
         }
         let release_dead = NodeReleaseDeadParams {
             dead_after: self.config.node_dead_after,
@@ -101,6 +101,7 @@ impl Rescuer {
                 Err(e) => tracing::warn!(error = %e, "releasing dead nodes failed"),
             }
         }
+        Ok(())
     }
 }
 
@@ -110,9 +111,6 @@ impl Service for Rescuer {
     }
 
     fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
-        Box::pin(async move {
-            self.run_until(stop).await;
-            Ok(())
-        })
+        Box::pin(async move { self.run_until(stop).await })
     }
 }

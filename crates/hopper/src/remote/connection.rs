@@ -45,7 +45,8 @@ pub(super) fn unavailable(message: impl Into<String>) -> Error {
     ))
 }
 
-fn hello(shared: &Shared, req: u64) -> Request {
+/// The hello of this backend's current registration (its role, queues, kinds, credit).
+pub(super) fn hello(shared: &Shared, req: u64) -> Request {
     let info = shared.hello_info();
     Request::Hello {
         req,

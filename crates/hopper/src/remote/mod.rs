@@ -389,21 +389,8 @@ impl RemoteBackend {
 
     /// (Re)sends the hello with the current registration and waits for the welcome.
     async fn hello(&self) -> Result<()> {
-        let info = self.shared.hello_info();
-        let token = self.shared.options.token.clone();
         match self
-            .request(|req| Request::Hello {
-                req,
-                version: hopper_protocol::VERSION,
-                role: info.role,
-                token,
-                name: info.name,
-                kinds: info.kinds,
-                queues: info.queues,
-                concurrency: info.concurrency,
-                prefetch: info.prefetch,
-                batch: true,
-            })
+            .request(|req| connection::hello(&self.shared, req))
             .await?
         {
             Reply::Welcome { .. } => Ok(()),

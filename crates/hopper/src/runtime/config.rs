@@ -9,7 +9,10 @@ use hopper_core::{Clock, SystemClock};
 use crate::maintenance::Housekeeping;
 
 /// How a [`crate::Runtime`] runs. Every field has a default; see [`RuntimeConfig::default`].
+/// Built from the default with the `with_*` methods (or by setting its fields);
+/// `#[non_exhaustive]`, so a new setting is not a breaking change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RuntimeConfig {
     /// Queues to claim from. Default: `["default"]`.
     pub queues: Vec<String>,
@@ -114,5 +117,142 @@ impl RuntimeConfig {
         self.heartbeat_interval
             .min(self.lease / 3)
             .max(Duration::from_millis(10))
+    }
+}
+
+/// Builders, one per field, so that a new setting is not a breaking change:
+/// `RuntimeConfig::default().with_queues(["emails"]).with_concurrency(50)`.
+impl RuntimeConfig {
+    /// With these queues to claim from.
+    pub fn with_queues<Q: Into<String>>(self, queues: impl IntoIterator<Item = Q>) -> Self {
+        let queues = queues.into_iter().map(Into::into).collect();
+        RuntimeConfig { queues, ..self }
+    }
+
+    /// With these weights of queues (a queue not listed weighs 1).
+    pub fn with_queue_weights<Q: Into<String>>(
+        self,
+        weights: impl IntoIterator<Item = (Q, u32)>,
+    ) -> Self {
+        let queue_weights = weights.into_iter().map(|(q, w)| (q.into(), w)).collect();
+        RuntimeConfig {
+            queue_weights,
+            ..self
+        }
+    }
+
+    /// With at most `concurrency` jobs running at once.
+    pub fn with_concurrency(self, concurrency: usize) -> Self {
+        RuntimeConfig {
+            concurrency,
+            ..self
+        }
+    }
+
+    /// With this lease per claim.
+    pub fn with_lease(self, lease: Duration) -> Self {
+        RuntimeConfig { lease, ..self }
+    }
+
+    /// With this longest wait between claims when no notification arrives.
+    pub fn with_poll_interval(self, poll_interval: Duration) -> Self {
+        RuntimeConfig {
+            poll_interval,
+            ..self
+        }
+    }
+
+    /// With this heartbeat and lease-renewal period.
+    pub fn with_heartbeat_interval(self, heartbeat_interval: Duration) -> Self {
+        RuntimeConfig {
+            heartbeat_interval,
+            ..self
+        }
+    }
+
+    /// With nodes silent this long declared dead.
+    pub fn with_node_dead_after(self, node_dead_after: Duration) -> Self {
+        RuntimeConfig {
+            node_dead_after,
+            ..self
+        }
+    }
+
+    /// With expired leases and dead nodes looked for this often.
+    pub fn with_rescue_interval(self, rescue_interval: Duration) -> Self {
+        RuntimeConfig {
+            rescue_interval,
+            ..self
+        }
+    }
+
+    /// With at most `claim_batch` jobs claimed in one statement.
+    pub fn with_claim_batch(self, claim_batch: usize) -> Self {
+        RuntimeConfig {
+            claim_batch,
+            ..self
+        }
+    }
+
+    /// With a fixed prefetch (`0`: claim only for free slots), or with `None` the one sized
+    /// to the jobs' pace.
+    pub fn with_prefetch(self, prefetch: impl Into<Option<usize>>) -> Self {
+        RuntimeConfig {
+            prefetch: prefetch.into(),
+            ..self
+        }
+    }
+
+    /// With this many claims in flight at once.
+    pub fn with_claims_in_flight(self, claims_in_flight: usize) -> Self {
+        RuntimeConfig {
+            claims_in_flight,
+            ..self
+        }
+    }
+
+    /// With at most `complete_batch` outcomes written in one statement.
+    pub fn with_complete_batch(self, complete_batch: usize) -> Self {
+        RuntimeConfig {
+            complete_batch,
+            ..self
+        }
+    }
+
+    /// With this many threads for [`crate::JobContext::blocking`].
+    pub fn with_blocking_threads(self, blocking_threads: usize) -> Self {
+        RuntimeConfig {
+            blocking_threads,
+            ..self
+        }
+    }
+
+    /// With this much time for running jobs to finish at a graceful shutdown.
+    pub fn with_shutdown_timeout(self, shutdown_timeout: Duration) -> Self {
+        RuntimeConfig {
+            shutdown_timeout,
+            ..self
+        }
+    }
+
+    /// With this human name for the node.
+    pub fn with_node_name(self, node_name: impl Into<String>) -> Self {
+        RuntimeConfig {
+            node_name: Some(node_name.into()),
+            ..self
+        }
+    }
+
+    /// With this retention and vacuuming.
+    pub fn with_housekeeping(self, housekeeping: Housekeeping) -> Self {
+        RuntimeConfig {
+            housekeeping,
+            ..self
+        }
+    }
+
+    /// With this clock for periodic jobs.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        RuntimeConfig { clock, ..self }
     }
 }

@@ -132,7 +132,7 @@ impl Shared {
 /// # async fn example(backend: std::sync::Arc<dyn hopper::backend::Backend>, workers: hopper::Workers) -> hopper::Result<()> {
 /// use hopper::{Runtime, RuntimeConfig};
 ///
-/// let config = RuntimeConfig { concurrency: 50, ..RuntimeConfig::default() };
+/// let config = RuntimeConfig::default().with_concurrency(50);
 /// let handle = Runtime::new(backend, workers, config).start().await?;
 /// handle.run_until_signal().await;
 /// # Ok(()) }

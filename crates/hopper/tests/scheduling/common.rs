@@ -154,10 +154,8 @@ pub async fn start(
 
 /// A runtime configuration for `queues` with `concurrency` slots.
 pub fn config(queues: &[&str], concurrency: usize) -> RuntimeConfig {
-    RuntimeConfig {
-        queues: queues.iter().map(|q| (*q).to_owned()).collect(),
-        concurrency,
-        poll_interval: Duration::from_millis(200),
-        ..RuntimeConfig::default()
-    }
+    RuntimeConfig::default()
+        .with_queues(queues.iter().copied())
+        .with_concurrency(concurrency)
+        .with_poll_interval(Duration::from_millis(200))
 }

@@ -7,8 +7,8 @@ use chrono::{TimeZone, Utc};
 use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
-    Client, JobArgs, JobContext, JobError, JobListParams, NewJob, PeriodicJob, Runtime,
-    RuntimeConfig, TestClock, Worker, Workers,
+    Client, JobArgs, JobContext, JobError, JobListParams, NewJob, PeriodicJob, Runtime, TestClock,
+    Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -142,10 +142,7 @@ async fn periodic_ticks_are_enqueued_once_across_runtimes() -> anyhow::Result<()
         workers.register(NoopProbe);
         let backend: Arc<dyn Backend> =
             Arc::new(db.backend_with_clock(Arc::new(clock.clone())).await?);
-        let config = RuntimeConfig {
-            clock: Arc::new(clock.clone()),
-            ..config(&["other"], 1)
-        };
+        let config = config(&["other"], 1).with_clock(Arc::new(clock.clone()));
         handles.push(
             Runtime::new(backend, workers, config)
                 .periodic(every_minute())

@@ -128,12 +128,10 @@ async fn claims_leave_their_connection_as_they_found_it() -> anyhow::Result<()> 
     // before its first claim.
     let backend = hopper::PgBackend::connect(
         db.url(),
-        hopper::PgOptions {
-            schema: db.schema().to_owned(),
-            pool_size: 1,
-            clock: Arc::new(hopper::SystemClock),
-            ..hopper::PgOptions::default()
-        },
+        hopper::PgOptions::default()
+            .with_schema(db.schema())
+            .with_pool_size(1)
+            .with_clock(Arc::new(hopper::SystemClock)),
     )
     .await?;
     let backend: Arc<dyn Backend> = Arc::new(backend);

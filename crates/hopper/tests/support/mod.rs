@@ -47,12 +47,10 @@ impl Drop for SchemaGuard {
 pub async fn node_backend(db: &TestDatabase, pool_size: usize) -> anyhow::Result<Arc<dyn Backend>> {
     let backend = PgBackend::connect(
         db.url(),
-        PgOptions {
-            schema: db.schema().to_owned(),
-            pool_size,
-            clock: Arc::new(SystemClock),
-            ..PgOptions::default()
-        },
+        PgOptions::default()
+            .with_schema(db.schema())
+            .with_pool_size(pool_size)
+            .with_clock(Arc::new(SystemClock)),
     )
     .await?;
     Ok(Arc::new(backend))
@@ -61,15 +59,13 @@ pub async fn node_backend(db: &TestDatabase, pool_size: usize) -> anyhow::Result
 /// Runtime settings for tests: one queue, quick maintenance, polling slow enough that a
 /// test which must be woken by a notification cannot pass by polling instead.
 pub fn config(queue: &str, concurrency: usize) -> RuntimeConfig {
-    RuntimeConfig {
-        queues: vec![queue.to_owned()],
-        concurrency,
-        poll_interval: Duration::from_secs(5),
-        heartbeat_interval: Duration::from_millis(200),
-        rescue_interval: Duration::from_millis(100),
-        shutdown_timeout: Duration::from_secs(5),
-        ..RuntimeConfig::default()
-    }
+    RuntimeConfig::default()
+        .with_queues([queue])
+        .with_concurrency(concurrency)
+        .with_poll_interval(Duration::from_secs(5))
+        .with_heartbeat_interval(Duration::from_millis(200))
+        .with_rescue_interval(Duration::from_millis(100))
+        .with_shutdown_timeout(Duration::from_secs(5))
 }
 
 /// Waits for a condition on one queue's counts, as an `anyhow` error when it times out.
