@@ -15,7 +15,7 @@ use hopper_core::backend::{Backend, JobPruneParams, JobVacuumParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Service, tick};
+use super::{Service, ride_out, tick};
 
 /// When finished jobs are deleted and the job table vacuumed: the config of [`Pruner`] and
 /// [`Vacuumer`].
@@ -84,43 +84,41 @@ impl Pruner {
         Pruner { backend, config }
     }
 
-    async fn run_until(&self, stop: CancellationToken) {
+    async fn run_until(&self, stop: CancellationToken) -> crate::Result<()> {
         let Some(period) = self.config.prune_interval else {
-            return;
+            return Ok(());
         };
         let Some(store) = self.backend.maintenance() else {
             tracing::debug!(
                 backend = self.backend.name(),
                 "pruning is not offered by this backend; the pruner stops"
             );
-            return;
+            return Ok(());
         };
         let params = self.config.prune_params();
         while tick(&stop, period).await {
             let mut pruned = 0u64;
             loop {
                 let started = Instant::now();
-                match store.job_prune(&params).await {
-                    Ok(outcome) => {
-                        pruned += outcome.total();
-                        if !outcome.elected || outcome.total() < u64::from(params.limit) {
-                            break;
-                        }
-                        let pause = self.config.prune_pause + started.elapsed() * 3;
-                        if !tick(&stop, pause).await {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "pruning finished jobs failed");
-                        break;
-                    }
+                // The database away is ridden out; anything else ends the run (`ride_out`).
+                let prune = || store.job_prune(&params);
+                let Some(outcome) = ride_out("pruning finished jobs", &stop, prune).await? else {
+                    return Ok(());
+                };
+                pruned += outcome.total();
+                if !outcome.elected || outcome.total() < u64::from(params.limit) {
+                    break;
+                }
+                let pause = self.config.prune_pause + started.elapsed() * 3;
+                if !tick(&stop, pause).await {
+                    return Ok(());
                 }
             }
             if pruned > 0 {
                 tracing::info!(jobs = pruned, "pruned finished jobs past their retention");
             }
         }
+        Ok(())
     }
 }
 
@@ -130,10 +128,7 @@ impl Service for Pruner {
     }
 
     fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
-        Box::pin(async move {
-            self.run_until(stop).await;
-            Ok(())
-        })
+        Box::pin(async move { self.run_until(stop).await })
     }
 }
 
@@ -153,30 +148,33 @@ impl Vacuumer {
         Vacuumer { backend, config }
     }
 
-    async fn run_until(&self, stop: CancellationToken) {
+    async fn run_until(&self, stop: CancellationToken) -> crate::Result<()> {
         let Some(period) = self.config.vacuum_interval else {
-            return;
+            return Ok(());
         };
         let Some(store) = self.backend.maintenance() else {
             tracing::debug!(
                 backend = self.backend.name(),
                 "vacuuming is not offered by this backend; the vacuumer stops"
             );
-            return;
+            return Ok(());
         };
         let params = JobVacuumParams {
             min_interval: period,
         };
         while tick(&stop, period).await {
             let started = Instant::now();
-            match store.job_vacuum(&params).await {
-                Ok(true) => {
+            // The database away is ridden out; anything else ends the run (`ride_out`).
+            let vacuum = || store.job_vacuum(&params);
+            match ride_out("vacuuming the job table", &stop, vacuum).await? {
+                None => return Ok(()),
+                Some(true) => {
                     tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
                 }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
+                Some(false) => {}
             }
         }
+        Ok(())
     }
 }
 
@@ -186,9 +184,6 @@ impl Service for Vacuumer {
     }
 
     fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
-        Box::pin(async move {
-            self.run_until(stop).await;
-            Ok(())
-        })
+        Box::pin(async move { self.run_until(stop).await })
     }
 }
