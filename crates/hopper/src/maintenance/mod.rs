@@ -203,3 +203,56 @@ pub fn host_name() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use hopper_core::Error;
+
+    use super::*;
+
+    fn lost_connection() -> Error {
+        Error::database(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset",
+        ))
+    }
+
+    #[tokio::test]
+    async fn a_transient_error_is_retried_until_the_step_succeeds() {
+        let calls = AtomicU32::new(0);
+        let stop = CancellationToken::new();
+        let got = ride_out("testing", &stop, || async {
+            match calls.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(lost_connection()),
+                n => Ok(n),
+            }
+        })
+        .await;
+        assert!(matches!(got, Ok(Some(2))), "{got:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn any_other_error_ends_the_step_at_once() {
+        let calls = AtomicU32::new(0);
+        let stop = CancellationToken::new();
+        let got: crate::Result<Option<()>> = ride_out("testing", &stop, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(Error::Schema("relation \"jobs\" does not exist".into()))
+        })
+        .await;
+        assert!(matches!(got, Err(Error::Schema(_))), "{got:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn stopping_ends_the_wait_between_tries() {
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let got: crate::Result<Option<()>> =
+            ride_out("testing", &stop, || async { Err(lost_connection()) }).await;
+        assert!(matches!(got, Ok(None)), "{got:?}");
+    }
+}
