@@ -113,6 +113,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .with_pooler(cli.pooler);
     pg.direct_url = cli.direct_url.clone();
     let open = |url| open(url, pg.clone());
+    // The long-running commands wait for a database that is starting or restarting.
+    let open_patiently = |url| {
+        outage::retry_if("opening the database", outage::is_transient, move || {
+            open(url)
+        })
+    };
     match cli.command {
         Command::Migrate => admin::migrate(&open(url).await?, schema, json).await,
         Command::Enqueue(args) => {
@@ -126,7 +132,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Stats(args) if args.watch => {
             let interval = admin::parse_duration("--interval", &args.interval)?;
-            watch::run(&open(url).await?, interval, json).await
+            watch::run(&open_patiently(url).await?, interval, json).await
         }
         Command::Stats(_) => admin::stats(&open(url).await?, json).await,
         Command::Queues(cmd) => {
@@ -135,9 +141,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Cron(cmd) => queues::cron(&open(url).await?, cmd, json).await,
         Command::Demo(args) => demo::run(open(url).await?, args, json).await,
-        Command::Bench(args) => bench::run(open(url).await?, args, json).await,
+        Command::Bench(args) => bench::run(open_patiently(url).await?, args, json).await,
         Command::Serve(args) => serve::run(url, pg.clone(), args).await,
-        Command::Worker(args) => worker::run(open(url).await?, args).await,
+        Command::Worker(args) => worker::run(open_patiently(url).await?, args).await,
     }
 }
 

@@ -1,6 +1,9 @@
 //! Riding through database outages: the long-running commands (`bench`, `stats --watch`)
 //! retry what they read themselves while the database restarts or fails over, as the
-//! runtime does for its own work, instead of exiting on the first refused connection.
+//! runtime does for its own work, instead of exiting on the first refused connection; and
+//! `hopper serve` / `hopper worker` wait at their start for a database that is starting,
+//! restarting or shutting down, while failing at once on what waiting will not cure (a
+//! schema newer than this build, a port already taken).
 
 use std::future::Future;
 use std::time::Duration;
@@ -11,7 +14,20 @@ pub const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Runs `read` until it succeeds, retrying failures with backoff (100 ms doubling to 2 s)
 /// for at most [`PATIENCE`]. The first failure of a streak is reported on stderr, once.
-pub async fn retry<T, F, Fut>(what: &str, mut read: F) -> anyhow::Result<T>
+pub async fn retry<T, F, Fut>(what: &str, read: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    retry_if(what, |_| true, read).await
+}
+
+/// [`retry`] for the errors `retryable` accepts; any other is returned at once.
+pub async fn retry_if<T, F, Fut>(
+    what: &str,
+    retryable: impl Fn(&anyhow::Error) -> bool,
+    mut read: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<T>>,
@@ -27,7 +43,7 @@ where
                 }
                 return Ok(value);
             }
-            Err(e) if started.elapsed() < PATIENCE => {
+            Err(e) if started.elapsed() < PATIENCE && retryable(&e) => {
                 if !reported {
                     eprintln!("hopper: {what} failed: {e:#}; retrying");
                     reported = true;
@@ -35,7 +51,36 @@ where
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
-            Err(e) => return Err(e.context(format!("{what}: gave up after {PATIENCE:?}"))),
+            Err(e) if retryable(&e) => {
+                return Err(e.context(format!("{what}: gave up after {PATIENCE:?}")));
+            }
+            Err(e) => return Err(e),
         }
     }
+}
+
+/// True when `e` is, or was caused by, a transient database error
+/// ([`hopper::Error::is_transient`]: unreachable, starting, shutting down), also as the
+/// server's registration error. A connection the server refused for a reason that waiting
+/// will not cure (a wrong password or role, SQLSTATE class 28; a database that does not
+/// exist, 3D000) is not.
+pub fn is_transient(e: &anyhow::Error) -> bool {
+    let refused_for_good = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<hopper::ConnectError>()
+            .and_then(|c| c.driver_error().as_db_error())
+            .is_some_and(|db| {
+                let code = db.code().code();
+                code.starts_with("28") || code == "3D000"
+            })
+    });
+    !refused_for_good
+        && e.chain().any(|cause| {
+            let hopper = match cause.downcast_ref::<hopper_server::ServeError>() {
+                Some(hopper_server::ServeError::Backend(e)) => Some(e),
+                Some(_) => None,
+                None => cause.downcast_ref::<hopper::Error>(),
+            };
+            hopper.is_some_and(hopper::Error::is_transient)
+        })
 }

@@ -20,6 +20,8 @@ use clap::Args;
 use hopper::{Health, PgOptions};
 use hopper_server::{Auth, ServeConfig, Server, ServerKeys};
 
+use crate::outage;
+
 /// `hopper serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -105,13 +107,19 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
         anyhow::bail!("no database: set DATABASE_URL or pass --database-url postgres://…");
     };
     let options = pg.with_pool_size(usize::from(args.pool_size));
-    let backend = hopper::connect(url, crate::connect_options(options))
-        .await
-        .map_err(|e| anyhow::Error::new(e).context("cannot open the database"))?;
-    backend
-        .migrate()
-        .await
-        .map_err(|e| anyhow::Error::new(e).context("migrating the database"))?;
+    // A database that is starting, restarting or shutting down is waited for (the server
+    // may be started with it); anything else fails at once.
+    let backend = outage::retry_if("opening the database", outage::is_transient, || async {
+        let backend = hopper::connect(url, crate::connect_options(options.clone()))
+            .await
+            .map_err(|e| anyhow::Error::new(e).context("cannot open the database"))?;
+        backend
+            .migrate()
+            .await
+            .map_err(|e| anyhow::Error::new(e).context("migrating the database"))?;
+        anyhow::Ok(backend)
+    })
+    .await?;
     // The recorder goes in before the server starts, so its metrics are all recorded.
     let prometheus = crate::http::install_metrics(&args.http)?;
     let mut server = None;
@@ -127,7 +135,8 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
         config.insecure_plaintext = args.insecure_plaintext;
         config.curve = curve_keys(&args, &listen)?;
         let public_key = config.curve.as_ref().map(|k| k.public.clone());
-        let started = Server::start(config).await?;
+        let start = || async { Ok(Server::start(config.clone()).await?) };
+        let started = outage::retry_if("starting the server", outage::is_transient, start).await?;
         eprintln!(
             "hopper serve: listening on {} (node {}, schema {schema})",
             started.endpoint(),

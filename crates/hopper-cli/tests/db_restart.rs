@@ -1,11 +1,15 @@
 //! The long-running commands ride through a restart of PostgreSQL: `hopper bench --workload
 //! drain` finishes its drain, `hopper worker` keeps running jobs, `hopper stats --watch
 //! --json` keeps printing, while the server restarts ("the database system is shutting
-//! down", then refused connections).
+//! down", then refused connections). `hopper serve` started while PostgreSQL is down waits
+//! for it, then serves, and serves on through a restart, every maintenance service riding
+//! it out (a service that took the restart for a lasting failure would stop the process).
 //!
 //! The restarted server is a private cluster of this test (`initdb` into a temporary
 //! directory, `pg_ctl` of the newest installed PostgreSQL on a free port, as the `postgres` user when the test runs as root),
 //! never the machine's shared one.
+
+mod common;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -36,7 +40,15 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// A cluster started (`initdb`, then `pg_ctl start`).
     async fn start() -> anyhow::Result<Self> {
+        let cluster = Cluster::init().await?;
+        cluster.pg_ctl("start").await?;
+        Ok(cluster)
+    }
+
+    /// A cluster initialised but not started: nothing listens on its port yet.
+    async fn init() -> anyhow::Result<Self> {
         let dir =
             std::env::temp_dir().join(format!("hopper-restart-{}", uuid::Uuid::now_v7().simple()));
         std::fs::create_dir_all(&dir)?;
@@ -58,7 +70,6 @@ impl Cluster {
                 &["-D", &data, "-U", "postgres", "--auth=trust", "-N"],
             )
             .await?;
-        cluster.pg_ctl("start").await?;
         Ok(cluster)
     }
 
@@ -70,7 +81,8 @@ impl Cluster {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
-    /// `pg_ctl start|restart`, waiting until the server accepts connections.
+    /// `pg_ctl start|restart|stop`, waiting until the server accepts connections (or, for
+    /// stop, has stopped).
     async fn pg_ctl(&self, action: &str) -> anyhow::Result<()> {
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
@@ -279,5 +291,190 @@ async fn long_running_commands_ride_through_a_database_restart() -> anyhow::Resu
         );
         child.kill().await?;
     }
+    Ok(())
+}
+
+/// The lines a child writes on stderr, as they come.
+fn stderr_lines(child: &mut Child) -> anyhow::Result<tokio::sync::mpsc::UnboundedReceiver<String>> {
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("stderr"))?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// The next line holding `text` within `limit`; the lines before it are kept in `seen`.
+async fn line_with(
+    lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    seen: &mut Vec<String>,
+    text: &str,
+    limit: Duration,
+) -> anyhow::Result<String> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.recv())
+            .await
+            .map_err(|_| anyhow::anyhow!("no line with {text:?} within {limit:?}: {seen:#?}"))?
+            .ok_or_else(|| {
+                anyhow::anyhow!("the process ended before saying {text:?}: {seen:#?}")
+            })?;
+        if line.contains(text) {
+            return Ok(line);
+        }
+        seen.push(line);
+    }
+}
+
+/// Enqueues `n` jobs on `queue`, through errors while the database restarts.
+async fn enqueue(client: &Client, queue: &str, n: u64) -> anyhow::Result<()> {
+    let start = tokio::time::Instant::now();
+    loop {
+        match client.insert_many(&bench_jobs(queue, n)).await {
+            Ok(_) => return Ok(()),
+            Err(e) if start.elapsed() < Duration::from_secs(30) => {
+                eprintln!("enqueue failed ({e}); again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn serve_waits_for_the_database_and_rides_through_its_restart() -> anyhow::Result<()> {
+    // A migrated database, stopped: the direct worker needs the tables (a worker refuses to
+    // start on a database nobody migrated; the server migrates).
+    let cluster = Cluster::start().await?;
+    let url = cluster.url();
+    PgBackend::connect(&url, PgOptions::default())
+        .await?
+        .migrate()
+        .await?;
+    cluster.pg_ctl("stop").await?;
+    let mut serve = hopper(
+        &url,
+        &[
+            "serve",
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--insecure-no-auth",
+            "--heartbeat",
+            "1s",
+        ],
+    )?;
+    let mut lines = stderr_lines(&mut serve)?;
+    let mut seen = Vec::new();
+    // A worker of its own on the database, started while it is down too.
+    let mut direct = hopper(&url, &["worker", "--queue", "direct", "--concurrency", "2"])?;
+    let mut direct_lines = stderr_lines(&mut direct)?;
+
+    // Nothing listens on the port yet: the server says it waits, and does not exit.
+    line_with(&mut lines, &mut seen, "retrying", Duration::from_secs(30)).await?;
+    assert_eq!(serve.try_wait()?, None, "serve exited: {seen:#?}");
+    let mut direct_seen = Vec::new();
+    line_with(
+        &mut direct_lines,
+        &mut direct_seen,
+        "retrying",
+        Duration::from_secs(30),
+    )
+    .await?;
+    cluster.pg_ctl("start").await?;
+    let up = tokio::time::Instant::now();
+    let line = line_with(
+        &mut lines,
+        &mut seen,
+        "listening on ",
+        Duration::from_secs(60),
+    )
+    .await?;
+    eprintln!(
+        "serve listening {:?} after PostgreSQL accepted connections",
+        up.elapsed()
+    );
+    let endpoint = common::serve_endpoint(&line)?;
+
+    // It serves: a remote worker runs jobs through it.
+    let backend: Arc<dyn Backend> = Arc::new(PgBackend::connect(&url, PgOptions::default()).await?);
+    let client = Client::new(backend);
+    let worker = hopper(
+        &endpoint,
+        &["worker", "--queue", "served", "--concurrency", "2"],
+    )?;
+    enqueue(&client, "served", 10).await?;
+    wait_for(&client, "served", Duration::from_secs(30), |all| {
+        all.len() == 10 && all.iter().all(|j| j.state == JobState::Completed)
+    })
+    .await?;
+
+    // PostgreSQL restarts under it: it keeps serving, healthy.
+    cluster.pg_ctl("restart").await?;
+    let up = tokio::time::Instant::now();
+    enqueue(&client, "served", 10).await?;
+    wait_for(&client, "served", Duration::from_secs(60), |all| {
+        all.len() == 20 && all.iter().all(|j| j.state == JobState::Completed)
+    })
+    .await?;
+    eprintln!(
+        "10 jobs enqueued and run through serve {:?} after the restart",
+        up.elapsed()
+    );
+    assert_eq!(serve.try_wait()?, None, "serve exited during the restart");
+    enqueue(&client, "direct", 10).await?;
+    let direct_done = wait_for(&client, "direct", Duration::from_secs(30), |all| {
+        all.len() == 10 && all.iter().all(|j| j.state == JobState::Completed)
+    })
+    .await;
+    while let Ok(line) = direct_lines.try_recv() {
+        direct_seen.push(line);
+    }
+    direct_done.map_err(|e| anyhow::anyhow!("{e}: {direct_seen:#?}, {:?}", direct.try_wait()))?;
+    while let Ok(line) = lines.try_recv() {
+        seen.push(line);
+    }
+    assert!(
+        !seen
+            .iter()
+            .any(|l| l.contains("giving up") || l.contains("unhealthy")),
+        "a service took the restart for a lasting failure: {seen:#?}"
+    );
+    for mut child in [worker, direct, serve] {
+        child.kill().await?;
+    }
+    Ok(())
+}
+
+/// What waiting will not cure is not waited for: a database that does not exist on a server
+/// that answers ends `hopper serve` at once, with the server's words.
+#[tokio::test]
+async fn serve_fails_at_once_on_a_database_that_does_not_exist() -> anyhow::Result<()> {
+    let url = hopper::testing::database_url();
+    let (base, _) = url.rsplit_once('/').unwrap_or((url.as_str(), ""));
+    let missing = format!("{base}/hopper_no_such_database");
+    let serve = hopper(
+        &missing,
+        &[
+            "serve",
+            "--listen",
+            "tcp://127.0.0.1:0",
+            "--insecure-no-auth",
+        ],
+    )?;
+    let output = tokio::time::timeout(Duration::from_secs(20), serve.wait_with_output())
+        .await
+        .map_err(|_| anyhow::anyhow!("serve waited for a database that does not exist"))??;
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("does not exist"), "{said}");
+    assert!(!said.contains("retrying"), "{said}");
     Ok(())
 }

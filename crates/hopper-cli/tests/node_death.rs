@@ -292,13 +292,7 @@ fn serve(db: &TestDatabase) -> anyhow::Result<Serve> {
     ];
     let hopper = Hopper::start(db, "", &args)?;
     let line = hopper.line_with("hopper serve: listening on ", Duration::from_secs(30))?;
-    let endpoint = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_default()
-        .to_owned();
-    anyhow::ensure!(endpoint.starts_with("tcp://"), "no endpoint in {line:?}");
+    let endpoint = common::serve_endpoint(&line)?;
     Ok(Serve { hopper, endpoint })
 }
 

@@ -40,6 +40,7 @@ pub mod fairness;
 pub mod finish;
 pub mod input;
 pub mod jobs;
+pub mod kinds;
 pub mod leases;
 pub mod limits;
 pub mod nodes;
@@ -315,6 +316,12 @@ macro_rules! conformance_suite {
             fairness {
                 groups_take_turns_whatever_their_backlog,
                 a_job_running_when_its_queue_became_grouped_is_claimed_after_a_retry,
+            }
+            kinds {
+                a_plain_queue_claims_only_the_asked_kinds,
+                a_limited_queue_claims_only_the_asked_kinds,
+                a_fair_queue_claims_only_the_asked_kinds,
+                concurrent_claims_of_different_kinds_get_only_theirs,
             }
             limits {
                 paused_queues_are_not_claimed_until_resumed,

@@ -58,6 +58,22 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Database(_))
     }
+
+    /// The error with the chain of its causes, for logs: a database error says what the
+    /// database said ("database: db error: ERROR: …"), not only "db error".
+    pub fn with_causes(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let said = cause.to_string();
+            if !text.contains(&said) {
+                text.push_str(": ");
+                text.push_str(&said);
+            }
+            source = cause.source();
+        }
+        text
+    }
 }
 
 /// `Result` with hopper's [`Error`].

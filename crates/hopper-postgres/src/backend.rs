@@ -100,8 +100,8 @@ impl Backend for PgBackend {
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
         // Queues that use a scheduling feature have their own statements, which pick by
-        // their own rules and claim every kind; the others keep the plain one below
-        // (settings.rs picks, from a cache), filtered by kind when asked.
+        // their own rules; the others keep the plain one below (settings.rs picks, from a
+        // cache). Every statement takes only the asked kinds, when asked.
         let jobs = match self.claim_mode(&params.queue).await? {
             ClaimMode::Paused => return Ok(Vec::new()),
             ClaimMode::Fair => self.claim_fair(params).await,

@@ -474,7 +474,7 @@ impl PgBackend {
             .map_err(map_pg)?;
         let lease = lease_ms(params.lease);
         let now = self.inner.clock.now();
-        let args: [&(dyn ToSql + Sync); 7] = [
+        let args: [&(dyn ToSql + Sync); 8] = [
             &params.queue,
             &params.node,
             &allowed,
@@ -482,6 +482,7 @@ impl PgBackend {
             &now,
             &tokens,
             &refill_at,
+            &params.kinds,
         ];
         let flush = pooler
             .prepare(client, &self.inner.queries.job_claim_flush)

@@ -130,10 +130,20 @@ queries!(
         FLOAT8,
         TIMESTAMPTZ,
         UUID_ARRAY,
-        BOOL
+        BOOL,
+        TEXT_ARRAY
     ),
     job_claim_flush(),
-    job_claim_limited(TEXT, UUID, INT8, INT4, TIMESTAMPTZ, FLOAT8, TIMESTAMPTZ),
+    job_claim_limited(
+        TEXT,
+        UUID,
+        INT8,
+        INT4,
+        TIMESTAMPTZ,
+        FLOAT8,
+        TIMESTAMPTZ,
+        TEXT_ARRAY
+    ),
     job_clear(TEXT),
     job_complete_many(UUID_ARRAY, INT4_ARRAY, INT8_ARRAY, TIMESTAMPTZ),
     job_delete(UUID),

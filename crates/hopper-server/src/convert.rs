@@ -5,20 +5,9 @@ use std::time::Duration;
 
 use hopper_core::Error;
 
-/// An error with the chain of its causes, for logs: a database error says what the
-/// database said ("database: db error: ERROR: … "), not only "db error".
+/// An error with the chain of its causes, for logs ([`Error::with_causes`]).
 pub(crate) fn detail(e: &Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        source = cause.source();
-    }
-    text
+    e.with_causes()
 }
 
 /// Exponential backoff with jitter for failed attempts that name no delay: about

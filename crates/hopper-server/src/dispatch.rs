@@ -112,8 +112,16 @@ impl Core {
         self.claiming = false;
         let jobs = match result {
             Ok(jobs) => jobs,
-            Err(e) => {
+            // The database away is expected to pass (warn); anything else will not, and is
+            // said at error level (the maintenance services stop the process on it).
+            Err(e) if e.is_transient() => {
                 tracing::warn!(error = %convert::detail(&e), %queue, "claim failed; retrying at the next poll");
+                self.active.insert(queue.clone());
+                self.hot.insert(queue, false);
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %convert::detail(&e), %queue, "claim failed, not for a lost connection; retrying at the next poll");
                 self.active.insert(queue.clone());
                 self.hot.insert(queue, false);
                 return;

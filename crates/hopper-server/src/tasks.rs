@@ -186,14 +186,12 @@ pub(crate) struct NodeBeat {
 
 #[async_trait::async_trait]
 impl Beat for NodeBeat {
-    async fn beat(&self) {
+    async fn beat(&self) -> hopper::Result<()> {
         // A fenced server does not say it is alive: it may have been released.
         if self.fenced.load(Ordering::Acquire) {
-            return;
+            return Ok(());
         }
         let node = self.node.borrow().clone();
-        if let Err(e) = self.backend.node_heartbeat(&node).await {
-            tracing::warn!(error = %crate::convert::detail(&e), "node heartbeat failed");
-        }
+        self.backend.node_heartbeat(&node).await
     }
 }

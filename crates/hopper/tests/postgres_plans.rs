@@ -61,6 +61,11 @@ async fn plan(
         .join("\n"))
 }
 
+/// The parameter types of job_claim_limited.sql and job_claim_fair.sql.
+const LIMITED: &str = "text, uuid, bigint, integer, timestamptz, float8, timestamptz, text[]";
+const FAIR: &str = "text, uuid, bigint, integer, timestamptz, text[], integer, integer, \
+                    float8, timestamptz, uuid[], boolean, text[]";
+
 #[tokio::test]
 async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -92,17 +97,31 @@ async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()>
         (
             "the limited claim (job_claim_limited.sql)",
             &queries.job_claim_limited,
-            "text, uuid, bigint, integer, timestamptz, float8, timestamptz",
-            format!("'other', '{node}', 100, 30000, NULL, NULL, NULL"),
+            LIMITED,
+            format!("'other', '{node}', 100, 30000, NULL, NULL, NULL, NULL"),
+        ),
+        (
+            "the limited claim of some kinds (job_claim_limited.sql with $8)",
+            &queries.job_claim_limited,
+            LIMITED,
+            format!("'other', '{node}', 100, 30000, NULL, NULL, NULL, ARRAY['planned']"),
         ),
         (
             "the fair claim (job_claim_fair.sql)",
             &queries.job_claim_fair,
-            "text, uuid, bigint, integer, timestamptz, text[], integer, integer, float8, \
-             timestamptz, uuid[], boolean",
+            FAIR,
             format!(
                 "'bench', '{node}', 100, 30000, NULL, ARRAY['g1', 'g2', 'g3'], 10, 1000, \
-                 NULL, NULL, ARRAY[]::uuid[], false"
+                 NULL, NULL, ARRAY[]::uuid[], false, NULL"
+            ),
+        ),
+        (
+            "the fair claim of some kinds (job_claim_fair.sql with $13)",
+            &queries.job_claim_fair,
+            FAIR,
+            format!(
+                "'bench', '{node}', 100, 30000, NULL, ARRAY['g1', 'g2', 'g3'], 10, 1000, \
+                 NULL, NULL, ARRAY[gen_random_uuid()], false, ARRAY['planned']"
             ),
         ),
     ];

@@ -86,3 +86,15 @@ impl Hopper {
         self.lines.iter().collect()
     }
 }
+
+/// The endpoint in `hopper serve`'s "listening on tcp://…" line.
+pub fn serve_endpoint(line: &str) -> anyhow::Result<String> {
+    let endpoint = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(endpoint.starts_with("tcp://"), "no endpoint in {line:?}");
+    Ok(endpoint)
+}

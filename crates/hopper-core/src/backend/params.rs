@@ -26,10 +26,10 @@ pub struct ClaimParams {
     /// The lease granted: `min(job timeout, lease)` from now. Heartbeats extend it.
     pub lease: Duration,
     /// Only jobs of these kinds, when the claimer knows what it can run (`hopper serve`,
-    /// when every worker with room declared its kinds); every kind when `None`. A filter
-    /// the backend may not apply: SQLite applies it to every queue, PostgreSQL to plain
-    /// queues (its limited and fair claims take every kind), and the claimer hands back
-    /// ([`Outcome::Released`]) what it cannot run.
+    /// when every worker with room declared its kinds); every kind when `None`. Both
+    /// backends apply it in every kind of queue (plain, limited, fair): jobs of other kinds
+    /// are not claimed and their `run_at` is not moved. A backend outside this repository
+    /// may not apply it; the claimer hands back ([`Outcome::Released`]) what it cannot run.
     pub kinds: Option<Vec<String>>,
 }
 

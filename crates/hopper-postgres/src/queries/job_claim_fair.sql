@@ -8,7 +8,7 @@
 -- ring's last load saw at the head of the queue (ids; usually none), $12 true for a limited
 -- queue: then nothing is claimed unless the queue's settings row (held by this
 -- transaction, see queue_lock.sql) is not paused and has the limits $7 and $8 and no rate
--- limit unless $9 is set. The caller may have taken them from its settings cache and sent
+-- limit unless $9 is set. $13: only jobs of these kinds (NULL: every kind). The caller may have taken them from its settings cache and sent
 -- this statement before the lock was granted (one round trip); when the row says
 -- otherwise, it tries again with the row's values.
 --
@@ -32,6 +32,13 @@
 --    last next time.
 -- 4. claimed: the picked rows are found by `id = ANY (ARRAY(…))`, a primary-key probe per
 --    row whatever the estimates (as a join, the generic plan hashed a sequential scan).
+-- Kinds ($13, hopper serve when every worker with room declared the kinds it runs): checked
+-- on the heap row in step 2 (and for the stragglers), as in job_claim.sql; `kind` is in no
+-- index, so a group's jobs of other kinds are stepped over, untouched, inside its range scan
+-- (its k rows of the asked kinds, or its whole ready range when it has fewer). A group whose
+-- ready jobs are all of other kinds gives nothing and is not picked; when no group gave
+-- anything, the cursor returned is the last group served, so the next claim starts past
+-- them and the groups beyond get their turn.
 -- Rows locked in step 2 but not picked in step 3 (fewer than one per group) are unlocked
 -- at the end of the transaction; a concurrent claimer may skip them meanwhile, nothing
 -- else. Cost: one short index range scan per group served, as many as the plain claim's
@@ -90,6 +97,7 @@ candidates AS (
                 WHERE state = 'available'
                   AND queue = $1
                   AND group_key = t.g
+                  AND ($13::text[] IS NULL OR kind = ANY ($13::text[]))
                 ORDER BY priority, run_at, id
                 LIMIT least(t.room, (SELECT k FROM share))
                 FOR UPDATE SKIP LOCKED
@@ -104,6 +112,7 @@ stray AS (
     WHERE id = ANY ($11::uuid[])
       AND state = 'available'
       AND queue = $1
+      AND ($13::text[] IS NULL OR kind = ANY ($13::text[]))
     FOR UPDATE SKIP LOCKED
 ),
 stragglers AS (
@@ -138,7 +147,10 @@ bucket AS (
       AND $9::float8 IS NOT NULL
 )
 SELECT (SELECT sum(n) FROM busy)::bigint,
-       (SELECT g FROM picked WHERE g IS NOT NULL ORDER BY rn DESC, turn DESC LIMIT 1),
+       -- The next cursor: the last group picked; when a claim of some kinds ($13) picked
+       -- none, the last group it served, so that the next claim goes past them.
+       coalesce((SELECT g FROM picked WHERE g IS NOT NULL ORDER BY rn DESC, turn DESC LIMIT 1),
+                (SELECT g FROM turns WHERE $13::text[] IS NOT NULL ORDER BY turn DESC LIMIT 1)),
        (SELECT count(*) FROM candidates) - (SELECT count(*) FROM picked WHERE g IS NOT NULL),
        -- The groups that gave their whole share and have room for more (in turn order):
        -- they may have more ready jobs. A claim that came back short asks them again.

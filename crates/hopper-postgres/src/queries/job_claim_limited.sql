@@ -3,7 +3,8 @@
 -- jobs_claim_idx, as job_claim.sql does.
 -- $1 queue, $2 node, $3 most jobs (the caller's free slots, already capped by the rate
 -- bucket), $4 lease ms, $5 now, $6 tokens left after this claim's refill (NULL: no rate
--- limit; the claimed jobs are taken off), $7 refill instant.
+-- limit; the claimed jobs are taken off), $7 refill instant, $8 only jobs of these kinds
+-- (NULL: every kind).
 --
 -- The limits are read from the settings row itself, which this transaction holds: the
 -- statement may be sent before the lock was granted (pipelined behind queue_lock.sql, one
@@ -41,6 +42,12 @@ running AS (
 -- planned as a sort of the whole backlog). The concurrency cap is applied to those rows
 -- afterwards; rows locked but not claimed are unlocked at commit, and no other claimer of
 -- this queue runs meanwhile (they wait for the settings row).
+-- $8 (hopper serve, when every worker with room in the queue declared the kinds it runs) is
+-- checked on each entry's heap row, as in job_claim.sql: `kind` is not in jobs_claim_idx,
+-- so jobs of other kinds are stepped over, untouched, and the scan stops after $3 rows of
+-- the asked kinds (a backlog of other kinds at the head costs a heap visit each, per
+-- claim; an index on kind would cost every insert and claim a third entry). The running
+-- count is every kind's: the concurrency limit is the queue's.
 -- The UPDATE finds the picked rows by `id = ANY (ARRAY(…))`, a primary-key probe per row
 -- whatever the estimates: as a join, the generic plan (see LIMITED_CLAIM in scheduling.rs)
 -- guessed hundreds of rows and hashed a sequential scan of the whole table.
@@ -52,6 +59,7 @@ picked AS (
         WHERE state = 'available'
           AND hashtextextended(queue, 0) = hashtextextended($1, 0)
           AND queue = $1
+          AND ($8::text[] IS NULL OR kind = ANY ($8::text[]))
         ORDER BY priority, run_at, id
         LIMIT $3
         FOR UPDATE SKIP LOCKED

@@ -9,7 +9,7 @@
 //! commit) and hands each its share, in arrival order. The limits are untouched: the
 //! combined claim runs the same statements under the same lock, within the same allowance.
 //!
-//! Only claims of the same queue, node and lease combine. A leader that fails hands the
+//! Only claims of the same queue, node, lease and kinds combine. A leader that fails hands the
 //! others nothing: they claim again themselves. A leader dropped mid-claim (its caller
 //! gave up) passes the turn on; its followers start over.
 //!
@@ -27,8 +27,9 @@ use std::time::Duration;
 use hopper_core::{ClaimParams, ClaimedJob, NodeId, Result};
 use tokio::sync::oneshot;
 
-/// Which claims may be combined.
-type Key = (String, NodeId, Duration);
+/// Which claims may be combined: same queue, node, lease and kinds (a combined claim runs
+/// with one kinds filter, and each share must hold only kinds its claimer asked for).
+type Key = (String, NodeId, Duration, Option<Vec<String>>);
 
 /// A claim waiting for the current leader to finish.
 struct Waiter {
@@ -119,7 +120,12 @@ impl Combiner {
         R: FnOnce(Vec<ClaimedJob>) -> G,
         G: Future<Output = ()>,
     {
-        let key: Key = (params.queue.clone(), params.node, params.lease);
+        let key: Key = (
+            params.queue.clone(),
+            params.node,
+            params.lease,
+            params.kinds.clone(),
+        );
         let followers = loop {
             let rx = {
                 let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());

@@ -20,7 +20,7 @@ use crate::pooled::generic_plan_brackets;
 use crate::settings::ring::{self, Turns};
 use crate::statement::driver;
 
-/// The limits a fair claim applies in SQL ($7-$10 of `job_claim_fair.sql`); all `None`
+/// The limits a fair claim applies in SQL ($7-$10 and $12 of `job_claim_fair.sql`); all `None`
 /// for a queue without limits.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct FairLimits {
@@ -159,7 +159,7 @@ impl PgBackend {
             .map_err(map_pg)?;
         let lease = lease_ms(params.lease);
         let now = self.inner.clock.now();
-        let args: [&(dyn ToSql + Sync); 12] = [
+        let args: [&(dyn ToSql + Sync); 13] = [
             &params.queue,
             &params.node,
             &allowed,
@@ -172,6 +172,7 @@ impl PgBackend {
             &limits.refill_at,
             &turns.stray,
             &limits.limited,
+            &params.kinds,
         ];
         let rings = &self.inner.settings.rings;
         let cursor = rings.cursor(&params.queue);

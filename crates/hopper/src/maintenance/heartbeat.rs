@@ -6,15 +6,17 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use super::{Service, tick};
+use super::{Service, ride_out, tick};
 
 /// What a node does at each heartbeat: at least refresh its node row
 /// ([`hopper_core::Backend::node_heartbeat`]); a worker runtime also renews the leases of
-/// the jobs it runs. Errors are the beat's to log: the next beat comes all the same.
+/// the jobs it runs.
 #[async_trait::async_trait]
 pub trait Beat: Send + Sync + 'static {
-    /// One heartbeat.
-    async fn beat(&self);
+    /// One heartbeat. An error is handled by the rule of every service (see the
+    /// [module docs](super)): a transient one is retried with backoff, any other ends the
+    /// [`Heartbeat`]'s run, for its supervisor.
+    async fn beat(&self) -> crate::Result<()>;
 }
 
 /// How often the [`Heartbeat`] beats. [`HeartbeatConfig::default`] gives the documented
@@ -70,7 +72,10 @@ impl Service for Heartbeat {
     fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
         Box::pin(async move {
             while tick(&stop, self.config.period).await {
-                self.beat.beat().await;
+                let beat = || self.beat.beat();
+                if ride_out("the node heartbeat", &stop, beat).await?.is_none() {
+                    break;
+                }
             }
             Ok(())
         })

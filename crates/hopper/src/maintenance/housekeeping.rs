@@ -15,7 +15,7 @@ use hopper_core::backend::{Backend, JobPruneParams, JobVacuumParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Service, maintenance_or_stop, tick};
+use super::{Service, maintenance_or_stop, ride_out, tick};
 
 /// When finished jobs are deleted and the job table vacuumed: the config of [`Pruner`] and
 /// [`Vacuumer`].
@@ -146,21 +146,18 @@ impl Pruner {
             let mut pruned = 0u64;
             loop {
                 let started = Instant::now();
-                match store.job_prune(&params).await {
-                    Ok(outcome) => {
-                        pruned += outcome.total();
-                        if !outcome.elected || outcome.total() < u64::from(params.limit) {
-                            break;
-                        }
-                        let pause = self.config.prune_pause + started.elapsed() * 3;
-                        if !tick(&stop, pause).await {
-                            return Ok(());
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "pruning finished jobs failed");
-                        break;
-                    }
+                // The database away is ridden out; anything else ends the run (`ride_out`).
+                let prune = || store.job_prune(&params);
+                let Some(outcome) = ride_out("pruning finished jobs", &stop, prune).await? else {
+                    return Ok(());
+                };
+                pruned += outcome.total();
+                if !outcome.elected || outcome.total() < u64::from(params.limit) {
+                    break;
+                }
+                let pause = self.config.prune_pause + started.elapsed() * 3;
+                if !tick(&stop, pause).await {
+                    return Ok(());
                 }
             }
             if pruned > 0 {
@@ -209,12 +206,14 @@ impl Vacuumer {
         };
         while tick(&stop, period).await {
             let started = Instant::now();
-            match store.job_vacuum(&params).await {
-                Ok(true) => {
+            // The database away is ridden out; anything else ends the run (`ride_out`).
+            let vacuum = || store.job_vacuum(&params);
+            match ride_out("vacuuming the job table", &stop, vacuum).await? {
+                None => return Ok(()),
+                Some(true) => {
                     tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
                 }
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "vacuuming the job table failed"),
+                Some(false) => {}
             }
         }
         Ok(())

@@ -2,14 +2,13 @@
 //! subscribing again with backoff whenever the stream ends or cannot be had.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use hopper_core::{Backend, Error, Wakeup};
 use tokio_util::sync::CancellationToken;
 
-use super::{Service, tick};
+use super::{OUTAGE_BACKOFF_FIRST, OUTAGE_BACKOFF_MAX, Service, tick};
 
 /// What a node does with its wake-ups: a runtime wakes its producer or stops a cancelled
 /// handler; `hopper serve` hands them to its loop.
@@ -20,7 +19,8 @@ pub trait OnWakeup: Send + Sync + 'static {
 
     /// Subscribing failed with `error`: wake-ups are missed until it succeeds again (the
     /// node polls meanwhile). The listener tries again after a backoff (100 ms, doubling
-    /// up to 5 s).
+    /// up to 5 s) when the error is transient; any other ends its run, for its supervisor
+    /// (see the [module docs](super)).
     async fn unsubscribed(&self, error: &Error);
 }
 
@@ -43,7 +43,7 @@ impl Listener {
     }
 
     async fn run_until(&self, stop: CancellationToken) -> crate::Result<()> {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = OUTAGE_BACKOFF_FIRST;
         loop {
             let subscribed = tokio::select! {
                 s = self.backend.subscribe() => s,
@@ -52,15 +52,20 @@ impl Listener {
             let mut stream = match subscribed {
                 Ok(s) => s,
                 Err(e) => {
+                    // Told every time (the node polls meanwhile); retried with backoff
+                    // while the database is away, the run ended on anything else.
                     self.on.unsubscribed(&e).await;
+                    if !e.is_transient() {
+                        return Err(e);
+                    }
                     if !tick(&stop, backoff).await {
                         return Ok(());
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff = (backoff * 2).min(OUTAGE_BACKOFF_MAX);
                     continue;
                 }
             };
-            backoff = Duration::from_millis(100);
+            backoff = OUTAGE_BACKOFF_FIRST;
             loop {
                 let wakeup = tokio::select! {
                     w = stream.next() => w,

@@ -8,7 +8,7 @@ use hopper_core::backend::{Backend, JobPromoteOutcome};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{Service, maintenance_or_stop};
+use super::{Service, maintenance_or_stop, ride_out};
 
 /// How long the [`Promoter`] may sleep. [`PromoterConfig::default`] gives the documented
 /// default.
@@ -73,25 +73,23 @@ impl Promoter {
                 _ = self.wake.notified() => {}
                 _ = stop.cancelled() => return Ok(()),
             }
-            wait = match store.job_promote_scheduled().await {
-                Ok(JobPromoteOutcome {
+            // The database away is ridden out; anything else (a missing table, a privilege
+            // revoked) ends this run, for the supervisor (see `ride_out`).
+            let promote = || store.job_promote_scheduled();
+            let Some(outcome) = ride_out("promoting scheduled jobs", &stop, promote).await? else {
+                return Ok(());
+            };
+            wait = match outcome {
+                JobPromoteOutcome {
                     next_due: Some(next),
                     ..
-                }) => {
+                } => {
                     let until = (next - chrono::Utc::now())
                         .to_std()
                         .unwrap_or(Duration::ZERO);
                     until.min(poll) + Duration::from_millis(1)
                 }
-                Ok(JobPromoteOutcome { next_due: None, .. }) => poll,
-                // The database is away: ride it out. Anything else (a missing table, a
-                // privilege revoked) fails again the same way: the supervisor counts it,
-                // and gives up (the process unhealthy) if it keeps failing.
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, "promoting scheduled jobs failed");
-                    poll
-                }
-                Err(e) => return Err(e),
+                JobPromoteOutcome { next_due: None, .. } => poll,
             };
         }
     }

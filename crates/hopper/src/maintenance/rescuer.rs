@@ -10,7 +10,7 @@ use hopper_core::liveness::VANISHED_CHECK_PERIOD;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Service, tick};
+use super::{Service, ride_out, tick};
 
 /// How often the [`Rescuer`] looks, and when a node counts as dead.
 /// [`RescuerConfig::default`] gives the documented defaults.
@@ -75,12 +75,15 @@ impl Rescuer {
             dead_after: self.config.node_dead_after,
         };
         let mut last_rescue = Instant::now();
+        // Each step rides out the database being away and ends the run on anything else
+        // (`ride_out`); `None` is the stop token.
         while tick(&stop, period).await {
             if let Some(liveness) = self.backend.node_liveness() {
-                match liveness.node_release_vanished().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(jobs = n, "released the jobs of vanished nodes"),
-                    Err(e) => tracing::warn!(error = %e, "releasing vanished nodes failed"),
+                let release = || liveness.node_release_vanished();
+                match ride_out("releasing vanished nodes", &stop, release).await? {
+                    None => return Ok(()),
+                    Some(0) => {}
+                    Some(n) => tracing::info!(jobs = n, "released the jobs of vanished nodes"),
                 }
             }
             if last_rescue.elapsed() + period / 2 < interval {
@@ -90,15 +93,17 @@ impl Rescuer {
             let Some(store) = store else {
                 continue;
             };
-            match store.job_rescue_expired().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
-                Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
+            let rescue = || store.job_rescue_expired();
+            match ride_out("rescuing expired leases", &stop, rescue).await? {
+                None => return Ok(()),
+                Some(0) => {}
+                Some(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
             }
-            match store.node_release_dead(&release_dead).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(jobs = n, "released the jobs of dead nodes"),
-                Err(e) => tracing::warn!(error = %e, "releasing dead nodes failed"),
+            let release = || store.node_release_dead(&release_dead);
+            match ride_out("releasing dead nodes", &stop, release).await? {
+                None => return Ok(()),
+                Some(0) => {}
+                Some(n) => tracing::info!(jobs = n, "released the jobs of dead nodes"),
             }
         }
         Ok(())

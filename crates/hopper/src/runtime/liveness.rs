@@ -43,7 +43,10 @@ pub(crate) async fn keep(shared: Arc<Shared>, mut hold: NodeHold) -> Option<Node
         shared.fenced.store(false, Ordering::Release);
         tracing::info!(node = %shared.node.id, "the node holds its liveness lock again");
         let all: Vec<Lease> = shared.running().values().map(|r| r.lease).collect();
-        renew(&shared, &all).await;
+        if let Err(e) = renew(&shared, &all).await {
+            // The heartbeat renews them again at its next beat.
+            tracing::warn!(error = %e, jobs = all.len(), "renewing leases after retaking the lock failed");
+        }
         shared.wake.notify_one();
     }
 }

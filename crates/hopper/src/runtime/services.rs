@@ -24,24 +24,22 @@ pub(crate) struct NodeBeat(pub(crate) Arc<Shared>);
 
 #[async_trait::async_trait]
 impl Beat for NodeBeat {
-    async fn beat(&self) {
+    async fn beat(&self) -> crate::Result<()> {
         let shared = &self.0;
         // A fenced node does not say it is alive: it may have been released.
         if shared.fenced.load(Ordering::Acquire) {
-            return;
+            return Ok(());
         }
-        if let Err(e) = shared.backend.node_heartbeat(&shared.node).await {
-            tracing::warn!(error = %e, "node heartbeat failed");
-            return;
-        }
+        shared.backend.node_heartbeat(&shared.node).await?;
         let due: Vec<_> = shared.running_due_for_renewal(shared.config.effective_heartbeat());
-        renew(shared, &due).await;
+        renew(shared, &due).await
     }
 }
+
 /// Extends the leases of `due` running jobs, and stops the handlers of those lost.
-pub(super) async fn renew(shared: &Shared, due: &[Lease]) {
+pub(super) async fn renew(shared: &Shared, due: &[Lease]) -> crate::Result<()> {
     if due.is_empty() {
-        return;
+        return Ok(());
     }
     match shared
         .backend
@@ -57,8 +55,12 @@ pub(super) async fn renew(shared: &Shared, due: &[Lease]) {
                 tracing::warn!(job_id = %lease.job_id, attempt = lease.attempt, "lease lost; stopping the handler");
                 shared.running_stop(lease.job_id, StopReason::LeaseLost);
             }
+            Ok(())
         }
-        Err(e) => tracing::warn!(error = %e, jobs = due.len(), "renewing leases failed"),
+        Err(e) => {
+            tracing::debug!(error = %e, jobs = due.len(), "renewing leases failed");
+            Err(e)
+        }
     }
 }
 
