@@ -1,6 +1,12 @@
 //! Dispatch: claiming jobs for the credit workers have free, placing each job with a worker
 //! that serves its queue and kind, and dropping workers that went silent.
 //!
+//! The free credit per queue, the kinds to claim and the worker for each job come from the
+//! roster ([`crate::roster`]), kept up to date as orders are sent and outcomes come back:
+//! a claim and the placing of its jobs cost the same with 5 workers or 5,000. A job goes
+//! to the worker with the most free credit that serves its queue and kind; among equals,
+//! to the one whose last order is oldest, so idle workers take turns.
+//!
 //! One claim runs at a time, for one queue, sized to the free credit of the workers that
 //! serve that queue (capped at `claim_batch`), so a worker is never promised the same slot
 //! twice. Queues take turns. A short claim means the queue is drained: it is not claimed
@@ -12,10 +18,10 @@
 //! credit declares all the same (the worker set changed during the claim) is snoozed for
 //! `unplaceable_delay`: back in the queue without using an attempt.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use hopper_core::{
-    ClaimParams, ClaimedJob, Finish, JobListParams, JobState, Lease, Outcome, Result,
+    ClaimParams, ClaimedJob, Finish, JobId, JobListParams, JobState, Lease, Outcome, Result,
 };
 use hopper_protocol::{Order, Reply};
 use tokio::time::Instant;
@@ -34,43 +40,38 @@ impl Core {
     pub(crate) fn dispatch(&mut self) {
         // A fenced server may have been taken for vanished: it claims nothing for now.
         // Every queue a peer serves is in `hot` (a hello adds it, the sweep forgets only
-        // queues nobody serves), so with none hot there is nothing to claim: return before
-        // the pass over every peer, which thousands of idle workers make the cost of each
-        // message (5,000 workers' heartbeats: a third of a core, docs/benchmarks.md).
+        // queues nobody serves), so with none hot there is nothing to claim. This runs after
+        // every message (thousands of idle workers' heartbeats), so it reads only the
+        // roster's totals per queue, never the workers one by one.
         if self.claiming
             || self.fenced.load(std::sync::atomic::Ordering::Acquire)
             || !self.hot.values().any(|hot| *hot)
         {
             return;
         }
-        let mut free: BTreeMap<&str, usize> = BTreeMap::new();
-        for p in self.peers.values() {
-            let f = p.free();
-            if f == 0 {
-                continue;
-            }
-            for q in &p.queues {
-                *free.entry(q.as_str()).or_default() += f;
-            }
-        }
-        let candidates: Vec<(String, usize)> = free
-            .into_iter()
+        let roster = self.peers.roster();
+        let candidates: Vec<(&str, usize)> = roster
+            .queues_with_credit()
             .filter(|(q, _)| self.hot.get(*q).copied().unwrap_or(true))
-            .map(|(q, f)| (q.to_owned(), f))
             .collect();
         if candidates.is_empty() {
             return;
         }
-        let (queue, free) = &candidates[self.next_queue % candidates.len()];
+        let (queue, free) = candidates[self.next_queue % candidates.len()];
         self.next_queue = self.next_queue.wrapping_add(1);
-        let limit = (*free).min(self.config.claim_batch.max(1));
+        let limit = free.min(self.config.claim_batch.max(1));
         let params = ClaimParams {
-            queue: queue.clone(),
+            queue: queue.to_owned(),
             node: self.config.node_id,
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             lease: self.config.lease,
-            kinds: self.kinds_for(queue),
+            kinds: roster.kinds_for(queue),
         };
+        // Before every claim in debug builds (tests): the index agrees with a full recount.
+        debug_assert!(
+            self.peers.consistent(),
+            "the roster disagrees with a recount of the peers"
+        );
         self.claiming = true;
         self.claim_woken = false;
         let backend = self.backend.clone();
@@ -85,21 +86,6 @@ impl Core {
                 })
                 .await;
         });
-    }
-
-    /// The kinds the workers with room in `queue` run, when every one of them declared
-    /// its kinds: only those are claimed, and jobs of other kinds stay untouched in the
-    /// queue (their age visible) instead of being claimed and put back. `None` when some
-    /// worker takes any kind.
-    fn kinds_for(&self, queue: &str) -> Option<Vec<String>> {
-        let mut kinds = std::collections::BTreeSet::new();
-        for p in self.peers.values() {
-            if p.free() == 0 || !p.queues.iter().any(|q| q == queue) {
-                continue;
-            }
-            kinds.extend(p.kinds.as_ref()?.iter().map(String::as_str));
-        }
-        Some(kinds.into_iter().map(str::to_owned).collect())
     }
 
     /// Places claimed jobs with workers.
@@ -139,26 +125,16 @@ impl Core {
         }
         let mut orders: HashMap<PeerId, Vec<Order>> = HashMap::new();
         for job in jobs {
-            let target = self
-                .peers
-                .iter_mut()
-                .filter(|(_, p)| p.free() > 0 && p.takes(&job.queue, &job.kind))
-                .max_by_key(|(_, p)| p.free());
-            match target {
-                Some((peer, p)) => {
-                    p.held.insert(
-                        job.lease.job_id,
-                        Held {
-                            attempt: job.lease.attempt,
-                            counted_attempt: job.counted_attempt,
-                            sent_at: now,
-                            deadline: Some(now + job.timeout + self.config.heartbeat * 2),
-                        },
-                    );
-                    orders
-                        .entry(peer.clone())
-                        .or_default()
-                        .push(Order::from(&job));
+            match self.peers.roster().pick(&job.queue, &job.kind).cloned() {
+                Some(peer) => {
+                    let held = Held {
+                        attempt: job.lease.attempt,
+                        counted_attempt: job.counted_attempt,
+                        sent_at: now,
+                        deadline: Some(now + job.timeout + self.config.heartbeat * 2),
+                    };
+                    self.peers.hold(&peer, job.lease.job_id, held);
+                    orders.entry(peer).or_default().push(Order::from(&job));
                 }
                 None => {
                     tracing::debug!(job_id = %job.lease.job_id, kind = %job.kind, queue = %job.queue,
@@ -227,7 +203,7 @@ impl Core {
         let served: HashMap<&str, ()> = self
             .peers
             .values()
-            .flat_map(|p| p.queues.iter().map(|q| (q.as_str(), ())))
+            .flat_map(|p| p.queues().iter().map(|q| (q.as_str(), ())))
             .collect();
         self.hot.retain(|q, _| served.contains_key(q.as_str()));
         self.active.retain(|q| served.contains_key(q.as_str()));
@@ -252,8 +228,8 @@ impl Core {
     /// nothing lost): the transport answers [`Event::PeerGone`] for each whose connection
     /// is gone. Clients hold no orders and are left to the silence sweep.
     pub(crate) fn probe_workers(&self) {
-        for (id, p) in &self.peers {
-            if p.role == hopper_protocol::Role::Worker {
+        for (id, p) in self.peers.iter() {
+            if p.role() == hopper_protocol::Role::Worker {
                 let probe = Reply::HeartbeatAck {
                     req: 0,
                     lost: Vec::new(),
@@ -273,16 +249,17 @@ impl Core {
         };
         let silence = now.duration_since(p.last_seen);
         let name = capped(&p.name);
+        let held = p.held();
         if p.leaving {
-            tracing::info!(peer = %hex(id), %name, jobs = p.held.len(), "peer left after bye");
-        } else if p.role != hopper_protocol::Role::Worker && p.held.is_empty() {
+            tracing::info!(peer = %hex(id), %name, jobs = held.len(), "peer left after bye");
+        } else if p.role() != hopper_protocol::Role::Worker && held.is_empty() {
             tracing::info!(peer = %hex(id), %name, ?silence, "idle client's session ended");
         } else if why == Gone::Closed {
-            tracing::warn!(peer = %hex(id), %name, jobs = p.held.len(), "peer's connection closed; dropped");
+            tracing::warn!(peer = %hex(id), %name, jobs = held.len(), "peer's connection closed; dropped");
         } else {
-            tracing::warn!(peer = %hex(id), %name, jobs = p.held.len(), ?silence, "peer went silent; dropped");
+            tracing::warn!(peer = %hex(id), %name, jobs = held.len(), ?silence, "peer went silent; dropped");
         }
-        for (job_id, held) in p.held {
+        for (&job_id, held) in held {
             let lease = Lease {
                 job_id,
                 attempt: held.attempt,
@@ -315,13 +292,6 @@ impl Core {
     /// and one more served queue in turn, as a safety net for a wake-up that never came.
     /// An idle server thus runs at most one claim per tick, however many queues it serves.
     pub(crate) fn poll(&mut self) {
-        for p in self.peers.values_mut() {
-            if std::mem::take(&mut p.reported) {
-                for q in &p.queues {
-                    self.active.insert(q.clone());
-                }
-            }
-        }
         for q in self.active.drain() {
             if let Some(hot) = self.hot.get_mut(&q) {
                 *hot = true;
@@ -384,14 +354,9 @@ impl Core {
     pub(crate) fn on_inherited(&mut self, leases: Vec<Lease>) {
         self.claiming = false;
         let seen = self.seen.take().unwrap_or_default();
-        let held: std::collections::HashSet<hopper_core::JobId> = self
-            .peers
-            .values()
-            .flat_map(|p| p.held.keys().copied())
-            .collect();
         let orphans: Vec<Lease> = leases
             .into_iter()
-            .filter(|l| !held.contains(&l.job_id) && !seen.contains(&l.job_id))
+            .filter(|l| self.peers.holder(&l.job_id).is_none() && !seen.contains(&l.job_id))
             .collect();
         if orphans.is_empty() {
             return;
@@ -413,21 +378,20 @@ impl Core {
     /// timeouts themselves (the Rust runtime) report first; this catches those that cannot
     /// (a Python thread cannot be stopped) or hang.
     fn enforce_timeouts(&mut self, now: Instant) {
-        let mut late = Vec::new();
-        for (peer, p) in &mut self.peers {
-            let ids: Vec<_> = p
-                .held
-                .iter()
-                .filter(|(_, h)| h.deadline.is_some_and(|d| d <= now))
-                .map(|(id, _)| *id)
-                .collect();
-            for id in ids {
-                if let Some(h) = p.held.remove(&id) {
-                    late.push((peer.clone(), id, h));
-                }
-            }
-        }
-        for (peer, job_id, h) in late {
+        let late: Vec<(PeerId, JobId)> = self
+            .peers
+            .iter()
+            .flat_map(|(peer, p)| {
+                p.held()
+                    .iter()
+                    .filter(|(_, h)| h.deadline.is_some_and(|d| d <= now))
+                    .map(|(id, _)| (peer.clone(), *id))
+            })
+            .collect();
+        for (peer, job_id) in late {
+            let Some(h) = self.peers.release(&peer, &job_id) else {
+                continue;
+            };
             let ran = now.duration_since(h.sent_at);
             tracing::warn!(%job_id, attempt = h.attempt, ?ran, "job timed out on its worker; cancelling and retrying it");
             self.reply(&peer, Reply::Cancel { id: job_id });

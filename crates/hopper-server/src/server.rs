@@ -15,15 +15,13 @@ use hopper::maintenance::{
 };
 use hopper::supervise::{Policy, supervise};
 use hopper_core::log_limit::LogThrottle;
-use hopper_core::pace::{Pace, prefetch_for};
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, NewJob, Outcome, Result, Wakeup};
 use hopper_protocol::{
-    ErrorCode, FinishResult, JobInfo, LeaseRef, OutcomeItem, Reply, Request, Role, decode_request,
+    ErrorCode, FinishResult, JobInfo, LeaseRef, OutcomeItem, Reply, Request, decode_request,
 };
 use tokio::sync::{Mutex, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::auth::Access;
 use crate::convert;
@@ -33,8 +31,10 @@ use crate::{ServeConfig, ServeError, ServerHandle};
 
 mod hello;
 mod outcomes;
+mod peers;
 
 use hello::Hello;
+pub(crate) use peers::{Held, Peers, Registration};
 
 /// Database requests of peers in flight at once; more get `internal` ("busy").
 const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
@@ -86,71 +86,11 @@ pub(crate) enum Event {
 /// follow within this time are covered by the same probe.
 pub(crate) const REPROBE_AFTER: Duration = Duration::from_millis(100);
 
-/// An order a worker holds.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Held {
-    pub attempt: i32,
-    pub counted_attempt: i32,
-    pub sent_at: Instant,
-    /// When the server stops waiting: the job's timeout (moved by `extend`) plus a grace of
-    /// two heartbeat periods. `None` for leases adopted after a restart (timeout unknown).
-    pub deadline: Option<Instant>,
-}
-
-/// A peer that said hello.
-#[derive(Debug)]
-pub(crate) struct Peer {
-    pub session: Uuid,
-    pub role: Role,
-    /// What its token allows.
-    pub access: Access,
-    pub name: String,
-    /// `None`: any kind.
-    pub kinds: Option<HashSet<String>>,
-    pub queues: Vec<String>,
-    pub concurrency: usize,
-    /// The most orders it holds beyond `concurrency` (its hello's `prefetch`).
-    pub prefetch: usize,
-    /// The mean duration of its jobs, from the outcomes it reports: sizes the credit it is
-    /// granted beyond its concurrency.
-    pub pace: Pace,
-    pub held: HashMap<JobId, Held>,
-    pub last_seen: Instant,
-    /// Said bye: no more orders.
-    pub leaving: bool,
-    /// Reported an outcome since the last poll tick (its queues are claimed from at it).
-    pub reported: bool,
-    /// Reads `orders` (several jobs per push).
-    pub batch: bool,
-}
-
-impl Peer {
-    /// Orders it can take now: its concurrency, plus what it holds ahead of its slots when
-    /// it announced a prefetch (as many as its slots start in 10 ms at the pace of its jobs,
-    /// [`hopper_core::pace::prefetch_for`], at most the prefetch it announced), minus the
-    /// orders it holds.
-    pub fn free(&self) -> usize {
-        if self.role != Role::Worker || self.leaving {
-            return 0;
-        }
-        let ahead = match self.prefetch {
-            0 => 0,
-            most => prefetch_for(self.concurrency, self.pace.mean(), most).min(most),
-        };
-        (self.concurrency + ahead).saturating_sub(self.held.len())
-    }
-
-    pub fn takes(&self, queue: &str, kind: &str) -> bool {
-        self.queues.iter().any(|q| q == queue)
-            && self.kinds.as_ref().is_none_or(|k| k.contains(kind))
-    }
-}
-
 /// The settings and channels every part of the loop uses.
 pub(crate) struct Core {
     pub config: ServeConfig,
     pub backend: Arc<dyn Backend>,
-    pub peers: HashMap<PeerId, Peer>,
+    pub peers: Peers,
     pub out: mpsc::Sender<(PeerId, Reply)>,
     pub events: mpsc::Sender<Event>,
     pub finisher: mpsc::Sender<FinishItem>,
@@ -199,7 +139,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
     let node_id = config.node_id;
     let stop = CancellationToken::new();
     let fenced = Arc::new(AtomicBool::new(false));
-    let node = tasks::node_info(&config, &HashMap::new());
+    let node = tasks::node_info(&config, &Peers::default());
     let hold = crate::liveness::start(&backend, node.clone(), fenced.clone(), &stop).await?;
     // Should binding fail below, the lock's keeper stops and gives the lock back.
     let stop_on_error = stop.clone().drop_guard();
@@ -226,7 +166,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
     let curve = config.curve.is_some();
     let core = Core {
         backend: backend.clone(),
-        peers: HashMap::new(),
+        peers: Peers::default(),
         out: out_tx.clone(),
         events: events_tx.clone(),
         finisher: finish_tx,
@@ -365,7 +305,7 @@ impl Core {
                 self.probe_workers();
             }
             Event::PeerGone(peer) => {
-                if self.peers.contains_key(&peer) {
+                if self.peers.contains(&peer) {
                     self.drop_peer(&peer, Instant::now(), Gone::Closed);
                 }
             }
@@ -428,7 +368,10 @@ impl Core {
                 self.on_hello(peer, hello, now);
             }
             request => {
-                let Some(p) = self.peers.get_mut(&peer) else {
+                let Some(access) = self.peers.update(&peer, |p| {
+                    p.last_seen = now;
+                    p.access
+                }) else {
                     let req = request.req();
                     if let Some(held_back) = self.early_refusals.check() {
                         tracing::warn!(peer = %hex(&peer), held_back, "refused a request before hello");
@@ -443,12 +386,11 @@ impl Core {
                     );
                     return;
                 };
-                p.last_seen = now;
                 let needed = Access::needed_by(&request);
-                if needed > p.access {
+                if needed > access {
                     let message = format!(
                         "this token's role is {}; this request needs a {} token",
-                        p.access.as_str(),
+                        access.as_str(),
                         needed.as_str()
                     );
                     let req = Some(request.req());
@@ -538,7 +480,7 @@ impl Core {
                     return;
                 }
                 let grace = self.config.heartbeat * 2;
-                if let Some(held) = self.peers.get_mut(&peer).and_then(|p| p.held.get_mut(&id)) {
+                if let Some(held) = self.peers.held_mut(&peer, &id) {
                     held.deadline = Some(now + by + grace);
                 }
                 self.extend(
@@ -553,10 +495,10 @@ impl Core {
             }
             Request::Outcomes { req, outcomes } => self.on_outcomes(peer, req, outcomes),
             Request::Bye { req } => {
-                if let Some(p) = self.peers.get_mut(&peer) {
+                self.peers.update(&peer, |p| {
                     p.leaving = true;
-                    tracing::info!(peer = %hex(&peer), name = %p.name, held = p.held.len(), "peer said bye");
-                }
+                    tracing::info!(peer = %hex(&peer), name = %p.name, held = p.held().len(), "peer said bye");
+                });
                 self.reply(
                     &peer,
                     Reply::Ack {
@@ -632,20 +574,16 @@ impl Core {
         }
     }
 
-    /// The other connected peer that holds `id`, if any. Checked only when `peer` does not
-    /// hold it itself, so the common case costs one lookup.
+    /// The other connected peer that holds `id`, if any (`None` when `peer` holds it).
     fn held_elsewhere(&self, peer: &PeerId, id: JobId) -> Option<&PeerId> {
         if self
             .peers
             .get(peer)
-            .is_some_and(|p| p.held.contains_key(&id))
+            .is_some_and(|p| p.held().contains_key(&id))
         {
             return None;
         }
-        self.peers
-            .iter()
-            .find(|(other, p)| *other != peer && p.held.contains_key(&id))
-            .map(|(other, _)| other)
+        self.peers.holder(&id).filter(|holder| *holder != peer)
     }
 
     /// A peer may report or extend only the orders it was sent (or, after a restart, ones
@@ -728,36 +666,42 @@ impl Core {
         for l in &leases {
             self.saw(l.id);
         }
-        let Some(p) = self.peers.get_mut(&peer) else {
+        if !self.peers.contains(&peer) {
             return;
-        };
+        }
         // Adopt what the worker holds of an earlier run ...
         let listed: HashSet<JobId> = leases.iter().map(|l| l.id).collect();
         for l in &leases {
-            if let Some(held) = p.held.get_mut(&l.id) {
+            if let Some(held) = self.peers.held_mut(&peer, &l.id) {
                 held.attempt = l.attempt;
             } else if inherited.contains(&l.id) {
-                p.held.insert(
-                    l.id,
-                    Held {
-                        attempt: l.attempt,
-                        counted_attempt: 1,
-                        sent_at: now,
-                        deadline: None,
-                    },
-                );
+                let held = Held {
+                    attempt: l.attempt,
+                    counted_attempt: 1,
+                    sent_at: now,
+                    deadline: None,
+                };
+                self.peers.hold(&peer, l.id, held);
             }
         }
         // ... and take back orders it never got (sent to a connection that died).
-        let unknown: Vec<(JobId, Held)> = p
-            .held
-            .iter()
-            .filter(|(id, h)| !listed.contains(id) && now.duration_since(h.sent_at) > stale_after)
-            .map(|(id, h)| (*id, *h))
+        let unknown: Vec<JobId> = self
+            .peers
+            .get(&peer)
+            .map(|p| {
+                p.held()
+                    .iter()
+                    .filter(|(id, h)| {
+                        !listed.contains(id) && now.duration_since(h.sent_at) > stale_after
+                    })
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let unknown: Vec<(JobId, Held)> = unknown
+            .into_iter()
+            .filter_map(|id| Some((id, self.peers.release(&peer, &id)?)))
             .collect();
-        for (id, _) in &unknown {
-            p.held.remove(id);
-        }
         for (id, h) in unknown {
             tracing::info!(job_id = %id, "an order never reached its worker; releasing it");
             let lease = Lease {
@@ -795,14 +739,14 @@ impl Core {
     fn on_heartbeat_done(&mut self, peer: PeerId, req: u64, lost: Result<Vec<Lease>>) {
         match lost {
             Ok(lost) => {
-                if let Some(p) = self.peers.get_mut(&peer) {
-                    for l in &lost {
-                        if p.held
+                for l in &lost {
+                    let same = self.peers.get(&peer).is_some_and(|p| {
+                        p.held()
                             .get(&l.job_id)
                             .is_some_and(|h| h.attempt == l.attempt)
-                        {
-                            p.held.remove(&l.job_id);
-                        }
+                    });
+                    if same {
+                        self.peers.release(&peer, &l.job_id);
                     }
                 }
                 let lost = lost
@@ -825,13 +769,8 @@ impl Core {
     }
 
     fn on_cancelled(&mut self, id: JobId) {
-        let holder = self
-            .peers
-            .iter_mut()
-            .find(|(_, p)| p.held.contains_key(&id));
-        if let Some((peer, p)) = holder {
-            p.held.remove(&id);
-            let peer = peer.clone();
+        if let Some(peer) = self.peers.holder(&id).cloned() {
+            self.peers.release(&peer, &id);
             self.reply(&peer, Reply::Cancel { id });
         }
     }

@@ -2,7 +2,6 @@
 //! and the node row its [`hopper::maintenance::Heartbeat`] refreshes. The maintenance the
 //! workers' runtimes would otherwise do runs as the same [`hopper::maintenance`] services.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -14,21 +13,21 @@ use tokio::sync::{mpsc, watch};
 
 use crate::ServeConfig;
 
-use crate::server::{Event, Peer, PeerId};
+use crate::server::{Event, PeerId, Peers};
 
 /// The node row: the queues served and the total concurrency of connected workers.
-pub(crate) fn node_info(config: &ServeConfig, peers: &HashMap<PeerId, Peer>) -> NodeInfo {
+pub(crate) fn node_info(config: &ServeConfig, peers: &Peers) -> NodeInfo {
     let mut queues: Vec<String> = peers
         .values()
-        .filter(|p| p.role == hopper_protocol::Role::Worker)
-        .flat_map(|p| p.queues.iter().cloned())
+        .filter(|p| p.role() == hopper_protocol::Role::Worker)
+        .flat_map(|p| p.queues().iter().cloned())
         .collect();
     queues.sort();
     queues.dedup();
     let concurrency: usize = peers
         .values()
-        .filter(|p| p.role == hopper_protocol::Role::Worker)
-        .map(|p| p.concurrency)
+        .filter(|p| p.role() == hopper_protocol::Role::Worker)
+        .map(|p| p.concurrency())
         .sum();
     NodeInfo {
         id: config.node_id,

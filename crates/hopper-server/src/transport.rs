@@ -286,17 +286,16 @@ impl IoThread {
                 return;
             };
             let id = message.first().cloned().unwrap_or_default();
-            let peer = hex(&id);
             match self.router.send_multipart(message, zmq::DONTWAIT) {
                 Ok(()) => {}
                 Err(zmq::Error::EHOSTUNREACH) => {
-                    tracing::debug!(%peer, "a reply to a peer that is gone was dropped");
+                    tracing::debug!(peer = %hex(&id), "a reply to a peer that is gone was dropped");
                     // If the loop is behind, its silence sweep finds the peer instead.
                     let _ = self.events.try_send(Event::PeerGone(Bytes::from(id)));
                 }
                 Err(e) => {
                     if let Some(more) = self.drops.allow("send") {
-                        tracing::warn!(%peer, error = %e, more, "peer not reading; message dropped");
+                        tracing::warn!(peer = %hex(&id), error = %e, more, "peer not reading; message dropped");
                     }
                 }
             }

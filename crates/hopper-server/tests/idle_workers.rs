@@ -1,5 +1,6 @@
 //! A thousand connected idle workers on one server, which uses at most ten database
-//! connections (its pool and its one LISTEN), and still places a job on one of them.
+//! connections (its pool and its one LISTEN), and still places a job on one of them; and
+//! idle workers taking turns at the jobs.
 
 mod common;
 
@@ -63,6 +64,78 @@ async fn a_thousand_idle_workers_share_a_few_connections() -> anyhow::Result<()>
     let used = connections(&db, &app).await;
     println!("{WORKERS} idle workers connected; the server uses {used} database connections");
     assert!((1..=10).contains(&used), "{used} connections");
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Idle workers of equal credit take turns: each job, submitted once the one before it is
+/// completed, goes to the worker whose last order is the oldest, so none is left idle while
+/// another gets every job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_workers_take_turns() -> anyhow::Result<()> {
+    const WORKERS: usize = 3;
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(30)).await).await;
+    let endpoint = server.endpoint().to_owned();
+    let mut peers = Vec::new();
+    for i in 0..WORKERS {
+        let mut peer = RawPeer::connect(&endpoint).await;
+        let extra = vec![
+            ("name", text(&format!("turn-{i}"))),
+            ("queues", ciborium::Value::Array(vec![text("turns")])),
+            ("concurrency", int(1)),
+        ];
+        let welcome = peer.hello("worker", TOKEN, extra).await;
+        assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+        peers.push(peer);
+    }
+    let client = hopper::Client::new(hopper::connect(&url(&endpoint), Default::default()).await?);
+    let mut takers = Vec::new();
+    for round in 0..2 * WORKERS {
+        let id = client
+            .insert(hopper::NewJob::new("noop", serde_json::json!({})).with_queue("turns"))
+            .await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let (who, order) = loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no worker got job {round}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if let Some(found) = peers
+                .iter_mut()
+                .enumerate()
+                .find_map(|(i, p)| order_now(p).map(|o| (i, o)))
+            {
+                break found;
+            }
+        };
+        let job = field(&order, "job").expect("a job");
+        assert_eq!(text_of(job, "id"), id.to_string());
+        let attempt = field(job, "attempt").cloned().unwrap_or(int(1));
+        let completed = map(vec![
+            ("type", text("completed")),
+            ("req", int(10 + i64::try_from(round)?)),
+            ("id", text(&id.to_string())),
+            ("attempt", attempt),
+            ("duration_ms", int(0)),
+        ]);
+        peers[who].send(&completed).await;
+        peers[who].recv_type("ack").await;
+        takers.push(who);
+    }
+    let mut first: Vec<usize> = takers[..WORKERS].to_vec();
+    first.sort_unstable();
+    assert_eq!(
+        first,
+        [0, 1, 2],
+        "each idle worker gets one of the first jobs: {takers:?}"
+    );
+    assert_eq!(
+        takers[WORKERS..],
+        takers[..WORKERS],
+        "then the same turns: {takers:?}"
+    );
     server.shutdown().await;
     Ok(())
 }

@@ -1,15 +1,11 @@
 //! `hello`: checking a peer's registration (version, token and its role, names, bounds) and
 //! keeping it. A refused hello changes nothing: a peer that had a session keeps it.
 
-use std::collections::HashMap;
-
 use hopper_core::log_limit::capped;
-use hopper_core::pace::Pace;
 use hopper_protocol::{ErrorCode, Reply, Role, VERSION};
 use tokio::time::Instant;
-use uuid::Uuid;
 
-use super::{Core, Peer, PeerId, hex};
+use super::{Core, PeerId, Registration, hex};
 use crate::auth::Access;
 
 /// Most queues one worker may serve: each served queue is claimed from for it, so the
@@ -82,34 +78,18 @@ impl Core {
         for q in &queues {
             self.hot.entry(q.clone()).or_insert(true);
         }
-        let kinds = hello.kinds.map(|k| k.into_iter().collect());
-        let entry = self.peers.entry(peer.clone()).or_insert_with(|| Peer {
-            session: Uuid::now_v7(),
+        let registration = Registration {
             role: hello.role,
             access,
-            name: String::new(),
-            kinds: None,
-            queues: Vec::new(),
-            concurrency: 0,
-            prefetch: 0,
-            pace: Pace::default(),
-            held: HashMap::new(),
-            last_seen: now,
-            leaving: false,
-            reported: false,
-            batch: false,
-        });
-        entry.role = hello.role;
-        entry.access = access;
-        entry.name = name;
-        entry.kinds = kinds;
-        entry.queues = queues;
-        entry.concurrency = concurrency as usize;
-        entry.prefetch = prefetch as usize;
-        entry.last_seen = now;
-        entry.leaving = false;
-        entry.batch = hello.batch;
-        tracing::info!(peer = %hex(&peer), name = %capped(&entry.name), role = ?entry.role, access = access.as_str(), queues = entry.queues.len(), concurrency, prefetch, "peer said hello");
+            name,
+            kinds: hello.kinds.map(|k| k.into_iter().collect()),
+            queues,
+            concurrency: concurrency as usize,
+            prefetch: prefetch as usize,
+            batch: hello.batch,
+        };
+        let entry = self.peers.register(&peer, registration, now);
+        tracing::info!(peer = %hex(&peer), name = %capped(&entry.name), role = ?entry.role(), access = access.as_str(), queues = entry.queues().len(), concurrency, prefetch, "peer said hello");
         let welcome = Reply::Welcome {
             req: hello.req,
             version: VERSION,

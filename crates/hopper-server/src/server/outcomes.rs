@@ -57,18 +57,19 @@ impl Core {
         if !self.start_writing(lease) {
             return None;
         }
-        let p = self.peers.get_mut(peer);
-        let ran = ran(&item);
-        let counted = p
-            .and_then(|p| {
-                p.reported = true;
-                let held = p.held.remove(&id)?;
-                if let Some(ran) = ran {
-                    p.pace.record(ran);
+        // Its queues are claimed from at the next poll tick: a limit may have room again.
+        if let Some(p) = self.peers.get(peer) {
+            for q in p.queues() {
+                if !self.active.contains(q) {
+                    self.active.insert(q.clone());
                 }
-                Some(held)
-            })
-            .map_or(1, |h| h.counted_attempt);
+            }
+        }
+        let held = self.peers.release(peer, &id);
+        if let (Some(_), Some(ran)) = (held, ran(&item)) {
+            self.peers.update(peer, |p| p.pace.record(ran));
+        }
+        let counted = held.map_or(1, |h| h.counted_attempt);
         Some(Finish {
             lease,
             outcome: outcome(item, counted),

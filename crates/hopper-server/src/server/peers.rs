@@ -1,0 +1,243 @@
+//! The peers that said hello, the orders each holds, and the index dispatch reads
+//! ([`Roster`]), kept in step with one another: every change to a peer's orders or credit
+//! goes through [`Peers`], which tells the roster, so that no claim needs a pass over every
+//! connected worker.
+
+use std::collections::{HashMap, HashSet, hash_map};
+
+use hopper_core::JobId;
+use hopper_core::pace::{Pace, prefetch_for};
+use hopper_protocol::Role;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::PeerId;
+use crate::auth::Access;
+use crate::roster::Roster;
+
+/// An order a worker holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Held {
+    pub attempt: i32,
+    pub counted_attempt: i32,
+    pub sent_at: Instant,
+    /// When the server stops waiting: the job's timeout (moved by `extend`) plus a grace of
+    /// two heartbeat periods. `None` for leases adopted after a restart (timeout unknown).
+    pub deadline: Option<Instant>,
+}
+
+/// What a hello registers.
+pub(crate) struct Registration {
+    pub role: Role,
+    pub access: Access,
+    pub name: String,
+    /// `None`: any kind.
+    pub kinds: Option<HashSet<String>>,
+    pub queues: Vec<String>,
+    pub concurrency: usize,
+    pub prefetch: usize,
+    pub batch: bool,
+}
+
+/// A peer that said hello. What decides where its orders go (role, queues, kinds, credit,
+/// orders held) is read-only here: it changes through [`Peers`].
+#[derive(Debug)]
+pub(crate) struct Peer {
+    pub session: Uuid,
+    role: Role,
+    /// What its token allows.
+    pub access: Access,
+    pub name: String,
+    kinds: Option<HashSet<String>>,
+    queues: Vec<String>,
+    concurrency: usize,
+    /// The most orders it holds beyond `concurrency` (its hello's `prefetch`).
+    prefetch: usize,
+    /// The mean duration of its jobs, from the outcomes it reports: sizes the credit it is
+    /// granted beyond its concurrency.
+    pub pace: Pace,
+    held: HashMap<JobId, Held>,
+    pub last_seen: Instant,
+    /// Said bye: no more orders.
+    pub leaving: bool,
+    /// Reads `orders` (several jobs per push).
+    pub batch: bool,
+}
+
+impl Peer {
+    /// Orders it can take now: its concurrency, plus what it holds ahead of its slots when
+    /// it announced a prefetch (as many as its slots start in 10 ms at the pace of its jobs,
+    /// [`hopper_core::pace::prefetch_for`], at most the prefetch it announced), minus the
+    /// orders it holds.
+    pub fn free(&self) -> usize {
+        if self.role != Role::Worker || self.leaving {
+            return 0;
+        }
+        let ahead = match self.prefetch {
+            0 => 0,
+            most => prefetch_for(self.concurrency, self.pace.mean(), most).min(most),
+        };
+        (self.concurrency + ahead).saturating_sub(self.held.len())
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The queues it serves.
+    pub fn queues(&self) -> &[String] {
+        &self.queues
+    }
+
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    /// The orders it holds.
+    pub fn held(&self) -> &HashMap<JobId, Held> {
+        &self.held
+    }
+}
+
+/// The peers, by routing id.
+#[derive(Debug, Default)]
+pub(crate) struct Peers {
+    map: HashMap<PeerId, Peer>,
+    /// Who holds each order.
+    holders: HashMap<JobId, PeerId>,
+    roster: Roster<PeerId>,
+}
+
+impl Peers {
+    pub fn get(&self, id: &PeerId) -> Option<&Peer> {
+        self.map.get(id)
+    }
+
+    pub fn contains(&self, id: &PeerId) -> bool {
+        self.map.contains_key(id)
+    }
+
+    pub fn iter(&self) -> hash_map::Iter<'_, PeerId, Peer> {
+        self.map.iter()
+    }
+
+    pub fn values(&self) -> hash_map::Values<'_, PeerId, Peer> {
+        self.map.values()
+    }
+
+    /// The workers indexed by queue and kind, with their free credit.
+    pub fn roster(&self) -> &Roster<PeerId> {
+        &self.roster
+    }
+
+    /// The peer holding order `job`.
+    pub fn holder(&self, job: &JobId) -> Option<&PeerId> {
+        self.holders.get(job)
+    }
+
+    /// Registers a hello: a new peer, or new settings for one that has a session (its
+    /// session and orders kept).
+    pub fn register(&mut self, id: &PeerId, reg: Registration, now: Instant) -> &Peer {
+        let p = self.map.entry(id.clone()).or_insert_with(|| Peer {
+            session: Uuid::now_v7(),
+            role: reg.role,
+            access: reg.access,
+            name: String::new(),
+            kinds: None,
+            queues: Vec::new(),
+            concurrency: 0,
+            prefetch: 0,
+            pace: Pace::default(),
+            held: HashMap::new(),
+            last_seen: now,
+            leaving: false,
+            batch: false,
+        });
+        p.role = reg.role;
+        p.access = reg.access;
+        p.name = reg.name;
+        p.kinds = reg.kinds;
+        p.queues = reg.queues;
+        p.concurrency = reg.concurrency;
+        p.prefetch = reg.prefetch;
+        p.batch = reg.batch;
+        p.last_seen = now;
+        p.leaving = false;
+        if p.role == Role::Worker {
+            self.roster
+                .join(id.clone(), &p.queues, p.kinds.as_ref(), p.free());
+        } else {
+            self.roster.leave(id);
+        }
+        p
+    }
+
+    /// Changes a peer with `f` (its pace, last message, leaving); its credit is read
+    /// again after. `None` when there is no such peer.
+    pub fn update<R>(&mut self, id: &PeerId, f: impl FnOnce(&mut Peer) -> R) -> Option<R> {
+        let p = self.map.get_mut(id)?;
+        let result = f(p);
+        self.roster.set_free(id, p.free());
+        Some(result)
+    }
+
+    /// Gives a peer an order to hold.
+    pub fn hold(&mut self, id: &PeerId, job: JobId, held: Held) {
+        let Some(p) = self.map.get_mut(id) else {
+            return;
+        };
+        p.held.insert(job, held);
+        self.holders.insert(job, id.clone());
+        self.roster.set_free(id, p.free());
+    }
+
+    /// Takes back an order a peer holds; `None` when it does not hold it.
+    pub fn release(&mut self, id: &PeerId, job: &JobId) -> Option<Held> {
+        let p = self.map.get_mut(id)?;
+        let held = p.held.remove(job)?;
+        if self.holders.get(job) == Some(id) {
+            self.holders.remove(job);
+        }
+        self.roster.set_free(id, p.free());
+        Some(held)
+    }
+
+    /// An order a peer holds, to change its attempt or deadline.
+    pub fn held_mut(&mut self, id: &PeerId, job: &JobId) -> Option<&mut Held> {
+        self.map.get_mut(id)?.held.get_mut(job)
+    }
+
+    /// Ends a peer's session; it is returned with the orders it held.
+    pub fn remove(&mut self, id: &PeerId) -> Option<Peer> {
+        let p = self.map.remove(id)?;
+        self.roster.leave(id);
+        for job in p.held.keys() {
+            if self.holders.get(job) == Some(id) {
+                self.holders.remove(job);
+            }
+        }
+        Some(p)
+    }
+
+    /// Whether the roster's credit per queue agrees with a recount over every peer, and
+    /// each holder in the index holds its order: checked in debug builds, where tests run.
+    pub fn consistent(&self) -> bool {
+        let mut credit: HashMap<&str, usize> = HashMap::new();
+        for p in self.map.values() {
+            let free = p.free();
+            if free == 0 {
+                continue;
+            }
+            let queues: HashSet<&str> = p.queues.iter().map(String::as_str).collect();
+            for q in queues {
+                *credit.entry(q).or_default() += free;
+            }
+        }
+        let indexed: HashMap<&str, usize> = self.roster.queues_with_credit().collect();
+        let holders_hold = self
+            .holders
+            .iter()
+            .all(|(job, id)| self.map.get(id).is_some_and(|p| p.held.contains_key(job)));
+        indexed == credit && holders_hold
+    }
+}
