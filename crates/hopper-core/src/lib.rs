@@ -17,6 +17,8 @@
 //! - [`clock`]: injectable time ([`Clock`]), so tests never sleep for a lease to expire;
 //! - [`log_limit`]: truncating what peers send before it reaches a log, and logging a
 //!   repeated event at most once per interval;
+//! - [`meta`]: job metadata (a JSON object beside the arguments) and the W3C trace
+//!   context kept in it;
 //! - [`pace`]: how long a node's jobs take, and how many to hold ahead of its free slots
 //!   (the runtime's prefetch, the server's extra credit);
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
@@ -29,6 +31,7 @@ pub mod lease;
 pub mod limits;
 pub mod liveness;
 pub mod log_limit;
+pub mod meta;
 pub mod pace;
 pub mod policy;
 pub mod scheduling;

@@ -57,6 +57,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "node_liveness",
         include_str!("../migrations/0008_node_liveness.sql"),
     ),
+    (
+        9,
+        "job_meta",
+        include_str!("../migrations/0009_job_meta.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -157,7 +162,8 @@ queries!(
         TIMESTAMPTZ,
         INT4,
         INT4,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        JSONB
     ),
     job_insert_full(
         UUID,
@@ -171,7 +177,8 @@ queries!(
         TIMESTAMPTZ,
         TEXT,
         TEXT,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        JSONB
     ),
     job_insert_many_copy(),
     job_insert_many_full(
@@ -186,7 +193,8 @@ queries!(
         TEXT_ARRAY,
         TEXT_ARRAY,
         TIMESTAMPTZ_ARRAY,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        JSONB_ARRAY
     ),
     job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT),
     job_list_in_transaction(INT8),
@@ -204,7 +212,8 @@ queries!(
         INT4,
         INT4,
         TEXT,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        JSONB
     ),
     job_rescue_expired(TIMESTAMPTZ),
     job_retry(UUID, TIMESTAMPTZ),

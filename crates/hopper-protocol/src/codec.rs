@@ -199,6 +199,7 @@ mod tests {
                 job: JobSpec {
                     priority: Some(PriorityValue::Name("high".into())),
                     delay_ms: Some(10),
+                    meta: Some(json!({"tenant": "acme"})),
                     ..JobSpec::new("email", json!({"to": "a@b", "n": [1, 2.5, null]}))
                 },
             },
@@ -357,6 +358,7 @@ mod tests {
                     timeout_ms: 1000,
                     created_at: now,
                     run_at: now,
+                    meta: json!({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}),
                 },
             },
             Reply::Cancel { id },

@@ -40,6 +40,7 @@ impl From<&ClaimedJob> for Order {
             timeout_ms: millis(job.timeout),
             created_at: job.created_at,
             run_at: job.run_at,
+            meta: job.meta.clone(),
         }
     }
 }
@@ -61,6 +62,7 @@ impl From<Order> for ClaimedJob {
             timeout: Duration::from_millis(job.timeout_ms),
             created_at: job.created_at,
             run_at: job.run_at,
+            meta: job.meta,
         }
     }
 }
@@ -94,6 +96,7 @@ impl From<JobRecord> for JobInfo {
                     duration_ms: e.duration_ms,
                 })
                 .collect(),
+            meta: job.meta,
         }
     }
 }
@@ -136,6 +139,7 @@ impl TryFrom<JobInfo> for JobRecord {
                 .collect(),
             group: None,
             unique_key: None,
+            meta: job.meta,
         })
     }
 }
@@ -153,6 +157,7 @@ impl From<&NewJob> for JobSpec {
             delay_ms: None,
             max_attempts: Some(job.max_attempts),
             timeout_ms: Some(millis(job.timeout)),
+            meta: (!job.meta.is_empty()).then(|| job.meta_value()),
         }
     }
 }
@@ -200,6 +205,12 @@ impl TryFrom<JobSpec> for NewJob {
         }
         if let Some(ms) = spec.timeout_ms {
             job.timeout = Duration::from_millis(ms);
+        }
+        if let Some(meta) = spec.meta {
+            hopper_core::meta::validate_meta(&meta)?;
+            if let serde_json::Value::Object(map) = meta {
+                job.meta = map;
+            }
         }
         job.validate()?;
         Ok(job)

@@ -44,6 +44,10 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
 
+fn is_empty_object(v: &serde_json::Value) -> bool {
+    v.as_object().is_some_and(serde_json::Map::is_empty)
+}
+
 /// A job to submit. Only `kind` is required.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
@@ -79,6 +83,12 @@ pub struct JobSpec {
     /// How long one run may take, in milliseconds (default 30 minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Metadata about the job, apart from its arguments: a map of at most 16 KiB as JSON,
+    /// whose `traceparent` and `tracestate`, when present, are the W3C trace context of the
+    /// span that submitted it (default `{}`). Anything else than a map is refused with
+    /// `invalid_job`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 impl JobSpec {
@@ -94,6 +104,7 @@ impl JobSpec {
             delay_ms: None,
             max_attempts: None,
             timeout_ms: None,
+            meta: None,
         }
     }
 }
@@ -429,6 +440,9 @@ pub struct JobInfo {
     /// Every failed attempt, oldest first.
     #[serde(default)]
     pub errors: Vec<AttemptInfo>,
+    /// Its metadata (a map; `{}` when it has none).
+    #[serde(default = "empty_object")]
+    pub meta: serde_json::Value,
 }
 
 /// A job for a worker to run, pushed by the server.
@@ -457,6 +471,10 @@ pub struct Order {
     pub created_at: DateTime<Utc>,
     /// When it was due.
     pub run_at: DateTime<Utc>,
+    /// Its metadata, with the W3C trace context of the span that submitted it (its
+    /// `traceparent`), if any. Absent when the job has none: read a missing field as `{}`.
+    #[serde(default = "empty_object", skip_serializing_if = "is_empty_object")]
+    pub meta: serde_json::Value,
 }
 
 /// Why a request was refused.

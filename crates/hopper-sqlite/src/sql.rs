@@ -61,6 +61,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "node_liveness",
         include_str!("../migrations/0003_node_liveness.sql"),
     ),
+    (
+        4,
+        "job_meta",
+        include_str!("../migrations/0004_job_meta.sql"),
+    ),
 ];
 
 macro_rules! queries {

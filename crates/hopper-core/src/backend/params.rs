@@ -56,6 +56,10 @@ pub struct ClaimedJob {
     pub created_at: DateTime<Utc>,
     /// When it was due.
     pub run_at: DateTime<Utc>,
+    /// Its metadata (a JSON object; `{}` when it has none), with the trace context of the
+    /// span that enqueued it, if any.
+    #[serde(default = "crate::meta::empty")]
+    pub meta: serde_json::Value,
 }
 
 /// What became of one attempt.

@@ -4,7 +4,7 @@
 -- job of a grouped queue) reads as no group.
 SELECT id, queue, kind, args, state::text, priority, run_at, attempt, uncounted, max_attempts,
        timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
-       duration_ms, errors, nullif(group_key, ''), unique_key
+       duration_ms, errors, nullif(group_key, ''), unique_key, meta
 FROM hopper.jobs
 WHERE ($1::text IS NULL OR queue = $1)
   AND ($2::text IS NULL OR state = $2::text::hopper.job_state)

@@ -3,7 +3,7 @@
 -- Walks the primary key backwards and filters: an admin query, not a hot one.
 SELECT id, queue, kind, args, state, priority, run_at, attempt, uncounted, max_attempts,
        timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
-       duration_ms, errors, nullif(group_key, ''), unique_key
+       duration_ms, errors, nullif(group_key, ''), unique_key, meta
 FROM hopper_jobs
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR state = :state)
