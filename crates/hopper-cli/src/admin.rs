@@ -69,8 +69,26 @@ pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
             .with_unique_key(key)
             .with_unique_policy(args.unique_policy.parse()?);
     }
+    if let Some(meta) = &args.meta {
+        job = job.with_meta(
+            hopper::core::meta::parse_meta(meta).map_err(|e| flag_error("--meta", e))?,
+        );
+    }
+    if let Some(tp) = &args.traceparent {
+        hopper::core::meta::validate_traceparent(tp)
+            .map_err(|e| flag_error("--traceparent", e))?;
+        job = job.with_meta_entry(hopper::core::meta::TRACEPARENT, tp.as_str());
+    }
     job.validate()?;
     Ok(job)
+}
+
+/// A refusal of a flag's value, named after the flag.
+fn flag_error(flag: &str, e: hopper::Error) -> anyhow::Error {
+    match e {
+        hopper::Error::InvalidInput(m) => anyhow::anyhow!("{flag}: {m}"),
+        other => anyhow::anyhow!("{flag}: {other}"),
+    }
 }
 
 /// `hopper enqueue`: inserts the job built by [`new_job`] and prints its id; when its
@@ -126,16 +144,23 @@ impl JobsAction {
                 state,
                 kind,
                 group,
+                meta,
                 limit,
             } => {
                 if let Some(g) = &group {
                     hopper::core::job::validate_name("group", g)?;
                 }
+                let meta = meta
+                    .as_deref()
+                    .map(hopper::core::meta::parse_meta_filter)
+                    .transpose()
+                    .map_err(|e| flag_error("--meta", e))?;
                 JobsAction::List(JobListParams {
                     queue,
                     state: state.as_deref().map(JobState::from_str).transpose()?,
                     kind,
                     group,
+                    meta,
                     before: None,
                     limit,
                 })
@@ -316,6 +341,7 @@ fn print_job(j: &JobRecord) -> anyhow::Result<()> {
     field("state", j.state.to_string())?;
     field("priority", format!("{} ({})", j.priority, j.priority.0))?;
     field("args", j.args.to_string())?;
+    field("meta", j.meta.to_string())?;
     field("run at", time(j.run_at))?;
     field(
         "attempts",

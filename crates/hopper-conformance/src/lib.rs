@@ -352,6 +352,7 @@ macro_rules! conformance_suite {
                 meta_round_trips_through_every_path,
                 replace_takes_the_new_jobs_meta,
                 bad_meta_is_refused_and_nothing_is_written,
+                list_and_search_filter_by_meta_containment,
             }
             input {
                 scalar_args_are_refused_and_nothing_is_written,

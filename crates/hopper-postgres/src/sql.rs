@@ -196,7 +196,7 @@ queries!(
         TIMESTAMPTZ,
         JSONB_ARRAY
     ),
-    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT),
+    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),
     job_notify_queues(TEXT_ARRAY),
     job_promote_scheduled(TIMESTAMPTZ),
@@ -218,7 +218,17 @@ queries!(
     job_rescue_expired(TIMESTAMPTZ),
     job_retry(UUID, TIMESTAMPTZ),
     job_retry_many(TEXT, TEXT, TIMESTAMPTZ),
-    job_search(TEXT, TEXT, TEXT, UUID, TIMESTAMPTZ, TIMESTAMPTZ, INT8, TEXT),
+    job_search(
+        TEXT,
+        TEXT,
+        TEXT,
+        UUID,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ,
+        INT8,
+        TEXT,
+        JSONB
+    ),
     job_state_type(),
     job_stats_per_minute(INT8, TIMESTAMPTZ),
     job_snooze_many(UUID_ARRAY, INT4_ARRAY, INT8_ARRAY, TIMESTAMPTZ),
