@@ -70,13 +70,11 @@ pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
             .with_unique_policy(args.unique_policy.parse()?);
     }
     if let Some(meta) = &args.meta {
-        job = job.with_meta(
-            hopper::core::meta::parse_meta(meta).map_err(|e| flag_error("--meta", e))?,
-        );
+        job = job
+            .with_meta(hopper::core::meta::parse_meta(meta).map_err(|e| flag_error("--meta", e))?);
     }
     if let Some(tp) = &args.traceparent {
-        hopper::core::meta::validate_traceparent(tp)
-            .map_err(|e| flag_error("--traceparent", e))?;
+        hopper::core::meta::validate_traceparent(tp).map_err(|e| flag_error("--traceparent", e))?;
         job = job.with_meta_entry(hopper::core::meta::TRACEPARENT, tp.as_str());
     }
     job.validate()?;
@@ -194,10 +192,14 @@ pub async fn jobs(
                 .job(id)
                 .await?
                 .ok_or_else(|| hopper::Error::NotFound(format!("job {id}")))?;
+            let logs = client.job_logs(id).await?;
             if json {
-                print_json(&job)
+                let mut value = serde_json::to_value(&job)?;
+                value["logs"] = serde_json::to_value(&logs)?;
+                print_json(&value)
             } else {
-                print_job(&job)
+                print_job(&job)?;
+                print_logs(&logs)
             }
         }
         JobsAction::Retry(id) => print_new_state(&client.retry(id).await?, json),
@@ -325,6 +327,34 @@ fn print_job_table(jobs: &[JobRecord]) -> anyhow::Result<()> {
         ],
         rows,
     )
+}
+
+/// Prints each attempt's log lines, and a marker where lines were dropped.
+fn print_logs(logs: &[hopper::AttemptLog]) -> anyhow::Result<()> {
+    for log in logs {
+        outln!("log of attempt {}:", log.attempt);
+        for line in &log.lines {
+            let fields = if line.fields.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", serde_json::Value::Object(line.fields.clone()))
+            };
+            outln!(
+                "  {} {:<5} {}{fields}",
+                time(line.at),
+                line.level,
+                line.message.escape_debug()
+            );
+        }
+        if log.dropped > 0 {
+            outln!(
+                "  [truncated: {} more lines dropped past the {}-byte limit of an attempt]",
+                log.dropped,
+                hopper::core::job_log::MAX_ATTEMPT_LOG_BYTES
+            );
+        }
+    }
+    Ok(())
 }
 
 fn print_job(j: &JobRecord) -> anyhow::Result<()> {

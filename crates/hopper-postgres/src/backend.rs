@@ -238,6 +238,10 @@ impl Backend for PgBackend {
         Some(self)
     }
 
+    fn logs(&self) -> Option<&dyn hopper_core::job_log::LogStore> {
+        Some(self)
+    }
+
     fn node_liveness(&self) -> Option<&dyn hopper_core::NodeLiveness> {
         let on = self
             .inner

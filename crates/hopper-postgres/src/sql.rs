@@ -62,6 +62,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "job_meta",
         include_str!("../migrations/0009_job_meta.sql"),
     ),
+    (
+        10,
+        "job_logs",
+        include_str!("../migrations/0010_job_logs.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -196,6 +201,15 @@ queries!(
         TIMESTAMPTZ,
         JSONB_ARRAY
     ),
+    job_log_append(
+        UUID_ARRAY,
+        INT4_ARRAY,
+        JSONB_ARRAY,
+        INT4_ARRAY,
+        INT8_ARRAY,
+        INT4
+    ),
+    job_logs(UUID),
     job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),
     job_notify_queues(TEXT_ARRAY),

@@ -313,3 +313,42 @@ impl From<&Error> for ErrorCode {
         }
     }
 }
+
+/// The lines of a `log` request as a store takes them: each level parsed, fields a map,
+/// messages cut and the batch kept within the bound of one attempt by
+/// [`hopper_core::job_log::LogBuffer`] (what does not fit is counted in `dropped`). A
+/// line without `at` is stamped `now`.
+pub fn log_append(
+    lease: Lease,
+    lines: Vec<crate::messages::LogLineSpec>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<hopper_core::job_log::JobLogAppend> {
+    let mut buffer = hopper_core::job_log::LogBuffer::default();
+    for (i, line) in lines.into_iter().enumerate() {
+        let level = line
+            .level
+            .parse()
+            .map_err(|e| Error::InvalidInput(format!("line {i}: {e}")))?;
+        let fields = match line.fields {
+            None | Some(serde_json::Value::Null) => serde_json::Map::new(),
+            Some(serde_json::Value::Object(map)) => map,
+            Some(_) => {
+                return Err(Error::InvalidInput(format!(
+                    "line {i}: fields must be a map"
+                )));
+            }
+        };
+        buffer.push_line(hopper_core::job_log::LogLine {
+            at: line.at.unwrap_or(now),
+            level,
+            message: line.message,
+            fields,
+        });
+    }
+    let (lines, dropped) = buffer.take();
+    Ok(hopper_core::job_log::JobLogAppend {
+        lease,
+        lines,
+        dropped,
+    })
+}

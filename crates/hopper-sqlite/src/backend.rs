@@ -435,6 +435,10 @@ impl Backend for SqliteBackend {
         Some(self)
     }
 
+    fn logs(&self) -> Option<&dyn hopper_core::job_log::LogStore> {
+        Some(self)
+    }
+
     fn node_liveness(&self) -> Option<&dyn hopper_core::NodeLiveness> {
         self.liveness_file()
             .map(|_| self as &dyn hopper_core::NodeLiveness)

@@ -568,6 +568,32 @@
     );
     const args = JSON.stringify(job.args, null, 2);
     if ($("job-args").textContent !== args) $("job-args").textContent = args;
+    const meta = JSON.stringify(job.meta || {}, null, 2);
+    if ($("job-meta").textContent !== meta) $("job-meta").textContent = meta;
+
+    // Each attempt's lines, then a marker row where lines past the bound were dropped.
+    const logs = job.logs || [];
+    $("job-logs-body").replaceChildren(
+      ...logs.flatMap((log) => [
+        ...log.lines.map((line) =>
+          el(
+            "tr",
+            { "data-attempt": log.attempt, "data-level": line.level },
+            el("td", { class: "num", text: log.attempt }),
+            timeCell(line.at),
+            el("td", { text: line.level }),
+            el("td", { class: "log-text", text: line.message }),
+            el("td", { class: "mono", text: line.fields ? JSON.stringify(line.fields) : "" })
+          )
+        ),
+        ...(log.dropped > 0
+          ? [el("tr", { class: "log-truncated", "data-attempt": log.attempt },
+              el("td", { class: "num", text: log.attempt }),
+              el("td", { colspan: 4, text: "truncated: " + log.dropped + " more lines dropped past the per-attempt limit" }))]
+          : []),
+      ])
+    );
+    $("job-logs-empty").hidden = logs.some((log) => log.lines.length > 0 || log.dropped > 0);
 
     $("job-errors-body").replaceChildren(
       ...job.errors

@@ -26,6 +26,9 @@ pub(crate) struct JobView {
     job: JobRecord,
     /// Attempts counted against `max_attempts` so far.
     attempts_used: i32,
+    /// Each attempt's log lines (job detail only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logs: Option<Vec<hopper::AttemptLog>>,
 }
 
 impl From<JobRecord> for JobView {
@@ -33,6 +36,7 @@ impl From<JobRecord> for JobView {
         JobView {
             attempts_used: job.attempt - job.uncounted,
             job,
+            logs: None,
         }
     }
 }
@@ -167,7 +171,9 @@ pub(crate) async fn get(
         .job_get(&JobGetParams { id })
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
-    Ok(Json(job.into()))
+    let mut view = JobView::from(job);
+    view.logs = Some(state.client().job_logs(id).await?);
+    Ok(Json(view))
 }
 
 /// `GET /api/v1/jobs`: newest first, filtered, one page at a time.

@@ -149,3 +149,57 @@ async fn hostile_meta_is_refused_and_writes_nothing() -> anyhow::Result<()> {
     assert_eq!(web.job_count().await?, 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn job_detail_shows_each_attempts_log() -> anyhow::Result<()> {
+    use hopper::backend::{ClaimParams, Finish};
+    use hopper::core::job_log::{JobLogAppend, LogLevel, LogLine};
+    let web = Web::new().await?;
+    let id = web.enqueue(json!({"kind": "k"})).await?;
+    let backend = web.backend();
+    let claimed = backend
+        .job_claim(&ClaimParams {
+            queue: "default".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: 1,
+            lease: std::time::Duration::from_secs(60),
+            kinds: None,
+        })
+        .await?;
+    let lease = claimed[0].lease;
+    let store = backend
+        .logs()
+        .ok_or_else(|| anyhow::anyhow!("no log store"))?;
+    store
+        .job_log_append(&[JobLogAppend {
+            lease,
+            lines: vec![LogLine {
+                at: chrono::Utc::now(),
+                level: LogLevel::Warn,
+                message: "<script>alert(1)</script>".into(),
+                fields: serde_json::from_value(json!({"rows": 3}))?,
+            }],
+            dropped: 7,
+        }])
+        .await?;
+    backend
+        .job_finish_many(&[Finish {
+            lease,
+            outcome: crate::common::completed(),
+        }])
+        .await?;
+    let detail = web.get(&format!("/api/v1/jobs/{id}")).await?;
+    assert_eq!(detail.status, StatusCode::OK);
+    let logs = &detail.json["logs"];
+    assert_eq!(logs[0]["attempt"], 1);
+    assert_eq!(logs[0]["dropped"], 7);
+    assert_eq!(logs[0]["lines"][0]["level"], "warn");
+    assert_eq!(logs[0]["lines"][0]["message"], "<script>alert(1)</script>");
+    assert_eq!(logs[0]["lines"][0]["fields"]["rows"], 3);
+    let listed = web.get("/api/v1/jobs").await?;
+    assert!(
+        listed.json["jobs"][0].get("logs").is_none(),
+        "listings carry no logs"
+    );
+    Ok(())
+}
