@@ -321,6 +321,7 @@ impl From<&Error> for ErrorCode {
 pub fn log_append(
     lease: Lease,
     lines: Vec<crate::messages::LogLineSpec>,
+    dropped: u64,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<hopper_core::job_log::JobLogAppend> {
     let mut buffer = hopper_core::job_log::LogBuffer::default();
@@ -345,10 +346,10 @@ pub fn log_append(
             fields,
         });
     }
-    let (lines, dropped) = buffer.take();
+    let (lines, cut) = buffer.take();
     Ok(hopper_core::job_log::JobLogAppend {
         lease,
         lines,
-        dropped,
+        dropped: cut.saturating_add(i64::try_from(dropped).unwrap_or(i64::MAX)),
     })
 }

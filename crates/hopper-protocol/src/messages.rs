@@ -250,6 +250,10 @@ pub enum Request {
         attempt: i32,
         /// The lines, oldest first.
         lines: Vec<LogLineSpec>,
+        /// Lines the worker wrote but did not send (past its own bound), counted as
+        /// dropped (default 0).
+        #[serde(default)]
+        dropped: u64,
     },
     /// A graceful leave: the server sends no more orders. Orders still held must be
     /// reported (or `released`) before the peer goes. Reply: `ack`.
@@ -365,7 +369,7 @@ impl Request {
     }
 
     /// Every `type` a request may have.
-    pub const TYPES: [&'static str; 22] = [
+    pub const TYPES: [&'static str; 23] = [
         "hello",
         "submit",
         "submit_batch",
@@ -377,6 +381,7 @@ impl Request {
         "released",
         "heartbeat",
         "extend",
+        "log",
         "bye",
         "outcomes",
         "list_jobs",

@@ -557,6 +557,7 @@ impl Core {
                 id,
                 attempt,
                 lines,
+                dropped,
             } => {
                 if self.refuse_if_held_elsewhere(&peer, req, id, "a log") {
                     return;
@@ -565,7 +566,8 @@ impl Core {
                     job_id: id,
                     attempt,
                 };
-                let append = hopper_protocol::convert::log_append(lease, lines, chrono::Utc::now());
+                let append =
+                    hopper_protocol::convert::log_append(lease, lines, dropped, chrono::Utc::now());
                 self.spawn_reply(peer, req, async move {
                     let append = append?;
                     if let Some(store) = backend.logs() {
