@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -220,6 +221,16 @@ def test_dashboard_shows_counts_and_retries_a_failed_job(server, browser):
         text_is(d, f"total-{state}", str(n))
     until(d, lambda d: d.find_element(By.CSS_SELECTOR, '#queues-body tr[data-queue="mail"]'))
     screenshot(d, "dashboard-overview.png")
+
+    # The list finds jobs by metadata and shows it.
+    d.get(server["url"] + "#/jobs?meta=" + urllib.parse.quote('{"tenant":"acme-seeded"}'))
+    until(
+        d,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")) == 2
+        and len(d.find_elements(By.CSS_SELECTOR, '#jobs-body tr[data-state="failed"]')) == 2,
+        "the meta filter lists the two seeded failed jobs",
+    )
+    text_is(d, "jobs-body", "acme-seeded")
 
     # Open a failed job from the list and retry it.
     d.get(server["url"] + "#/jobs?state=failed")

@@ -305,6 +305,51 @@ async fn enqueue_meta_and_traceparent_show_and_filter() {
 }
 
 #[tokio::test]
+async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
+    use hopper::core::job_log::{JobLogAppend, LogLevel, LogLine};
+    let db = TestDatabase::new().await.expect("test database");
+    let id = hopper(&db, &["enqueue", "--kind", "k"])
+        .ok()
+        .trim()
+        .to_owned();
+    let backend = db.backend();
+    let claimed = backend
+        .job_claim(&ClaimParams {
+            queue: "default".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: 1,
+            lease: Duration::from_secs(60),
+            kinds: None,
+        })
+        .await
+        .expect("claim");
+    let store = backend.logs().expect("PostgreSQL keeps logs");
+    store
+        .job_log_append(&[JobLogAppend {
+            lease: claimed[0].lease,
+            lines: vec![LogLine {
+                at: chrono::Utc::now(),
+                level: LogLevel::Warn,
+                message: "line one\nwith a newline".into(),
+                fields: serde_json::from_value(serde_json::json!({"rows": 3})).expect("a map"),
+            }],
+            dropped: 9,
+        }])
+        .await
+        .expect("append");
+    let text = hopper(&db, &["jobs", "show", &id]).ok();
+    assert!(text.contains("log of attempt 1:"), "{text}");
+    assert!(
+        text.contains("warn  line one\\nwith a newline {\"rows\":3}"),
+        "{text}"
+    );
+    assert!(text.contains("[truncated: 9 more lines dropped"), "{text}");
+    let json = hopper(&db, &["jobs", "show", &id, "--json"]).json();
+    assert_eq!(json["logs"][0]["dropped"], 9);
+    assert_eq!(json["logs"][0]["lines"][0]["fields"]["rows"], 3);
+}
+
+#[tokio::test]
 async fn show_prints_the_error_history_and_retry_revives_a_failed_job() {
     let db = TestDatabase::new().await.expect("test database");
     let enqueued = hopper(

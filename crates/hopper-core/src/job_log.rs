@@ -67,7 +67,8 @@ impl LogLevel {
 
 impl fmt::Display for LogLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`, so that a width (`{:<5}`) lines levels up in a column.
+        f.pad(self.as_str())
     }
 }
 
