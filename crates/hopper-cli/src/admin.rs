@@ -192,7 +192,12 @@ pub async fn jobs(
                 .job(id)
                 .await?
                 .ok_or_else(|| hopper::Error::NotFound(format!("job {id}")))?;
-            let logs = client.job_logs(id).await?;
+            // Through `hopper serve` logs cannot be read (the protocol has no request for
+            // them): the job is shown without.
+            let logs = match client.job_logs(id).await {
+                Err(hopper::Error::Unsupported(_)) => Vec::new(),
+                other => other?,
+            };
             if json {
                 let mut value = serde_json::to_value(&job)?;
                 value["logs"] = serde_json::to_value(&logs)?;
