@@ -23,9 +23,9 @@ END
 $$;
 
 
-CREATE FUNCTION hopper.enqueue(kind text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 2, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 25, timeout interval DEFAULT '00:30:00'::interval, group_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text) RETURNS uuid
+CREATE FUNCTION hopper.enqueue(kind text, args jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 2, run_at timestamp with time zone DEFAULT NULL::timestamp with time zone, max_attempts integer DEFAULT 25, timeout interval DEFAULT '00:30:00'::interval, group_key text DEFAULT NULL::text, unique_key text DEFAULT NULL::text, meta jsonb DEFAULT '{}'::jsonb) RETURNS uuid
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 DECLARE
     new_id     uuid := hopper.uuid_v7();
     due        boolean := run_at IS NULL OR run_at <= now();
@@ -42,6 +42,17 @@ BEGIN
         format('args must be a JSON object or array, got %s', coalesce(jsonb_typeof(args), 'NULL')));
     PERFORM hopper.refuse_if(octet_length(args::text) > 1048576,
         format('args are %s bytes as JSON, over the limit of 1048576 bytes', octet_length(args::text)));
+    PERFORM hopper.refuse_if(meta IS NULL OR jsonb_typeof(meta) <> 'object',
+        format('meta must be a JSON object, got %s', coalesce(jsonb_typeof(meta), 'NULL')));
+    PERFORM hopper.refuse_if(octet_length(meta::text) > 16384,
+        format('meta is %s bytes as JSON, over the limit of 16384 bytes', octet_length(meta::text)));
+    PERFORM hopper.refuse_if(meta ? 'traceparent' AND (jsonb_typeof(meta -> 'traceparent') <> 'string'
+            OR NOT hopper.is_traceparent(meta ->> 'traceparent')),
+        format('meta.traceparent %s is not a W3C traceparent (version-traceid-parentid-flags, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01)',
+               left(meta ->> 'traceparent', 64)));
+    PERFORM hopper.refuse_if(meta ? 'tracestate' AND (jsonb_typeof(meta -> 'tracestate') <> 'string'
+            OR octet_length(meta ->> 'tracestate') > 512 OR (meta ->> 'tracestate') !~ '^[\x20-\x7e]*$'),
+        'meta.tracestate must be a string of at most 512 bytes of printable ASCII');
     PERFORM hopper.refuse_if(priority IS NULL OR priority NOT BETWEEN -32768 AND 32767,
         format('priority must be from -32768 to 32767, got %s', coalesce(priority::text, 'NULL')));
     PERFORM hopper.refuse_if(run_at IS NOT NULL AND (NOT isfinite(run_at)
@@ -65,11 +76,11 @@ BEGIN
     END IF;
     LOOP
         INSERT INTO hopper.jobs (id, queue, kind, args, state, priority, run_at, max_attempts,
-                                 timeout_ms, group_key, unique_key)
+                                 timeout_ms, group_key, unique_key, meta)
         VALUES (new_id, queue, kind, args,
                 CASE WHEN due THEN 'available' ELSE 'scheduled' END::hopper.job_state,
                 priority::smallint, coalesce(run_at, now()), max_attempts,
-                timeout_ms::integer, grp, unique_key)
+                timeout_ms::integer, grp, unique_key, meta)
         ON CONFLICT DO NOTHING;
         IF FOUND THEN
             IF due THEN
@@ -86,7 +97,19 @@ BEGIN
         -- The holder finished between the two statements: try again.
     END LOOP;
 END
-$$;
+$_$;
+
+
+CREATE FUNCTION hopper.is_traceparent(tp text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT tp ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$'
+       AND left(tp, 2) <> 'ff'
+       AND (left(tp, 2) <> '00' OR length(tp) = 55)
+       AND length(tp) <= 256
+       AND substr(tp, 4, 32) <> repeat('0', 32)
+       AND substr(tp, 37, 16) <> repeat('0', 16)
+$_$;
 
 
 CREATE FUNCTION hopper.mark_grouped(queues text[]) RETURNS void
@@ -183,6 +206,16 @@ CREATE TABLE hopper.cron_jobs (
 );
 
 
+CREATE TABLE hopper.job_logs (
+    job_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    lines jsonb DEFAULT '[]'::jsonb NOT NULL,
+    bytes integer DEFAULT 0 NOT NULL,
+    dropped bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT job_logs_lines_check CHECK ((jsonb_typeof(lines) = 'array'::text))
+);
+
+
 CREATE TABLE hopper.jobs (
     id uuid NOT NULL,
     queue text DEFAULT 'default'::text NOT NULL,
@@ -205,6 +238,7 @@ CREATE TABLE hopper.jobs (
     group_key text,
     unique_key text,
     unique_window timestamp with time zone,
+    meta jsonb DEFAULT '{}'::jsonb NOT NULL,
     CONSTRAINT jobs_args_check CHECK ((jsonb_typeof(args) = ANY (ARRAY['object'::text, 'array'::text]))),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts > 0)),
     CONSTRAINT jobs_timeout_ms_check CHECK ((timeout_ms > 0)),
@@ -232,7 +266,8 @@ CREATE VIEW hopper.job_view AS
     jsonb_array_length(jobs.errors) AS error_count,
     ((jobs.errors -> '-1'::integer) ->> 'error'::text) AS last_error,
     jobs.group_key,
-    jobs.unique_key
+    jobs.unique_key,
+    jobs.meta
    FROM hopper.jobs;
 
 
@@ -303,6 +338,14 @@ ALTER TABLE ONLY hopper.cron_jobs
     ADD CONSTRAINT cron_jobs_pkey PRIMARY KEY (name);
 
 
+ALTER TABLE ONLY hopper.job_logs
+    ADD CONSTRAINT job_logs_pkey PRIMARY KEY (job_id, attempt);
+
+
+ALTER TABLE hopper.jobs
+    ADD CONSTRAINT jobs_meta_object CHECK ((jsonb_typeof(meta) = 'object'::text)) NOT VALID;
+
+
 ALTER TABLE ONLY hopper.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 
@@ -335,3 +378,7 @@ CREATE UNIQUE INDEX jobs_unique_active_idx ON hopper.jobs USING btree (unique_ke
 
 
 CREATE UNIQUE INDEX jobs_unique_window_idx ON hopper.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL);
+
+
+ALTER TABLE ONLY hopper.job_logs
+    ADD CONSTRAINT job_logs_job_id_fkey FOREIGN KEY (job_id) REFERENCES hopper.jobs(id) ON DELETE CASCADE;

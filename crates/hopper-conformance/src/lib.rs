@@ -43,6 +43,8 @@ pub mod jobs;
 pub mod kinds;
 pub mod leases;
 pub mod limits;
+pub mod logs;
+pub mod meta;
 pub mod nodes;
 pub mod operations;
 pub mod retention;
@@ -360,6 +362,15 @@ macro_rules! conformance_suite {
                 prune_deletes_finished_jobs_past_their_state_retention,
                 prune_deletes_at_most_the_limit_per_call,
                 prune_takes_the_oldest_first,
+            }
+            meta {
+                meta_round_trips_through_every_path,
+                replace_takes_the_new_jobs_meta,
+                bad_meta_is_refused_and_nothing_is_written,
+                list_and_search_filter_by_meta_containment,
+            }
+            logs {
+                logs_are_kept_per_attempt_bounded_and_deleted_with_the_job,
             }
             input {
                 scalar_args_are_refused_and_nothing_is_written,

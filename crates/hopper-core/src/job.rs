@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::limits;
+use crate::meta::{self, has_nul, json_type};
 use crate::scheduling::UniquePolicy;
 
 /// A job's id: a UUIDv7, so ids are ordered by creation time and the primary-key index
@@ -208,6 +209,11 @@ pub struct NewJob {
     /// or the insert time when due now). `None`: only while unfinished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_window: Option<Duration>,
+    /// Metadata about the job, apart from its arguments: the W3C trace context of the span
+    /// that enqueued it ([`meta::TRACEPARENT`]), a tenant, a user. At most
+    /// [`meta::MAX_META_BYTES`] as JSON. Empty by default.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub meta: serde_json::Map<String, serde_json::Value>,
 }
 
 impl NewJob {
@@ -226,6 +232,7 @@ impl NewJob {
             unique_key: None,
             unique_policy: UniquePolicy::Ignore,
             unique_window: None,
+            meta: serde_json::Map::new(),
         }
     }
 
@@ -299,6 +306,27 @@ impl NewJob {
         self
     }
 
+    /// Replaces the job's metadata (see [`NewJob::meta`]).
+    pub fn with_meta(mut self, meta: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.meta = meta;
+        self
+    }
+
+    /// Sets one entry of the job's metadata, keeping the others.
+    pub fn with_meta_entry(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Self {
+        self.meta.insert(key.into(), value.into());
+        self
+    }
+
+    /// The metadata as a JSON object value, as stored.
+    pub fn meta_value(&self) -> serde_json::Value {
+        serde_json::Value::Object(self.meta.clone())
+    }
+
     /// True when the job needs more than a plain insert: a group or a unique key.
     pub fn needs_upsert(&self) -> bool {
         self.group.is_some() || self.unique_key.is_some()
@@ -328,7 +356,7 @@ impl NewJob {
                 json_type(&self.args)
             )));
         }
-        let size = args_size(&self.args);
+        let size = meta::json_size(&self.args);
         if size > MAX_ARGS_BYTES {
             return Err(Error::InvalidInput(format!(
                 "args are {size} bytes as JSON, over the limit of {MAX_ARGS_BYTES} bytes"
@@ -340,6 +368,7 @@ impl NewJob {
                     .into(),
             ));
         }
+        meta::validate_meta_map(&self.meta)?;
         if self.max_attempts < 1 {
             return Err(Error::InvalidInput(format!(
                 "max_attempts must be at least 1, got {}",
@@ -421,48 +450,6 @@ pub fn validate_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-fn json_type(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
-}
-
-/// True when a string or key anywhere in `v` holds U+0000, which PostgreSQL's `jsonb`
-/// refuses (so a job carrying one could not be stored).
-fn has_nul(v: &serde_json::Value) -> bool {
-    match v {
-        serde_json::Value::String(s) => s.contains('\0'),
-        serde_json::Value::Array(items) => items.iter().any(has_nul),
-        serde_json::Value::Object(fields) => {
-            fields.iter().any(|(k, v)| k.contains('\0') || has_nul(v))
-        }
-        _ => false,
-    }
-}
-
-/// The size of `v` encoded as compact JSON, counted without allocating.
-fn args_size(v: &serde_json::Value) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    // Writing a Value into an infallible sink cannot fail.
-    let _ = serde_json::to_writer(&mut counter, v);
-    counter.0
-}
-
 /// One failed attempt, as kept in the job's error history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptError {
@@ -523,6 +510,9 @@ pub struct JobRecord {
     /// Its unique key, if it has one.
     #[serde(default)]
     pub unique_key: Option<String>,
+    /// Its metadata: always a JSON object, `{}` when it has none.
+    #[serde(default = "meta::empty")]
+    pub meta: serde_json::Value,
 }
 
 #[cfg(test)]

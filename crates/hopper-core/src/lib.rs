@@ -4,6 +4,8 @@
 //!
 //! - [`job`]: what a job is ([`NewJob`], [`JobRecord`], [`JobState`], [`Priority`]) and the
 //!   validation every entry point applies before anything is written;
+//! - [`job_log`]: per-job logs, bounded per attempt, and the capability that stores them
+//!   ([`job_log::LogStore`]);
 //! - [`lease`]: the fencing token a worker holds while it runs a job ([`Lease`]);
 //! - [`liveness`]: the capability of backends that see a node die at once ([`NodeLiveness`]);
 //! - [`backend`]: the storage seam ([`Backend`] and its capability traits), for backend
@@ -17,6 +19,8 @@
 //! - [`clock`]: injectable time ([`Clock`]), so tests never sleep for a lease to expire;
 //! - [`log_limit`]: truncating what peers send before it reaches a log, and logging a
 //!   repeated event at most once per interval;
+//! - [`meta`]: job metadata (a JSON object beside the arguments) and the W3C trace
+//!   context kept in it;
 //! - [`pace`]: how long a node's jobs take, and how many to hold ahead of its free slots
 //!   (the runtime's prefetch, the server's extra credit);
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
@@ -25,10 +29,12 @@ pub mod backend;
 pub mod clock;
 pub mod error;
 pub mod job;
+pub mod job_log;
 pub mod lease;
 pub mod limits;
 pub mod liveness;
 pub mod log_limit;
+pub mod meta;
 pub mod pace;
 pub mod policy;
 pub mod scheduling;

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 use hopper_core::{Error, JobId, Lease, NewJob, Result};
 use tokio_postgres::GenericClient;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{Json, ToSql};
 
 use crate::PgBackend;
 use crate::error::map_pg;
@@ -73,6 +73,7 @@ pub(crate) struct Columns<'a> {
     pub groups: Vec<Option<&'a str>>,
     pub keys: Vec<Option<&'a str>>,
     pub windows: Vec<Option<DateTime<Utc>>>,
+    pub metas: Vec<&'a serde_json::Map<String, serde_json::Value>>,
     /// "Now" by the injected clock (`None`: the database's).
     pub now: Option<DateTime<Utc>>,
 }
@@ -95,6 +96,7 @@ impl<'a> Columns<'a> {
                 .iter()
                 .map(|j| j.unique_window_start(j.run_at.unwrap_or(local_now)))
                 .collect(),
+            metas: jobs.iter().map(|j| &j.meta).collect(),
             now,
         }
     }
@@ -165,6 +167,7 @@ impl<C: GenericClient + Sync> Conn for Tokio<'_, C> {
                     &job.group,
                     &job.unique_key,
                     &window,
+                    &Json(&job.meta),
                 ],
             )
             .await
@@ -191,6 +194,7 @@ impl<C: GenericClient + Sync> Conn for Tokio<'_, C> {
                     &c.keys,
                     &c.windows,
                     &c.now,
+                    &c.metas.iter().map(|m| Json(*m)).collect::<Vec<_>>(),
                 ],
             )
             .await
@@ -241,6 +245,7 @@ impl<C: GenericClient + Sync> Conn for Tokio<'_, C> {
                     &job.timeout_ms(),
                     &job.group,
                     &now,
+                    &Json(&job.meta),
                 ],
             )
             .await

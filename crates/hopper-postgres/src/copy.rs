@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use futures_util::pin_mut;
 use hopper_core::{JobState, NewJob, Result};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::{IsNull, Kind, ToSql, Type, to_sql_checked};
+use tokio_postgres::types::{IsNull, Json, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{CopyInSink, GenericClient, Transaction};
 
 use crate::error::map_pg;
@@ -145,6 +145,7 @@ fn writer(sink: CopyInSink<Bytes>, state_type: &Type) -> BinaryCopyInWriter {
         Type::TIMESTAMPTZ,
         Type::INT4,
         Type::INT4,
+        Type::JSONB,
     ];
     BinaryCopyInWriter::new(sink, &types)
 }
@@ -175,6 +176,7 @@ async fn write_rows(
                 &run_at,
                 &job.max_attempts,
                 &timeout_ms,
+                &Json(&job.meta),
             ])
             .await
             .map_err(map_pg)?;

@@ -26,7 +26,7 @@ use crate::statement::{Pooler, Query, Ready, driver};
 
 /// The column of job_claim.sql's rows that says when the row was written (the next one:
 /// when the statement started).
-const CLAIM_WRITTEN_AT: usize = 11;
+const CLAIM_WRITTEN_AT: usize = 12;
 
 /// Milliseconds as the SQL files take them.
 pub(crate) fn millis(d: Duration) -> i64 {

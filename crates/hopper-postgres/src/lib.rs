@@ -320,7 +320,16 @@ impl PgBackend {
             .execute(
                 client,
                 &[
-                    id, queue, kind, args, priority, run_at, attempts, timeout, &now,
+                    id,
+                    queue,
+                    kind,
+                    args,
+                    priority,
+                    run_at,
+                    attempts,
+                    timeout,
+                    &now,
+                    &tokio_postgres::types::Json(&job.meta),
                 ],
             )
             .await

@@ -29,5 +29,6 @@ pub fn job_record(row: &Row) -> Result<JobRecord> {
         errors,
         group: row.try_get(18).map_err(Error::database)?,
         unique_key: row.try_get(19).map_err(Error::database)?,
+        meta: row.try_get(20).map_err(Error::database)?,
     })
 }

@@ -46,6 +46,7 @@ pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
         timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
         created_at: row.try_get(get(9)).map_err(Error::database)?,
         run_at: row.try_get(get(10)).map_err(Error::database)?,
+        meta: row.try_get(get(11)).map_err(Error::database)?,
     })
 }
 

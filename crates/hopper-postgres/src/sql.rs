@@ -57,6 +57,16 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "node_liveness",
         include_str!("../migrations/0008_node_liveness.sql"),
     ),
+    (
+        9,
+        "job_meta",
+        include_str!("../migrations/0009_job_meta.sql"),
+    ),
+    (
+        10,
+        "job_logs",
+        include_str!("../migrations/0010_job_logs.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -167,7 +177,8 @@ queries!(
         TIMESTAMPTZ,
         INT4,
         INT4,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        JSONB
     ),
     job_insert_full(
         UUID,
@@ -181,7 +192,8 @@ queries!(
         TIMESTAMPTZ,
         TEXT,
         TEXT,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        JSONB
     ),
     job_insert_many_copy(),
     job_insert_many_full(
@@ -196,9 +208,19 @@ queries!(
         TEXT_ARRAY,
         TEXT_ARRAY,
         TIMESTAMPTZ_ARRAY,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        JSONB_ARRAY
     ),
-    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT),
+    job_log_append(
+        UUID_ARRAY,
+        INT4_ARRAY,
+        JSONB_ARRAY,
+        INT4_ARRAY,
+        INT8_ARRAY,
+        INT4
+    ),
+    job_logs(UUID),
+    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),
     job_notify_queues(TEXT_ARRAY),
     job_promote_scheduled(TIMESTAMPTZ),
@@ -214,12 +236,23 @@ queries!(
         INT4,
         INT4,
         TEXT,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        JSONB
     ),
     job_rescue_expired(TIMESTAMPTZ),
     job_retry(UUID, TIMESTAMPTZ),
     job_retry_many(TEXT, TEXT, TIMESTAMPTZ),
-    job_search(TEXT, TEXT, TEXT, UUID, TIMESTAMPTZ, TIMESTAMPTZ, INT8, TEXT),
+    job_search(
+        TEXT,
+        TEXT,
+        TEXT,
+        UUID,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ,
+        INT8,
+        TEXT,
+        JSONB
+    ),
     job_state_type(),
     job_stats_per_minute(INT8, TIMESTAMPTZ),
     job_snooze_many(UUID_ARRAY, INT4_ARRAY, INT8_ARRAY, TIMESTAMPTZ),

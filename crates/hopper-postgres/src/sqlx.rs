@@ -14,6 +14,7 @@ use hopper_core::{Error, InsertOutcome, JobArgs, JobId, Lease, NewJob, Result};
 use sqlx_core::connection::Connection;
 use sqlx_core::query::{Query, query};
 use sqlx_core::row::Row;
+use sqlx_core::types::Json;
 use sqlx_postgres::{PgArguments, PgConnection, Postgres};
 
 use crate::PgBackend;
@@ -158,6 +159,7 @@ impl Conn for Sqlx<'_> {
         let sql = &self.backend.inner.queries.job_insert.sql;
         bind_job(self.query(sql), job)
             .bind(self.backend.inner.clock.now())
+            .bind(Json(&job.meta))
             .execute(&mut *self.conn)
             .await
             .map_err(map_sqlx)?;
@@ -176,6 +178,7 @@ impl Conn for Sqlx<'_> {
             .bind(&job.group)
             .bind(&job.unique_key)
             .bind(window)
+            .bind(Json(&job.meta))
             .fetch_one(&mut *self.conn)
             .await
             .map_err(map_sqlx)?;
@@ -198,6 +201,7 @@ impl Conn for Sqlx<'_> {
             .bind(&c.keys)
             .bind(&c.windows)
             .bind(c.now)
+            .bind(c.metas.iter().map(|m| Json(*m)).collect::<Vec<_>>())
             .fetch_all(&mut *self.conn)
             .await
             .map_err(map_sqlx)?;
@@ -246,6 +250,7 @@ impl Conn for Sqlx<'_> {
             .bind(job.timeout_ms())
             .bind(&job.group)
             .bind(now)
+            .bind(Json(&job.meta))
             .fetch_optional(&mut *self.conn)
             .await
             .map_err(map_sqlx)?;

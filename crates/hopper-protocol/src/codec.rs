@@ -199,6 +199,7 @@ mod tests {
                 job: JobSpec {
                     priority: Some(PriorityValue::Name("high".into())),
                     delay_ms: Some(10),
+                    meta: Some(json!({"tenant": "acme"})),
                     ..JobSpec::new("email", json!({"to": "a@b", "n": [1, 2.5, null]}))
                 },
             },
@@ -248,6 +249,18 @@ mod tests {
                 id,
                 attempt: 3,
                 by_ms: 60_000,
+            },
+            Request::Log {
+                req: 22,
+                id,
+                attempt: 3,
+                lines: vec![crate::messages::LogLineSpec {
+                    level: "warn".into(),
+                    message: "retrying".into(),
+                    fields: Some(json!({"try": 2})),
+                    at: "2026-11-26T12:00:00.123Z".parse().ok(),
+                }],
+                dropped: 4,
             },
             Request::Bye { req: u64::MAX },
             Request::Outcomes {
@@ -357,6 +370,7 @@ mod tests {
                     timeout_ms: 1000,
                     created_at: now,
                     run_at: now,
+                    meta: json!({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}),
                 },
             },
             Reply::Cancel { id },

@@ -40,6 +40,7 @@ impl From<&ClaimedJob> for Order {
             timeout_ms: millis(job.timeout),
             created_at: job.created_at,
             run_at: job.run_at,
+            meta: job.meta.clone(),
         }
     }
 }
@@ -61,6 +62,7 @@ impl From<Order> for ClaimedJob {
             timeout: Duration::from_millis(job.timeout_ms),
             created_at: job.created_at,
             run_at: job.run_at,
+            meta: job.meta,
         }
     }
 }
@@ -94,6 +96,7 @@ impl From<JobRecord> for JobInfo {
                     duration_ms: e.duration_ms,
                 })
                 .collect(),
+            meta: job.meta,
         }
     }
 }
@@ -136,6 +139,7 @@ impl TryFrom<JobInfo> for JobRecord {
                 .collect(),
             group: None,
             unique_key: None,
+            meta: job.meta,
         })
     }
 }
@@ -153,6 +157,7 @@ impl From<&NewJob> for JobSpec {
             delay_ms: None,
             max_attempts: Some(job.max_attempts),
             timeout_ms: Some(millis(job.timeout)),
+            meta: (!job.meta.is_empty()).then(|| job.meta_value()),
         }
     }
 }
@@ -200,6 +205,12 @@ impl TryFrom<JobSpec> for NewJob {
         }
         if let Some(ms) = spec.timeout_ms {
             job.timeout = Duration::from_millis(ms);
+        }
+        if let Some(meta) = spec.meta {
+            hopper_core::meta::validate_meta(&meta)?;
+            if let serde_json::Value::Object(map) = meta {
+                job.meta = map;
+            }
         }
         job.validate()?;
         Ok(job)
@@ -300,5 +311,93 @@ impl From<&Error> for ErrorCode {
             Error::Conflict(_) | Error::LeaseLost(_) => ErrorCode::Conflict,
             _ => ErrorCode::Internal,
         }
+    }
+}
+
+/// The lines of a `log` request as a store takes them: each level parsed, fields a map,
+/// messages cut and the batch kept within the bound of one attempt by
+/// [`hopper_core::job_log::LogBuffer`] (what does not fit is counted in `dropped`). A
+/// line without `at` is stamped `now`.
+pub fn log_append(
+    lease: Lease,
+    lines: Vec<crate::messages::LogLineSpec>,
+    dropped: u64,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<hopper_core::job_log::JobLogAppend> {
+    let mut buffer = hopper_core::job_log::LogBuffer::default();
+    for (i, line) in lines.into_iter().enumerate() {
+        let level = line
+            .level
+            .parse()
+            .map_err(|e| Error::InvalidInput(format!("line {i}: {e}")))?;
+        let fields = match line.fields {
+            None | Some(serde_json::Value::Null) => serde_json::Map::new(),
+            Some(serde_json::Value::Object(map)) => map,
+            Some(_) => {
+                return Err(Error::InvalidInput(format!(
+                    "line {i}: fields must be a map"
+                )));
+            }
+        };
+        buffer.push_line(hopper_core::job_log::LogLine {
+            at: line.at.unwrap_or(now),
+            level,
+            message: line.message,
+            fields,
+        });
+    }
+    let (lines, cut) = buffer.take();
+    Ok(hopper_core::job_log::JobLogAppend {
+        lease,
+        lines,
+        dropped: cut.saturating_add(i64::try_from(dropped).unwrap_or(i64::MAX)),
+    })
+}
+
+#[cfg(test)]
+mod log_tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::messages::LogLineSpec;
+
+    fn spec(level: &str, message: &str, fields: Option<serde_json::Value>) -> LogLineSpec {
+        LogLineSpec {
+            level: level.into(),
+            message: message.into(),
+            fields,
+            at: None,
+        }
+    }
+
+    #[test]
+    fn log_lines_are_checked_cut_and_bounded() {
+        let lease = Lease {
+            job_id: uuid::Uuid::now_v7(),
+            attempt: 2,
+        };
+        let now = chrono::Utc::now();
+        let bad_level = log_append(lease, vec![spec("loud", "x", None)], 0, now);
+        assert!(matches!(bad_level, Err(Error::InvalidInput(m)) if m.contains("line 0")));
+        let bad_fields = log_append(lease, vec![spec("info", "x", Some(json!([1])))], 0, now);
+        assert!(
+            matches!(bad_fields, Err(Error::InvalidInput(m)) if m.contains("fields must be a map"))
+        );
+
+        let mut lines = vec![spec("warn", &"m".repeat(10_000), Some(json!({"k": 1})))];
+        lines.extend(
+            (0..5_000).map(|i| spec("info", &format!("line {i} {}", "x".repeat(50)), None)),
+        );
+        let append = log_append(lease, lines, 3, now).expect("valid lines");
+        assert_eq!(append.lease, lease);
+        assert!(append.lines[0].message.len() <= hopper_core::job_log::MAX_LOG_MESSAGE_BYTES);
+        assert_eq!(append.lines[0].at, now);
+        let kept: usize = append
+            .lines
+            .iter()
+            .map(hopper_core::job_log::LogLine::size)
+            .sum();
+        assert!(kept <= hopper_core::job_log::MAX_ATTEMPT_LOG_BYTES);
+        assert_eq!(append.lines.len() as i64 + append.dropped, 5_001 + 3);
     }
 }

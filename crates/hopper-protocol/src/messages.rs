@@ -44,6 +44,10 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
 }
 
+fn is_empty_object(v: &serde_json::Value) -> bool {
+    v.as_object().is_some_and(serde_json::Map::is_empty)
+}
+
 /// A job to submit. Only `kind` is required.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
@@ -79,6 +83,12 @@ pub struct JobSpec {
     /// How long one run may take, in milliseconds (default 30 minutes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Metadata about the job, apart from its arguments: a map of at most 16 KiB as JSON,
+    /// whose `traceparent` and `tracestate`, when present, are the W3C trace context of the
+    /// span that submitted it (default `{}`). Anything else than a map is refused with
+    /// `invalid_job`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
 }
 
 impl JobSpec {
@@ -94,6 +104,7 @@ impl JobSpec {
             delay_ms: None,
             max_attempts: None,
             timeout_ms: None,
+            meta: None,
         }
     }
 }
@@ -225,6 +236,25 @@ pub enum Request {
         /// The new lease, from now.
         by_ms: u64,
     },
+    /// Lines for the log of one attempt of an order the worker holds (see
+    /// `docs/job-meta-and-logs.md`). Reply: `ack` (`recorded`, or `lease_lost` when another
+    /// worker holds the job). An attempt keeps at most 64 KiB of lines; past that they are
+    /// counted as dropped, never an error.
+    Log {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// The attempt from the order.
+        attempt: i32,
+        /// The lines, oldest first.
+        lines: Vec<LogLineSpec>,
+        /// Lines the worker wrote but did not send (past its own bound), counted as
+        /// dropped (default 0).
+        #[serde(default)]
+        dropped: u64,
+    },
     /// A graceful leave: the server sends no more orders. Orders still held must be
     /// reported (or `released`) before the peer goes. Reply: `ack`.
     Bye {
@@ -323,6 +353,7 @@ impl Request {
             | Request::Released { req, .. }
             | Request::Heartbeat { req, .. }
             | Request::Extend { req, .. }
+            | Request::Log { req, .. }
             | Request::Bye { req }
             | Request::Outcomes { req, .. }
             | Request::ListJobs { req, .. }
@@ -338,7 +369,7 @@ impl Request {
     }
 
     /// Every `type` a request may have.
-    pub const TYPES: [&'static str; 22] = [
+    pub const TYPES: [&'static str; 23] = [
         "hello",
         "submit",
         "submit_batch",
@@ -350,6 +381,7 @@ impl Request {
         "released",
         "heartbeat",
         "extend",
+        "log",
         "bye",
         "outcomes",
         "list_jobs",
@@ -387,6 +419,21 @@ pub struct AttemptInfo {
     /// How long it ran, if known.
     #[serde(default)]
     pub duration_ms: Option<i64>,
+}
+
+/// One log line as a worker sends it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogLineSpec {
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    /// What happened (cut at 4 KiB).
+    pub message: String,
+    /// Structured details: a map (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<serde_json::Value>,
+    /// When it was written (RFC 3339; default: when the server received it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<DateTime<Utc>>,
 }
 
 /// A job as stored, in `status` and `cancel` replies.
@@ -429,6 +476,9 @@ pub struct JobInfo {
     /// Every failed attempt, oldest first.
     #[serde(default)]
     pub errors: Vec<AttemptInfo>,
+    /// Its metadata (a map; `{}` when it has none).
+    #[serde(default = "empty_object")]
+    pub meta: serde_json::Value,
 }
 
 /// A job for a worker to run, pushed by the server.
@@ -457,6 +507,10 @@ pub struct Order {
     pub created_at: DateTime<Utc>,
     /// When it was due.
     pub run_at: DateTime<Utc>,
+    /// Its metadata, with the W3C trace context of the span that submitted it (its
+    /// `traceparent`), if any. Absent when the job has none: read a missing field as `{}`.
+    #[serde(default = "empty_object", skip_serializing_if = "is_empty_object")]
+    pub meta: serde_json::Value,
 }
 
 /// Why a request was refused.

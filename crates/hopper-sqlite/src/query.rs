@@ -18,11 +18,11 @@ use crate::sql::Queries;
 pub struct Inserter<'c> {
     statement: rusqlite::CachedStatement<'c>,
     /// Positions of the parameters, in the order of [`PARAMS`].
-    at: [usize; 12],
+    at: [usize; 13],
 }
 
 /// The parameters of `job_insert.sql`.
-const PARAMS: [&str; 12] = [
+const PARAMS: [&str; 13] = [
     ":id",
     ":queue",
     ":kind",
@@ -35,6 +35,7 @@ const PARAMS: [&str; 12] = [
     ":group_key",
     ":unique_key",
     ":unique_window",
+    ":meta",
 ];
 
 /// What became of one insert.
@@ -52,7 +53,7 @@ pub enum Inserted {
 impl<'c> Inserter<'c> {
     pub fn new(conn: &'c Connection, q: &Queries) -> Result<Self> {
         let statement = conn.prepare_cached(&q.job_insert[0]).map_err(map_sqlite)?;
-        let mut at = [0usize; 12];
+        let mut at = [0usize; 13];
         for (slot, name) in at.iter_mut().zip(PARAMS) {
             *slot = statement
                 .parameter_index(name)
@@ -73,9 +74,10 @@ impl<'c> Inserter<'c> {
     ) -> Result<Inserted> {
         let run_at = job.run_at.map_or(now, micros);
         let args = serde_json::to_string(&job.args)?;
+        let meta = serde_json::to_string(&job.meta)?;
         let mut id = uuid::Uuid::encode_buffer();
         let id = job.id.hyphenated().encode_lower(&mut id);
-        let values: [&dyn ToSql; 12] = [
+        let values: [&dyn ToSql; 13] = [
             &&*id,
             &job.queue,
             &job.kind,
@@ -88,6 +90,7 @@ impl<'c> Inserter<'c> {
             &group,
             &job.unique_key,
             &window,
+            &meta,
         ];
         for (at, value) in self.at.into_iter().zip(values) {
             self.statement
@@ -158,5 +161,6 @@ pub fn claimed_job(row: &Row<'_>) -> Result<ClaimedJob> {
         timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
         created_at: rows::time(col(row, 9)?)?,
         run_at: rows::time(col(row, 10)?)?,
+        meta: serde_json::from_str(&col::<String>(row, 11)?)?,
     })
 }

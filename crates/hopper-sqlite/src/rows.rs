@@ -104,6 +104,7 @@ pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
         errors,
         group: col(row, 18)?,
         unique_key: col(row, 19)?,
+        meta: serde_json::from_str(&col::<String>(row, 20)?)?,
     })
 }
 

@@ -208,6 +208,7 @@ fn resolve<'j>(
         UniquePolicy::Replace => {
             let run_at = job.run_at.map_or(now, micros);
             let args = serde_json::to_string(&job.args)?;
+            let meta = serde_json::to_string(&job.meta)?;
             let replaced: Option<String> = conn
                 .prepare_cached(&q.job_replace[0])
                 .and_then(|mut s| {
@@ -222,6 +223,7 @@ fn resolve<'j>(
                             ":timeout_ms": job.timeout_ms(),
                             ":group_key": group,
                             ":now": now,
+                            ":meta": meta,
                         },
                         |r| r.get(0),
                     )

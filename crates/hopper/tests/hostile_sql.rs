@@ -75,6 +75,26 @@ async fn sql_enqueue_refuses_every_hostile_value_with_a_clear_message() -> anyho
         ("unique_key => 'bell' || chr(7)", "control characters"),
         ("unique_key => 'del' || chr(127)", "control characters"),
         ("unique_key => 'c1' || chr(155)", "control characters"),
+        ("meta => '[]'", "meta must be a JSON object, got array"),
+        ("meta => '\"x\"'", "meta must be a JSON object, got string"),
+        ("meta => NULL", "meta must be a JSON object, got NULL"),
+        (
+            "meta => jsonb_build_object('blob', repeat('x', 16384))",
+            "over the limit of 16384 bytes",
+        ),
+        (
+            "meta => '{\"traceparent\": \"00-abc-def-01\"}'",
+            "is not a W3C traceparent",
+        ),
+        ("meta => '{\"traceparent\": 7}'", "is not a W3C traceparent"),
+        (
+            "meta => '{\"traceparent\": \"00-00000000000000000000000000000000-00f067aa0ba902b7-01\"}'",
+            "is not a W3C traceparent",
+        ),
+        (
+            "meta => jsonb_build_object('tracestate', 'a' || chr(10))",
+            "meta.tracestate must be a string",
+        ),
     ];
     for (argument, expected) in calls {
         let sql = format!("SELECT {schema}.enqueue('k', queue => 'q', {argument})");
@@ -109,6 +129,8 @@ async fn sql_enqueue_takes_an_integer_priority_and_the_edges_of_the_range() -> a
         format!("run_at => '{}'", last.to_rfc3339()),
         "timeout => interval '2147483.647 seconds'".to_owned(),
         "unique_key => 'user:42/welcome mail ü'".to_owned(),
+        "meta => '{\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\", \"tracestate\": \"k=v\"}'".to_owned(),
+        "meta => jsonb_build_object('blob', repeat('x', 16000))".to_owned(),
     ];
     for argument in &good {
         let sql = format!("SELECT {schema}.enqueue('k', queue => 'q', {argument})");
@@ -135,5 +157,16 @@ async fn sql_enqueue_takes_an_integer_priority_and_the_edges_of_the_range() -> a
         .await?;
     assert!(jobs.iter().any(|j| j.run_at == last));
     assert!(jobs.iter().any(|j| j.run_at == first));
+    assert!(
+        jobs.iter()
+            .any(|j| j.meta["tracestate"] == "k=v" && j.meta["traceparent"].is_string())
+    );
+    assert_eq!(
+        jobs.iter()
+            .filter(|j| j.meta == serde_json::json!({}))
+            .count(),
+        good.len() - 2,
+        "a job enqueued without meta has {{}}"
+    );
     Ok(())
 }

@@ -56,6 +56,10 @@ pub struct ClaimedJob {
     pub created_at: DateTime<Utc>,
     /// When it was due.
     pub run_at: DateTime<Utc>,
+    /// Its metadata (a JSON object; `{}` when it has none), with the trace context of the
+    /// span that enqueued it, if any.
+    #[serde(default = "crate::meta::empty")]
+    pub meta: serde_json::Value,
 }
 
 /// What became of one attempt.
@@ -133,6 +137,10 @@ pub struct JobListParams {
     pub kind: Option<String>,
     /// Only this group (tenant).
     pub group: Option<String>,
+    /// Only jobs whose metadata contains this object: every key given, with the value
+    /// given (strings, numbers, booleans or null; see
+    /// [`crate::meta::validate_meta_filter`]).
+    pub meta: Option<serde_json::Value>,
     /// Only jobs with ids below this one (cursor for newest-first pages).
     pub before: Option<JobId>,
     /// At most this many (newest first).

@@ -57,5 +57,5 @@ SET state = 'running',
                        + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
-          j.max_attempts, j.timeout_ms, j.created_at, j.run_at,
+          j.max_attempts, j.timeout_ms, j.created_at, j.run_at, j.meta,
           clock_timestamp(), statement_timestamp()

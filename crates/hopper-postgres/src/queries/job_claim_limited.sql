@@ -78,7 +78,7 @@ claimed AS (
                            + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
-              j.max_attempts, j.timeout_ms, j.created_at, j.run_at
+              j.max_attempts, j.timeout_ms, j.created_at, j.run_at, j.meta
 ),
 bucket AS (
     UPDATE hopper.queues

@@ -1,2 +1,2 @@
-COPY hopper.jobs (id, queue, kind, args, state, priority, run_at, max_attempts, timeout_ms)
+COPY hopper.jobs (id, queue, kind, args, state, priority, run_at, max_attempts, timeout_ms, meta)
 FROM STDIN (FORMAT binary)

@@ -2,7 +2,8 @@
 -- it is still waiting. A job claimed meanwhile is re-checked after its row lock is
 -- granted (state is no longer waiting) and left alone. The queue and the id stay.
 -- $1 holder id, $2 kind, $3 args, $4 priority, $5 run_at (NULL: now), $6 max_attempts,
--- $7 timeout_ms, $8 group, $9 now (NULL: the database's clock).
+-- $7 timeout_ms, $8 group, $9 now (NULL: the database's clock), $10 meta (the new job's
+-- metadata replaces the holder's, like its arguments).
 WITH replaced AS (
     UPDATE hopper.jobs
     SET kind = $2,
@@ -13,7 +14,8 @@ WITH replaced AS (
                      THEN 'scheduled' ELSE 'available' END::hopper.job_state,
         max_attempts = $6,
         timeout_ms = $7,
-        group_key = coalesce($8::text, group_key)
+        group_key = coalesce($8::text, group_key),
+        meta = $10
     WHERE id = $1
       AND state IN ('scheduled', 'available')
     RETURNING id, state, queue

@@ -36,4 +36,4 @@ WHERE id IN (
     LIMIT :limit
 )
 RETURNING id, attempt, queue, kind, args, priority, attempt - uncounted, max_attempts,
-          timeout_ms, created_at, run_at
+          timeout_ms, created_at, run_at, meta

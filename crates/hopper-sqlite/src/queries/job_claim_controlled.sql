@@ -64,7 +64,7 @@ SET state = 'running',
 WHERE id = :id
   AND state = 'available'
 RETURNING id, attempt, queue, kind, args, priority, attempt - uncounted, max_attempts,
-          timeout_ms, created_at, run_at;
+          timeout_ms, created_at, run_at, meta;
 
 -- Statement 7: what is left in the rate bucket after this claim.
 UPDATE hopper_queues

@@ -1,6 +1,6 @@
 -- One job. Index: the primary key.
 SELECT id, queue, kind, args, state, priority, run_at, attempt, uncounted, max_attempts,
        timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
-       duration_ms, errors, nullif(group_key, ''), unique_key
+       duration_ms, errors, nullif(group_key, ''), unique_key, meta
 FROM hopper_jobs
 WHERE id = :id

@@ -9,11 +9,12 @@
 -- the caller then looks for the holder and applies the job's unique policy. CHECK
 -- violations still fail the statement.
 INSERT INTO hopper_jobs (id, queue, kind, args, state, priority, run_at, max_attempts,
-                         timeout_ms, created_at, group_key, unique_key, unique_window)
+                         timeout_ms, created_at, group_key, unique_key, unique_window,
+                         meta)
 VALUES (
     :id, :queue, :kind, :args,
     CASE WHEN :run_at > :now THEN 'scheduled' ELSE 'available' END,
     :priority, :run_at, :max_attempts, :timeout_ms, :now,
-    :group_key, :unique_key, :unique_window
+    :group_key, :unique_key, :unique_window, :meta
 )
 ON CONFLICT DO NOTHING

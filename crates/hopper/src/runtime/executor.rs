@@ -80,6 +80,7 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                     shared.blocking.clone(),
                 );
                 let end = handler::drive(&*worker, &ctx, &job.args, &run, started).await;
+                ctx.flush_logs().await;
                 let ran = started.elapsed();
                 shared.pace.record(ran);
                 handler::settled_outcome(
