@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Service, tick};
+use crate::spans;
 
 /// When finished jobs are deleted and the job table vacuumed: the config of [`Pruner`] and
 /// [`Vacuumer`].
@@ -100,7 +101,8 @@ impl Pruner {
             let mut pruned = 0u64;
             loop {
                 let started = Instant::now();
-                match store.job_prune(&params).await {
+                let prune = store.job_prune(&params);
+                match spans::seam(spans::prune(), prune, |o| Some(o.total())).await {
                     Ok(outcome) => {
                         pruned += outcome.total();
                         if !outcome.elected || outcome.total() < u64::from(params.limit) {
@@ -169,7 +171,8 @@ impl Vacuumer {
         };
         while tick(&stop, period).await {
             let started = Instant::now();
-            match store.job_vacuum(&params).await {
+            let vacuum = store.job_vacuum(&params);
+            match spans::seam(spans::vacuum(), vacuum, spans::uncounted).await {
                 Ok(true) => {
                     tracing::debug!(took = ?started.elapsed(), "vacuumed the job table");
                 }

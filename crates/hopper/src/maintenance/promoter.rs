@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Service;
+use crate::spans;
 
 /// How long the [`Promoter`] may sleep. [`PromoterConfig::default`] gives the documented
 /// default.
@@ -77,7 +78,9 @@ impl Promoter {
                 _ = self.wake.notified() => {}
                 _ = stop.cancelled() => return Ok(()),
             }
-            wait = match store.job_promote_scheduled().await {
+            let promote = store.job_promote_scheduled();
+            let promoted = spans::seam(spans::promote(), promote, |o| Some(o.promoted));
+            wait = match promoted.await {
                 Ok(JobPromoteOutcome {
                     next_due: Some(next),
                     ..

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Service, tick};
+use crate::spans;
 
 /// How often the [`Rescuer`] looks, and when a node counts as dead.
 /// [`RescuerConfig::default`] gives the documented defaults.
@@ -90,12 +91,14 @@ impl Rescuer {
             let Some(store) = store else {
                 continue;
             };
-            match store.job_rescue_expired().await {
+            let rescue = store.job_rescue_expired();
+            match spans::seam(spans::rescue(), rescue, spans::counted).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
                 Err(e) => tracing::warn!(error = %e, "rescuing expired leases failed"),
             }
-            match store.node_release_dead(&release_dead).await {
+            let release = store.node_release_dead(&release_dead);
+            match spans::seam(spans::release_dead(), release, spans::counted).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(jobs = n, "released the jobs of dead nodes"),
                 Err(e) => tracing::warn!(error = %e, "releasing dead nodes failed"),
