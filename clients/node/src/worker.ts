@@ -11,6 +11,7 @@ import {
   defaultName,
 } from "./connection.js";
 import { HopperError } from "./errors.js";
+import * as tracing from "./tracing.js";
 
 /** Throw from a handler to run the job again after `seconds` without using an attempt. */
 export class Snooze extends Error {
@@ -43,6 +44,9 @@ export class Job {
   readonly countedAttempt: number | undefined;
   readonly maxAttempts: number | undefined;
   readonly timeoutMs: number | undefined;
+  /** The job's metadata (`{}` when it has none), with the trace context of the span that
+   * enqueued it, which the worker continues when OpenTelemetry is installed. */
+  readonly meta: Record<string, unknown>;
   /** Aborted when the job is cancelled, runs past its timeout or loses its lease: stop
    * then; the outcome is not reported. */
   readonly signal: AbortSignal;
@@ -63,6 +67,9 @@ export class Job {
     this.countedAttempt = optional(order["counted_attempt"], "number");
     this.maxAttempts = optional(order["max_attempts"], "number");
     this.timeoutMs = optional(order["timeout_ms"], "number");
+    const meta = order["meta"];
+    this.meta =
+      meta !== null && typeof meta === "object" && !Array.isArray(meta) ? (meta as Record<string, unknown>) : {};
     this.signal = this.controller.signal;
   }
 
@@ -148,6 +155,7 @@ export class Worker {
 
   /** Connects and serves until `stop()`; resolves once every held job is reported. */
   async run(): Promise<void> {
+    await tracing.load();
     const hello: Message = {
       role: "worker",
       name: this.name,
@@ -345,19 +353,25 @@ export class Worker {
       await handler(job);
       return { type: "completed" };
     };
-    run()
-      .catch((e: unknown): Message => {
-        if (e instanceof Snooze) return { type: "snoozed", delay_ms: Math.max(0, Math.round(e.seconds * 1000)) };
-        if (e instanceof Permanent) return { type: "failed", error: e.message, retryable: false };
-        const error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-        return { type: "failed", error, retryable: true };
-      })
-      .then((outcome) => {
-        this.running.delete(job.id);
-        if (!job.signal.aborted) {
+    const settled = (): Promise<Message> =>
+      run()
+        .catch((e: unknown): Message => {
+          if (e instanceof Snooze) return { type: "snoozed", delay_ms: Math.max(0, Math.round(e.seconds * 1000)) };
+          if (e instanceof Permanent) return { type: "failed", error: e.message, retryable: false };
+          const error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+          return { type: "failed", error, retryable: true };
+        })
+        .then((outcome) => {
           if (outcome["type"] !== "snoozed") {
             outcome["duration_ms"] = Math.round(performance.now() - started);
           }
+          return outcome;
+        });
+    tracing
+      .inJobSpan(job, settled)
+      .then((outcome) => {
+        this.running.delete(job.id);
+        if (!job.signal.aborted) {
           this.sendOutcome({ ...outcome, id: job.id, attempt: job.attempt });
         }
         const next = this.held.shift();

@@ -77,7 +77,7 @@ pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
 /// unique key was taken, says so: `duplicate of <id>` (or `replaced <id>`), and under
 /// `--json` the `outcome` (`inserted`, `duplicate`, `replaced`) as the HTTP API gives it.
 pub async fn enqueue(backend: &Arc<dyn Backend>, job: NewJob, json: bool) -> anyhow::Result<()> {
-    let client = hopper::Client::new(backend.clone());
+    let client = crate::telemetry::client(backend.clone());
     let own = job.id;
     let outcome = if job.needs_upsert() {
         client.upsert(job).await?

@@ -25,11 +25,11 @@
 //! so keep cleanup in `Drop` guards; how the attempt ended is recorded on its `hopper.job`
 //! span ([`crate::spans`]).
 //!
-//! Enqueue middleware apply to the [`Client`](crate::Client)'s `enqueue`, `insert` and
-//! `insert_many`, and so to everything that writes through a client (`hopper serve`'s
-//! submissions, the HTTP API, the CLI, periodic jobs when their runtime's client has
-//! them). Work inside your own PostgreSQL transaction (`PgBackend::enqueue_in` and the
-//! sqlx helpers) goes straight to the database and passes no middleware.
+//! Enqueue middleware apply to the [`Client`](crate::Client)'s `enqueue`, `insert`,
+//! `insert_many`, `upsert` and `upsert_many`. What writes to the store without a client
+//! passes none: work inside your own PostgreSQL transaction (`PgBackend::enqueue_in` and
+//! the sqlx helpers), the SQL `enqueue(...)`, periodic jobs, and `hopper serve`'s
+//! submissions (whose callers set the meta themselves).
 //!
 //! ```
 //! use hopper::middleware::{Middleware, Next};
