@@ -121,7 +121,8 @@ impl Telemetry {
     }
 
     /// The `tracing` layer that turns spans into OpenTelemetry spans, when traces are
-    /// exported (`None` is a layer that does nothing). Give it a filter of its own
+    /// exported (`None` is a layer that does nothing). It records each span's fields and
+    /// events, not its busy/idle times, code location, thread or target. Give it a filter of its own
     /// (`hopper::spans=info` for hopper's enqueue and job spans, `=debug` for the storage
     /// calls too; see [`crate::spans`]) to export other spans than your log shows.
     pub fn layer<S>(&self) -> Option<OpenTelemetryLayer<S, SdkTracer>>
@@ -129,7 +130,18 @@ impl Telemetry {
         S: Subscriber + for<'span> LookupSpan<'span>,
     {
         let tracer = self.tracer_provider.as_ref()?.tracer(SCOPE);
-        Some(tracing_opentelemetry::layer().with_tracer(tracer))
+        // Only what a span of hopper's needs: its fields. Busy/idle times would read the
+        // clock at every poll of a job's future, and code location, thread and target
+        // would add five attributes to every span; together they were most of the cost
+        // of a span per job (docs/benchmarks.md).
+        Some(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_tracked_inactivity(false)
+                .with_location(false)
+                .with_threads(false)
+                .with_target(false),
+        )
     }
 
     /// A `metrics` recorder into OpenTelemetry instruments, when metrics are exported.
