@@ -206,6 +206,16 @@ CREATE TABLE hopper.cron_jobs (
 );
 
 
+CREATE TABLE hopper.job_logs (
+    job_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    lines jsonb DEFAULT '[]'::jsonb NOT NULL,
+    bytes integer DEFAULT 0 NOT NULL,
+    dropped bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT job_logs_lines_check CHECK ((jsonb_typeof(lines) = 'array'::text))
+);
+
+
 CREATE TABLE hopper.jobs (
     id uuid NOT NULL,
     queue text DEFAULT 'default'::text NOT NULL,
@@ -328,6 +338,10 @@ ALTER TABLE ONLY hopper.cron_jobs
     ADD CONSTRAINT cron_jobs_pkey PRIMARY KEY (name);
 
 
+ALTER TABLE ONLY hopper.job_logs
+    ADD CONSTRAINT job_logs_pkey PRIMARY KEY (job_id, attempt);
+
+
 ALTER TABLE hopper.jobs
     ADD CONSTRAINT jobs_meta_object CHECK ((jsonb_typeof(meta) = 'object'::text)) NOT VALID;
 
@@ -364,3 +378,7 @@ CREATE UNIQUE INDEX jobs_unique_active_idx ON hopper.jobs USING btree (unique_ke
 
 
 CREATE UNIQUE INDEX jobs_unique_window_idx ON hopper.jobs USING btree (unique_key, unique_window) WHERE (unique_window IS NOT NULL);
+
+
+ALTER TABLE ONLY hopper.job_logs
+    ADD CONSTRAINT job_logs_job_id_fkey FOREIGN KEY (job_id) REFERENCES hopper.jobs(id) ON DELETE CASCADE;

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -56,12 +57,18 @@ def seed_sql(schema: str) -> str:
            now() - make_interval(secs => 60 * i + 0.02 * i), now() - make_interval(secs => 60 * i),
            now() - make_interval(secs => 60 * i - 0.04 * i), 40 * i
     FROM generate_series(1, 7) AS i;
-    INSERT INTO {schema}.jobs (id, queue, kind, args, state, attempt, max_attempts, run_at, attempted_at, finished_at, errors)
+    INSERT INTO {schema}.jobs (id, queue, kind, args, state, attempt, max_attempts, run_at, attempted_at, finished_at, errors, meta)
     SELECT {schema}.uuid_v7(), 'bench', 'bench', jsonb_build_object('n', 100 + i), 'failed', 3, 3,
            now() - interval '90 s', now() - interval '89.97 s', now() - interval '89.95 s',
            jsonb_build_array(jsonb_build_object('attempt', 3, 'at', now(), 'error',
-                             'smtp timeout (seeded)', 'node', NULL, 'duration_ms', 12))
+                             'smtp timeout (seeded)', 'node', NULL, 'duration_ms', 12)),
+           jsonb_build_object('tenant', 'acme-seeded')
     FROM generate_series(1, 2) AS i;
+    INSERT INTO {schema}.job_logs (job_id, attempt, lines, bytes, dropped)
+    SELECT id, 3, jsonb_build_array(jsonb_build_object('at', now(), 'level', 'warn',
+                  'message', 'retrying smtp (seeded log)', 'fields', jsonb_build_object('try', 3))),
+           100, 5
+    FROM {schema}.jobs WHERE state = 'failed';
     INSERT INTO {schema}.jobs (id, queue, kind, state, finished_at)
     VALUES ({schema}.uuid_v7(), 'mail', 'send_email', 'cancelled', now());
     INSERT INTO {schema}.jobs (id, queue, kind, state, run_at)
@@ -215,10 +222,25 @@ def test_dashboard_shows_counts_and_retries_a_failed_job(server, browser):
     until(d, lambda d: d.find_element(By.CSS_SELECTOR, '#queues-body tr[data-queue="mail"]'))
     screenshot(d, "dashboard-overview.png")
 
+    # The list finds jobs by metadata and shows it.
+    d.get(server["url"] + "#/jobs?meta=" + urllib.parse.quote('{"tenant":"acme-seeded"}'))
+    until(
+        d,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")) == 2
+        and len(d.find_elements(By.CSS_SELECTOR, '#jobs-body tr[data-state="failed"]')) == 2,
+        "the meta filter lists the two seeded failed jobs",
+    )
+    text_is(d, "jobs-body", "acme-seeded")
+
     # Open a failed job from the list and retry it.
     d.get(server["url"] + "#/jobs?state=failed")
     click(d, '#jobs-body tr[data-state="failed"] a')
     text_is(d, "job-errors-body", "smtp timeout (seeded)")
+    # Its metadata and its attempt's log, with the truncation marker.
+    text_is(d, "job-meta", "acme-seeded")
+    text_is(d, "job-logs-body", "retrying smtp (seeded log)")
+    text_is(d, "job-logs-body", "5 more lines dropped")
+    screenshot(d, "dashboard-job-meta-and-logs.png")
     click(d, "#job-retry")
     until(d, lambda d: text_of(d, '[data-field="state"]') == "available", "job retried")
 

@@ -20,6 +20,9 @@ export interface JobOptions {
   maxAttempts?: number;
   /** How long one run may take. Default 1,800,000. */
   timeoutMs?: number;
+  /** Metadata: a map of at most 16 KiB as JSON; `traceparent` there is the job's W3C trace
+   * context. */
+  meta?: Record<string, unknown>;
 }
 
 /** One job of a batch: its kind, its arguments and its options. */
@@ -46,6 +49,8 @@ export interface JobRecord {
   finished_at: string | null;
   duration_ms: number | null;
   errors: { attempt: number; at: string; error: string; duration_ms: number | null }[];
+  /** Its metadata (`{}` when it has none). */
+  meta?: Record<string, unknown>;
   [key: string]: unknown;
 }
 
@@ -81,6 +86,7 @@ export function jobSpec(spec: JobSpec): Message {
   if (spec.delayMs !== undefined) wire["delay_ms"] = spec.delayMs;
   if (spec.maxAttempts !== undefined) wire["max_attempts"] = spec.maxAttempts;
   if (spec.timeoutMs !== undefined) wire["timeout_ms"] = spec.timeoutMs;
+  if (spec.meta !== undefined) wire["meta"] = spec.meta;
   return wire;
 }
 

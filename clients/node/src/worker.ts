@@ -44,8 +44,8 @@ export class Job {
   readonly countedAttempt: number | undefined;
   readonly maxAttempts: number | undefined;
   readonly timeoutMs: number | undefined;
-  /** The job's metadata (`{}` when it has none), with the trace context of the span that
-   * enqueued it, which the worker continues when OpenTelemetry is installed. */
+  /** The job's metadata (`{}` when it has none); `meta.traceparent` is the W3C trace
+   * context of the span that submitted it, when there was one. */
   readonly meta: Record<string, unknown>;
   /** Aborted when the job is cancelled, runs past its timeout or loses its lease: stop
    * then; the outcome is not reported. */
@@ -69,7 +69,7 @@ export class Job {
     this.timeoutMs = optional(order["timeout_ms"], "number");
     const meta = order["meta"];
     this.meta =
-      meta !== null && typeof meta === "object" && !Array.isArray(meta) ? (meta as Record<string, unknown>) : {};
+      typeof meta === "object" && meta !== null && !Array.isArray(meta) ? { ...(meta as Record<string, unknown>) } : {};
     this.signal = this.controller.signal;
   }
 
@@ -78,7 +78,47 @@ export class Job {
   extend(seconds: number): void {
     this.worker.send({ type: "extend", id: this.id, attempt: this.attempt, by_ms: Math.round(seconds * 1000) });
   }
+
+  private logLines: Message[] = [];
+  private logBytes = 0;
+  private logDropped = 0;
+
+  /** Writes a line to this attempt's log, kept with the job (`hopper jobs show`, the HTTP
+   * API, the dashboard); sent with the outcome. `level`: trace, debug, info, warn or error.
+   * Never throws: an attempt keeps at most 64 KiB of lines; the rest are counted as
+   * dropped. */
+  log(level: string, message: string, fields?: Record<string, unknown>): void {
+    const line: Message = { level: String(level), message: String(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
+    if (fields !== undefined && Object.keys(fields).length > 0) line["fields"] = fields;
+    let size: number;
+    try {
+      size = JSON.stringify(line).length;
+    } catch {
+      delete line["fields"];
+      size = JSON.stringify(line).length;
+    }
+    if (this.logDropped > 0 || this.logBytes + size > MAX_LOG_BYTES) {
+      this.logDropped += 1;
+      return;
+    }
+    this.logBytes += size;
+    this.logLines.push(line);
+  }
+
+  /** @internal The lines logged so far as one `log` message, or undefined when none. */
+  takeLog(): Message | undefined {
+    if (this.logLines.length === 0 && this.logDropped === 0) return undefined;
+    const message: Message = { type: "log", id: this.id, attempt: this.attempt, lines: this.logLines, dropped: this.logDropped };
+    this.logLines = [];
+    this.logDropped = 0;
+    return message;
+  }
 }
+
+/** The most log one attempt sends, as JSON; the server keeps the same bound. */
+const MAX_LOG_BYTES = 64 * 1024;
+/** The longest message of one log line, in characters (the server cuts at 4 KiB). */
+const MAX_MESSAGE = 4096;
 
 function optional<T extends "string" | "number">(
   value: unknown,
@@ -372,6 +412,9 @@ export class Worker {
       .then((outcome) => {
         this.running.delete(job.id);
         if (!job.signal.aborted) {
+          // The attempt's log goes out just before its outcome.
+          const log = job.takeLog();
+          if (log !== undefined) this.send(log);
           this.sendOutcome({ ...outcome, id: job.id, attempt: job.attempt });
         }
         const next = this.held.shift();

@@ -13,7 +13,7 @@ from ._uuid7 import uuid7
 #: A job's arguments: a JSON-compatible map or array.
 Args = Union[Mapping[str, Any], List[Any]]
 
-_OPTIONS = ("queue", "priority", "run_at", "delay_ms", "max_attempts", "timeout_ms")
+_OPTIONS = ("queue", "priority", "run_at", "delay_ms", "max_attempts", "timeout_ms", "meta")
 
 
 def _job_spec(kind: str, args: Optional[Args] = None, **options: Any) -> Message:

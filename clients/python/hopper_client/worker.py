@@ -3,13 +3,15 @@ heartbeats, and reconnects when the server goes away."""
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import signal
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ._connection import Connection, HopperError, Message, Unavailable, default_name
 from ._tracing import job_span
@@ -34,6 +36,13 @@ class Permanent(Exception):
 Handler = Callable[["Job"], Any]
 
 
+#: The most log one attempt sends, as JSON (the server keeps the same bound); past it,
+#: lines are counted as dropped.
+_MAX_LOG_BYTES = 64 * 1024
+#: The longest message of one log line, in characters (the server cuts at 4 KiB).
+_MAX_MESSAGE = 4096
+
+
 class Job:
     """One order: the job and the lease (``id``, ``attempt``) it is reported with."""
 
@@ -55,12 +64,48 @@ class Job:
         #: Its outcome is then not reported.
         self.cancelled = threading.Event()
         self._worker = worker
+        self._log_lines: List[Message] = []
+        self._log_bytes = 0
+        self._log_dropped = 0
+        self._log_lock = threading.Lock()
 
     def extend(self, seconds: float) -> None:
         """Asks the server to extend this job's lease to ``seconds`` from now (for a job
         longer than the lease; heartbeats already renew it while the worker lives)."""
         self._worker._outbox.put({"type": "extend", "id": self.id, "attempt": self.attempt,
                                   "by_ms": int(seconds * 1000)})
+
+    def log(self, level: str, message: str, **fields: Any) -> None:
+        """Writes a line to this attempt's log, kept with the job (``hopper jobs show``, the
+        HTTP API, the dashboard). ``level`` is trace, debug, info, warn or error; ``fields``
+        are structured details. Never raises: an attempt keeps at most 64 KiB of lines and
+        the server counts the rest as dropped."""
+        line: Message = {"level": str(level), "message": str(message)[:_MAX_MESSAGE],
+                         "at": datetime.now(timezone.utc).isoformat()}
+        if fields:
+            line["fields"] = fields
+        try:
+            size = len(json.dumps(line, default=str))
+        except (TypeError, ValueError):
+            line.pop("fields", None)
+            size = len(json.dumps(line))
+        with self._log_lock:
+            if self._log_dropped or self._log_bytes + size > _MAX_LOG_BYTES:
+                self._log_dropped += 1
+            else:
+                self._log_bytes += size
+                self._log_lines.append(line)
+
+    def _take_log(self) -> Optional[Message]:
+        """The lines logged so far as one ``log`` message, or None when there are none."""
+        with self._log_lock:
+            if not self._log_lines and not self._log_dropped:
+                return None
+            message: Message = {"type": "log", "id": self.id, "attempt": self.attempt,
+                                "lines": self._log_lines, "dropped": self._log_dropped}
+            self._log_lines = []
+            self._log_dropped = 0
+            return message
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, kind={self.kind!r}, attempt={self.attempt})"
@@ -233,6 +278,10 @@ class Worker:
             self._futures.pop(job.id, None)
             if job.cancelled.is_set():
                 continue  # cancelled or lease lost: nothing to report
+            # The attempt's log goes out just before its outcome.
+            log_message = job._take_log()
+            if log_message is not None:
+                self._send(log_message)
             outcome.update({"id": job.id, "attempt": job.attempt})
             self._send_outcome(outcome)
 

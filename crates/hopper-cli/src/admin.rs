@@ -69,8 +69,24 @@ pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
             .with_unique_key(key)
             .with_unique_policy(args.unique_policy.parse()?);
     }
+    if let Some(meta) = &args.meta {
+        job = job
+            .with_meta(hopper::core::meta::parse_meta(meta).map_err(|e| flag_error("--meta", e))?);
+    }
+    if let Some(tp) = &args.traceparent {
+        hopper::core::meta::validate_traceparent(tp).map_err(|e| flag_error("--traceparent", e))?;
+        job = job.with_meta_entry(hopper::core::meta::TRACEPARENT, tp.as_str());
+    }
     job.validate()?;
     Ok(job)
+}
+
+/// A refusal of a flag's value, named after the flag.
+fn flag_error(flag: &str, e: hopper::Error) -> anyhow::Error {
+    match e {
+        hopper::Error::InvalidInput(m) => anyhow::anyhow!("{flag}: {m}"),
+        other => anyhow::anyhow!("{flag}: {other}"),
+    }
 }
 
 /// `hopper enqueue`: inserts the job built by [`new_job`] and prints its id; when its
@@ -126,16 +142,23 @@ impl JobsAction {
                 state,
                 kind,
                 group,
+                meta,
                 limit,
             } => {
                 if let Some(g) = &group {
                     hopper::core::job::validate_name("group", g)?;
                 }
+                let meta = meta
+                    .as_deref()
+                    .map(hopper::core::meta::parse_meta_filter)
+                    .transpose()
+                    .map_err(|e| flag_error("--meta", e))?;
                 JobsAction::List(JobListParams {
                     queue,
                     state: state.as_deref().map(JobState::from_str).transpose()?,
                     kind,
                     group,
+                    meta,
                     before: None,
                     limit,
                 })
@@ -169,10 +192,19 @@ pub async fn jobs(
                 .job(id)
                 .await?
                 .ok_or_else(|| hopper::Error::NotFound(format!("job {id}")))?;
+            // Through `hopper serve` logs cannot be read (the protocol has no request for
+            // them): the job is shown without.
+            let logs = match client.job_logs(id).await {
+                Err(hopper::Error::Unsupported(_)) => Vec::new(),
+                other => other?,
+            };
             if json {
-                print_json(&job)
+                let mut value = serde_json::to_value(&job)?;
+                value["logs"] = serde_json::to_value(&logs)?;
+                print_json(&value)
             } else {
-                print_job(&job)
+                print_job(&job)?;
+                print_logs(&logs)
             }
         }
         JobsAction::Retry(id) => print_new_state(&client.retry(id).await?, json),
@@ -302,6 +334,34 @@ fn print_job_table(jobs: &[JobRecord]) -> anyhow::Result<()> {
     )
 }
 
+/// Prints each attempt's log lines, and a marker where lines were dropped.
+fn print_logs(logs: &[hopper::AttemptLog]) -> anyhow::Result<()> {
+    for log in logs {
+        outln!("log of attempt {}:", log.attempt);
+        for line in &log.lines {
+            let fields = if line.fields.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", serde_json::Value::Object(line.fields.clone()))
+            };
+            outln!(
+                "  {} {:<5} {}{fields}",
+                time(line.at),
+                line.level,
+                line.message.escape_debug()
+            );
+        }
+        if log.dropped > 0 {
+            outln!(
+                "  [truncated: {} more lines dropped past the {}-byte limit of an attempt]",
+                log.dropped,
+                hopper::core::job_log::MAX_ATTEMPT_LOG_BYTES
+            );
+        }
+    }
+    Ok(())
+}
+
 fn print_job(j: &JobRecord) -> anyhow::Result<()> {
     let field = |name: &str, value: String| -> std::io::Result<()> {
         crate::output::write_stdout(format_args!("{name:<14}{value}\n"))
@@ -316,6 +376,7 @@ fn print_job(j: &JobRecord) -> anyhow::Result<()> {
     field("state", j.state.to_string())?;
     field("priority", format!("{} ({})", j.priority, j.priority.0))?;
     field("args", j.args.to_string())?;
+    field("meta", j.meta.to_string())?;
     field("run at", time(j.run_at))?;
     field(
         "attempts",

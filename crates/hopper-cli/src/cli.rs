@@ -98,6 +98,14 @@ pub struct EnqueueArgs {
     /// What to do when the key is taken: ignore (print the holder's id), reject, replace.
     #[arg(long, default_value = "ignore", requires = "unique_key")]
     pub unique_policy: String,
+    /// Metadata, a JSON object of at most 16 KiB (e.g. '{"tenant":"acme"}'), stored beside
+    /// the arguments; `jobs list --meta` finds jobs by it.
+    #[arg(long)]
+    pub meta: Option<String>,
+    /// A W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>) stored as meta.traceparent, so the
+    /// job's run joins that trace.
+    #[arg(long)]
+    pub traceparent: Option<String>,
 }
 
 /// `hopper jobs …`.
@@ -117,11 +125,15 @@ pub enum JobsCommand {
         /// Only this group (tenant).
         #[arg(long)]
         group: Option<String>,
+        /// Only jobs whose metadata contains this JSON object (top-level keys and values,
+        /// e.g. '{"tenant":"acme"}').
+        #[arg(long)]
+        meta: Option<String>,
         /// At most this many (at least 1; 0 is refused).
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
     },
-    /// Show one job with its error history.
+    /// Show one job with its metadata, error history and per-attempt logs.
     Show {
         /// The job's id.
         id: String,

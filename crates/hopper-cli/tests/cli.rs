@@ -235,6 +235,120 @@ async fn jobs_show_group_and_unique_key_and_list_filters_by_group() {
     hopper(&db, &["jobs", "list", "--group", "a b"]).fails_with("group name");
 }
 
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+#[tokio::test]
+async fn enqueue_meta_and_traceparent_show_and_filter() {
+    let db = TestDatabase::new().await.expect("test database");
+    let acme = hopper(
+        &db,
+        &[
+            "enqueue",
+            "--kind",
+            "k",
+            "--meta",
+            r#"{"tenant":"acme","n":1}"#,
+            "--traceparent",
+            TRACEPARENT,
+        ],
+    )
+    .ok()
+    .trim()
+    .to_owned();
+    let other = hopper(
+        &db,
+        &["enqueue", "--kind", "k", "--meta", r#"{"tenant":"globex"}"#],
+    )
+    .ok()
+    .trim()
+    .to_owned();
+    let job = hopper(&db, &["jobs", "show", &acme, "--json"]).json();
+    assert_eq!(
+        job["meta"],
+        serde_json::json!({"tenant": "acme", "n": 1, "traceparent": TRACEPARENT})
+    );
+    let text = hopper(&db, &["jobs", "show", &acme]).ok();
+    assert!(
+        text.contains("meta") && text.contains(TRACEPARENT),
+        "{text}"
+    );
+
+    let listed = hopper(
+        &db,
+        &["jobs", "list", "--meta", r#"{"tenant":"globex"}"#, "--json"],
+    )
+    .json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed[0]["id"], other.as_str());
+    let none = hopper(
+        &db,
+        &["jobs", "list", "--meta", r#"{"tenant":"x"}"#, "--json"],
+    )
+    .json();
+    assert_eq!(none.as_array().map(Vec::len), Some(0), "{none}");
+
+    hopper(&db, &["enqueue", "--kind", "k", "--meta", "[1]"])
+        .fails_with("--meta: meta must be a JSON object");
+    hopper(&db, &["enqueue", "--kind", "k", "--meta", "{"])
+        .fails_with("--meta: meta is not valid JSON");
+    let huge = format!(r#"{{"blob":"{}"}}"#, "x".repeat(17_000));
+    hopper(&db, &["enqueue", "--kind", "k", "--meta", &huge])
+        .fails_with("over the limit of 16384 bytes");
+    hopper(&db, &["enqueue", "--kind", "k", "--traceparent", "00-xyz"]).fails_with("--traceparent");
+    hopper(&db, &["jobs", "list", "--meta", r#"{"a":{"b":1}}"#])
+        .fails_with("top-level values only");
+    assert_eq!(
+        all_jobs(&db).await.len(),
+        2,
+        "refused enqueues wrote nothing"
+    );
+}
+
+#[tokio::test]
+async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
+    use hopper::core::job_log::{JobLogAppend, LogLevel, LogLine};
+    let db = TestDatabase::new().await.expect("test database");
+    let id = hopper(&db, &["enqueue", "--kind", "k"])
+        .ok()
+        .trim()
+        .to_owned();
+    let backend = db.backend();
+    let claimed = backend
+        .job_claim(&ClaimParams {
+            queue: "default".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: 1,
+            lease: Duration::from_secs(60),
+            kinds: None,
+        })
+        .await
+        .expect("claim");
+    let store = backend.logs().expect("PostgreSQL keeps logs");
+    store
+        .job_log_append(&[JobLogAppend {
+            lease: claimed[0].lease,
+            lines: vec![LogLine {
+                at: chrono::Utc::now(),
+                level: LogLevel::Warn,
+                message: "line one\nwith a newline".into(),
+                fields: serde_json::from_value(serde_json::json!({"rows": 3})).expect("a map"),
+            }],
+            dropped: 9,
+        }])
+        .await
+        .expect("append");
+    let text = hopper(&db, &["jobs", "show", &id]).ok();
+    assert!(text.contains("log of attempt 1:"), "{text}");
+    assert!(
+        text.contains("warn  line one\\nwith a newline {\"rows\":3}"),
+        "{text}"
+    );
+    assert!(text.contains("[truncated: 9 more lines dropped"), "{text}");
+    let json = hopper(&db, &["jobs", "show", &id, "--json"]).json();
+    assert_eq!(json["logs"][0]["dropped"], 9);
+    assert_eq!(json["logs"][0]["lines"][0]["fields"]["rows"], 3);
+}
+
 #[tokio::test]
 async fn show_prints_the_error_history_and_retry_revives_a_failed_job() {
     let db = TestDatabase::new().await.expect("test database");

@@ -176,6 +176,7 @@ pub async fn list_filters_by_queue_state_and_kind(h: &Harness) -> anyhow::Result
             state,
             kind: kind.map(str::to_owned),
             group: None,
+            meta: None,
             before: None,
             limit: 100,
         };

@@ -42,6 +42,7 @@ pub mod input;
 pub mod jobs;
 pub mod leases;
 pub mod limits;
+pub mod logs;
 pub mod meta;
 pub mod nodes;
 pub mod operations;
@@ -352,6 +353,10 @@ macro_rules! conformance_suite {
                 meta_round_trips_through_every_path,
                 replace_takes_the_new_jobs_meta,
                 bad_meta_is_refused_and_nothing_is_written,
+                list_and_search_filter_by_meta_containment,
+            }
+            logs {
+                logs_are_kept_per_attempt_bounded_and_deleted_with_the_job,
             }
             input {
                 scalar_args_are_refused_and_nothing_is_written,

@@ -150,3 +150,98 @@ pub async fn bad_meta_is_refused_and_nothing_is_written(h: &Harness) -> anyhow::
     ensure!(listed.is_empty(), "{} jobs written", listed.len());
     Ok(())
 }
+
+/// List and search find jobs by metadata containment: every key of the filter with an
+/// equal value (type included); a filter that is not a flat object is refused.
+pub async fn list_and_search_filter_by_meta_containment(h: &Harness) -> anyhow::Result<()> {
+    let acme = job("k", "q")
+        .with_meta_entry("tenant", "acme")
+        .with_meta_entry("tier", 1)
+        .with_meta_entry("vip", true);
+    let acme2 = job("k", "q")
+        .with_meta_entry("tenant", "acme")
+        .with_meta_entry("tier", 2);
+    let other = job("k", "q").with_meta_entry("tenant", "globex");
+    let quoted = job("k", "q").with_meta_entry("we\"ird.key", "x'); DROP TABLE jobs; --");
+    let bare = job("k", "q");
+    for j in [&acme, &acme2, &other, &quoted, &bare] {
+        h.insert(j.clone()).await?;
+    }
+    let found = |filter: Value| async move {
+        let list = hopper_core::JobListParams {
+            meta: Some(filter),
+            limit: 100,
+            ..Default::default()
+        };
+        let listed = h.backend.job_list(&list).await?;
+        let searched = h
+            .backend
+            .job_search(&hopper_core::JobSearchParams {
+                list,
+                ..Default::default()
+            })
+            .await?;
+        let ids = |v: Vec<hopper_core::JobRecord>| {
+            let mut ids: Vec<_> = v.into_iter().map(|j| j.id).collect();
+            ids.sort();
+            ids
+        };
+        let (listed, searched) = (ids(listed), ids(searched));
+        ensure!(
+            listed == searched,
+            "list {listed:?} and search {searched:?} differ"
+        );
+        anyhow::Ok(listed)
+    };
+    let sorted = |mut v: Vec<uuid::Uuid>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        found(json!({"tenant": "acme"})).await?,
+        sorted(vec![acme.id, acme2.id])
+    );
+    assert_eq!(
+        found(json!({"tenant": "acme", "tier": 1})).await?,
+        vec![acme.id]
+    );
+    assert_eq!(found(json!({"vip": true})).await?, vec![acme.id]);
+    assert_eq!(
+        found(json!({"tier": "1"})).await?,
+        Vec::<uuid::Uuid>::new(),
+        "a string is not a number"
+    );
+    assert_eq!(
+        found(json!({"tenant": "initech"})).await?,
+        Vec::<uuid::Uuid>::new()
+    );
+    assert_eq!(
+        found(json!({"we\"ird.key": "x'); DROP TABLE jobs; --"})).await?,
+        vec![quoted.id]
+    );
+    assert_eq!(
+        found(json!({})).await?.len(),
+        5,
+        "an empty filter matches every job"
+    );
+    for bad in [
+        json!([]),
+        json!("tenant"),
+        json!({"nested": {"a": 1}}),
+        json!({"a": [1]}),
+    ] {
+        let refused = h
+            .backend
+            .job_list(&hopper_core::JobListParams {
+                meta: Some(bad.clone()),
+                limit: 10,
+                ..Default::default()
+            })
+            .await;
+        ensure!(
+            matches!(refused, Err(Error::InvalidInput(_))),
+            "{bad}: {refused:?}"
+        );
+    }
+    Ok(())
+}

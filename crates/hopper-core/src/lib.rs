@@ -4,6 +4,8 @@
 //!
 //! - [`job`]: what a job is ([`NewJob`], [`JobRecord`], [`JobState`], [`Priority`]) and the
 //!   validation every entry point applies before anything is written;
+//! - [`job_log`]: per-job logs, bounded per attempt, and the capability that stores them
+//!   ([`job_log::LogStore`]);
 //! - [`lease`]: the fencing token a worker holds while it runs a job ([`Lease`]);
 //! - [`liveness`]: the capability of backends that see a node die at once ([`NodeLiveness`]);
 //! - [`backend`]: the storage seam ([`Backend`] and its capability traits), for backend
@@ -27,6 +29,7 @@ pub mod backend;
 pub mod clock;
 pub mod error;
 pub mod job;
+pub mod job_log;
 pub mod lease;
 pub mod limits;
 pub mod liveness;

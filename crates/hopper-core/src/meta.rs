@@ -154,6 +154,47 @@ pub fn validate_tracestate(ts: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a containment filter ([`crate::JobListParams::meta`]): a JSON object of at most
+/// [`MAX_META_BYTES`] whose values are strings, numbers, booleans or null. A job matches
+/// when its metadata has every key with an equal value. Nested values are refused, so the
+/// filter means the same on every backend (PostgreSQL's `@>` and SQLite's JSON functions
+/// differ on nested arrays).
+pub fn validate_meta_filter(filter: &Value) -> Result<()> {
+    let Value::Object(map) = filter else {
+        return Err(Error::InvalidInput(format!(
+            "a meta filter must be a JSON object, got {}",
+            json_type(filter)
+        )));
+    };
+    if let Some((key, v)) = map.iter().find(|(_, v)| v.is_object() || v.is_array()) {
+        return Err(Error::InvalidInput(format!(
+            "a meta filter matches top-level values only: {key:?} is {}",
+            json_type(v)
+        )));
+    }
+    let size = json_size(map);
+    if size > MAX_META_BYTES {
+        return Err(Error::InvalidInput(format!(
+            "a meta filter is {size} bytes as JSON, over the limit of {MAX_META_BYTES} bytes"
+        )));
+    }
+    if has_nul(filter) {
+        return Err(Error::InvalidInput(
+            "a meta filter must not contain U+0000".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses a containment filter given as JSON text (a CLI flag, a query parameter) and
+/// checks it ([`validate_meta_filter`]).
+pub fn parse_meta_filter(text: &str) -> Result<Value> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| Error::InvalidInput(format!("the meta filter is not valid JSON: {e}")))?;
+    validate_meta_filter(&value)?;
+    Ok(value)
+}
+
 /// Parses metadata given as JSON text (a CLI flag, a query parameter) and checks it.
 pub fn parse_meta(text: &str) -> Result<Map<String, Value>> {
     let value: Value = serde_json::from_str(text)

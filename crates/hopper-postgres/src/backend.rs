@@ -76,6 +76,9 @@ impl Backend for PgBackend {
     }
 
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
+        if let Some(filter) = &params.meta {
+            hopper_core::meta::validate_meta_filter(filter)?;
+        }
         let client = self.client().await?;
         let state = params.state.map(|s| s.as_str());
         let limit = i64::from(params.limit.max(1));
@@ -90,6 +93,7 @@ impl Backend for PgBackend {
                     &params.before,
                     &limit,
                     &params.group,
+                    &params.meta,
                 ],
             )
             .await
@@ -234,6 +238,10 @@ impl Backend for PgBackend {
         Some(self)
     }
 
+    fn logs(&self) -> Option<&dyn hopper_core::job_log::LogStore> {
+        Some(self)
+    }
+
     fn node_liveness(&self) -> Option<&dyn hopper_core::NodeLiveness> {
         let on = self
             .inner
@@ -268,8 +276,11 @@ impl Backend for PgBackend {
     }
 
     async fn job_search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
-        let client = self.client().await?;
         let list = &params.list;
+        if let Some(filter) = &list.meta {
+            hopper_core::meta::validate_meta_filter(filter)?;
+        }
+        let client = self.client().await?;
         let state = list.state.map(|s| s.as_str());
         let limit = i64::from(list.limit.max(1));
         let rows = self
@@ -285,6 +296,7 @@ impl Backend for PgBackend {
                     &params.created_before,
                     &limit,
                     &list.group,
+                    &list.meta,
                 ],
             )
             .await

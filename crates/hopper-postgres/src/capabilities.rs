@@ -8,6 +8,12 @@ use hopper_core::backend::{
 };
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
 
+use hopper_core::JobId;
+use hopper_core::job_log::{
+    AttemptLog, JobLogAppend, LogLine, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends,
+};
+use tokio_postgres::types::Json;
+
 use crate::PgBackend;
 use crate::error::map_pg;
 use crate::hot::millis;
@@ -124,6 +130,50 @@ impl StatsStore for PgBackend {
                     latency_p95_ms: r.try_get(4).map_err(Error::database)?,
                     duration_avg_ms: r.try_get(5).map_err(Error::database)?,
                     duration_p95_ms: r.try_get(6).map_err(Error::database)?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl LogStore for PgBackend {
+    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<()> {
+        let merged = merge_appends(appends);
+        if merged.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<JobId> = merged.iter().map(|m| m.lease.job_id).collect();
+        let attempts: Vec<i32> = merged.iter().map(|m| m.lease.attempt).collect();
+        let lines: Vec<Json<&Vec<LogLine>>> = merged.iter().map(|m| Json(&m.lines)).collect();
+        let bytes: Vec<i32> = merged.iter().map(|m| m.bytes).collect();
+        let dropped: Vec<i64> = merged.iter().map(|m| m.dropped).collect();
+        let bound = i32::try_from(MAX_ATTEMPT_LOG_BYTES).unwrap_or(i32::MAX);
+        let client = self.client().await?;
+        self.text(&self.inner.queries.job_log_append)
+            .execute(
+                &**client,
+                &[&ids, &attempts, &lines, &bytes, &dropped, &bound],
+            )
+            .await
+            .map_err(map_pg)?;
+        Ok(())
+    }
+
+    async fn job_logs(&self, job: JobId) -> Result<Vec<AttemptLog>> {
+        let client = self.client().await?;
+        let rows = self
+            .text(&self.inner.queries.job_logs)
+            .query(&**client, &[&job])
+            .await
+            .map_err(map_pg)?;
+        rows.iter()
+            .map(|r| {
+                let lines: serde_json::Value = r.try_get(1).map_err(Error::database)?;
+                Ok(AttemptLog {
+                    attempt: r.try_get(0).map_err(Error::database)?,
+                    lines: serde_json::from_value(lines)?,
+                    dropped: r.try_get(2).map_err(Error::database)?,
                 })
             })
             .collect()

@@ -62,6 +62,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "job_meta",
         include_str!("../migrations/0009_job_meta.sql"),
     ),
+    (
+        10,
+        "job_logs",
+        include_str!("../migrations/0010_job_logs.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -196,7 +201,16 @@ queries!(
         TIMESTAMPTZ,
         JSONB_ARRAY
     ),
-    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT),
+    job_log_append(
+        UUID_ARRAY,
+        INT4_ARRAY,
+        JSONB_ARRAY,
+        INT4_ARRAY,
+        INT8_ARRAY,
+        INT4
+    ),
+    job_logs(UUID),
+    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),
     job_notify_queues(TEXT_ARRAY),
     job_promote_scheduled(TIMESTAMPTZ),
@@ -218,7 +232,17 @@ queries!(
     job_rescue_expired(TIMESTAMPTZ),
     job_retry(UUID, TIMESTAMPTZ),
     job_retry_many(TEXT, TEXT, TIMESTAMPTZ),
-    job_search(TEXT, TEXT, TEXT, UUID, TIMESTAMPTZ, TIMESTAMPTZ, INT8, TEXT),
+    job_search(
+        TEXT,
+        TEXT,
+        TEXT,
+        UUID,
+        TIMESTAMPTZ,
+        TIMESTAMPTZ,
+        INT8,
+        TEXT,
+        JSONB
+    ),
     job_state_type(),
     job_stats_per_minute(INT8, TIMESTAMPTZ),
     job_snooze_many(UUID_ARRAY, INT4_ARRAY, INT8_ARRAY, TIMESTAMPTZ),

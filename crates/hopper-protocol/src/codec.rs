@@ -250,6 +250,18 @@ mod tests {
                 attempt: 3,
                 by_ms: 60_000,
             },
+            Request::Log {
+                req: 22,
+                id,
+                attempt: 3,
+                lines: vec![crate::messages::LogLineSpec {
+                    level: "warn".into(),
+                    message: "retrying".into(),
+                    fields: Some(json!({"try": 2})),
+                    at: "2026-11-26T12:00:00.123Z".parse().ok(),
+                }],
+                dropped: 4,
+            },
             Request::Bye { req: u64::MAX },
             Request::Outcomes {
                 req: 12,

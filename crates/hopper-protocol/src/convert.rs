@@ -313,3 +313,91 @@ impl From<&Error> for ErrorCode {
         }
     }
 }
+
+/// The lines of a `log` request as a store takes them: each level parsed, fields a map,
+/// messages cut and the batch kept within the bound of one attempt by
+/// [`hopper_core::job_log::LogBuffer`] (what does not fit is counted in `dropped`). A
+/// line without `at` is stamped `now`.
+pub fn log_append(
+    lease: Lease,
+    lines: Vec<crate::messages::LogLineSpec>,
+    dropped: u64,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<hopper_core::job_log::JobLogAppend> {
+    let mut buffer = hopper_core::job_log::LogBuffer::default();
+    for (i, line) in lines.into_iter().enumerate() {
+        let level = line
+            .level
+            .parse()
+            .map_err(|e| Error::InvalidInput(format!("line {i}: {e}")))?;
+        let fields = match line.fields {
+            None | Some(serde_json::Value::Null) => serde_json::Map::new(),
+            Some(serde_json::Value::Object(map)) => map,
+            Some(_) => {
+                return Err(Error::InvalidInput(format!(
+                    "line {i}: fields must be a map"
+                )));
+            }
+        };
+        buffer.push_line(hopper_core::job_log::LogLine {
+            at: line.at.unwrap_or(now),
+            level,
+            message: line.message,
+            fields,
+        });
+    }
+    let (lines, cut) = buffer.take();
+    Ok(hopper_core::job_log::JobLogAppend {
+        lease,
+        lines,
+        dropped: cut.saturating_add(i64::try_from(dropped).unwrap_or(i64::MAX)),
+    })
+}
+
+#[cfg(test)]
+mod log_tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::messages::LogLineSpec;
+
+    fn spec(level: &str, message: &str, fields: Option<serde_json::Value>) -> LogLineSpec {
+        LogLineSpec {
+            level: level.into(),
+            message: message.into(),
+            fields,
+            at: None,
+        }
+    }
+
+    #[test]
+    fn log_lines_are_checked_cut_and_bounded() {
+        let lease = Lease {
+            job_id: uuid::Uuid::now_v7(),
+            attempt: 2,
+        };
+        let now = chrono::Utc::now();
+        let bad_level = log_append(lease, vec![spec("loud", "x", None)], 0, now);
+        assert!(matches!(bad_level, Err(Error::InvalidInput(m)) if m.contains("line 0")));
+        let bad_fields = log_append(lease, vec![spec("info", "x", Some(json!([1])))], 0, now);
+        assert!(
+            matches!(bad_fields, Err(Error::InvalidInput(m)) if m.contains("fields must be a map"))
+        );
+
+        let mut lines = vec![spec("warn", &"m".repeat(10_000), Some(json!({"k": 1})))];
+        lines.extend(
+            (0..5_000).map(|i| spec("info", &format!("line {i} {}", "x".repeat(50)), None)),
+        );
+        let append = log_append(lease, lines, 3, now).expect("valid lines");
+        assert_eq!(append.lease, lease);
+        assert!(append.lines[0].message.len() <= hopper_core::job_log::MAX_LOG_MESSAGE_BYTES);
+        assert_eq!(append.lines[0].at, now);
+        let kept: usize = append
+            .lines
+            .iter()
+            .map(hopper_core::job_log::LogLine::size)
+            .sum();
+        assert!(kept <= hopper_core::job_log::MAX_ATTEMPT_LOG_BYTES);
+        assert_eq!(append.lines.len() as i64 + append.dropped, 5_001 + 3);
+    }
+}

@@ -26,7 +26,7 @@
 mod admin;
 mod batch;
 mod codec;
-mod convert;
+pub mod convert;
 mod messages;
 pub mod uuid_str;
 
@@ -34,8 +34,8 @@ pub use admin::{CronInfo, JobFilter, QueueChange, QueueCounts, QueueInfo, RateIn
 pub use batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 pub use codec::{DecodeError, decode_reply, decode_request, encode};
 pub use messages::{
-    AttemptInfo, ErrorCode, FinishResult, JobInfo, JobSpec, LeaseRef, Order, PriorityValue, Reply,
-    Request, Role,
+    AttemptInfo, ErrorCode, FinishResult, JobInfo, JobSpec, LeaseRef, LogLineSpec, Order,
+    PriorityValue, Reply, Request, Role,
 };
 
 /// The protocol version this crate speaks. A peer's `hello` names the version it speaks;

@@ -236,6 +236,25 @@ pub enum Request {
         /// The new lease, from now.
         by_ms: u64,
     },
+    /// Lines for the log of one attempt of an order the worker holds (see
+    /// `docs/job-meta-and-logs.md`). Reply: `ack` (`recorded`, or `lease_lost` when another
+    /// worker holds the job). An attempt keeps at most 64 KiB of lines; past that they are
+    /// counted as dropped, never an error.
+    Log {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// The attempt from the order.
+        attempt: i32,
+        /// The lines, oldest first.
+        lines: Vec<LogLineSpec>,
+        /// Lines the worker wrote but did not send (past its own bound), counted as
+        /// dropped (default 0).
+        #[serde(default)]
+        dropped: u64,
+    },
     /// A graceful leave: the server sends no more orders. Orders still held must be
     /// reported (or `released`) before the peer goes. Reply: `ack`.
     Bye {
@@ -334,6 +353,7 @@ impl Request {
             | Request::Released { req, .. }
             | Request::Heartbeat { req, .. }
             | Request::Extend { req, .. }
+            | Request::Log { req, .. }
             | Request::Bye { req }
             | Request::Outcomes { req, .. }
             | Request::ListJobs { req, .. }
@@ -349,7 +369,7 @@ impl Request {
     }
 
     /// Every `type` a request may have.
-    pub const TYPES: [&'static str; 22] = [
+    pub const TYPES: [&'static str; 23] = [
         "hello",
         "submit",
         "submit_batch",
@@ -361,6 +381,7 @@ impl Request {
         "released",
         "heartbeat",
         "extend",
+        "log",
         "bye",
         "outcomes",
         "list_jobs",
@@ -398,6 +419,21 @@ pub struct AttemptInfo {
     /// How long it ran, if known.
     #[serde(default)]
     pub duration_ms: Option<i64>,
+}
+
+/// One log line as a worker sends it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogLineSpec {
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    /// What happened (cut at 4 KiB).
+    pub message: String,
+    /// Structured details: a map (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<serde_json::Value>,
+    /// When it was written (RFC 3339; default: when the server received it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<DateTime<Utc>>,
 }
 
 /// A job as stored, in `status` and `cancel` replies.

@@ -46,6 +46,7 @@ impl Access {
             | Request::Snoozed { .. }
             | Request::Released { .. }
             | Request::Extend { .. }
+            | Request::Log { .. }
             | Request::Outcomes { .. } => Access::Worker,
             // Listing leases keeps them alive (and adopts them after a restart): running
             // jobs is a worker's business. An empty heartbeat only keeps the session.

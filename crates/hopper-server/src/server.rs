@@ -552,6 +552,33 @@ impl Core {
                 );
             }
             Request::Outcomes { req, outcomes } => self.on_outcomes(peer, req, outcomes),
+            Request::Log {
+                req,
+                id,
+                attempt,
+                lines,
+                dropped,
+            } => {
+                if self.refuse_if_held_elsewhere(&peer, req, id, "a log") {
+                    return;
+                }
+                let lease = Lease {
+                    job_id: id,
+                    attempt,
+                };
+                let append =
+                    hopper_protocol::convert::log_append(lease, lines, dropped, chrono::Utc::now());
+                self.spawn_reply(peer, req, async move {
+                    let append = append?;
+                    if let Some(store) = backend.logs() {
+                        store.job_log_append(&[append]).await?;
+                    }
+                    Ok(Reply::Ack {
+                        req,
+                        result: FinishResult::Recorded,
+                    })
+                });
+            }
             Request::Bye { req } => {
                 if let Some(p) = self.peers.get_mut(&peer) {
                     p.leaving = true;

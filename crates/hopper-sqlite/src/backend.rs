@@ -253,8 +253,12 @@ impl Backend for SqliteBackend {
     }
 
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
+        if let Some(filter) = &params.meta {
+            hopper_core::meta::validate_meta_filter(filter)?;
+        }
         let inner = self.inner.clone();
         let params = params.clone();
+        let meta = params.meta.as_ref().map(serde_json::Value::to_string);
         let decoded = self
             .inner
             .pool
@@ -267,6 +271,7 @@ impl Backend for SqliteBackend {
                         ":state": params.state.map(|s| s.as_str()),
                         ":kind": params.kind,
                         ":group": params.group,
+                        ":meta": meta,
                         ":before": params.before.map(|id| id.hyphenated().to_string()),
                         ":limit": i64::from(params.limit.max(1)),
                     },
@@ -430,6 +435,10 @@ impl Backend for SqliteBackend {
         Some(self)
     }
 
+    fn logs(&self) -> Option<&dyn hopper_core::job_log::LogStore> {
+        Some(self)
+    }
+
     fn node_liveness(&self) -> Option<&dyn hopper_core::NodeLiveness> {
         self.liveness_file()
             .map(|_| self as &dyn hopper_core::NodeLiveness)
@@ -466,8 +475,12 @@ impl Backend for SqliteBackend {
     }
 
     async fn job_search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
+        if let Some(filter) = &params.list.meta {
+            hopper_core::meta::validate_meta_filter(filter)?;
+        }
         let inner = self.inner.clone();
         let params = params.clone();
+        let meta = params.list.meta.as_ref().map(serde_json::Value::to_string);
         let decoded = self
             .inner
             .pool
@@ -481,6 +494,7 @@ impl Backend for SqliteBackend {
                         ":state": list.state.map(|s| s.as_str()),
                         ":kind": list.kind,
                         ":group": list.group,
+                        ":meta": meta,
                         ":before": list.before.map(|id| id.hyphenated().to_string()),
                         ":created_after": params.created_after.map(micros),
                         ":created_before": params.created_before.map(micros),

@@ -9,6 +9,11 @@ use hopper_core::backend::{
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
 use rusqlite::named_params;
 
+use hopper_core::JobId;
+use hopper_core::job_log::{
+    AttemptLog, JobLogAppend, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends,
+};
+
 use crate::error::map_sqlite;
 use crate::minute_stats::{self, Finished};
 use crate::outcome::released_rows;
@@ -241,5 +246,61 @@ impl StatsStore for SqliteBackend {
             })
             .await?;
         minute_stats::per_minute(&finished)
+    }
+}
+
+#[async_trait]
+impl LogStore for SqliteBackend {
+    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<()> {
+        let merged = merge_appends(appends);
+        if merged.is_empty() {
+            return Ok(());
+        }
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .write_tx(move |tx| {
+                let mut statement = tx
+                    .prepare_cached(&inner.queries.job_log_append[0])
+                    .map_err(map_sqlite)?;
+                for m in &merged {
+                    statement
+                        .execute(named_params! {
+                            ":job_id": m.lease.job_id.hyphenated().to_string(),
+                            ":attempt": m.lease.attempt,
+                            ":lines": serde_json::to_string(&m.lines)?,
+                            ":bytes": m.bytes,
+                            ":dropped": m.dropped,
+                            ":bound": i64::try_from(MAX_ATTEMPT_LOG_BYTES).unwrap_or(i64::MAX),
+                        })
+                        .map_err(map_sqlite)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn job_logs(&self, job: JobId) -> Result<Vec<AttemptLog>> {
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .read(move |conn| {
+                let mut statement = conn
+                    .prepare_cached(&inner.queries.job_logs[0])
+                    .map_err(map_sqlite)?;
+                let mut rows = statement
+                    .query(named_params! { ":job_id": job.hyphenated().to_string() })
+                    .map_err(map_sqlite)?;
+                let mut logs = Vec::new();
+                while let Some(r) = rows.next().map_err(map_sqlite)? {
+                    logs.push(AttemptLog {
+                        attempt: rows::int(col(r, 0)?, "attempt")?,
+                        lines: serde_json::from_str(&col::<String>(r, 1)?)?,
+                        dropped: col(r, 2)?,
+                    });
+                }
+                Ok(logs)
+            })
+            .await
     }
 }

@@ -66,6 +66,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "job_meta",
         include_str!("../migrations/0004_job_meta.sql"),
     ),
+    (
+        5,
+        "job_logs",
+        include_str!("../migrations/0005_job_logs.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -113,6 +118,8 @@ queries!(
     job_get: 1,
     job_insert: 1,
     job_list: 1,
+    job_log_append: 1,
+    job_logs: 1,
     job_promote_scheduled: 2,
     job_prune: 2,
     job_quarantine: 2,

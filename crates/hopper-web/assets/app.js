@@ -423,7 +423,7 @@
 
   // ---- job list --------------------------------------------------------------------------
 
-  const FILTERS = ["queue", "state", "kind", "group", "since", "until", "limit"];
+  const FILTERS = ["queue", "state", "kind", "group", "meta", "since", "until", "limit"];
 
   function toLocalInput(iso) {
     if (!iso) return "";
@@ -431,6 +431,13 @@
     if (isNaN(d)) return "";
     const local = new Date(d.getTime() - d.getTimezoneOffset() * 60000);
     return local.toISOString().slice(0, 19);
+  }
+
+  // A job's metadata in a list cell: compact JSON, cut at 80 characters; empty for {}.
+  function metaSummary(meta) {
+    if (!meta || Object.keys(meta).length === 0) return "";
+    const text = JSON.stringify(meta);
+    return text.length > 80 ? text.slice(0, 80) + "…" : text;
   }
 
   async function renderJobs(params) {
@@ -446,6 +453,7 @@
       $("filter-state").value = params.get("state") || "";
       $("filter-kind").value = params.get("kind") || "";
       $("filter-group").value = params.get("group") || "";
+      $("filter-meta").value = params.get("meta") || "";
       $("filter-since").value = toLocalInput(params.get("since"));
       $("filter-until").value = toLocalInput(params.get("until"));
       $("filter-limit").value = params.get("limit") || "50";
@@ -461,6 +469,7 @@
           el("td", { text: job.queue }),
           el("td", { text: job.kind }),
           el("td", { text: job.group || "" }),
+          el("td", { class: "mono", "data-field": "meta", text: metaSummary(job.meta) }),
           el("td", {}, stateBadge(job.state)),
           el("td", { class: "num", text: job.attempts_used + " / " + job.max_attempts }),
           timeCell(job.created_at),
@@ -497,6 +506,7 @@
       state: $("filter-state").value,
       kind: $("filter-kind").value.trim(),
       group: $("filter-group").value.trim(),
+      meta: $("filter-meta").value.trim(),
       since: iso($("filter-since").value),
       until: iso($("filter-until").value),
       limit: $("filter-limit").value,
@@ -568,6 +578,32 @@
     );
     const args = JSON.stringify(job.args, null, 2);
     if ($("job-args").textContent !== args) $("job-args").textContent = args;
+    const meta = JSON.stringify(job.meta || {}, null, 2);
+    if ($("job-meta").textContent !== meta) $("job-meta").textContent = meta;
+
+    // Each attempt's lines, then a marker row where lines past the bound were dropped.
+    const logs = job.logs || [];
+    $("job-logs-body").replaceChildren(
+      ...logs.flatMap((log) => [
+        ...log.lines.map((line) =>
+          el(
+            "tr",
+            { "data-attempt": log.attempt, "data-level": line.level },
+            el("td", { class: "num", text: log.attempt }),
+            timeCell(line.at),
+            el("td", { text: line.level }),
+            el("td", { class: "log-text", text: line.message }),
+            el("td", { class: "mono", text: line.fields ? JSON.stringify(line.fields) : "" })
+          )
+        ),
+        ...(log.dropped > 0
+          ? [el("tr", { class: "log-truncated", "data-attempt": log.attempt },
+              el("td", { class: "num", text: log.attempt }),
+              el("td", { colspan: 4, text: "truncated: " + log.dropped + " more lines dropped past the per-attempt limit" }))]
+          : []),
+      ])
+    );
+    $("job-logs-empty").hidden = logs.some((log) => log.lines.length > 0 || log.dropped > 0);
 
     $("job-errors-body").replaceChildren(
       ...job.errors

@@ -247,6 +247,15 @@ impl Client {
         self.backend.job_get(&JobGetParams { id }).await
     }
 
+    /// The per-attempt logs of a job (see [`crate::JobContext::log`]), oldest attempt
+    /// first; empty when it has none or the backend keeps no logs.
+    pub async fn job_logs(&self, id: JobId) -> Result<Vec<hopper_core::job_log::AttemptLog>> {
+        match self.backend.logs() {
+            Some(store) => store.job_logs(id).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Lists jobs, newest first.
     pub async fn jobs(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
         self.backend.job_list(params).await

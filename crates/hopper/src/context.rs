@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use hopper_core::backend::JobExtendManyParams;
+use hopper_core::job_log::{JobLogAppend, LogBuffer, LogLevel};
 use hopper_core::{Backend, ClaimedJob, Error, JobId, Lease, Priority, Result};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
@@ -74,6 +75,7 @@ pub struct JobContext {
     blocking: Arc<Semaphore>,
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     started: Instant,
+    logs: Arc<std::sync::Mutex<LogBuffer>>,
 }
 
 impl JobContext {
@@ -89,6 +91,7 @@ impl JobContext {
             backend,
             blocking,
             started: Instant::now(),
+            logs: Arc::default(),
         }
     }
 
@@ -125,6 +128,59 @@ impl JobContext {
     /// The job's priority.
     pub fn priority(&self) -> Priority {
         self.job.priority
+    }
+
+    /// The job's metadata (a JSON object, `{}` when it has none): the W3C trace context
+    /// of the span that enqueued it is its `traceparent`.
+    pub fn meta(&self) -> &serde_json::Value {
+        &self.job.meta
+    }
+
+    /// Writes a line to this attempt's log, kept with the job (`hopper jobs show`, the
+    /// HTTP API, the dashboard). Never fails and never blocks on the database: lines are
+    /// held in memory and stored when the attempt ends. An attempt keeps at most
+    /// [`hopper_core::job_log::MAX_ATTEMPT_LOG_BYTES`] of lines; past that they are
+    /// counted and dropped, and the log says how many.
+    ///
+    /// ```no_run
+    /// # fn f(ctx: &hopper::JobContext) {
+    /// use hopper::LogLevel;
+    /// let mut fields = serde_json::Map::new();
+    /// fields.insert("rows".into(), 42.into());
+    /// ctx.log(LogLevel::Info, "imported", fields);
+    /// # }
+    /// ```
+    pub fn log(
+        &self,
+        level: LogLevel,
+        message: impl Into<String>,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) {
+        let mut buffer = self.logs.lock().unwrap_or_else(|e| e.into_inner());
+        buffer.push(level, message.into(), fields);
+    }
+
+    /// Stores the lines logged so far (see [`JobContext::log`]). A failure to store them
+    /// is logged and forgotten: logs never fail a job.
+    pub(crate) async fn flush_logs(&self) {
+        let (lines, dropped) = {
+            let mut buffer = self.logs.lock().unwrap_or_else(|e| e.into_inner());
+            if buffer.is_empty() {
+                return;
+            }
+            buffer.take()
+        };
+        let Some(store) = self.backend.logs() else {
+            return;
+        };
+        let append = JobLogAppend {
+            lease: self.job.lease,
+            lines,
+            dropped,
+        };
+        if let Err(e) = store.job_log_append(&[append]).await {
+            tracing::warn!(error = %e, "storing the job's log failed; its lines are lost");
+        }
     }
 
     /// The claimed job as the backend returned it.

@@ -93,6 +93,7 @@ mod worker;
 pub use client::{Client, ConnectOptions, connect};
 pub use context::JobContext;
 pub use hopper_core::backend::{AppliedMigration, JobListParams, QueueStats};
+pub use hopper_core::job_log::{AttemptLog, LogLevel, LogLine};
 pub use hopper_core::{
     AttemptError, Clock, Error, JobArgs, JobId, JobRecord, JobState, Lease, NewJob, Priority,
     Result, SystemClock, TestClock,

@@ -47,6 +47,7 @@ pub use params::{
 
 use crate::error::Result;
 use crate::job::{JobRecord, NewJob};
+use crate::job_log::LogStore;
 use crate::lease::Lease;
 use crate::liveness::NodeLiveness;
 use crate::scheduling::{CronEntry, QueueSettings, QueueUpdate};
@@ -150,6 +151,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Node liveness tracked by the storage itself ([`NodeLiveness`]), if this backend can
     /// offer it here; without it, dead nodes are found by their silent heartbeats only.
     fn node_liveness(&self) -> Option<&dyn NodeLiveness> {
+        None
+    }
+
+    /// Per-job logs ([`LogStore`]), if this backend keeps them; without it, what handlers
+    /// log is dropped.
+    fn logs(&self) -> Option<&dyn LogStore> {
         None
     }
 }

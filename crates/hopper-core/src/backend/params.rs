@@ -137,6 +137,10 @@ pub struct JobListParams {
     pub kind: Option<String>,
     /// Only this group (tenant).
     pub group: Option<String>,
+    /// Only jobs whose metadata contains this object: every key given, with the value
+    /// given (strings, numbers, booleans or null; see
+    /// [`crate::meta::validate_meta_filter`]).
+    pub meta: Option<serde_json::Value>,
     /// Only jobs with ids below this one (cursor for newest-first pages).
     pub before: Option<JobId>,
     /// At most this many (newest first).

@@ -1,5 +1,7 @@
 -- Admin listing, newest first, keyset-paged by id ($4). Filters are optional; $6 is the
 -- group. group_key '' (an ungrouped job of a grouped queue) reads as no group.
+-- $7: metadata containment (a flat object, checked by hopper_core::meta); no index on
+-- meta, the rows walked by the primary key are filtered (docs/benchmarks.md says why).
 SELECT id, queue, kind, args, state::text, priority, run_at, attempt, uncounted, max_attempts,
        timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
        duration_ms, errors, nullif(group_key, ''), unique_key, meta
@@ -9,5 +11,6 @@ WHERE ($1::text IS NULL OR queue = $1)
   AND ($3::text IS NULL OR kind = $3)
   AND ($4::uuid IS NULL OR id < $4)
   AND ($6::text IS NULL OR group_key = $6)
+  AND ($7::jsonb IS NULL OR meta @> $7)
 ORDER BY id DESC
 LIMIT $5

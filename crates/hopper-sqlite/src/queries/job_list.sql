@@ -1,6 +1,9 @@
 -- Admin listing, newest first, keyset-paged by id (:before). Filters are optional (NULL).
 -- Walks the primary key backwards from :before and stops at :limit matches: an admin
 -- query, not a hot one.
+-- :meta: metadata containment (a flat JSON object, checked by hopper_core::meta): every
+-- key of :meta is in the job's meta with the same type and value. No index; rows walked
+-- by the primary key are filtered.
 SELECT id, queue, kind, args, state, priority, run_at, attempt, uncounted, max_attempts,
        timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
        duration_ms, errors, nullif(group_key, ''), unique_key, meta
@@ -10,5 +13,13 @@ WHERE (:queue IS NULL OR queue = :queue)
   AND (:kind IS NULL OR kind = :kind)
   AND (:before IS NULL OR id < :before)
   AND (:group IS NULL OR group_key = :group)
+  AND (:meta IS NULL OR NOT EXISTS (
+      SELECT 1
+      FROM json_each(:meta) AS want
+      WHERE NOT EXISTS (SELECT 1
+                        FROM json_each(hopper_jobs.meta) AS have
+                        WHERE have.key = want.key
+                          AND have.type = want.type
+                          AND have.atom IS want.atom)))
 ORDER BY id DESC
 LIMIT :limit

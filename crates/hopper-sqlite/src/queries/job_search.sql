@@ -1,6 +1,9 @@
 -- Admin search: job_list's filters plus a range of creation times (:created_after
 -- inclusive, :created_before exclusive), newest first, keyset-paged by id (:before).
 -- Walks the primary key backwards and filters: an admin query, not a hot one.
+-- :meta: metadata containment (a flat JSON object, checked by hopper_core::meta): every
+-- key of :meta is in the job's meta with the same type and value. No index; rows walked
+-- by the primary key are filtered.
 SELECT id, queue, kind, args, state, priority, run_at, attempt, uncounted, max_attempts,
        timeout_ms, node_id, lease_expires_at, created_at, attempted_at, finished_at,
        duration_ms, errors, nullif(group_key, ''), unique_key, meta
@@ -12,5 +15,13 @@ WHERE (:queue IS NULL OR queue = :queue)
   AND (:created_after IS NULL OR created_at >= :created_after)
   AND (:created_before IS NULL OR created_at < :created_before)
   AND (:group IS NULL OR group_key = :group)
+  AND (:meta IS NULL OR NOT EXISTS (
+      SELECT 1
+      FROM json_each(:meta) AS want
+      WHERE NOT EXISTS (SELECT 1
+                        FROM json_each(hopper_jobs.meta) AS have
+                        WHERE have.key = want.key
+                          AND have.type = want.type
+                          AND have.atom IS want.atom)))
 ORDER BY id DESC
 LIMIT :limit

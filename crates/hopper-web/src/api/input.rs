@@ -63,11 +63,66 @@ pub(crate) struct EnqueueRequest {
     /// Keeps the key taken for the rest of a window of this many milliseconds.
     #[serde(default)]
     unique_window_ms: Option<u64>,
+    /// Metadata: a JSON object of at most 16 KiB (`traceparent`/`tracestate` there are the
+    /// W3C trace context of the job).
+    #[serde(default)]
+    meta: Option<Value>,
+}
+
+/// The W3C trace context of a request (its `traceparent` and `tracestate` headers), stored
+/// into the metadata of the jobs it enqueues that carry none of their own.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TraceContext {
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// The headers' trace context. As the W3C recommendation says, a malformed
+    /// `traceparent` is ignored (the job starts no trace) rather than refused, and a
+    /// `tracestate` counts only beside a valid `traceparent`.
+    pub(crate) fn from_headers(headers: &axum::http::HeaderMap) -> Self {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .map(str::to_owned)
+        };
+        let Some(traceparent) =
+            header("traceparent").filter(|tp| hopper::core::meta::validate_traceparent(tp).is_ok())
+        else {
+            return TraceContext::default();
+        };
+        let tracestate =
+            header("tracestate").filter(|ts| hopper::core::meta::validate_tracestate(ts).is_ok());
+        TraceContext {
+            traceparent: Some(traceparent),
+            tracestate,
+        }
+    }
+
+    /// Adds the context to `job`'s metadata, unless it has a `traceparent` of its own.
+    fn apply(&self, job: &mut NewJob) {
+        use hopper::core::meta::{TRACEPARENT, TRACESTATE};
+        let Some(tp) = &self.traceparent else {
+            return;
+        };
+        if job.meta.contains_key(TRACEPARENT) {
+            return;
+        }
+        job.meta
+            .insert(TRACEPARENT.into(), Value::String(tp.clone()));
+        if let Some(ts) = &self.tracestate {
+            job.meta
+                .insert(TRACESTATE.into(), Value::String(ts.clone()));
+        }
+    }
 }
 
 impl EnqueueRequest {
     /// The job, validated as every entry point validates it.
-    pub(crate) fn into_job(self) -> Result<NewJob, String> {
+    pub(crate) fn into_job(self, trace: &TraceContext) -> Result<NewJob, String> {
         let mut job = NewJob::new(
             self.kind,
             self.args
@@ -108,6 +163,13 @@ impl EnqueueRequest {
         if let Some(ms) = self.unique_window_ms {
             job = job.with_unique_window(Duration::from_millis(ms));
         }
+        if let Some(meta) = self.meta {
+            hopper::core::meta::validate_meta(&meta).map_err(message)?;
+            if let Value::Object(map) = meta {
+                job = job.with_meta(map);
+            }
+        }
+        trace.apply(&mut job);
         if let Some(id) = self.id {
             if id.get_version_num() != 7 {
                 return Err(format!(
@@ -174,6 +236,7 @@ pub(crate) struct ListQuery {
     state: Option<String>,
     kind: Option<String>,
     group: Option<String>,
+    meta: Option<String>,
     since: Option<String>,
     until: Option<String>,
     before: Option<String>,
@@ -207,6 +270,9 @@ impl ListQuery {
         }
         let state = present(self.state)
             .map(|s| s.parse::<JobState>())
+            .transpose()?;
+        let meta = present(self.meta)
+            .map(|m| hopper::core::meta::parse_meta_filter(&m))
             .transpose()?;
         let since = present(self.since)
             .map(|s| parse_time("since", &s))
@@ -245,6 +311,7 @@ impl ListQuery {
                 state,
                 kind,
                 group,
+                meta,
                 before,
                 limit,
             },
@@ -278,7 +345,7 @@ mod tests {
     fn request(v: Value) -> Result<NewJob, String> {
         serde_json::from_value::<EnqueueRequest>(v)
             .map_err(|e| e.to_string())?
-            .into_job()
+            .into_job(&TraceContext::default())
     }
 
     #[test]

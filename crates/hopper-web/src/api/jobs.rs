@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{OriginalUri, Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hopper::backend::{JobDeleteParams, JobGetParams, JobRetryManyParams, JobSearchParams};
 use hopper::core::job::validate_name;
@@ -12,7 +12,9 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::ApiJson;
-use super::input::{BatchRequest, EnqueueRequest, ListQuery, RetryFailedRequest, parse_id};
+use super::input::{
+    BatchRequest, EnqueueRequest, ListQuery, RetryFailedRequest, TraceContext, parse_id,
+};
 use super::object::Object;
 use crate::error::ApiError;
 use crate::{MAX_BATCH_JOBS, WebState};
@@ -24,6 +26,9 @@ pub(crate) struct JobView {
     job: JobRecord,
     /// Attempts counted against `max_attempts` so far.
     attempts_used: i32,
+    /// Each attempt's log lines (job detail only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logs: Option<Vec<hopper::AttemptLog>>,
 }
 
 impl From<JobRecord> for JobView {
@@ -31,6 +36,7 @@ impl From<JobRecord> for JobView {
         JobView {
             attempts_used: job.attempt - job.uncounted,
             job,
+            logs: None,
         }
     }
 }
@@ -71,9 +77,11 @@ fn path_id(id: Result<Path<String>, PathRejection>) -> Result<JobId, ApiError> {
 pub(crate) async fn enqueue(
     State(state): State<WebState>,
     OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<EnqueueRequest>,
 ) -> Result<Response, ApiError> {
-    let job = request.into_job().map_err(ApiError::bad_request)?;
+    let trace = TraceContext::from_headers(&headers);
+    let job = request.into_job(&trace).map_err(ApiError::bad_request)?;
     let own = job.id;
     let outcome = if job.needs_upsert() {
         state.client().upsert(job).await?
@@ -109,8 +117,10 @@ pub(crate) async fn enqueue(
 /// stands for each (its own, or the holder of its unique key) and what became of it.
 pub(crate) async fn enqueue_batch(
     State(state): State<WebState>,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<BatchRequest>,
 ) -> Result<Response, ApiError> {
+    let trace = TraceContext::from_headers(&headers);
     if request.jobs.is_empty() {
         return Err(ApiError::bad_request("jobs is empty: nothing to enqueue"));
     }
@@ -123,7 +133,7 @@ pub(crate) async fn enqueue_batch(
     let mut jobs = Vec::with_capacity(request.jobs.len());
     for (i, Object(job)) in request.jobs.into_iter().enumerate() {
         jobs.push(
-            job.into_job()
+            job.into_job(&trace)
                 .map_err(|m| ApiError::bad_request(format!("jobs[{i}]: {m}")))?,
         );
     }
@@ -161,7 +171,9 @@ pub(crate) async fn get(
         .job_get(&JobGetParams { id })
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
-    Ok(Json(job.into()))
+    let mut view = JobView::from(job);
+    view.logs = Some(state.client().job_logs(id).await?);
+    Ok(Json(view))
 }
 
 /// `GET /api/v1/jobs`: newest first, filtered, one page at a time.

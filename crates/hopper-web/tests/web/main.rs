@@ -9,6 +9,7 @@ mod cross_site;
 mod dashboard;
 mod jobs;
 mod listing;
+mod meta;
 mod scheduling;
 mod security;
 mod stats;

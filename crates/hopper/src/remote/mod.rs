@@ -23,6 +23,7 @@
 
 mod admin;
 mod connection;
+mod logs;
 mod outcomes;
 mod socket;
 
@@ -457,6 +458,10 @@ const BATCH_BYTES: usize = 1536 * 1024;
 
 #[async_trait]
 impl Backend for RemoteBackend {
+    fn logs(&self) -> Option<&dyn hopper_core::job_log::LogStore> {
+        Some(self)
+    }
+
     fn name(&self) -> &'static str {
         "remote"
     }

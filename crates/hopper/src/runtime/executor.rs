@@ -83,6 +83,7 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                     started,
                 )
                 .await;
+                ctx.flush_logs().await;
                 let ran = started.elapsed();
                 shared.pace.record(ran);
                 handler::settled_outcome(

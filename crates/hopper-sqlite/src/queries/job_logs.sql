@@ -1,0 +1,6 @@
+-- LogStore::job_logs: every attempt's log of one job, oldest attempt first.
+-- Index: the primary key (job_id, attempt).
+SELECT attempt, lines, dropped
+FROM hopper_job_logs
+WHERE job_id = :job_id
+ORDER BY attempt
