@@ -11,6 +11,7 @@ import {
   defaultName,
 } from "./connection.js";
 import { HopperError } from "./errors.js";
+import * as tracing from "./tracing.js";
 
 /** Throw from a handler to run the job again after `seconds` without using an attempt. */
 export class Snooze extends Error {
@@ -194,6 +195,7 @@ export class Worker {
 
   /** Connects and serves until `stop()`; resolves once every held job is reported. */
   async run(): Promise<void> {
+    await tracing.load();
     const hello: Message = {
       role: "worker",
       name: this.name,
@@ -391,19 +393,25 @@ export class Worker {
       await handler(job);
       return { type: "completed" };
     };
-    run()
-      .catch((e: unknown): Message => {
-        if (e instanceof Snooze) return { type: "snoozed", delay_ms: Math.max(0, Math.round(e.seconds * 1000)) };
-        if (e instanceof Permanent) return { type: "failed", error: e.message, retryable: false };
-        const error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-        return { type: "failed", error, retryable: true };
-      })
-      .then((outcome) => {
-        this.running.delete(job.id);
-        if (!job.signal.aborted) {
+    const settled = (): Promise<Message> =>
+      run()
+        .catch((e: unknown): Message => {
+          if (e instanceof Snooze) return { type: "snoozed", delay_ms: Math.max(0, Math.round(e.seconds * 1000)) };
+          if (e instanceof Permanent) return { type: "failed", error: e.message, retryable: false };
+          const error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+          return { type: "failed", error, retryable: true };
+        })
+        .then((outcome) => {
           if (outcome["type"] !== "snoozed") {
             outcome["duration_ms"] = Math.round(performance.now() - started);
           }
+          return outcome;
+        });
+    tracing
+      .inJobSpan(job, settled)
+      .then((outcome) => {
+        this.running.delete(job.id);
+        if (!job.signal.aborted) {
           // The attempt's log goes out just before its outcome.
           const log = job.takeLog();
           if (log !== undefined) this.send(log);

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ._connection import Connection, HopperError, Message, Unavailable, default_name
+from ._tracing import job_span
 
 log = logging.getLogger("hopper_client")
 
@@ -55,9 +56,10 @@ class Job:
         self.counted_attempt: Optional[int] = order.get("counted_attempt")
         self.max_attempts: Optional[int] = order.get("max_attempts")
         self.timeout_ms: Optional[int] = order.get("timeout_ms")
-        #: The job's metadata (a dict, ``{}`` when it has none); ``meta["traceparent"]`` is
-        #: the W3C trace context of the span that submitted it, when there was one.
-        self.meta: Dict[str, Any] = dict(order.get("meta") or {})
+        meta = order.get("meta")
+        #: The job's metadata (``{}`` when it has none), with the trace context of the span
+        #: that enqueued it, which the worker continues when OpenTelemetry is installed.
+        self.meta: Dict[str, Any] = meta if isinstance(meta, dict) else {}
         #: Set when the handler should stop: the job was cancelled or its lease was lost.
         #: Its outcome is then not reported.
         self.cancelled = threading.Event()
@@ -341,17 +343,20 @@ class Worker:
             return
         handler = self.handlers.get(job.kind or "")
         started = time.monotonic()
-        try:
-            if handler is None:
-                raise Permanent(f"no handler for kind {job.kind!r} on worker {self.name}")
-            handler(job)
-            outcome: Message = {"type": "completed"}
-        except Snooze as s:
-            outcome = {"type": "snoozed", "delay_ms": int(s.delay * 1000)}
-        except Permanent as e:
-            outcome = {"type": "failed", "error": str(e), "retryable": False}
-        except Exception as e:  # noqa: BLE001 - any handler error fails the attempt
-            outcome = {"type": "failed", "error": f"{type(e).__name__}: {e}", "retryable": True}
-        if outcome["type"] in ("completed", "failed"):
-            outcome["duration_ms"] = int((time.monotonic() - started) * 1000)
+        with job_span(job) as span:
+            try:
+                if handler is None:
+                    raise Permanent(f"no handler for kind {job.kind!r} on worker {self.name}")
+                handler(job)
+                outcome: Message = {"type": "completed"}
+            except Snooze as s:
+                outcome = {"type": "snoozed", "delay_ms": int(s.delay * 1000)}
+            except Permanent as e:
+                outcome = {"type": "failed", "error": str(e), "retryable": False}
+            except Exception as e:  # noqa: BLE001 - any handler error fails the attempt
+                outcome = {"type": "failed", "error": f"{type(e).__name__}: {e}",
+                           "retryable": True}
+            if outcome["type"] in ("completed", "failed"):
+                outcome["duration_ms"] = int((time.monotonic() - started) * 1000)
+            span.ended(outcome)
         self._results.put((job, outcome))

@@ -93,7 +93,7 @@ fn flag_error(flag: &str, e: hopper::Error) -> anyhow::Error {
 /// unique key was taken, says so: `duplicate of <id>` (or `replaced <id>`), and under
 /// `--json` the `outcome` (`inserted`, `duplicate`, `replaced`) as the HTTP API gives it.
 pub async fn enqueue(backend: &Arc<dyn Backend>, job: NewJob, json: bool) -> anyhow::Result<()> {
-    let client = hopper::Client::new(backend.clone());
+    let client = crate::telemetry::client(backend.clone());
     let own = job.id;
     let outcome = if job.needs_upsert() {
         client.upsert(job).await?

@@ -100,7 +100,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyh
         anyhow::bail!("--concurrency must be at least 1");
     }
     let bench = Bench {
-        client: Client::new(backend),
+        client: crate::telemetry::client(backend),
         concurrency: args.concurrency,
         work: Duration::from_millis(args.work_ms),
         job_timeout,

@@ -80,15 +80,17 @@ impl HttpServer {
     }
 }
 
-/// Installs the Prometheus recorder when HTTP is asked for. Call before any runtime or
+/// Installs the Prometheus recorder when HTTP is asked for (inside OpenTelemetry's, when
+/// metrics are exported: `crate::telemetry`). Call before any runtime or
 /// server starts, so their metrics are recorded from the first job.
 pub fn install_metrics(args: &HttpArgs) -> anyhow::Result<Option<PrometheusHandle>> {
-    if args.http.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(
-        hopper_web::metrics::install_recorder().context("installing the metrics recorder")?,
-    ))
+    let prometheus = match args.http {
+        Some(_) => Some(hopper_web::metrics::build_recorder().context("the metrics recorder")?),
+        None => None,
+    };
+    let handle = prometheus.as_ref().map(|p| p.handle());
+    crate::telemetry::install_recorder(prometheus)?;
+    Ok(handle)
 }
 
 /// Binds and serves the HTTP side in the background when `--http` was given.

@@ -11,6 +11,7 @@ mod output;
 mod prune;
 mod queues;
 mod serve;
+mod telemetry;
 mod watch;
 mod worker;
 
@@ -25,14 +26,7 @@ use cli::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HOPPER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_ansi(output::colour_stderr())
-        .with_writer(std::io::stderr)
-        .init();
+    let _telemetry = telemetry::init(output::colour_stderr());
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -119,6 +113,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             open(url)
         })
     };
+    // `serve` installs its own, with Prometheus inside when it serves `/metrics`.
+    if !matches!(cli.command, Command::Serve(_)) {
+        telemetry::install_recorder(None)?;
+    }
     match cli.command {
         Command::Migrate => admin::migrate(&open(url).await?, schema, json).await,
         Command::Enqueue(args) => {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use hopper::backend::Backend;
-use hopper::{Runtime, RuntimeConfig, Workers};
+use hopper::{Runtime, RuntimeConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::bench::{BenchWorker, QUEUE};
@@ -43,7 +43,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
         anyhow::bail!("--concurrency must be at least 1");
     }
     crate::open_files::raise();
-    let mut workers = Workers::new();
+    let mut workers = crate::telemetry::workers();
     workers.register(BenchWorker {
         work: Duration::from_millis(args.work_ms),
         timeout: None,

@@ -21,7 +21,9 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use hopper::QueueStats;
 use hopper::metrics::{HISTOGRAM_BUCKETS, HISTOGRAMS, JOBS, QUEUE_OLDEST_AVAILABLE_SECONDS};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 
 use crate::WebState;
 use crate::error::{ApiError, Error, Result};
@@ -39,15 +41,22 @@ pub const UPKEEP_PERIOD: Duration = Duration::from_secs(5);
 /// [`crate::serve`] runs the recorder's upkeep; when nesting [`crate::router`] in your
 /// own server, call [`spawn_upkeep`] too.
 pub fn install_recorder() -> Result<PrometheusHandle> {
+    let recorder = build_recorder()?;
+    let handle = recorder.handle();
+    ::metrics::set_global_recorder(recorder).map_err(|e| Error::Metrics(e.to_string()))?;
+    Ok(handle)
+}
+
+/// The recorder [`install_recorder`] installs, not installed: to wrap it in another (the
+/// OpenTelemetry bridge of `hopper::otel`) before installing that.
+pub fn build_recorder() -> Result<PrometheusRecorder> {
     let mut builder = PrometheusBuilder::new();
     for name in HISTOGRAMS {
         builder = builder
             .set_buckets_for_metric(Matcher::Full(name.to_owned()), &HISTOGRAM_BUCKETS)
             .map_err(|e| Error::Metrics(e.to_string()))?;
     }
-    builder
-        .install_recorder()
-        .map_err(|e| Error::Metrics(e.to_string()))
+    Ok(builder.build_recorder())
 }
 
 /// A background task running the recorder's periodic housekeeping; stopped when dropped.

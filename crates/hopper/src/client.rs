@@ -1,22 +1,26 @@
 //! The client: enqueue jobs and administer them. It never runs jobs, so it can live in a
 //! web process that only produces work.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use hopper_core::backend::{JobCancelParams, JobClearParams, JobGetParams, JobRetryParams};
 use hopper_core::{
-    AppliedMigration, Backend, Error, JobArgs, JobId, JobListParams, JobRecord, NewJob, QueueStats,
-    Result,
+    AppliedMigration, Backend, Error, InsertOutcome, JobArgs, JobId, JobListParams, JobRecord,
+    NewJob, QueueStats, Result,
 };
 #[cfg(feature = "postgres")]
 use hopper_postgres::{PgBackend, PgOptions};
 
 use crate::metrics;
+use crate::middleware::{Chain, Middleware};
+use crate::spans;
 
 /// Enqueues and administers jobs over any [`Backend`].
 #[derive(Debug, Clone)]
 pub struct Client {
     backend: Arc<dyn Backend>,
+    middleware: Chain,
 }
 
 /// The options of [`connect`], one set per backend: the URL picks the backend, and only
@@ -134,7 +138,19 @@ fn is_key_values(url: &str) -> bool {
 impl Client {
     /// A client over `backend`.
     pub fn new(backend: Arc<dyn Backend>) -> Self {
-        Client { backend }
+        Client {
+            backend,
+            middleware: Chain::default(),
+        }
+    }
+
+    /// This client with `middleware` run on every enqueue, after those added before it
+    /// (see [`crate::middleware`]).
+    pub fn with_middleware(self, middleware: impl Middleware) -> Self {
+        Client {
+            middleware: self.middleware.with(Arc::new(middleware)),
+            ..self
+        }
     }
 
     /// Connects to `url` (see [`connect`]) with default options (schema `hopper`).
@@ -163,10 +179,28 @@ impl Client {
     /// `ignore` policy, fails with [`Error::Conflict`] under `reject` (see
     /// [`Client::upsert`] for the full outcome).
     pub async fn insert(&self, job: NewJob) -> Result<JobId> {
+        let span = spans::enqueue(&job.queue, &job.kind, 1);
+        let insert = async move {
+            let mut job = job;
+            self.middleware
+                .enqueue(std::slice::from_mut(&mut job))
+                .await?;
+            self.insert_prepared(job).await
+        };
+        spans::seam(span, insert, spans::uncounted).await
+    }
+
+    /// [`Client::insert`] once the middleware ran.
+    async fn insert_prepared(&self, job: NewJob) -> Result<JobId> {
         job.validate()?;
         if job.needs_upsert() {
             let id = job.id;
-            return Ok(self.upsert(job).await?.id(id));
+            let outcomes = self.upsert_prepared(std::slice::from_ref(&job)).await?;
+            let outcome = outcomes
+                .into_iter()
+                .next()
+                .unwrap_or(InsertOutcome::Inserted);
+            return Ok(outcome.id(id));
         }
         self.backend.job_insert(&job).await?;
         metrics::enqueued(&job.queue, &job.kind, 1);
@@ -177,11 +211,30 @@ impl Client {
     /// validated first, so one bad job writes nothing. Jobs with unique keys are honoured
     /// (see [`Client::upsert_many`] for what became of each).
     pub async fn insert_many(&self, jobs: &[NewJob]) -> Result<()> {
+        let insert = async {
+            let jobs = self.prepared(jobs).await?;
+            self.insert_many_prepared(&jobs).await
+        };
+        spans::seam(spans::enqueue_many(jobs), insert, spans::uncounted).await
+    }
+
+    /// `jobs` as the enqueue middleware leave them (borrowed when there is none).
+    pub(crate) async fn prepared<'a>(&self, jobs: &'a [NewJob]) -> Result<Cow<'a, [NewJob]>> {
+        if self.middleware.is_empty() {
+            return Ok(Cow::Borrowed(jobs));
+        }
+        let mut jobs = jobs.to_vec();
+        self.middleware.enqueue(&mut jobs).await?;
+        Ok(Cow::Owned(jobs))
+    }
+
+    /// [`Client::insert_many`] once the middleware ran.
+    async fn insert_many_prepared(&self, jobs: &[NewJob]) -> Result<()> {
         for job in jobs {
             job.validate()?;
         }
         if jobs.iter().any(NewJob::needs_upsert) {
-            self.upsert_many(jobs).await?;
+            self.upsert_prepared(jobs).await?;
             return Ok(());
         }
         self.backend.job_insert_many(jobs).await?;

@@ -203,13 +203,11 @@ impl JobContext {
     /// Extends this attempt: its timeout moves to `by` from now, and so does its lease.
     /// Fails with [`Error::LeaseLost`] if the job is no longer this worker's.
     pub async fn extend(&self, by: Duration) -> Result<()> {
-        let lost = self
-            .backend
-            .job_extend_many(&JobExtendManyParams {
-                leases: vec![self.job.lease],
-                by,
-            })
-            .await?;
+        let params = JobExtendManyParams {
+            leases: vec![self.job.lease],
+            by,
+        };
+        let lost = crate::spans::extend_leases(&*self.backend, &params).await?;
         if !lost.is_empty() {
             self.run.stop(StopReason::LeaseLost);
             return Err(Error::LeaseLost(self.job.lease));

@@ -7,11 +7,13 @@ use hopper_core::{
 };
 
 use crate::Client;
+use crate::spans;
 
 impl Client {
     /// Inserts a job honouring its group and unique key, and says what became of it:
     /// inserted, a duplicate of a job holding its key, or that job replaced by it.
     pub async fn upsert(&self, job: NewJob) -> Result<InsertOutcome> {
+        // One job through `upsert_many`: its span and middleware.
         let outcomes = self.upsert_many(std::slice::from_ref(&job)).await?;
         Ok(outcomes
             .into_iter()
@@ -23,6 +25,15 @@ impl Client {
     /// keys; one outcome per job, in order. Jobs with unique keys go through
     /// `INSERT … ON CONFLICT`, the others through binary COPY.
     pub async fn upsert_many(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
+        let upsert = async {
+            let jobs = self.prepared(jobs).await?;
+            self.upsert_prepared(&jobs).await
+        };
+        spans::seam(spans::enqueue_many(jobs), upsert, spans::uncounted).await
+    }
+
+    /// [`Client::upsert_many`] once the middleware ran.
+    pub(crate) async fn upsert_prepared(&self, jobs: &[NewJob]) -> Result<Vec<InsertOutcome>> {
         for job in jobs {
             job.validate()?;
         }

@@ -71,6 +71,10 @@ mod context;
 mod control;
 pub mod maintenance;
 pub mod metrics;
+pub mod middleware;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
 pub mod outcomes;
 mod periodic;
 #[cfg(feature = "postgres")]
@@ -81,6 +85,7 @@ mod registry;
 #[cfg_attr(docsrs, doc(cfg(feature = "remote")))]
 pub mod remote;
 mod runtime;
+pub mod spans;
 pub mod supervise;
 pub mod testing;
 mod worker;

@@ -42,7 +42,9 @@ pub async fn write_isolating(
             continue;
         }
         let batch: Vec<Finish> = group.iter().map(|&i| finishes[i].clone()).collect();
-        match backend.job_finish_many(&batch).await {
+        let span = crate::spans::finish_batch(batch.len());
+        let written = crate::spans::seam(span, backend.job_finish_many(&batch), |_| None);
+        match written.await {
             Ok(written) => {
                 backoff = Duration::from_millis(50);
                 for (&i, result) in group.iter().zip(written) {

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use hopper_core::JobArgs;
 
 use crate::context::JobContext;
+use crate::middleware::{Chain, Middleware};
 use crate::worker::{JobError, Worker};
 
 /// A worker with its argument type erased, so workers of many kinds share one map.
@@ -46,6 +47,7 @@ impl<W: Worker> ErasedWorker for Typed<W> {
 #[derive(Clone, Default)]
 pub struct Workers {
     by_kind: HashMap<&'static str, Arc<dyn ErasedWorker>>,
+    middleware: Chain,
 }
 
 impl Workers {
@@ -60,6 +62,13 @@ impl Workers {
         self
     }
 
+    /// Adds `middleware` around every attempt of every kind, inside those added before it
+    /// (the first added runs outermost; see [`crate::middleware`]).
+    pub fn middleware(&mut self, middleware: impl Middleware) -> &mut Self {
+        self.middleware = self.middleware.with(Arc::new(middleware));
+        self
+    }
+
     /// The kinds registered.
     pub fn kinds(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.by_kind.keys().copied()
@@ -68,10 +77,18 @@ impl Workers {
     pub(crate) fn get(&self, kind: &str) -> Option<Arc<dyn ErasedWorker>> {
         self.by_kind.get(kind).cloned()
     }
+
+    /// The middleware around every attempt.
+    pub(crate) fn chain(&self) -> &Chain {
+        &self.middleware
+    }
 }
 
 impl std::fmt::Debug for Workers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.by_kind.keys()).finish()
+        f.debug_struct("Workers")
+            .field("kinds", &self.by_kind.keys().collect::<Vec<_>>())
+            .field("middleware", &self.middleware)
+            .finish()
     }
 }

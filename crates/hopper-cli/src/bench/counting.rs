@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::Context;
-use hopper::{JobContext, JobError, Runtime, RuntimeHandle, Worker, Workers};
+use hopper::{JobContext, JobError, Runtime, RuntimeHandle, Worker};
 use serde::Serialize;
 
 use super::Bench;
@@ -120,7 +120,7 @@ pub async fn start(
     bench: &Bench,
     starts: &std::sync::Arc<Starts>,
 ) -> anyhow::Result<RuntimeHandle> {
-    let mut workers = Workers::new();
+    let mut workers = crate::telemetry::workers();
     workers.register(CountingWorker {
         starts: starts.clone(),
     });

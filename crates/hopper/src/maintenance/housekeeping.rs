@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Service, maintenance_or_stop, ride_out, tick};
+use crate::spans;
 
 /// When finished jobs are deleted and the job table vacuumed: the config of [`Pruner`] and
 /// [`Vacuumer`].
@@ -147,7 +148,11 @@ impl Pruner {
             loop {
                 let started = Instant::now();
                 // The database away is ridden out; anything else ends the run (`ride_out`).
-                let prune = || store.job_prune(&params);
+                let prune = || {
+                    spans::seam(spans::prune(), store.job_prune(&params), |o| {
+                        Some(o.total())
+                    })
+                };
                 let Some(outcome) = ride_out("pruning finished jobs", &stop, prune).await? else {
                     return Ok(());
                 };
@@ -207,7 +212,8 @@ impl Vacuumer {
         while tick(&stop, period).await {
             let started = Instant::now();
             // The database away is ridden out; anything else ends the run (`ride_out`).
-            let vacuum = || store.job_vacuum(&params);
+            let vacuum =
+                || spans::seam(spans::vacuum(), store.job_vacuum(&params), spans::uncounted);
             match ride_out("vacuuming the job table", &stop, vacuum).await? {
                 None => return Ok(()),
                 Some(true) => {

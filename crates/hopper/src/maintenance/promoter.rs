@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{Service, maintenance_or_stop, ride_out};
+use crate::spans;
 
 /// How long the [`Promoter`] may sleep. [`PromoterConfig::default`] gives the documented
 /// default.
@@ -75,7 +76,11 @@ impl Promoter {
             }
             // The database away is ridden out; anything else (a missing table, a privilege
             // revoked) ends this run, for the supervisor (see `ride_out`).
-            let promote = || store.job_promote_scheduled();
+            let promote = || {
+                spans::seam(spans::promote(), store.job_promote_scheduled(), |o| {
+                    Some(o.promoted)
+                })
+            };
             let Some(outcome) = ride_out("promoting scheduled jobs", &stop, promote).await? else {
                 return Ok(());
             };

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Service, ride_out, tick};
+use crate::spans;
 
 /// How often the [`Rescuer`] looks, and when a node counts as dead.
 /// [`RescuerConfig::default`] gives the documented defaults.
@@ -93,13 +94,17 @@ impl Rescuer {
             let Some(store) = store else {
                 continue;
             };
-            let rescue = || store.job_rescue_expired();
+            let rescue =
+                || spans::seam(spans::rescue(), store.job_rescue_expired(), spans::counted);
             match ride_out("rescuing expired leases", &stop, rescue).await? {
                 None => return Ok(()),
                 Some(0) => {}
                 Some(n) => tracing::info!(jobs = n, "rescued jobs whose lease expired"),
             }
-            let release = || store.node_release_dead(&release_dead);
+            let release = || {
+                let release = store.node_release_dead(&release_dead);
+                spans::seam(spans::release_dead(), release, spans::counted)
+            };
             match ride_out("releasing dead nodes", &stop, release).await? {
                 None => return Ok(()),
                 Some(0) => {}

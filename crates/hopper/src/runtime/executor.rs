@@ -18,13 +18,9 @@ use crate::metrics::{self, AttemptEnd};
 
 /// Runs `job` while holding one concurrency slot (`permit`).
 pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
-    let span = tracing::info_span!(
-        "job",
-        job_id = %job.lease.job_id,
-        queue = %job.queue,
-        kind = %job.kind,
-        attempt = job.lease.attempt,
-    );
+    let span = crate::spans::job(&job);
+    shared.workers.chain().attempt_span(&job, &span);
+    let started = Instant::now();
     async move {
         let lease = job.lease;
         let (queue, kind) = (job.queue.clone(), job.kind.clone());
@@ -39,7 +35,6 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
             .as_ref()
             .and_then(|w| w.timeout())
             .unwrap_or(job.timeout);
-        let started = Instant::now();
         let run = Arc::new(RunState::new(started + timeout));
         shared.running_insert(
             lease.job_id,
@@ -79,7 +74,15 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                     shared.backend.clone(),
                     shared.blocking.clone(),
                 );
-                let end = handler::drive(&*worker, &ctx, &job.args, &run, started).await;
+                let end = handler::drive(
+                    &*worker,
+                    shared.workers.chain(),
+                    &ctx,
+                    &job.args,
+                    &run,
+                    started,
+                )
+                .await;
                 ctx.flush_logs().await;
                 let ran = started.elapsed();
                 shared.pace.record(ran);
@@ -92,6 +95,11 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
             }
         };
         shared.running_remove(lease.job_id);
+        crate::spans::job_end(
+            &tracing::Span::current(),
+            outcome.as_ref(),
+            started.elapsed(),
+        );
         if let Some(outcome) = &outcome {
             record_end(&queue, &kind, outcome, last_attempt);
         }

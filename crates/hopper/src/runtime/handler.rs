@@ -17,6 +17,7 @@ use hopper_core::{Backend, ClaimedJob, Outcome, Result};
 use tokio::time::Instant;
 
 use crate::context::{JobContext, RunState, StopReason};
+use crate::middleware::Chain;
 use crate::registry::ErasedWorker;
 use crate::worker::JobError;
 
@@ -53,25 +54,26 @@ pub(crate) async fn hold_for_timeout(
     if needed <= job.timeout.min(lease_cap) {
         return Ok(true);
     }
-    Ok(backend
-        .job_extend_many(&JobExtendManyParams {
-            leases: vec![job.lease],
-            by: needed,
-        })
+    let params = JobExtendManyParams {
+        leases: vec![job.lease],
+        by: needed,
+    };
+    Ok(crate::spans::extend_leases(backend, &params)
         .await?
         .is_empty())
 }
 
-/// Runs `worker` on `args` until it returns, its deadline passes (the token is then
+/// Runs `worker` on `args`, through the middleware of `chain`, until it returns, its deadline passes (the token is then
 /// cancelled and the run is a retryable failure), or its token is cancelled.
 pub(crate) async fn drive(
     worker: &dyn ErasedWorker,
+    chain: &Chain,
     ctx: &JobContext,
     args: &serde_json::Value,
     run: &RunState,
     started: Instant,
 ) -> End {
-    let handler = AssertUnwindSafe(worker.process(ctx, args)).catch_unwind();
+    let handler = AssertUnwindSafe(chain.execute(worker, ctx, args)).catch_unwind();
     tokio::pin!(handler);
     loop {
         let deadline = *run.deadline.lock().await;

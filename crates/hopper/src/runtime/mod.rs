@@ -90,7 +90,11 @@ impl Shared {
         if self.fenced.load(Ordering::Acquire) {
             return Ok(Vec::new());
         }
-        self.backend.job_claim(params).await
+        let span = crate::spans::claim(&params.queue, params.limit);
+        crate::spans::seam(span, self.backend.job_claim(params), |jobs| {
+            Some(jobs.len() as u64)
+        })
+        .await
     }
 
     fn running_insert(&self, id: JobId, running: Running) {

@@ -41,14 +41,11 @@ pub(super) async fn renew(shared: &Shared, due: &[Lease]) -> crate::Result<()> {
     if due.is_empty() {
         return Ok(());
     }
-    match shared
-        .backend
-        .job_extend_many(&JobExtendManyParams {
-            leases: due.to_vec(),
-            by: shared.config.lease,
-        })
-        .await
-    {
+    let params = JobExtendManyParams {
+        leases: due.to_vec(),
+        by: shared.config.lease,
+    };
+    match crate::spans::extend_leases(&*shared.backend, &params).await {
         Ok(lost) => {
             shared.running_renewed(due, Instant::now());
             for lease in lost {

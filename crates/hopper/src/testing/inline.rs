@@ -99,7 +99,9 @@ impl InlineClient {
         let id = self.client.insert(job).await?;
         let backend = self.client.backend();
         let run = match claim(backend, &queue, id).await? {
-            Some(claimed) => run_claimed(backend, worker.as_ref(), claimed).await?,
+            Some(claimed) => {
+                run_claimed(backend, worker.as_ref(), self.workers.chain(), claimed).await?
+            }
             None => JobRun {
                 outcome: JobOutcome::NotRun,
                 job: self

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::context::{JobContext, RunState, StopReason};
+use crate::middleware::Chain;
 use crate::registry::ErasedWorker;
 use crate::runtime::handler;
 
@@ -127,6 +128,7 @@ pub(crate) async fn claim(
 pub(crate) async fn run_claimed(
     backend: &Arc<dyn Backend>,
     worker: &dyn ErasedWorker,
+    chain: &Chain,
     job: ClaimedJob,
 ) -> Result<JobRun> {
     let lease = job.lease;
@@ -153,7 +155,7 @@ pub(crate) async fn run_claimed(
     let job = Arc::new(job);
     let blocking = Arc::new(Semaphore::new(BLOCKING_THREADS));
     let ctx = JobContext::new(job.clone(), run.clone(), backend.clone(), blocking);
-    let end = handler::drive(worker, &ctx, &job.args, &run, started).await;
+    let end = handler::drive(worker, chain, &ctx, &job.args, &run, started).await;
     watcher.abort();
     let settled = handler::settle(run.reason(), end);
     let duration_ms = handler::millis(started.elapsed());

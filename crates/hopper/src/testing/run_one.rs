@@ -77,5 +77,5 @@ pub async fn run_new_job<W: Worker>(worker: W, job: NewJob) -> Result<JobRun> {
     let worker = workers
         .get(W::Args::KIND)
         .ok_or_else(|| Error::NotFound(format!("a worker for kind {:?}", W::Args::KIND)))?;
-    run_claimed(&backend, worker.as_ref(), claimed).await
+    run_claimed(&backend, worker.as_ref(), workers.chain(), claimed).await
 }

@@ -1,0 +1,114 @@
+//! The binary's log and, with the `otel` feature, its OpenTelemetry export: the log goes to
+//! stderr filtered by `HOPPER_LOG` (default `warn`); traces are exported over OTLP when the
+//! `OTEL_*` variables configure an exporter (docs/observability.md), filtered by
+//! `HOPPER_TRACE` (default `hopper::spans=info`: the enqueue and job spans); and then every
+//! client and worker of the binary carries the trace context through the job's meta.
+
+use std::sync::Arc;
+#[cfg(feature = "otel")]
+use std::sync::OnceLock;
+
+use hopper::backend::Backend;
+use hopper::{Client, Workers};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer as _};
+
+/// What the process exports, once [`init`] ran (`otel` feature).
+#[cfg(feature = "otel")]
+static TELEMETRY: OnceLock<hopper::otel::Telemetry> = OnceLock::new();
+
+/// Flushes and stops the exporters when dropped, at the end of `main`.
+pub struct Guard;
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        #[cfg(feature = "otel")]
+        if let Some(telemetry) = TELEMETRY.get() {
+            telemetry.shutdown();
+        }
+    }
+}
+
+/// Installs the log subscriber (and the OpenTelemetry layer, when traces are exported).
+/// A bad OpenTelemetry configuration is said on stderr and leaves the export off: the
+/// command still runs.
+pub fn init(ansi: bool) -> Guard {
+    let log = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .with_filter(
+            EnvFilter::try_from_env("HOPPER_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
+        );
+    let registry = tracing_subscriber::registry().with(log);
+    #[cfg(feature = "otel")]
+    {
+        let telemetry = hopper::otel::Telemetry::from_env().unwrap_or_else(|e| {
+            eprintln!("hopper: {e}; exporting nothing");
+            hopper::otel::Telemetry::default()
+        });
+        let filter = EnvFilter::try_from_env("HOPPER_TRACE")
+            .unwrap_or_else(|_| EnvFilter::new("hopper::spans=info"));
+        let layer = telemetry.layer().map(|layer| layer.with_filter(filter));
+        registry.with(layer).init();
+        let _ = TELEMETRY.set(telemetry);
+    }
+    #[cfg(not(feature = "otel"))]
+    registry.init();
+    Guard
+}
+
+/// True when traces are exported.
+#[cfg(feature = "otel")]
+fn tracing() -> bool {
+    TELEMETRY.get().is_some_and(hopper::otel::Telemetry::traces)
+}
+
+/// A client over `backend`, storing the trace context in what it enqueues when traces are
+/// exported.
+pub fn client(backend: Arc<dyn Backend>) -> Client {
+    let client = Client::new(backend);
+    #[cfg(feature = "otel")]
+    if tracing() {
+        return client.with_middleware(hopper::otel::OtelMiddleware::new());
+    }
+    client
+}
+
+/// An empty worker registry, continuing each job's trace when traces are exported.
+pub fn workers() -> Workers {
+    let workers = Workers::new();
+    #[cfg(feature = "otel")]
+    if tracing() {
+        let mut workers = workers;
+        workers.middleware(hopper::otel::OtelMiddleware::new());
+        return workers;
+    }
+    workers
+}
+
+/// Installs the `metrics` recorder: OpenTelemetry's when metrics are exported, recording
+/// into `prometheus` too when `/metrics` is served; `prometheus` alone otherwise; none when
+/// neither is wanted.
+pub fn install_recorder(
+    prometheus: Option<metrics_exporter_prometheus::PrometheusRecorder>,
+) -> anyhow::Result<()> {
+    #[cfg(feature = "otel")]
+    if let Some(otel) = TELEMETRY.get().and_then(hopper::otel::Telemetry::recorder) {
+        return match prometheus {
+            Some(prometheus) => {
+                metrics::set_global_recorder(otel.with_inner(prometheus)).map_err(installed)
+            }
+            None => metrics::set_global_recorder(otel).map_err(installed),
+        };
+    }
+    if let Some(prometheus) = prometheus {
+        metrics::set_global_recorder(prometheus).map_err(installed)?;
+    }
+    Ok(())
+}
+
+/// The error of a second recorder installation.
+fn installed<R>(e: metrics::SetRecorderError<R>) -> anyhow::Error {
+    anyhow::anyhow!("installing the metrics recorder: {e}")
+}

@@ -1,0 +1,192 @@
+//! Middleware: code of yours around every enqueue of a [`Client`](crate::Client) and every
+//! attempt a [`Runtime`](crate::Runtime) runs, for error reporters (Sentry), auditing,
+//! argument encryption, your own metrics or tracing, without forking hopper. The
+//! OpenTelemetry integration of the `otel` feature is one ([`crate::otel`]).
+//!
+//! - **Enqueue**: [`Middleware::enqueue`] sees the jobs of one client call (one job, or all
+//!   of a bulk insert) before they are written, and may change them (arguments, queue,
+//!   meta, anything of [`NewJob`]) or refuse the whole call with an error: then nothing is
+//!   written and the caller gets that error.
+//! - **Execution**: [`Middleware::execute`] wraps one attempt. It gets the job's context
+//!   and arguments and a [`Next`]; `next.run(args)` runs the rest of the chain and the
+//!   worker, with these arguments or others (decrypted ones, say), and answers the
+//!   handler's result, which the middleware may return, change (turn an error into a
+//!   snooze), or replace without calling `next` at all (the worker then does not run).
+//!
+//! **Order**: middleware run in the order they were added, the first added outermost: on
+//! enqueue the first sees the jobs first; on execution the first starts first and sees the
+//! result last, as with tower's `ServiceBuilder`.
+//!
+//! **Errors and ends**: a worker's panic reaches the chain as a retryable
+//! [`JobError`] (`panicked: …`), like any error the handler returns, so a middleware sees
+//! it. A middleware's own panic fails the attempt the same way. A run stopped from outside
+//! (its timeout, a cancellation, a lost lease, a shutdown) drops the whole chain's future,
+//! as tower drops a service's future: code after `next.run(..).await` does not run then,
+//! so keep cleanup in `Drop` guards; how the attempt ended is recorded on its `hopper.job`
+//! span ([`crate::spans`]).
+//!
+//! Enqueue middleware apply to the [`Client`](crate::Client)'s `enqueue`, `insert`,
+//! `insert_many`, `upsert` and `upsert_many`. What writes to the store without a client
+//! passes none: work inside your own PostgreSQL transaction (`PgBackend::enqueue_in` and
+//! the sqlx helpers), the SQL `enqueue(...)`, periodic jobs, and `hopper serve`'s
+//! submissions (whose callers set the meta themselves).
+//!
+//! ```
+//! use hopper::middleware::{Middleware, Next};
+//! use hopper::{JobContext, JobError, NewJob};
+//!
+//! /// Counts failed attempts by kind, in the application's own metrics.
+//! struct CountFailures;
+//!
+//! #[async_trait::async_trait]
+//! impl Middleware for CountFailures {
+//!     async fn execute(
+//!         &self,
+//!         ctx: &JobContext,
+//!         args: &serde_json::Value,
+//!         next: Next<'_>,
+//!     ) -> Result<(), JobError> {
+//!         let result = next.run(args).await;
+//!         if result.is_err() {
+//!             eprintln!("{} failed on attempt {}", ctx.job().kind, ctx.job().lease.attempt);
+//!         }
+//!         result
+//!     }
+//! }
+//! ```
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures_util::FutureExt;
+use hopper_core::{ClaimedJob, NewJob, Result};
+
+use crate::context::JobContext;
+use crate::registry::ErasedWorker;
+use crate::worker::JobError;
+
+/// Code around enqueues and job attempts; see the [module docs](self). Both methods do
+/// nothing by default, so a middleware implements only the side it needs.
+#[async_trait]
+pub trait Middleware: Send + Sync + 'static {
+    /// Called with the jobs of one enqueue before they are written. May change them; an
+    /// error refuses the whole enqueue (nothing is written).
+    async fn enqueue(&self, jobs: &mut [NewJob]) -> Result<()> {
+        let _ = jobs;
+        Ok(())
+    }
+
+    /// Called with the `hopper.job` span of each attempt before the span starts (before
+    /// [`Middleware::execute`]), to give it a parent, links or fields; the span is disabled
+    /// when no subscriber wants it. The OpenTelemetry middleware continues here the trace
+    /// that the job's enqueue stored in its meta.
+    fn attempt_span(&self, job: &ClaimedJob, span: &tracing::Span) {
+        let _ = (job, span);
+    }
+
+    /// Wraps one attempt of the job of `ctx`: call `next.run(args)` to run the rest of the
+    /// chain and the worker, and answer its result or another.
+    async fn execute(
+        &self,
+        ctx: &JobContext,
+        args: &serde_json::Value,
+        next: Next<'_>,
+    ) -> std::result::Result<(), JobError> {
+        let _ = ctx;
+        next.run(args).await
+    }
+}
+
+/// The middleware of a client or a runtime, in the order they run.
+#[derive(Clone, Default)]
+pub(crate) struct Chain(Arc<Vec<Arc<dyn Middleware>>>);
+
+impl Chain {
+    /// The chain with `middleware` added last (innermost).
+    pub(crate) fn with(&self, middleware: Arc<dyn Middleware>) -> Chain {
+        let mut all = (*self.0).clone();
+        all.push(middleware);
+        Chain(Arc::new(all))
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Runs every middleware's [`Middleware::enqueue`] on `jobs`, stopping at the first error.
+    pub(crate) async fn enqueue(&self, jobs: &mut [NewJob]) -> Result<()> {
+        for middleware in self.0.iter() {
+            middleware.enqueue(jobs).await?;
+        }
+        Ok(())
+    }
+
+    /// Hands the span of an attempt of `job` to every middleware, in order.
+    pub(crate) fn attempt_span(&self, job: &ClaimedJob, span: &tracing::Span) {
+        for middleware in self.0.iter() {
+            middleware.attempt_span(job, span);
+        }
+    }
+
+    /// Runs one attempt of `worker` through the chain.
+    pub(crate) async fn execute(
+        &self,
+        worker: &dyn ErasedWorker,
+        ctx: &JobContext,
+        args: &serde_json::Value,
+    ) -> std::result::Result<(), JobError> {
+        Next {
+            rest: &self.0,
+            worker,
+            ctx,
+        }
+        .run(args)
+        .await
+    }
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} middleware", self.0.len())
+    }
+}
+
+/// The rest of an attempt's chain: the middleware after the current one, then the worker.
+pub struct Next<'a> {
+    rest: &'a [Arc<dyn Middleware>],
+    worker: &'a dyn ErasedWorker,
+    ctx: &'a JobContext,
+}
+
+impl Next<'_> {
+    /// Runs the rest of the chain and the worker on `args`, and answers the handler's
+    /// result; a panic of the worker or of a later middleware comes back as a retryable
+    /// error.
+    pub async fn run(self, args: &serde_json::Value) -> std::result::Result<(), JobError> {
+        let Next { rest, worker, ctx } = self;
+        let step = async move {
+            match rest.split_first() {
+                Some((first, rest)) => first.execute(ctx, args, Next { rest, worker, ctx }).await,
+                None => worker.process(ctx, args).await,
+            }
+        };
+        AssertUnwindSafe(step)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                Err(JobError::retry(format!(
+                    "panicked: {}",
+                    crate::runtime::handler::panic_message(&*panic)
+                )))
+            })
+    }
+}
+
+impl std::fmt::Debug for Next<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Next")
+            .field("middleware_left", &self.rest.len())
+            .finish()
+    }
+}

@@ -1,0 +1,222 @@
+//! The OpenTelemetry SDK set up from the standard environment variables.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tracing::Subscriber;
+use tracing_opentelemetry::OpenTelemetryLayer;
+use tracing_subscriber::registry::LookupSpan;
+
+use super::OtelRecorder;
+
+/// The name hopper's tracer and meter carry (the instrumentation scope).
+const SCOPE: &str = "hopper";
+
+/// OpenTelemetry's trace and meter providers, as [`Telemetry::from_env`] configured them
+/// (either may be absent: then that signal is not exported).
+#[derive(Debug, Clone, Default)]
+pub struct Telemetry {
+    tracer_provider: Option<SdkTracerProvider>,
+    meter_provider: Option<SdkMeterProvider>,
+}
+
+/// An exporter could not be built from the environment.
+#[derive(Debug)]
+pub struct TelemetryError(String);
+
+impl std::fmt::Display for TelemetryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OpenTelemetry: {}", self.0)
+    }
+}
+
+impl std::error::Error for TelemetryError {}
+
+/// Whether a signal (`TRACES`, `METRICS`) is to be exported: when its exporter variable
+/// (`OTEL_TRACES_EXPORTER`) says `otlp`, or, when it is unset, when an OTLP endpoint is
+/// configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or the signal's own
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`). `none` turns it off, and so does
+/// `OTEL_SDK_DISABLED=true`. Unlike the specification's default (OTLP to localhost), a
+/// process with nothing configured exports nothing: the same binary runs where no
+/// collector listens.
+fn exported(signal: &str, var: &dyn Fn(&str) -> Option<String>) -> bool {
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return false;
+    }
+    match var(&format!("OTEL_{signal}_EXPORTER")) {
+        Some(exporter) => exporter
+            .split(',')
+            .any(|e| e.trim().eq_ignore_ascii_case("otlp")),
+        None => {
+            var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+                || var(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")).is_some()
+        }
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Telemetry {
+    /// Sets up what the `OTEL_*` environment variables ask for: OTLP over HTTP/protobuf
+    /// for traces and for metrics (each only when configured, see
+    /// docs/observability.md), with the SDK's own variables (`OTEL_SERVICE_NAME`,
+    /// `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`,
+    /// `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_EXPORTER_OTLP_HEADERS`, ...). Installs the
+    /// providers as OpenTelemetry's globals and the W3C trace context as the global
+    /// propagator. Nothing configured: an empty [`Telemetry`], which costs nothing.
+    pub fn from_env() -> Result<Self, TelemetryError> {
+        let mut telemetry = Telemetry::default();
+        if exported("TRACES", &env) {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .build()
+                .map_err(|e| TelemetryError(format!("the OTLP span exporter: {e}")))?;
+            let provider = SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .build();
+            opentelemetry::global::set_tracer_provider(provider.clone());
+            telemetry.tracer_provider = Some(provider);
+        }
+        if exported("METRICS", &env) {
+            let exporter = opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .build()
+                .map_err(|e| TelemetryError(format!("the OTLP metric exporter: {e}")))?;
+            let provider = SdkMeterProvider::builder()
+                .with_periodic_exporter(exporter)
+                .build();
+            opentelemetry::global::set_meter_provider(provider.clone());
+            telemetry.meter_provider = Some(provider);
+        }
+        if telemetry.tracer_provider.is_some() {
+            opentelemetry::global::set_text_map_propagator(
+                opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+            );
+        }
+        Ok(telemetry)
+    }
+
+    /// Telemetry over providers of your own (an in-memory exporter in tests, other
+    /// exporters); they are not made global.
+    pub fn from_providers(
+        tracer_provider: Option<SdkTracerProvider>,
+        meter_provider: Option<SdkMeterProvider>,
+    ) -> Self {
+        Telemetry {
+            tracer_provider,
+            meter_provider,
+        }
+    }
+
+    /// True when traces are exported.
+    pub fn traces(&self) -> bool {
+        self.tracer_provider.is_some()
+    }
+
+    /// True when metrics are exported.
+    pub fn metrics(&self) -> bool {
+        self.meter_provider.is_some()
+    }
+
+    /// The `tracing` layer that turns spans into OpenTelemetry spans, when traces are
+    /// exported (`None` is a layer that does nothing). It records each span's fields and
+    /// events, not its busy/idle times, code location, thread or target. Give it a filter of its own
+    /// (`hopper::spans=info` for hopper's enqueue and job spans, `=debug` for the storage
+    /// calls too; see [`crate::spans`]) to export other spans than your log shows.
+    pub fn layer<S>(&self) -> Option<OpenTelemetryLayer<S, SdkTracer>>
+    where
+        S: Subscriber + for<'span> LookupSpan<'span>,
+    {
+        let tracer = self.tracer_provider.as_ref()?.tracer(SCOPE);
+        // Only what a span of hopper's needs: its fields. Busy/idle times would read the
+        // clock at every poll of a job's future, and code location, thread and target
+        // would add five attributes to every span; together they were most of the cost
+        // of a span per job (docs/benchmarks.md).
+        Some(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_tracked_inactivity(false)
+                .with_location(false)
+                .with_threads(false)
+                .with_target(false),
+        )
+    }
+
+    /// A `metrics` recorder into OpenTelemetry instruments, when metrics are exported.
+    pub fn recorder(&self) -> Option<OtelRecorder> {
+        use opentelemetry::metrics::MeterProvider as _;
+        let meter = self.meter_provider.as_ref()?.meter(SCOPE);
+        Some(OtelRecorder::new(meter))
+    }
+
+    /// Exports what is buffered and stops the exporters. Call it before the process
+    /// exits, or the last spans and figures are lost.
+    pub fn shutdown(&self) {
+        if let Some(provider) = &self.tracer_provider
+            && let Err(e) = provider.shutdown()
+        {
+            tracing::warn!(error = %e, "shutting down the OpenTelemetry tracer provider");
+        }
+        if let Some(provider) = &self.meter_provider
+            && let Err(e) = provider.shutdown()
+        {
+            tracing::warn!(error = %e, "shutting down the OpenTelemetry meter provider");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn nothing_is_exported_unless_an_endpoint_or_exporter_is_configured() {
+        assert!(!exported("TRACES", &vars(&[])));
+        assert!(exported(
+            "TRACES",
+            &vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")])
+        ));
+        assert!(exported(
+            "METRICS",
+            &vars(&[(
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://c:4318/v1/metrics"
+            )])
+        ));
+        assert!(!exported(
+            "TRACES",
+            &vars(&[(
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://c:4318/v1/metrics"
+            )])
+        ));
+        assert!(exported(
+            "TRACES",
+            &vars(&[("OTEL_TRACES_EXPORTER", "console,otlp")])
+        ));
+    }
+
+    #[test]
+    fn none_and_a_disabled_sdk_win_over_an_endpoint() {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+        assert!(!exported(
+            "TRACES",
+            &vars(&[endpoint, ("OTEL_TRACES_EXPORTER", "none")])
+        ));
+        assert!(!exported(
+            "METRICS",
+            &vars(&[endpoint, ("OTEL_SDK_DISABLED", "TRUE")])
+        ));
+    }
+}
