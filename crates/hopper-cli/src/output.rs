@@ -67,6 +67,7 @@ pub fn error_json(e: &anyhow::Error, message: &str) -> serde_json::Value {
             hopper::Error::Conflict(_) => "conflict",
             hopper::Error::Database(_) | hopper::Error::Shutdown => "unavailable",
             hopper::Error::Schema(_) => "schema",
+            hopper::Error::Refused(_) => "refused",
             _ => "error",
         });
     serde_json::json!({ "error": { "code": code, "message": message } })

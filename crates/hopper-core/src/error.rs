@@ -27,6 +27,13 @@ pub enum Error {
     #[error("schema mismatch: {0}")]
     Schema(String),
 
+    /// The database refused the statement for a reason that waiting will not cure: the
+    /// role lacks a privilege, or an object is not what hopper expects (PostgreSQL's
+    /// SQLSTATE class 42 beyond a missing table or function). Not transient: a maintenance
+    /// service that meets it gives up instead of retrying quietly.
+    #[error("refused by the database: {0}")]
+    Refused(String),
+
     /// The backend cannot do this at all (said plainly rather than done silently wrong).
     #[error("unsupported by this backend: {0}")]
     Unsupported(String),

@@ -36,6 +36,11 @@ pub(crate) fn classify(code: &str, message: &str) -> Option<Error> {
             "{message}: the schema is missing or not migrated; run `hopper migrate`"
         )));
     }
+    // The rest of class 42 (a privilege revoked, a column or type not as migrated): the
+    // same statement fails again, so it must not be retried as if the database were away.
+    if code.starts_with("42") {
+        return Some(Error::Refused(format!("{message} (SQLSTATE {code})")));
+    }
     if is(&SqlState::UNIQUE_VIOLATION) {
         return Some(Error::Conflict(message.to_owned()));
     }

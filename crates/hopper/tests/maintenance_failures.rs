@@ -2,7 +2,8 @@
 //! will not cure (here the job or node table renamed away in the test's own schema) ends
 //! the service's run; its supervisor restarts it with backoff, counts each failure, and
 //! after five in a row gives up: the process's health turns unhealthy, naming the service
-//! and the database's own words. (Transient errors, a restart of PostgreSQL, are ridden
+//! and the database's own words. The same for a privilege the role lacks (SQLSTATE class
+//! 42), which no wait cures either. (Transient errors, a restart of PostgreSQL, are ridden
 //! out: `hopper-cli`'s `db_restart` tests run every service of `hopper serve` through one.)
 
 use std::sync::Arc;
@@ -109,4 +110,55 @@ async fn a_heartbeat_without_its_table_gives_up_and_says_why() -> anyhow::Result
     beat.beat().await?;
     let heartbeat = Heartbeat::new(Arc::new(beat), HeartbeatConfig::new(OFTEN));
     gives_up(&db, "nodes", heartbeat).await
+}
+
+/// A role of the test's own that may read and write the schema's tables but not delete
+/// from them; dropped again with [`drop_role`].
+async fn role_without_delete(db: &TestDatabase) -> anyhow::Result<String> {
+    let role = format!("hopper_nodelete_{}", uuid::Uuid::now_v7().simple());
+    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let schema = db.schema();
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {role} NOLOGIN;
+             GRANT USAGE ON SCHEMA {schema} TO {role};
+             GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {schema} TO {role};
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {role};"
+        ))
+        .await?;
+    Ok(role)
+}
+
+async fn drop_role(db: &TestDatabase, role: &str) -> anyhow::Result<()> {
+    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pruner_whose_role_may_not_delete_gives_up_and_says_why() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let role = role_without_delete(&db).await?;
+    // The session acts as the role (`SET ROLE` at connect time): the privilege is checked.
+    let separator = if db.url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{separator}options=-c%20role%3D{role}", db.url());
+    let options = hopper::PgOptions::default().with_schema(db.schema());
+    let backend: Arc<dyn Backend> = Arc::new(hopper::PgBackend::connect(&url, options).await?);
+    let health = Health::new();
+    let services = Services::new(&health, CancellationToken::new());
+    services.start(Pruner::new(backend, housekeeping()));
+    let failure = tokio::time::timeout(Duration::from_secs(30), health.failed()).await;
+    services.stop().await;
+    drop_role(&db, &role).await?;
+    let failure =
+        failure.map_err(|_| anyhow::anyhow!("still healthy after 30 s without DELETE"))?;
+    assert_eq!(health.failed_task(), Some("pruner"), "{failure}");
+    assert!(failure.contains("permission denied"), "{failure}");
+    assert_eq!(health.task_failures(), 5, "each failure counted: {failure}");
+    Ok(())
 }
