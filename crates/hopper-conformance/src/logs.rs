@@ -90,6 +90,21 @@ pub async fn logs_are_kept_per_attempt_bounded_and_deleted_with_the_job(
         .job_log_append(&[append(ghost, vec![line("x")])])
         .await?;
     ensure!(store.job_logs(ghost.job_id).await?.is_empty());
+    // Nor are lines of attempts the job never had: a peer cannot grow a job's logs
+    // without bound by naming attempts at will.
+    for attempt in [0, -1, second.lease.attempt + 1, i32::MAX] {
+        let made_up = Lease {
+            job_id: id,
+            attempt,
+        };
+        store
+            .job_log_append(&[append(made_up, vec![line("x")])])
+            .await?;
+    }
+    ensure!(
+        store.job_logs(id).await?.len() == 2,
+        "logs of attempts the job never had were kept"
+    );
 
     h.backend.job_delete(&JobDeleteParams { id }).await?;
     ensure!(

@@ -350,7 +350,9 @@ pub fn log_append(
     Ok(hopper_core::job_log::JobLogAppend {
         lease,
         lines,
-        dropped: cut.saturating_add(i64::try_from(dropped).unwrap_or(i64::MAX)),
+        // A peer's own count is taken up to u32::MAX lines, so that sums of counts in the
+        // store stay far from overflowing whatever a peer claims.
+        dropped: cut.saturating_add(i64::from(u32::try_from(dropped).unwrap_or(u32::MAX))),
     })
 }
 

@@ -2,7 +2,8 @@
 -- (the caller merges entries of the same attempt). $1 job ids, $2 attempts, $3 lines (a
 -- JSON array each), $4 their JSON size, $5 lines the writer already dropped, $6 the bound
 -- in bytes. Lines that would take an attempt's log past the bound are counted in
--- `dropped` instead of kept. Entries of jobs that no longer exist are skipped.
+-- `dropped` instead of kept. Entries of jobs that no longer exist, or of attempts the job
+-- has not had, are skipped: a job has at most one log per attempt it made.
 -- Index: the primary key (job_id, attempt), for the conflict and for nothing else.
 INSERT INTO hopper.job_logs AS l (job_id, attempt, lines, bytes, dropped)
 SELECT i.job_id, i.attempt,
@@ -11,7 +12,8 @@ SELECT i.job_id, i.attempt,
        i.dropped + CASE WHEN i.bytes <= $6 THEN 0 ELSE jsonb_array_length(i.lines) END
 FROM unnest($1::uuid[], $2::integer[], $3::jsonb[], $4::integer[], $5::bigint[])
      AS i(job_id, attempt, lines, bytes, dropped)
-WHERE EXISTS (SELECT 1 FROM hopper.jobs AS j WHERE j.id = i.job_id)
+WHERE EXISTS (SELECT 1 FROM hopper.jobs AS j
+              WHERE j.id = i.job_id AND i.attempt BETWEEN 1 AND j.attempt)
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET lines = CASE WHEN l.bytes + EXCLUDED.bytes <= $6 THEN l.lines || EXCLUDED.lines
                  ELSE l.lines END,
