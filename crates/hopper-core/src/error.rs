@@ -28,9 +28,11 @@ pub enum Error {
     Schema(String),
 
     /// The database refused the statement for a reason that waiting will not cure: the
-    /// role lacks a privilege, or an object is not what hopper expects (PostgreSQL's
-    /// SQLSTATE class 42 beyond a missing table or function). Not transient: a maintenance
-    /// service that meets it gives up instead of retrying quietly.
+    /// role lacks a privilege, an object is not what hopper expects, a trigger raised, the
+    /// server failed internally (on PostgreSQL, any SQLSTATE but a lost connection, a
+    /// rolled-back transaction, short resources, a busy object, a shutdown, an I/O error or
+    /// a read-only transaction). Not transient: a maintenance service that meets it gives
+    /// up instead of retrying quietly.
     #[error("refused by the database: {0}")]
     Refused(String),
 

@@ -4,8 +4,9 @@ use hopper_core::Error;
 use tokio_postgres::error::SqlState;
 
 /// Turns a driver error into hopper's error: constraint violations and data exceptions
-/// become [`Error::InvalidInput`] with the database's own message, everything else
-/// [`Error::Database`].
+/// become [`Error::InvalidInput`] with the database's own message, a lost connection or a
+/// server that is away [`Error::Database`] (transient), and any other answer of the server
+/// [`Error::Refused`].
 pub fn map_pg(e: tokio_postgres::Error) -> Error {
     if let Some(db) = e.as_db_error()
         && let Some(mapped) = classify(db.code().code(), db.message())
@@ -16,7 +17,7 @@ pub fn map_pg(e: tokio_postgres::Error) -> Error {
 }
 
 /// hopper's error for a database error of SQLSTATE `code`, whichever driver reported it;
-/// `None` for a plain [`Error::Database`].
+/// `None` for a plain, transient [`Error::Database`].
 pub(crate) fn classify(code: &str, message: &str) -> Option<Error> {
     let is = |state: &SqlState| code == state.code();
     if is(&SqlState::CHECK_VIOLATION)
@@ -41,10 +42,30 @@ pub(crate) fn classify(code: &str, message: &str) -> Option<Error> {
     if code.starts_with("42") {
         return Some(Error::Refused(format!("{message} (SQLSTATE {code})")));
     }
-    if is(&SqlState::UNIQUE_VIOLATION) {
+    // Class 23 beyond the violations above (a foreign key whose row is gone, an exclusion
+    // constraint): the data is not as the statement assumed.
+    if code.starts_with("23") {
         return Some(Error::Conflict(message.to_owned()));
     }
-    None
+    if is_transient_state(code) {
+        return None;
+    }
+    // Anything else the server answered (a trigger's RAISE, an internal error, a feature
+    // not supported, a read-only role): the same statement fails again, so it is said, not
+    // retried quietly for ever.
+    Some(Error::Refused(format!("{message} (SQLSTATE {code})")))
+}
+
+/// True for the SQLSTATEs that waiting may cure, left as a transient [`Error::Database`]:
+/// the connection lost (class 08), a transaction rolled back by a serialization failure or a
+/// deadlock (40), resources short (53), an object busy or a lock not available (55), the
+/// server shutting down, starting or cancelling (57), an I/O error (58), and a read-only
+/// transaction, met on a primary demoted by a failover until the pool reconnects (25006).
+fn is_transient_state(code: &str) -> bool {
+    ["08", "40", "53", "55", "57", "58"]
+        .iter()
+        .any(|class| code.starts_with(class))
+        || code == SqlState::READ_ONLY_SQL_TRANSACTION.code()
 }
 
 /// Turns a pool error into hopper's error.
@@ -52,5 +73,48 @@ pub fn map_pool(e: deadpool_postgres::PoolError) -> Error {
     match e {
         deadpool_postgres::PoolError::Backend(e) => map_pg(e),
         other => Error::database(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(code: &str) -> &'static str {
+        match classify(code, "said") {
+            None => "transient",
+            Some(Error::InvalidInput(_)) => "invalid",
+            Some(Error::Schema(_)) => "schema",
+            Some(Error::Conflict(_)) => "conflict",
+            Some(Error::Refused(_)) => "refused",
+            Some(other) => panic!("{code}: {other}"),
+        }
+    }
+
+    #[test]
+    fn only_states_that_waiting_may_cure_are_transient() {
+        for (code, expected) in [
+            ("08006", "transient"), // connection failure
+            ("40001", "transient"), // serialization failure
+            ("40P01", "transient"), // deadlock detected
+            ("53300", "transient"), // too many connections
+            ("55P03", "transient"), // lock not available
+            ("57P01", "transient"), // admin shutdown
+            ("57P03", "transient"), // cannot connect now (starting up)
+            ("58030", "transient"), // I/O error
+            ("25006", "transient"), // read-only transaction (a demoted primary)
+            ("22023", "invalid"),
+            ("23502", "invalid"),
+            ("23505", "conflict"),
+            ("23503", "conflict"), // foreign key: the row is gone
+            ("42P01", "schema"),
+            ("42501", "refused"), // insufficient privilege
+            ("P0001", "refused"), // a trigger's RAISE EXCEPTION
+            ("XX000", "refused"), // internal error
+            ("0A000", "refused"), // feature not supported
+            ("25P02", "refused"), // in a failed transaction
+        ] {
+            assert_eq!(kind(code), expected, "SQLSTATE {code}");
+        }
     }
 }

@@ -170,3 +170,34 @@ async fn sql_enqueue_takes_an_integer_priority_and_the_edges_of_the_range() -> a
     );
     Ok(())
 }
+
+/// A statement the server answers with an error that waiting will not cure (here a user's
+/// trigger that raises) is `Error::Refused` with the server's words, not a transient
+/// database error that the runtime and the maintenance services would retry for ever.
+#[tokio::test]
+async fn a_trigger_that_raises_is_refused_not_transient() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let sql = connect(db.url()).await?;
+    let schema = db.schema();
+    sql.batch_execute(&format!(
+        "CREATE FUNCTION {schema}.no_jobs() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'no jobs on fridays'; END $$;
+         CREATE TRIGGER no_jobs BEFORE INSERT ON {schema}.jobs
+             FOR EACH ROW EXECUTE FUNCTION {schema}.no_jobs();"
+    ))
+    .await?;
+    let client = hopper::Client::new(db.backend());
+    let err = client
+        .insert(hopper::NewJob::new("k", serde_json::json!({})))
+        .await
+        .expect_err("the trigger refuses every insert");
+    assert!(matches!(err, hopper::Error::Refused(_)), "{err:?}");
+    assert!(!err.is_transient());
+    assert!(
+        err.to_string()
+            .contains("no jobs on fridays (SQLSTATE P0001)"),
+        "{err}"
+    );
+    assert_eq!(job_count(&db).await?, 0);
+    Ok(())
+}
