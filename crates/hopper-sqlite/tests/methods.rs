@@ -108,3 +108,26 @@ async fn an_unmigrated_file_says_to_migrate() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A statement SQLite refuses for a reason that waiting will not cure (here a trigger the
+/// application added, which raises) is `Error::Refused` with SQLite's words, not a
+/// transient error that the runtime would retry for ever.
+#[tokio::test]
+async fn a_trigger_that_raises_is_refused_not_transient() -> anyhow::Result<()> {
+    let h = harness().await?;
+    let conn = rusqlite::Connection::open(common::db(&h))?;
+    conn.execute_batch(
+        "CREATE TRIGGER no_jobs BEFORE INSERT ON hopper_jobs
+         BEGIN SELECT RAISE(ABORT, 'no jobs on fridays'); END;",
+    )?;
+    drop(conn);
+    let err = h
+        .insert(job("k", "refused"))
+        .await
+        .expect_err("the trigger refuses every insert");
+    let err = err.downcast::<Error>()?;
+    assert!(matches!(err, Error::Refused(_)), "{err:?}");
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("no jobs on fridays"), "{err}");
+    Ok(())
+}
