@@ -153,3 +153,63 @@ impl HttpClient for Transport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    fn refusal(pairs: &[(&str, &str)]) -> String {
+        match client("TRACES", &vars(pairs)) {
+            Ok(_) => panic!("{pairs:?} was accepted"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_refused_naming_the_variable() {
+        let missing = refusal(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")]);
+        assert!(
+            missing.starts_with("OTEL_EXPORTER_OTLP_CERTIFICATE=/nonexistent/ca.pem: "),
+            "{missing}"
+        );
+        // The signal's own variable is read first.
+        let signal = refusal(&[
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+                "/nonexistent/traces.pem",
+            ),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"),
+        ]);
+        assert!(
+            signal.contains("TRACES_CERTIFICATE=/nonexistent/traces.pem"),
+            "{signal}"
+        );
+        let half = refusal(&[("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/k.pem")]);
+        assert!(half.contains("without its pair"), "{half}");
+        let timeout = refusal(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")]);
+        assert!(
+            timeout.contains("not a number of milliseconds"),
+            "{timeout}"
+        );
+    }
+
+    #[test]
+    fn a_file_without_a_certificate_is_refused() {
+        let path = std::env::temp_dir().join(format!("hopper-otel-{}.pem", std::process::id()));
+        std::fs::write(&path, "not a certificate\n").expect("a temporary file");
+        let path_text = path.display().to_string();
+        let empty = refusal(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", path_text.as_str())]);
+        let _ = std::fs::remove_file(&path);
+        assert!(empty.contains("no PEM certificate"), "{empty}");
+        assert!(client("TRACES", &vars(&[])).is_ok(), "the system's roots");
+    }
+}
