@@ -122,6 +122,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     .await?;
     // The recorder goes in before the server starts, so its metrics are all recorded.
     let prometheus = crate::http::install_metrics(&args.http)?;
+    let _gauges = crate::telemetry::queue_gauges(&backend);
     let mut server = None;
     if let (Some(listen), Some(auth)) = (listen, auth) {
         let mut config = ServeConfig::new(backend.clone(), listen.clone(), auth);
@@ -134,6 +135,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
         config.max_connections = args.max_connections;
         config.insecure_plaintext = args.insecure_plaintext;
         config.curve = curve_keys(&args, &listen)?;
+        config.client = crate::telemetry::tracing_client(&backend);
         let public_key = config.curve.as_ref().map(|k| k.public.clone());
         let start = || async { Ok(Server::start(config.clone()).await?) };
         let started = outage::retry_if("starting the server", outage::is_transient, start).await?;

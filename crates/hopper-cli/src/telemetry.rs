@@ -75,6 +75,17 @@ pub fn client(backend: Arc<dyn Backend>) -> Client {
     client
 }
 
+/// A client with the OpenTelemetry middleware when traces are exported, else none: what
+/// `hopper serve` enqueues submissions through (with none, straight to the backend).
+pub fn tracing_client(backend: &Arc<dyn Backend>) -> Option<Client> {
+    #[cfg(feature = "otel")]
+    if tracing() {
+        return Some(client(backend.clone()));
+    }
+    let _ = backend;
+    None
+}
+
 /// An empty worker registry, continuing each job's trace when traces are exported.
 pub fn workers() -> Workers {
     let workers = Workers::new();
@@ -85,6 +96,20 @@ pub fn workers() -> Workers {
         return workers;
     }
     workers
+}
+
+/// The queue gauges over OTLP when metrics are exported (`otel` feature), read from
+/// `backend`; they are exported while the returned value lives.
+pub fn queue_gauges(backend: &Arc<dyn Backend>) -> Option<impl Sized + use<>> {
+    #[cfg(feature = "otel")]
+    return TELEMETRY
+        .get()
+        .and_then(|t| t.queue_gauges(backend.clone()));
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = backend;
+        None::<()>
+    }
 }
 
 /// Installs the `metrics` recorder: OpenTelemetry's when metrics are exported, recording

@@ -61,6 +61,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
             return Ok(());
         }
     }
+    let _gauges = crate::telemetry::queue_gauges(&backend);
     let handle = Runtime::new(backend, workers, config)
         .start()
         .await

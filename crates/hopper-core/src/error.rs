@@ -71,18 +71,24 @@ impl Error {
     /// The error with the chain of its causes, for logs: a database error says what the
     /// database said ("database: db error: ERROR: …"), not only "db error".
     pub fn with_causes(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            let said = cause.to_string();
-            if !text.contains(&said) {
-                text.push_str(": ");
-                text.push_str(&said);
-            }
-            source = cause.source();
-        }
-        text
+        with_causes(self)
     }
+}
+
+/// Any error with the chain of its causes, each left out when the text already says it
+/// (an HTTP client's "error sending request" then says why: the refused certificate).
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// `Result` with hopper's [`Error`].

@@ -124,6 +124,12 @@ pub struct ServeConfig {
     /// [`Housekeeping::default`] (completed jobs kept 24 h, failed 7 days, a vacuum check
     /// every 10 s).
     pub housekeeping: Housekeeping,
+    /// A client over `backend` that submissions are enqueued through, with its enqueue
+    /// middleware, its `hopper.enqueue` span and the enqueued counter (`hopper serve`
+    /// built with `otel` sets one with the OpenTelemetry middleware when traces are
+    /// exported: the span is a child of the submission's `meta.traceparent`). Default:
+    /// none, submissions are written straight to `backend`.
+    pub client: Option<hopper::Client>,
 }
 
 impl ServeConfig {
@@ -148,6 +154,7 @@ impl ServeConfig {
             node_dead_after: Duration::from_secs(30),
             unplaceable_delay: Duration::from_secs(1),
             housekeeping: Housekeeping::default(),
+            client: None,
         }
     }
 }

@@ -403,12 +403,16 @@ impl Core {
 
     fn on_request(&mut self, peer: PeerId, request: Request, now: Instant) {
         let backend = self.backend.clone();
+        let client = self.config.client.clone();
         let events = self.events.clone();
         match request {
             Request::Hello { .. } => {}
             Request::Submit { req, job } => self.spawn_reply(peer, req, async move {
                 let job = NewJob::try_from(job)?;
-                backend.job_insert(&job).await?;
+                match &client {
+                    Some(client) => drop(client.insert(job.clone()).await?),
+                    None => backend.job_insert(&job).await?,
+                }
                 wake(&events, std::slice::from_ref(&job));
                 Ok(Reply::Submitted {
                     req,
@@ -425,7 +429,10 @@ impl Core {
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
-                backend.job_insert_many(&jobs).await?;
+                match &client {
+                    Some(client) => client.insert_many(&jobs).await?,
+                    None => backend.job_insert_many(&jobs).await?,
+                }
                 wake(&events, &jobs);
                 Ok(Reply::Submitted {
                     req,

@@ -106,14 +106,7 @@ fn render_queue_gauges(stats: &[QueueStats]) -> String {
     let _ = writeln!(out, "# TYPE {JOBS} gauge");
     for s in stats {
         let queue = escape_label(&s.queue);
-        for (state, n) in [
-            ("scheduled", s.scheduled),
-            ("available", s.available),
-            ("running", s.running),
-            ("completed", s.completed),
-            ("failed", s.failed),
-            ("cancelled", s.cancelled),
-        ] {
+        for (state, n) in s.by_state() {
             let _ = writeln!(out, "{JOBS}{{queue=\"{queue}\",state=\"{state}\"}} {n}");
         }
     }

@@ -179,7 +179,7 @@ impl Client {
     /// `ignore` policy, fails with [`Error::Conflict`] under `reject` (see
     /// [`Client::upsert`] for the full outcome).
     pub async fn insert(&self, job: NewJob) -> Result<JobId> {
-        let span = spans::enqueue(&job.queue, &job.kind, 1);
+        let span = self.enqueue_span(std::slice::from_ref(&job));
         let insert = async move {
             let mut job = job;
             self.middleware
@@ -215,7 +215,16 @@ impl Client {
             let jobs = self.prepared(jobs).await?;
             self.insert_many_prepared(&jobs).await
         };
-        spans::seam(spans::enqueue_many(jobs), insert, spans::uncounted).await
+        spans::seam(self.enqueue_span(jobs), insert, spans::uncounted).await
+    }
+
+    /// The `hopper.enqueue` span of `jobs`, handed to the middleware before it starts.
+    pub(crate) fn enqueue_span(&self, jobs: &[NewJob]) -> tracing::Span {
+        let span = spans::enqueue_many(jobs);
+        if !self.middleware.is_empty() {
+            self.middleware.enqueue_span(jobs, &span);
+        }
+        span
     }
 
     /// `jobs` as the enqueue middleware leave them (borrowed when there is none).

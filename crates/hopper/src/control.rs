@@ -29,7 +29,7 @@ impl Client {
             let jobs = self.prepared(jobs).await?;
             self.upsert_prepared(&jobs).await
         };
-        spans::seam(spans::enqueue_many(jobs), upsert, spans::uncounted).await
+        spans::seam(self.enqueue_span(jobs), upsert, spans::uncounted).await
     }
 
     /// [`Client::upsert_many`] once the middleware ran.

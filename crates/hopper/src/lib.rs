@@ -104,7 +104,7 @@ pub use hopper_core::{
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use hopper_sqlite::{SqliteBackend, SqliteOptions};
-pub use periodic::PeriodicJob;
+pub use periodic::{PERIODIC_META, PeriodicJob};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{

@@ -26,10 +26,14 @@
 //! span ([`crate::spans`]).
 //!
 //! Enqueue middleware apply to the [`Client`](crate::Client)'s `enqueue`, `insert`,
-//! `insert_many`, `upsert` and `upsert_many`. What writes to the store without a client
-//! passes none: work inside your own PostgreSQL transaction (`PgBackend::enqueue_in` and
-//! the sqlx helpers), the SQL `enqueue(...)`, periodic jobs, and `hopper serve`'s
-//! submissions (whose callers set the meta themselves).
+//! `insert_many`, `upsert` and `upsert_many`, and to their forms inside your own
+//! PostgreSQL transaction (`Client::insert_in`, `Client::insert_in_sqlx`, ...). Periodic
+//! jobs go through the enqueue side of the runtime's middleware (those of
+//! [`Workers::middleware`](crate::Workers::middleware)), once per advance of an entry on
+//! each node that tries it. What writes to the store without a client passes none:
+//! `PgBackend::insert_in` and `PgBackend::sqlx()` (the raw writes), the SQL
+//! `enqueue(...)`, and `hopper serve`'s submissions unless its `ServeConfig::client` is
+//! set (their callers set the meta themselves).
 //!
 //! ```
 //! use hopper::middleware::{Middleware, Next};
@@ -77,6 +81,16 @@ pub trait Middleware: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Called with the `hopper.enqueue` span of an enqueue (or the `hopper.periodic` span
+    /// of a tick) before the span starts and before [`Middleware::enqueue`], with the jobs
+    /// as the caller gave them, to give the span a parent, links or fields; the span is
+    /// disabled when no subscriber wants it. The OpenTelemetry middleware makes it a child
+    /// of the `traceparent` the jobs carry already (the CLI's `--traceparent`, a
+    /// submission through `hopper serve`).
+    fn enqueue_span(&self, jobs: &[NewJob], span: &tracing::Span) {
+        let _ = (jobs, span);
+    }
+
     /// Called with the `hopper.job` span of each attempt before the span starts (before
     /// [`Middleware::execute`]), to give it a parent, links or fields; the span is disabled
     /// when no subscriber wants it. The OpenTelemetry middleware continues here the trace
@@ -120,6 +134,13 @@ impl Chain {
             middleware.enqueue(jobs).await?;
         }
         Ok(())
+    }
+
+    /// Hands the span of an enqueue of `jobs` to every middleware, in order.
+    pub(crate) fn enqueue_span(&self, jobs: &[NewJob], span: &tracing::Span) {
+        for middleware in self.0.iter() {
+            middleware.enqueue_span(jobs, span);
+        }
     }
 
     /// Hands the span of an attempt of `job` to every middleware, in order.

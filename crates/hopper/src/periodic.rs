@@ -25,6 +25,9 @@ use hopper_core::backend::{Backend, SchedulingStore};
 use hopper_core::{Clock, CronAdvance, CronEntry, Error, NewJob, Result};
 use tokio_util::sync::CancellationToken;
 
+use crate::middleware::Chain;
+use crate::spans;
+
 /// croner's flag for `L` in a field (`LAST_BIT`, not exported by croner).
 const CRONER_LAST_BIT: u8 = 1 << 6;
 
@@ -34,6 +37,11 @@ pub const MAX_CATCH_UP: usize = 1000;
 /// Longest sleep of the enqueuer between two looks at the table (entries registered by
 /// other nodes may have moved).
 const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+/// The key of a periodic job's meta that names the entry that enqueued it
+/// (`{"periodic": "nightly-report"}`); `hopper jobs list --meta periodic=nightly-report`
+/// finds them.
+pub const PERIODIC_META: &str = "periodic";
 
 /// A job enqueued on a schedule. See the module docs.
 #[derive(Debug, Clone)]
@@ -192,6 +200,8 @@ impl PeriodicJob {
             .map(|tick| {
                 let mut job = self.job.clone();
                 job.id = uuid::Uuid::now_v7();
+                job.meta
+                    .insert(PERIODIC_META.to_owned(), self.name.clone().into());
                 (tick, job)
             })
             .collect();
@@ -209,6 +219,7 @@ pub(crate) async fn run(
     backend: Arc<dyn Backend>,
     clock: Arc<dyn Clock>,
     entries: Vec<PeriodicJob>,
+    middleware: Chain,
     stop: CancellationToken,
 ) {
     let Some(store) = backend.scheduling() else {
@@ -239,7 +250,7 @@ pub(crate) async fn run(
         }
     }
     loop {
-        let wait = match tick(&*backend, store, &*clock, &entries).await {
+        let wait = match tick(&*backend, store, &*clock, &entries, &middleware).await {
             Ok(wait) => wait,
             Err(e) => {
                 tracing::warn!(error = %e, "enqueuing periodic jobs failed");
@@ -265,6 +276,7 @@ async fn tick(
     store: &dyn SchedulingStore,
     clock: &dyn Clock,
     entries: &[PeriodicJob],
+    middleware: &Chain,
 ) -> Result<Duration> {
     let stored = backend.cron_list().await?;
     let now = now(clock);
@@ -276,8 +288,8 @@ async fn tick(
         let next = match entry.advance(row.next_run_at, now) {
             Some(advance) => {
                 let next = advance.next_run_at;
-                if store.cron_advance(&advance).await? {
-                    tracing::debug!(name = %entry.name, ticks = advance.jobs.len(), "enqueued periodic job");
+                if enqueue(store, advance, &entry.job, middleware).await? {
+                    tracing::debug!(name = %entry.name, "enqueued periodic job");
                 }
                 next
             }
@@ -287,6 +299,32 @@ async fn tick(
         wait = wait.min(until + Duration::from_millis(1));
     }
     Ok(wait)
+}
+
+/// Enqueues the ticks of `advance` (of an entry enqueuing `job`) inside a
+/// `hopper.periodic` span, through the enqueue side of the runtime's middleware (which
+/// stores the span's trace context in each job's meta, with the OpenTelemetry one).
+/// Answers whether this node enqueued them (false: another node did).
+async fn enqueue(
+    store: &dyn SchedulingStore,
+    mut advance: CronAdvance,
+    job: &NewJob,
+    middleware: &Chain,
+) -> Result<bool> {
+    let ticks = advance.jobs.len();
+    let span = spans::periodic(&advance.name, job, ticks);
+    let enqueue = async {
+        if !middleware.is_empty() {
+            let (times, mut jobs): (Vec<_>, Vec<_>) = advance.jobs.drain(..).unzip();
+            middleware.enqueue(&mut jobs).await?;
+            advance.jobs = times.into_iter().zip(jobs).collect();
+        }
+        store.cron_advance(&advance).await
+    };
+    spans::seam(span, enqueue, |moved| {
+        Some(if *moved { ticks as u64 } else { 0 })
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! | span | level | fields |
 //! |---|---|---|
 //! | `hopper.enqueue` | INFO | `queue`, `kind` (of the first job), `jobs`, `outcome`, `duration_ms`, `error` |
+//! | `hopper.periodic` | INFO | `periodic` (the entry's name), `queue`, `kind`, `ticks`, `jobs`, `outcome`, `duration_ms`, `error` |
 //! | `hopper.job` | INFO | `queue`, `kind`, `job_id`, `attempt`, `outcome`, `duration_ms`, `error` |
 //! | `hopper.claim` | DEBUG | `queue`, `limit`, `jobs`, `outcome`, `duration_ms`, `error` |
 //! | `hopper.finish_batch` | DEBUG | `jobs`, `outcome`, `duration_ms`, `error` |
@@ -56,6 +57,25 @@ pub(crate) fn enqueue_many(jobs: &[NewJob]) -> Span {
         Some(first) => enqueue(&first.queue, &first.kind, jobs.len()),
         None => enqueue("", "", 0),
     }
+}
+
+/// The span of one advance of the periodic entry `name`: its `ticks` jobs (one, or the
+/// missed ones of a catching-up entry) are enqueued inside it, so their trace context is
+/// its own. `jobs` is how many this node wrote (0 when another node enqueued the tick).
+pub(crate) fn periodic(name: &str, job: &NewJob, ticks: usize) -> Span {
+    tracing::info_span!(
+        "hopper.periodic",
+        periodic = name,
+        queue = %job.queue,
+        kind = %job.kind,
+        ticks = count(ticks),
+        jobs = Empty,
+        outcome = Empty,
+        duration_ms = Empty,
+        error = Empty,
+        otel.kind = "producer",
+        otel.status_code = Empty,
+    )
 }
 
 /// The span of one attempt of `job`.

@@ -6,17 +6,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{TimeZone, Utc};
 use hopper::backend::Backend;
-use hopper::otel::{OtelMiddleware, Telemetry};
+use hopper::otel::{OtelMiddleware, QueueGauges, Telemetry};
+use hopper::testing::TestDatabase;
 use hopper::{
-    Client, JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, SqliteBackend,
-    SqliteOptions, Worker, Workers,
+    Client, JobArgs, JobContext, JobError, JobListParams, NewJob, PeriodicJob, Runtime,
+    RuntimeConfig, SqliteBackend, SqliteOptions, TestClock, Worker, Workers,
 };
-use opentelemetry::trace::{SpanKind, Status};
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::{KeyValue, Value};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, SdkMeterProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde::{Deserialize, Serialize};
+use sqlx_core::connection::Connection;
+use sqlx_postgres::PgConnection;
 use tokio::sync::mpsc;
+use tokio_postgres::NoTls;
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -65,10 +73,10 @@ fn named<'a>(spans: &'a [SpanData], name: &str) -> Vec<&'a SpanData> {
 
 /// Runs `work` with the in-memory exporter's subscriber as the default on this thread (the
 /// test's runtime is single-threaded, so the runtime's tasks record there too), then
-/// answers every span it finished.
-async fn captured<F: Future<Output = anyhow::Result<()>>>(
+/// answers what it returned and every span it finished.
+async fn captured<T, F: Future<Output = anyhow::Result<T>>>(
     work: impl FnOnce() -> F,
-) -> anyhow::Result<Vec<SpanData>> {
+) -> anyhow::Result<(T, Vec<SpanData>)> {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
@@ -76,12 +84,12 @@ async fn captured<F: Future<Output = anyhow::Result<()>>>(
     let telemetry = Telemetry::from_providers(Some(provider.clone()), None);
     let filter = EnvFilter::new("hopper::spans=debug,otel=info");
     let subscriber = tracing_subscriber::registry().with(telemetry.layer().with_filter(filter));
-    {
+    let value = {
         let _default = tracing::subscriber::set_default(subscriber);
-        work().await?;
-    }
+        work().await?
+    };
     provider.force_flush()?;
-    Ok(exporter.get_finished_spans()?)
+    Ok((value, exporter.get_finished_spans()?))
 }
 
 async fn sqlite() -> anyhow::Result<Arc<dyn Backend>> {
@@ -125,7 +133,7 @@ async fn enqueue_and_run(jobs: Vec<NewJob>) -> anyhow::Result<()> {
 #[tokio::test]
 async fn request_enqueue_and_attempt_are_one_trace() -> anyhow::Result<()> {
     let jobs = vec![NewJob::of(&Ping { fail: false })?];
-    let spans = captured(|| enqueue_and_run(jobs)).await?;
+    let ((), spans) = captured(|| enqueue_and_run(jobs)).await?;
 
     let [request] = named(&spans, "http.request")[..] else {
         panic!("one request span: {spans:#?}");
@@ -179,7 +187,7 @@ async fn a_bulk_enqueue_parents_every_attempt_and_a_failure_is_an_error() -> any
         NewJob::of(&Ping { fail: false })?,
         NewJob::of(&Ping { fail: true })?,
     ];
-    let spans = captured(|| enqueue_and_run(jobs)).await?;
+    let ((), spans) = captured(|| enqueue_and_run(jobs)).await?;
 
     let [enqueue] = named(&spans, "hopper.enqueue")[..] else {
         panic!("one enqueue span: {spans:#?}");
@@ -214,5 +222,241 @@ async fn without_an_opentelemetry_layer_no_trace_context_is_stored() -> anyhow::
         .await?;
     let job = client.job(id).await?.expect("the job");
     assert_eq!(job.meta, serde_json::json!({}));
+    Ok(())
+}
+
+fn all_jobs() -> JobListParams {
+    JobListParams {
+        limit: 100,
+        ..JobListParams::default()
+    }
+}
+
+/// The span context a job's meta carries (`meta.traceparent`): trace id and parent span id.
+fn stored_context(meta: &serde_json::Value) -> (TraceId, SpanId) {
+    let traceparent = meta["traceparent"].as_str().unwrap_or_default();
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "a W3C traceparent in {meta}");
+    (
+        TraceId::from_hex(parts[1]).expect("a trace id"),
+        SpanId::from_hex(parts[2]).expect("a span id"),
+    )
+}
+
+/// A tick of a periodic job is enqueued inside a `hopper.periodic` span through the
+/// runtime's middleware: the job's meta names the entry and carries the span's context,
+/// and the job's attempt is the span's child. Driven by an injected clock.
+#[tokio::test]
+async fn a_periodic_tick_is_a_span_and_the_parent_of_its_job() -> anyhow::Result<()> {
+    let at = |m: u32, s: u32| {
+        Utc.with_ymd_and_hms(2031, 1, 1, 0, m, s)
+            .single()
+            .expect("a valid instant")
+    };
+    let clock = TestClock::new(at(0, 30));
+    let (job, spans) = captured(|| async {
+        let backend: Arc<dyn Backend> = Arc::new(
+            SqliteBackend::open_in_memory(
+                SqliteOptions::default().with_clock(Arc::new(clock.clone())),
+            )
+            .await?,
+        );
+        backend.migrate().await?;
+        let (done, mut ran) = mpsc::unbounded_channel();
+        let mut workers = Workers::new();
+        workers
+            .register(Pinger(done))
+            .middleware(OtelMiddleware::new());
+        let config = RuntimeConfig::default()
+            .with_poll_interval(Duration::from_millis(20))
+            .with_clock(Arc::new(clock.clone()));
+        let every_minute =
+            PeriodicJob::new("pinger", "0 * * * * *", NewJob::of(&Ping { fail: false })?)?;
+        let handle = Runtime::new(backend.clone(), workers, config)
+            .periodic(every_minute)
+            .start()
+            .await?;
+        let client = Client::new(backend);
+        // The tick is planned from the registration: move the clock only once it is in.
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while client.cron_jobs().await?.is_empty() {
+                tokio::task::yield_now().await;
+            }
+            anyhow::Ok(())
+        })
+        .await??;
+        clock.set(at(1, 0));
+        tokio::time::timeout(Duration::from_secs(20), ran.recv()).await?;
+        handle.shutdown().await;
+        let jobs = client.jobs(&all_jobs()).await?;
+        let [job] = &jobs[..] else {
+            anyhow::bail!("one job: {jobs:#?}");
+        };
+        Ok(job.clone())
+    })
+    .await?;
+
+    assert_eq!(job.meta["periodic"], "pinger", "{}", job.meta);
+    let [tick] = named(&spans, "hopper.periodic")[..] else {
+        panic!("one tick span: {spans:#?}");
+    };
+    assert_eq!(text(tick, "periodic"), "pinger");
+    assert_eq!(text(tick, "kind"), "ping");
+    assert_eq!(text(tick, "outcome"), "ok");
+    assert_eq!(attribute(tick, "jobs"), Some(&Value::I64(1)));
+    assert_eq!(tick.span_kind, SpanKind::Producer);
+    assert_eq!(
+        stored_context(&job.meta),
+        (tick.span_context.trace_id(), tick.span_context.span_id()),
+        "the job carries the tick's context"
+    );
+    let [attempt] = named(&spans, "hopper.job")[..] else {
+        panic!("one job span: {spans:#?}");
+    };
+    assert_eq!(
+        attempt.span_context.trace_id(),
+        tick.span_context.trace_id()
+    );
+    assert_eq!(attempt.parent_span_id, tick.span_context.span_id());
+    Ok(())
+}
+
+/// Enqueues inside the application's own transaction, on tokio-postgres and on sqlx, run
+/// the client's middleware in a `hopper.enqueue` span: the jobs carry the trace context
+/// of that span, a child of the request span they were enqueued in.
+#[tokio::test]
+async fn an_enqueue_inside_a_transaction_runs_the_middleware() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend()).with_middleware(OtelMiddleware::new());
+    let plain_url = {
+        let separator = if db.url().contains('?') { '&' } else { '?' };
+        format!("{}{separator}sslmode=disable", db.url())
+    };
+    let (ids, spans) = captured(|| async {
+        let (mut conn, connection) = tokio_postgres::connect(&plain_url, NoTls).await?;
+        tokio::spawn(connection);
+        let mut sqlx_conn = PgConnection::connect(&plain_url).await?;
+        let request = tracing::info_span!("http.request");
+        async {
+            let tx = conn.transaction().await?;
+            let one = client
+                .insert_in(&tx, NewJob::of(&Ping { fail: false })?)
+                .await?;
+            client
+                .insert_many_in(&tx, &[NewJob::of(&Ping { fail: false })?])
+                .await?;
+            tx.commit().await?;
+            let mut tx = sqlx_conn.begin().await?;
+            let two = client
+                .insert_in_sqlx(&mut tx, NewJob::of(&Ping { fail: false })?)
+                .await?;
+            tx.commit().await?;
+            anyhow::Ok(vec![one, two])
+        }
+        .instrument(request)
+        .await
+    })
+    .await?;
+
+    let [request] = named(&spans, "http.request")[..] else {
+        panic!("one request span: {spans:#?}");
+    };
+    let enqueues = named(&spans, "hopper.enqueue");
+    assert_eq!(enqueues.len(), 3, "{spans:#?}");
+    for enqueue in &enqueues {
+        assert_eq!(enqueue.parent_span_id, request.span_context.span_id());
+    }
+    let all = client.jobs(&all_jobs()).await?;
+    assert_eq!(all.len(), 3);
+    for job in &all {
+        let (trace, parent) = stored_context(&job.meta);
+        assert_eq!(trace, request.span_context.trace_id(), "{}", job.meta);
+        assert!(
+            enqueues.iter().any(|e| e.span_context.span_id() == parent),
+            "the job's parent is its enqueue span: {}",
+            job.meta
+        );
+    }
+    assert!(ids.iter().all(|id| all.iter().any(|j| j.id == *id)));
+    Ok(())
+}
+
+/// The queue gauges of `/metrics` as OpenTelemetry gauges, read by the SDK's in-memory
+/// exporter: the counts of a known queue state, by queue and state, with the same names
+/// and labels as Prometheus shows.
+#[tokio::test]
+async fn the_queue_gauges_report_the_counts_of_each_queue() -> anyhow::Result<()> {
+    let backend = sqlite().await?;
+    let client = Client::new(backend.clone());
+    for delay in [None, None, Some(Duration::from_secs(3600))] {
+        let job = NewJob::of(&Ping { fail: false })?.with_queue("mail");
+        client
+            .insert(match delay {
+                Some(d) => job.with_delay(d),
+                None => job,
+            })
+            .await?;
+    }
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder()
+        .with_periodic_exporter(exporter.clone())
+        .build();
+    let gauges = QueueGauges::new(
+        &provider.meter("hopper"),
+        backend,
+        Duration::from_secs(3600),
+    );
+    gauges.refresh().await?;
+    provider.force_flush()?;
+
+    let exported = exporter.get_finished_metrics()?;
+    let metric = |name: &str| {
+        exported
+            .iter()
+            .flat_map(|r| r.scope_metrics())
+            .flat_map(|s| s.metrics())
+            .find(|m| m.name() == name)
+            .map(|m| m.data())
+    };
+    let has = |point: &dyn Fn(&str) -> Option<String>, queue: &str, state: Option<&str>| {
+        point("queue").as_deref() == Some(queue) && point("state").as_deref() == state
+    };
+    let Some(AggregatedMetrics::U64(MetricData::Gauge(jobs))) = metric("hopper_jobs") else {
+        panic!("hopper_jobs as a u64 gauge: {exported:#?}");
+    };
+    let count = |state: &str| {
+        jobs.data_points()
+            .find(|p| {
+                let label = |k: &str| {
+                    p.attributes()
+                        .find(|kv| kv.key.as_str() == k)
+                        .map(|kv| kv.value.as_str().into_owned())
+                };
+                has(&label, "mail", Some(state))
+            })
+            .map(|p| p.value())
+    };
+    assert_eq!(count("available"), Some(2));
+    assert_eq!(count("scheduled"), Some(1));
+    assert_eq!(count("failed"), Some(0));
+    let Some(AggregatedMetrics::F64(MetricData::Gauge(oldest))) =
+        metric("hopper_queue_oldest_available_seconds")
+    else {
+        panic!("hopper_queue_oldest_available_seconds as an f64 gauge: {exported:#?}");
+    };
+    let ages: Vec<f64> = oldest
+        .data_points()
+        .filter(|p| {
+            let label = |k: &str| {
+                p.attributes()
+                    .find(|kv| kv.key.as_str() == k)
+                    .map(|kv| kv.value.as_str().into_owned())
+            };
+            has(&label, "mail", None)
+        })
+        .map(|p| p.value())
+        .collect();
+    assert_eq!(ages.len(), 1, "{ages:?}");
+    assert!((0.0..3600.0).contains(&ages[0]), "{ages:?}");
     Ok(())
 }

@@ -252,6 +252,20 @@ pub struct QueueStats {
     pub oldest_available_secs: f64,
 }
 
+impl QueueStats {
+    /// The count of each state, named as the `hopper_jobs` gauge labels them.
+    pub fn by_state(&self) -> [(&'static str, i64); 6] {
+        [
+            ("scheduled", self.scheduled),
+            ("available", self.available),
+            ("running", self.running),
+            ("completed", self.completed),
+            ("failed", self.failed),
+            ("cancelled", self.cancelled),
+        ]
+    }
+}
+
 /// A worker process, as registered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeInfo {

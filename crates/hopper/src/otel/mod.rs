@@ -13,6 +13,9 @@
 //!   OTLP (HTTP/protobuf) exporter for traces and one for metrics, and the
 //!   `tracing-opentelemetry` layer to add to your subscriber.
 //! - [`OtelRecorder`]: the `metrics` facade's recorder into OpenTelemetry instruments.
+//! - [`QueueGauges`]: the queue gauges of `/metrics`, read from the database every export
+//!   interval, as OpenTelemetry observable gauges
+//!   ([`Telemetry::queue_gauges`]).
 //!
 //! ```no_run
 //! use hopper::otel::{OtelMiddleware, Telemetry};
@@ -33,8 +36,10 @@
 //! # Ok(()) }
 //! ```
 
+mod gauges;
 mod metrics;
 mod telemetry;
+mod transport;
 
 use std::collections::HashMap;
 
@@ -45,6 +50,7 @@ use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+pub use self::gauges::QueueGauges;
 pub use self::metrics::OtelRecorder;
 pub use self::telemetry::{Telemetry, TelemetryError};
 use crate::middleware::Middleware;
@@ -82,11 +88,36 @@ impl Middleware for OtelMiddleware {
         Ok(())
     }
 
+    fn enqueue_span(&self, jobs: &[NewJob], span: &tracing::Span) {
+        // Only when every job carries the same context: one span has one parent.
+        let Some((first, rest)) = jobs.split_first() else {
+            return;
+        };
+        let traceparent = |job: &NewJob| job.meta.get(TRACEPARENT).cloned();
+        if rest
+            .iter()
+            .any(|job| traceparent(job) != traceparent(first))
+        {
+            return;
+        }
+        self.continue_in(&first.meta, span);
+    }
+
     fn attempt_span(&self, job: &ClaimedJob, span: &tracing::Span) {
+        if let Some(meta) = job.meta.as_object() {
+            self.continue_in(meta, span);
+        }
+    }
+}
+
+impl OtelMiddleware {
+    /// Makes `span` (not started yet) a child of the trace context stored in `meta`, if it
+    /// holds a valid one.
+    fn continue_in(&self, meta: &serde_json::Map<String, serde_json::Value>, span: &tracing::Span) {
         if span.is_disabled() {
             return;
         }
-        let Some(carrier) = extract(&job.meta) else {
+        let Some(carrier) = extract(meta) else {
             return;
         };
         let parent = self.propagator.extract(&carrier);
@@ -115,7 +146,7 @@ fn inject(
 }
 
 /// The trace context stored in a job's `meta`, if it holds a `traceparent` string.
-fn extract(meta: &serde_json::Value) -> Option<HashMap<String, String>> {
+fn extract(meta: &serde_json::Map<String, serde_json::Value>) -> Option<HashMap<String, String>> {
     let traceparent = meta.get(TRACEPARENT)?.as_str()?;
     let mut carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
     if let Some(state) = meta.get(TRACESTATE).and_then(serde_json::Value::as_str) {
@@ -146,9 +177,10 @@ mod tests {
 
     #[test]
     fn only_a_string_traceparent_is_extracted() {
-        assert!(extract(&json!({})).is_none());
-        assert!(extract(&json!({"traceparent": 7})).is_none());
-        let carrier = extract(&json!({"traceparent": "x", "tracestate": "k=v"}));
+        let object = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+        assert!(extract(&object(json!({}))).is_none());
+        assert!(extract(&object(json!({"traceparent": 7}))).is_none());
+        let carrier = extract(&object(json!({"traceparent": "x", "tracestate": "k=v"})));
         assert_eq!(
             carrier
                 .as_ref()

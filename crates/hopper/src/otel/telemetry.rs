@@ -1,13 +1,18 @@
 //! The OpenTelemetry SDK set up from the standard environment variables.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use hopper_core::Backend;
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithHttpConfig as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tracing::Subscriber;
 use tracing_opentelemetry::OpenTelemetryLayer;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::OtelRecorder;
+use super::{OtelRecorder, QueueGauges};
 
 /// The name hopper's tracer and meter carry (the instrumentation scope).
 const SCOPE: &str = "hopper";
@@ -58,6 +63,12 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// The HTTP client of a signal's exporter: rustls, with the CA file and client
+/// certificate of the `OTEL_EXPORTER_OTLP_*CERTIFICATE` variables (see `transport.rs`).
+fn client(signal: &str) -> Result<super::transport::Transport, TelemetryError> {
+    super::transport::client(signal, &env).map_err(TelemetryError)
+}
+
 impl Telemetry {
     /// Sets up what the `OTEL_*` environment variables ask for: OTLP over HTTP/protobuf
     /// for traces and for metrics (each only when configured, see
@@ -71,6 +82,7 @@ impl Telemetry {
         if exported("TRACES", &env) {
             let exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
+                .with_http_client(client("TRACES")?)
                 .build()
                 .map_err(|e| TelemetryError(format!("the OTLP span exporter: {e}")))?;
             let provider = SdkTracerProvider::builder()
@@ -82,6 +94,7 @@ impl Telemetry {
         if exported("METRICS", &env) {
             let exporter = opentelemetry_otlp::MetricExporter::builder()
                 .with_http()
+                .with_http_client(client("METRICS")?)
                 .build()
                 .map_err(|e| TelemetryError(format!("the OTLP metric exporter: {e}")))?;
             let provider = SdkMeterProvider::builder()
@@ -149,6 +162,19 @@ impl Telemetry {
         use opentelemetry::metrics::MeterProvider as _;
         let meter = self.meter_provider.as_ref()?.meter(SCOPE);
         Some(OtelRecorder::new(meter))
+    }
+
+    /// The queue gauges of `/metrics` (`hopper_jobs`, `hopper_queue_oldest_available_seconds`)
+    /// over OTLP, read from `backend` every `OTEL_METRIC_EXPORT_INTERVAL` (60 s by
+    /// default), when metrics are exported; keep the value for as long as they should be
+    /// (see [`QueueGauges`]). Needs a Tokio runtime.
+    pub fn queue_gauges(&self, backend: Arc<dyn Backend>) -> Option<QueueGauges> {
+        use opentelemetry::metrics::MeterProvider as _;
+        let meter = self.meter_provider.as_ref()?.meter(SCOPE);
+        let every = env("OTEL_METRIC_EXPORT_INTERVAL")
+            .and_then(|ms| ms.trim().parse().ok())
+            .map_or(Duration::from_secs(60), Duration::from_millis);
+        Some(QueueGauges::new(&meter, backend, every))
     }
 
     /// Exports what is buffered and stops the exporters. Call it before the process

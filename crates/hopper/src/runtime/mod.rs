@@ -254,6 +254,7 @@ impl Runtime {
                 backend: backend.clone(),
                 clock: config.clock.clone(),
                 jobs: self.periodic,
+                middleware: shared.workers.chain().clone(),
             });
         }
         let keeper = hold.map(|hold| tokio::spawn(liveness::keep(shared.clone(), hold)));

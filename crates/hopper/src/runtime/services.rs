@@ -90,6 +90,8 @@ pub(crate) struct Periodic {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) jobs: Vec<crate::PeriodicJob>,
+    /// The runtime's middleware: their enqueue side runs on every tick's jobs.
+    pub(crate) middleware: crate::middleware::Chain,
 }
 
 impl Service for Periodic {
@@ -99,9 +101,9 @@ impl Service for Periodic {
 
     fn run(self: Arc<Self>, stop: CancellationToken) -> BoxFuture<'static, crate::Result<()>> {
         let (backend, clock) = (self.backend.clone(), self.clock.clone());
-        let jobs = self.jobs.clone();
+        let (jobs, middleware) = (self.jobs.clone(), self.middleware.clone());
         Box::pin(async move {
-            crate::periodic::run(backend, clock, jobs, stop).await;
+            crate::periodic::run(backend, clock, jobs, middleware, stop).await;
             Ok(())
         })
     }

@@ -1,0 +1,127 @@
+//! The queue gauges of `/metrics` as OpenTelemetry observable gauges: `hopper_jobs` by
+//! queue and state and `hopper_queue_oldest_available_seconds` by queue, with the names
+//! and labels Prometheus shows (see [`crate::metrics`]).
+//!
+//! `/metrics` reads them from the database when it is scraped; an OpenTelemetry reader
+//! collects on a thread of its own, whose callbacks cannot wait for the database. So a
+//! task reads the counts ([`Backend::queue_stats`], one statement) every export interval
+//! and the callbacks report the last reading: the figures are at most one interval old.
+//! A queue that disappears from the reading disappears from the export, as on `/metrics`.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use hopper_core::{Backend, QueueStats, Result};
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Meter, ObservableGauge};
+
+use crate::metrics::{JOBS, QUEUE_OLDEST_AVAILABLE_SECONDS};
+
+/// The last reading of the queue counts, shared with the gauges' callbacks.
+type Reading = Arc<Mutex<Vec<QueueStats>>>;
+
+/// The queue gauges, exported while this value lives: dropping it stops the task that
+/// reads the counts (the gauges then report nothing new). Made by
+/// [`Telemetry::queue_gauges`](super::Telemetry::queue_gauges) or [`QueueGauges::new`].
+#[derive(Debug)]
+pub struct QueueGauges {
+    backend: Arc<dyn Backend>,
+    reading: Reading,
+    task: tokio::task::JoinHandle<()>,
+    _gauges: (ObservableGauge<u64>, ObservableGauge<f64>),
+}
+
+impl QueueGauges {
+    /// Registers the gauges on `meter` and starts reading `backend`'s queue counts now
+    /// and then every `every` (the meter's export interval is the right value). Needs a
+    /// Tokio runtime.
+    pub fn new(meter: &Meter, backend: Arc<dyn Backend>, every: Duration) -> Self {
+        let reading = Reading::default();
+        let jobs = {
+            let reading = reading.clone();
+            meter
+                .u64_observable_gauge(JOBS)
+                .with_description("Jobs by queue and state, read from the database.")
+                .with_callback(move |observer| {
+                    for s in lock(&reading).iter() {
+                        for (state, n) in s.by_state() {
+                            observer.observe(
+                                u64::try_from(n).unwrap_or(0),
+                                &[
+                                    KeyValue::new("queue", s.queue.clone()),
+                                    KeyValue::new("state", state),
+                                ],
+                            );
+                        }
+                    }
+                })
+                .build()
+        };
+        let oldest = {
+            let reading = reading.clone();
+            meter
+                .f64_observable_gauge(QUEUE_OLDEST_AVAILABLE_SECONDS)
+                .with_unit("s")
+                .with_description(
+                    "Age of the oldest available job of a queue, in seconds (0 when none).",
+                )
+                .with_callback(move |observer| {
+                    for s in lock(&reading).iter() {
+                        observer.observe(
+                            s.oldest_available_secs,
+                            &[KeyValue::new("queue", s.queue.clone())],
+                        );
+                    }
+                })
+                .build()
+        };
+        let task = tokio::spawn(read_every(backend.clone(), reading.clone(), every));
+        QueueGauges {
+            backend,
+            reading,
+            task,
+            _gauges: (jobs, oldest),
+        }
+    }
+
+    /// Reads the counts now, for the next export (the task does it every interval).
+    pub async fn refresh(&self) -> Result<()> {
+        let stats = self.backend.queue_stats().await?;
+        *lock(&self.reading) = stats;
+        Ok(())
+    }
+}
+
+impl Drop for QueueGauges {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock(reading: &Reading) -> std::sync::MutexGuard<'_, Vec<QueueStats>> {
+    reading.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Reads the counts every `every`, keeping the last good reading when one fails (logged
+/// once per new reason, at `warn`).
+async fn read_every(backend: Arc<dyn Backend>, reading: Reading, every: Duration) {
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_error: Option<String> = None;
+    loop {
+        tick.tick().await;
+        match backend.queue_stats().await {
+            Ok(stats) => {
+                *lock(&reading) = stats;
+                last_error = None;
+            }
+            Err(e) => {
+                let why = e.with_causes();
+                if last_error.as_deref() != Some(why.as_str()) {
+                    tracing::warn!(target: "hopper::otel", error = %why, "reading the queue counts for the OpenTelemetry gauges failed");
+                    last_error = Some(why);
+                }
+            }
+        }
+    }
+}
