@@ -521,6 +521,10 @@ async fn run(options: Options) -> anyhow::Result<()> {
     server.stop();
     db.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
         .await?;
+    // Read and removed before anything is printed: a reader that stops early (`| head -1`)
+    // must not leave the directory behind.
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
     let figures = outcome?;
     if options.json {
         println!("{figures}");
@@ -529,7 +533,6 @@ async fn run(options: Options) -> anyhow::Result<()> {
             println!("{k}: {v}");
         }
     }
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
     println!("server log: {} bytes", text.len());
     for line in text
         .lines()
@@ -541,7 +544,6 @@ async fn run(options: Options) -> anyhow::Result<()> {
     {
         println!("  | {}", line.chars().take(200).collect::<String>());
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
