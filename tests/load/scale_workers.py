@@ -13,6 +13,11 @@ connections (rows of `pg_stat_activity` with its `application_name`) and RSS.
     HOPPER_BIN=target/release/hopper DATABASE_URL=postgres://… \
         python3 tests/load/scale_workers.py [N=5000] [RATE=200] [SECONDS=20] [P=10]
 
+The same test from one Rust process, at a sixth of a core, with the latency split at the
+submit's reply: `cargo run --release -p hopper-server --example scale_workers`
+(crates/hopper-server/examples/scale_workers.rs). This script stays as the cross-language
+check (pyzmq's libzmq and CURVE, cbor2's encoding, the Python client's submit).
+
 Prints the figures docs/benchmarks.md records ("5,000 encrypted workers"); also as one JSON
 line with `--json`. Loopback only; stops by itself. Raises its own `ulimit -n` to the hard
 limit (the server inherits it): N sessions need N descriptors in the server and about 2N
