@@ -140,8 +140,13 @@ impl Backend for PgBackend {
         let statement = self
             .prepare(&client, &self.inner.queries.job_extend_many)
             .await?;
-        let ids: Vec<JobId> = leases.iter().map(|l| l.job_id).collect();
-        let attempts: Vec<i32> = leases.iter().map(|l| l.attempt).collect();
+        // In job id order, as the outcomes (hot.rs, `Split::new`): the update locks its
+        // rows in that order, so it and a batch of outcomes over the same rows never wait
+        // for each other in a cycle.
+        let mut in_order: Vec<&Lease> = leases.iter().collect();
+        in_order.sort_unstable_by_key(|l| l.job_id);
+        let ids: Vec<JobId> = in_order.iter().map(|l| l.job_id).collect();
+        let attempts: Vec<i32> = in_order.iter().map(|l| l.attempt).collect();
         let now = self.inner.clock.now();
         let by_ms = millis(by);
         let args: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&ids, &attempts, &by_ms, &now];

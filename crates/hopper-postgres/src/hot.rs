@@ -61,9 +61,16 @@ impl Columns {
 }
 
 impl Split {
+    /// The columns in job id order: each statement then locks its rows in that order, as
+    /// `job_extend_many` does, so a lease extension and an outcome over the same rows
+    /// (different connections of one process) queue instead of deadlocking. Behind a
+    /// transaction pooler the three statements share one transaction, whose locks are in
+    /// order within each statement only.
     fn new(finishes: &[Finish]) -> Self {
         let mut s = Split::default();
-        for f in finishes {
+        let mut in_order: Vec<&Finish> = finishes.iter().collect();
+        in_order.sort_unstable_by_key(|f| f.lease.job_id);
+        for f in in_order {
             match &f.outcome {
                 Outcome::Completed { duration_ms } => {
                     s.done.push(&f.lease);

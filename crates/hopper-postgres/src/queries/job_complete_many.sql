@@ -7,7 +7,9 @@
 -- `j.state = 'running'` matches the partial index jobs_running_idx, whose row estimate is
 -- often 1 (statistics taken while nothing ran); the planner then loops over every running
 -- job and rescans the whole input for each, O(running x batch): measured 0.6-8 s for a
--- batch of 1,000 with 3,000 jobs running. As text, only the primary key fits. The
+-- batch of 1,000 with 3,000 jobs running. As text, only the primary key fits.
+-- Locks: rows are locked in the order of the input, which the caller sorts by id, as it
+-- does for the lease extensions; two statements over the same rows then never deadlock. The
 -- runtime's batches run with a generic plan (hot.rs, `finish_pooled`): a custom plan,
 -- knowing the batch is 1,000 rows, hashed a sequential scan of the whole table instead.
 UPDATE hopper.jobs AS j
