@@ -347,6 +347,79 @@ async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
     let json = hopper(&db, &["jobs", "show", &id, "--json"]).json();
     assert_eq!(json["logs"][0]["dropped"], 9);
     assert_eq!(json["logs"][0]["lines"][0]["fields"]["rows"], 3);
+
+    // The same through `hopper serve` (the `job_logs` request).
+    let dir = std::env::temp_dir().join(format!("hopper-cli-logs-{}", uuid::Uuid::now_v7()));
+    let (_server, url) = serve(&db, &dir);
+    let remote = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_hopper"))
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .env_remove("HOPPER_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("the hopper binary runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let through = remote(&["jobs", "show", &id]);
+    assert!(through.contains("log of attempt 1:"), "{through}");
+    assert!(
+        through.contains("[truncated: 9 more lines dropped"),
+        "{through}"
+    );
+    let through: Value =
+        serde_json::from_str(&remote(&["jobs", "show", &id, "--json"])).expect("JSON");
+    assert_eq!(through["logs"], json["logs"], "what the database holds");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A `hopper serve` child, killed when dropped.
+struct Serving(std::process::Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `hopper serve` on `db`'s schema on a free loopback port, its token in `dir`;
+/// returns it and the URL (with the admin token it generated) to reach it.
+fn serve(db: &TestDatabase, dir: &std::path::Path) -> (Serving, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(["serve", "--listen", "tcp://127.0.0.1:0", "--token-file"])
+        .arg(dir.join("serve.token"))
+        .env("DATABASE_URL", db.url())
+        .env("HOPPER_SCHEMA", db.schema())
+        .env_remove("HOPPER_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hopper serve starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let serving = Serving(child);
+    let mut lines = BufReader::new(stderr).lines();
+    let endpoint = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("hopper serve: listening on ")
+                .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
+        })
+        .expect("hopper serve says where it listens");
+    // The rest of its stderr is read (and dropped) so that it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    let tokens = std::fs::read_to_string(dir.join("serve.token")).expect("the token file");
+    let token = tokens
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.is_empty())
+        .expect("a token")
+        .trim()
+        .to_owned();
+    (serving, format!("{endpoint}?token={token}"))
 }
 
 #[tokio::test]
