@@ -3,6 +3,8 @@
 //! Each test gets its own schema from [`TestDatabase`] (dropped when the test ends) and
 //! points the binary at it with `DATABASE_URL` and `HOPPER_SCHEMA`.
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -374,44 +376,24 @@ async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A `hopper serve` child, killed when dropped.
-struct Serving(std::process::Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `hopper serve` on `db`'s schema on a free loopback port, its token in `dir`;
-/// returns it and the URL (with the admin token it generated) to reach it.
-fn serve(db: &TestDatabase, dir: &std::path::Path) -> (Serving, String) {
-    use std::io::{BufRead, BufReader};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
-        .args(["serve", "--listen", "tcp://127.0.0.1:0", "--token-file"])
-        .arg(dir.join("serve.token"))
-        .env("DATABASE_URL", db.url())
-        .env("HOPPER_SCHEMA", db.schema())
-        .env_remove("HOPPER_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("hopper serve starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let serving = Serving(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let endpoint = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.strip_prefix("hopper serve: listening on ")
-                .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
-        })
+/// returns it (killed when dropped) and the URL, with the admin token it generated, to
+/// reach it.
+fn serve(db: &TestDatabase, dir: &std::path::Path) -> (common::Hopper, String) {
+    let token_file = dir.join("serve.token");
+    let token_file = token_file.to_str().expect("a UTF-8 path");
+    let args = [
+        "serve",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--token-file",
+        token_file,
+    ];
+    let serving = common::Hopper::start(db, "", &args).expect("hopper serve starts");
+    let line = serving
+        .line_with("listening on ", Duration::from_secs(60))
         .expect("hopper serve says where it listens");
-    // The rest of its stderr is read (and dropped) so that it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    let endpoint = common::serve_endpoint(&line).expect("an endpoint");
     let tokens = std::fs::read_to_string(dir.join("serve.token")).expect("the token file");
     let token = tokens
         .lines()
