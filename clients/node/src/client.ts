@@ -31,6 +31,27 @@ export interface JobSpec extends JobOptions {
   args?: Args;
 }
 
+/** One line of an attempt's log. */
+export interface LogLine {
+  /** When it was written (RFC 3339, UTC). */
+  at: string;
+  /** `trace`, `debug`, `info`, `warn` or `error`. */
+  level: string;
+  message: string;
+  /** Structured details, when the line has some. */
+  fields?: Record<string, unknown>;
+}
+
+/** The log of one attempt of a job (`Client.jobLogs`). */
+export interface AttemptLog {
+  /** The attempt (the lease's attempt number). */
+  attempt: number;
+  /** The lines kept, oldest first (at most 64 KiB of them as JSON). */
+  lines: LogLine[];
+  /** Lines written past the attempt's bound and not kept. */
+  dropped: number;
+}
+
 /** A job as the server describes it (the protocol's `job` map, snake_case as on the wire). */
 export interface JobRecord {
   id: string;
@@ -146,6 +167,21 @@ export class Client {
   /** The job (`not_found` if there is none). */
   async status(id: string): Promise<JobRecord> {
     return (await this.call("status", { id }))["job"] as JobRecord;
+  }
+
+  /** Each attempt's log of the job, oldest attempt first (`not_found` if there is no such
+   * job). Reads the server's pages (`job_logs`, 8 attempts each) until the last. */
+  async jobLogs(id: string): Promise<AttemptLog[]> {
+    const logs: AttemptLog[] = [];
+    let after = 0;
+    for (;;) {
+      const reply = await this.call("job_logs", { id, after });
+      logs.push(...(reply["logs"] as AttemptLog[]));
+      const next = reply["next"];
+      // A cursor that does not move on would loop for ever.
+      if (typeof next !== "number" || next <= after) return logs;
+      after = next;
+    }
   }
 
   /** Cancels a job that has not finished; resolves with it (`conflict` if it finished). */

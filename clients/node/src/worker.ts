@@ -80,13 +80,20 @@ export class Job {
   }
 
   private logLines: Message[] = [];
+  /** Every line kept, sent or not: the attempt's bound. */
   private logBytes = 0;
+  /** The lines not sent yet. */
+  private logPending = 0;
   private logDropped = 0;
+  /** After the first drop every line is dropped, so the log is its first lines. */
+  private logFull = false;
+  private logTimer: NodeJS.Timeout | null = null;
 
   /** Writes a line to this attempt's log, kept with the job (`hopper jobs show`, the HTTP
-   * API, the dashboard); sent with the outcome. `level`: trace, debug, info, warn or error.
-   * Never throws: an attempt keeps at most 64 KiB of lines; the rest are counted as
-   * dropped. */
+   * API, the dashboard). `level`: trace, debug, info, warn or error. Never throws nor
+   * waits: lines are sent while the job runs, a second after the first of them was written
+   * (or once 16 KiB of them wait), and the rest just before the outcome. An attempt keeps
+   * at most 64 KiB of lines; the rest are counted as dropped. */
   log(level: string, message: string, fields?: Record<string, unknown>): void {
     const line: Message = { level: String(level), message: String(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
     if (fields !== undefined && Object.keys(fields).length > 0) line["fields"] = fields;
@@ -97,19 +104,42 @@ export class Job {
       delete line["fields"];
       size = JSON.stringify(line).length;
     }
-    if (this.logDropped > 0 || this.logBytes + size > MAX_LOG_BYTES) {
+    if (this.logFull || this.logBytes + size > MAX_LOG_BYTES) {
+      this.logFull = true;
       this.logDropped += 1;
-      return;
+    } else {
+      this.logBytes += size;
+      this.logPending += size;
+      this.logLines.push(line);
     }
-    this.logBytes += size;
-    this.logLines.push(line);
+    if (this.logPending >= LOG_FLUSH_BYTES) {
+      if (this.logTimer !== null) clearTimeout(this.logTimer);
+      this.logTimer = setTimeout(() => this.sendLog(), 0);
+    } else if (this.logTimer === null) {
+      this.logTimer = setTimeout(() => this.sendLog(), LOG_FLUSH_MS);
+    }
   }
 
-  /** @internal The lines logged so far as one `log` message, or undefined when none. */
+  /** Sends the lines waiting while the job runs (not once it was aborted: a job another
+   * worker may hold by now). */
+  private sendLog(): void {
+    this.logTimer = null;
+    if (this.signal.aborted) return;
+    const log = this.takeLog();
+    if (log !== undefined) this.worker.send(log);
+  }
+
+  /** @internal The lines logged since the last take as one `log` message, or undefined
+   * when none. The attempt's bound counts the lines taken before. */
   takeLog(): Message | undefined {
+    if (this.logTimer !== null) {
+      clearTimeout(this.logTimer);
+      this.logTimer = null;
+    }
     if (this.logLines.length === 0 && this.logDropped === 0) return undefined;
     const message: Message = { type: "log", id: this.id, attempt: this.attempt, lines: this.logLines, dropped: this.logDropped };
     this.logLines = [];
+    this.logPending = 0;
     this.logDropped = 0;
     return message;
   }
@@ -119,6 +149,11 @@ export class Job {
 const MAX_LOG_BYTES = 64 * 1024;
 /** The longest message of one log line, in characters (the server cuts at 4 KiB). */
 const MAX_MESSAGE = 4096;
+/** Lines are sent this long (ms) after the first of them was written, while the job runs,
+ * so that a worker that dies mid-attempt loses at most this much of its log... */
+const LOG_FLUSH_MS = 1000;
+/** ...or at once when this many bytes of them wait. */
+const LOG_FLUSH_BYTES = 16 * 1024;
 
 function optional<T extends "string" | "number">(
   value: unknown,

@@ -107,6 +107,23 @@ class Client:
         job: Message = self._call("status", {"id": str(job_id)})["job"]
         return job
 
+    def job_logs(self, job_id: str) -> List[Message]:
+        """Each attempt's log of the job, oldest attempt first: dicts with ``attempt``,
+        ``lines`` (each with ``at``, ``level``, ``message`` and, when it has some,
+        ``fields``) and ``dropped`` (lines past the attempt's 64 KiB, not kept). Reads the
+        server's pages (``job_logs``, 8 attempts each) until the last. ``HopperError`` with
+        code ``not_found`` when there is no such job."""
+        logs: List[Message] = []
+        after = 0
+        while True:
+            reply = self._call("job_logs", {"id": str(job_id), "after": after})
+            logs.extend(reply["logs"])
+            following = reply.get("next")
+            # A cursor that does not move on would loop for ever.
+            if not isinstance(following, int) or following <= after:
+                return logs
+            after = following
+
     def cancel(self, job_id: str) -> Message:
         """Cancels a job that has not finished; returns it. ``HopperError`` with code
         ``conflict`` if it already finished."""

@@ -41,6 +41,11 @@ Handler = Callable[["Job"], Any]
 _MAX_LOG_BYTES = 64 * 1024
 #: The longest message of one log line, in characters (the server cuts at 4 KiB).
 _MAX_MESSAGE = 4096
+#: Lines are sent this long (seconds) after the first of them was written, while the job
+#: runs, so that a worker that dies mid-attempt loses at most this much of its log...
+_LOG_FLUSH_S = 1.0
+#: ...or at once when this many bytes of them wait.
+_LOG_FLUSH_BYTES = 16 * 1024
 
 
 class Job:
@@ -65,8 +70,11 @@ class Job:
         self.cancelled = threading.Event()
         self._worker = worker
         self._log_lines: List[Message] = []
-        self._log_bytes = 0
+        self._log_bytes = 0  # every line kept, sent or not: the attempt's bound
+        self._log_pending = 0  # the lines not sent yet
+        self._log_since: Optional[float] = None  # when the oldest of those was written
         self._log_dropped = 0
+        self._log_full = False  # after the first drop every line is dropped
         self._log_lock = threading.Lock()
 
     def extend(self, seconds: float) -> None:
@@ -78,8 +86,10 @@ class Job:
     def log(self, level: str, message: str, **fields: Any) -> None:
         """Writes a line to this attempt's log, kept with the job (``hopper jobs show``, the
         HTTP API, the dashboard). ``level`` is trace, debug, info, warn or error; ``fields``
-        are structured details. Never raises: an attempt keeps at most 64 KiB of lines and
-        the server counts the rest as dropped."""
+        are structured details. Never raises nor waits: lines are sent while the job runs,
+        a second after the first of them was written (or once 16 KiB of them wait), and the
+        rest just before the outcome. An attempt keeps at most 64 KiB of lines; the rest
+        are counted as dropped."""
         line: Message = {"level": str(level), "message": str(message)[:_MAX_MESSAGE],
                          "at": datetime.now(timezone.utc).isoformat()}
         if fields:
@@ -90,20 +100,34 @@ class Job:
             line.pop("fields", None)
             size = len(json.dumps(line))
         with self._log_lock:
-            if self._log_dropped or self._log_bytes + size > _MAX_LOG_BYTES:
+            if self._log_since is None:
+                self._log_since = time.monotonic()
+            if self._log_full or self._log_bytes + size > _MAX_LOG_BYTES:
+                self._log_full = True
                 self._log_dropped += 1
             else:
                 self._log_bytes += size
+                self._log_pending += size
                 self._log_lines.append(line)
 
+    def _log_due(self, now: float) -> bool:
+        """True when the lines waiting must be sent: the oldest was written a second ago,
+        or 16 KiB of them wait."""
+        since = self._log_since
+        return since is not None and (now - since >= _LOG_FLUSH_S
+                                      or self._log_pending >= _LOG_FLUSH_BYTES)
+
     def _take_log(self) -> Optional[Message]:
-        """The lines logged so far as one ``log`` message, or None when there are none."""
+        """The lines logged since the last take as one ``log`` message, or None when there
+        are none. The attempt's bound counts the lines taken before."""
         with self._log_lock:
+            self._log_since = None
             if not self._log_lines and not self._log_dropped:
                 return None
             message: Message = {"type": "log", "id": self.id, "attempt": self.attempt,
                                 "lines": self._log_lines, "dropped": self._log_dropped}
             self._log_lines = []
+            self._log_pending = 0
             self._log_dropped = 0
             return message
 
@@ -204,6 +228,7 @@ class Worker:
                                              or now > leave_by):
                     break
                 self._report_results()
+                self._send_due_logs(now)
                 self._flush_outbox()
                 if now >= next_heartbeat:
                     leases = [{"id": j.id, "attempt": j.attempt} for j in self._running.values()]
@@ -284,6 +309,15 @@ class Worker:
                 self._send(log_message)
             outcome.update({"id": job.id, "attempt": job.attempt})
             self._send_outcome(outcome)
+
+    def _send_due_logs(self, now: float) -> None:
+        """Sends the lines of running jobs that are due (see :meth:`Job.log`), so that a
+        worker that dies mid-attempt loses at most the last second of them."""
+        for job in self._running.values():
+            if job._log_due(now) and not job.cancelled.is_set():
+                log_message = job._take_log()
+                if log_message is not None:
+                    self._send(log_message)
 
     def _on_message(self, message: Message) -> None:
         kind = message.get("type")

@@ -192,8 +192,8 @@ pub async fn jobs(
                 .job(id)
                 .await?
                 .ok_or_else(|| hopper::Error::NotFound(format!("job {id}")))?;
-            // Through `hopper serve` logs cannot be read (the protocol has no request for
-            // them): the job is shown without.
+            // A `hopper serve` older than the `job_logs` request cannot send them: the job
+            // is shown without.
             let logs = match client.job_logs(id).await {
                 Err(hopper::Error::Unsupported(_)) => Vec::new(),
                 other => other?,

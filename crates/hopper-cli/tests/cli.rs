@@ -3,6 +3,8 @@
 //! Each test gets its own schema from [`TestDatabase`] (dropped when the test ends) and
 //! points the binary at it with `DATABASE_URL` and `HOPPER_SCHEMA`.
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -347,6 +349,59 @@ async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
     let json = hopper(&db, &["jobs", "show", &id, "--json"]).json();
     assert_eq!(json["logs"][0]["dropped"], 9);
     assert_eq!(json["logs"][0]["lines"][0]["fields"]["rows"], 3);
+
+    // The same through `hopper serve` (the `job_logs` request).
+    let dir = std::env::temp_dir().join(format!("hopper-cli-logs-{}", uuid::Uuid::now_v7()));
+    let (_server, url) = serve(&db, &dir);
+    let remote = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_hopper"))
+            .args(args)
+            .env("DATABASE_URL", &url)
+            .env_remove("HOPPER_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("the hopper binary runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let through = remote(&["jobs", "show", &id]);
+    assert!(through.contains("log of attempt 1:"), "{through}");
+    assert!(
+        through.contains("[truncated: 9 more lines dropped"),
+        "{through}"
+    );
+    let through: Value =
+        serde_json::from_str(&remote(&["jobs", "show", &id, "--json"])).expect("JSON");
+    assert_eq!(through["logs"], json["logs"], "what the database holds");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Starts `hopper serve` on `db`'s schema on a free loopback port, its token in `dir`;
+/// returns it (killed when dropped) and the URL, with the admin token it generated, to
+/// reach it.
+fn serve(db: &TestDatabase, dir: &std::path::Path) -> (common::Hopper, String) {
+    let token_file = dir.join("serve.token");
+    let token_file = token_file.to_str().expect("a UTF-8 path");
+    let args = [
+        "serve",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--token-file",
+        token_file,
+    ];
+    let serving = common::Hopper::start(db, "", &args).expect("hopper serve starts");
+    let line = serving
+        .line_with("listening on ", Duration::from_secs(60))
+        .expect("hopper serve says where it listens");
+    let endpoint = common::serve_endpoint(&line).expect("an endpoint");
+    let tokens = std::fs::read_to_string(dir.join("serve.token")).expect("the token file");
+    let token = tokens
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.is_empty())
+        .expect("a token")
+        .trim()
+        .to_owned();
+    (serving, format!("{endpoint}?token={token}"))
 }
 
 #[tokio::test]

@@ -33,6 +33,15 @@ use crate::lease::Lease;
 /// The most log an attempt keeps, as the JSON of its lines (64 KiB).
 pub const MAX_ATTEMPT_LOG_BYTES: usize = 64 * 1024;
 
+/// How long a writer holds a line before storing it: lines are stored this long after the
+/// first of them was written (with those written since), so that a process that dies
+/// mid-attempt loses at most this much of its log.
+pub const LOG_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How many bytes of lines (as JSON) a writer holds before storing them at once, without
+/// waiting for [`LOG_FLUSH_INTERVAL`] (16 KiB: at most four stores per attempt for size).
+pub const LOG_FLUSH_BYTES: usize = 16 * 1024;
+
 /// The longest message kept of one line, in bytes; a longer one is cut and ends with `…`.
 pub const MAX_LOG_MESSAGE_BYTES: usize = 4 * 1024;
 
@@ -140,8 +149,14 @@ pub struct JobLogAppend {
 #[derive(Debug, Default)]
 pub struct LogBuffer {
     lines: Vec<LogLine>,
+    /// The JSON size of every line kept, taken or not: the attempt's bound.
     bytes: usize,
+    /// The JSON size of the lines not taken yet.
+    pending: usize,
     dropped: i64,
+    /// Set by the first line dropped: every later one is dropped too, so the log is its
+    /// first lines, whatever their sizes and however often the buffer is taken.
+    full: bool,
 }
 
 impl LogBuffer {
@@ -174,22 +189,31 @@ impl LogBuffer {
             .unwrap_or_default();
         }
         let size = line.size();
-        if self.dropped > 0 || self.bytes + size > MAX_ATTEMPT_LOG_BYTES {
+        if self.full || self.bytes + size > MAX_ATTEMPT_LOG_BYTES {
+            self.full = true;
             self.dropped += 1;
             return;
         }
         self.bytes += size;
+        self.pending += size;
         self.lines.push(line);
     }
 
-    /// True when nothing was written.
+    /// True when nothing was written since the last [`LogBuffer::take`].
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty() && self.dropped == 0
     }
 
-    /// The lines kept and the count of dropped lines, leaving the buffer empty but full:
-    /// the attempt's bound counts what was taken too.
+    /// The JSON size of the lines written since the last [`LogBuffer::take`].
+    pub fn pending_bytes(&self) -> usize {
+        self.pending
+    }
+
+    /// The lines kept and the count of dropped lines since the last take, leaving the
+    /// buffer empty but as full as it was: the attempt's bound counts what was taken too, so
+    /// taking it as often as one likes never lets more than the bound through.
     pub fn take(&mut self) -> (Vec<LogLine>, i64) {
+        self.pending = 0;
         let dropped = std::mem::take(&mut self.dropped);
         (std::mem::take(&mut self.lines), dropped)
     }
@@ -261,9 +285,33 @@ pub trait LogStore: Send + Sync {
     /// of a job that no longer exists are dropped without error.
     async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<()>;
 
-    /// The logs of every attempt of a job, oldest attempt first (none: empty).
-    async fn job_logs(&self, job: crate::JobId) -> Result<Vec<AttemptLog>>;
+    /// The logs of the attempts of a job after attempt `after`, oldest attempt first, at
+    /// most `limit` of them (none: empty): one page of [`LogStore::job_logs`].
+    async fn job_logs_page(
+        &self,
+        job: crate::JobId,
+        after: i32,
+        limit: u32,
+    ) -> Result<Vec<AttemptLog>>;
+
+    /// The logs of every attempt of a job, oldest attempt first (none: empty), read a page
+    /// of [`JOB_LOGS_PAGE`] attempts at a time.
+    async fn job_logs(&self, job: crate::JobId) -> Result<Vec<AttemptLog>> {
+        let mut logs: Vec<AttemptLog> = Vec::new();
+        loop {
+            let after = logs.last().map_or(0, |l| l.attempt);
+            let page = self.job_logs_page(job, after, JOB_LOGS_PAGE).await?;
+            let last = page.len() < JOB_LOGS_PAGE as usize;
+            logs.extend(page);
+            if last {
+                return Ok(logs);
+            }
+        }
+    }
 }
+
+/// How many attempts' logs [`LogStore::job_logs`] reads at a time.
+pub const JOB_LOGS_PAGE: u32 = 100;
 
 #[cfg(test)]
 mod tests {
@@ -284,6 +332,35 @@ mod tests {
         );
         assert_eq!(lines.len() as i64 + dropped, 10_000);
         assert_eq!(lines[0].message, "line 0", "the first lines are kept");
+    }
+
+    #[test]
+    fn taking_often_keeps_the_bound_and_the_first_lines() {
+        let mut buffer = LogBuffer::default();
+        let (mut kept, mut dropped) = (Vec::new(), 0);
+        for i in 0..2_000 {
+            // Big lines, then small ones: after the first drop, the small ones that would
+            // still fit are dropped too.
+            let message = if i < 1_000 {
+                "x".repeat(200)
+            } else {
+                "y".into()
+            };
+            buffer.push(LogLevel::Info, message, Map::new());
+            if i % 7 == 0 {
+                let (lines, d) = buffer.take();
+                kept.extend(lines);
+                dropped += d;
+                assert_eq!(buffer.pending_bytes(), 0);
+            }
+        }
+        let (lines, d) = buffer.take();
+        kept.extend(lines);
+        dropped += d;
+        let size: usize = kept.iter().map(LogLine::size).sum();
+        assert!(size <= MAX_ATTEMPT_LOG_BYTES, "{size}");
+        assert_eq!(kept.len() as i64 + dropped, 2_000);
+        assert!(kept.iter().all(|l| l.message.starts_with('x')), "no gap");
     }
 
     #[test]

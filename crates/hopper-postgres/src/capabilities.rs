@@ -160,11 +160,12 @@ impl LogStore for PgBackend {
         Ok(())
     }
 
-    async fn job_logs(&self, job: JobId) -> Result<Vec<AttemptLog>> {
+    async fn job_logs_page(&self, job: JobId, after: i32, limit: u32) -> Result<Vec<AttemptLog>> {
         let client = self.client().await?;
+        let limit = i64::from(limit);
         let rows = self
             .text(&self.inner.queries.job_logs)
-            .query(&**client, &[&job])
+            .query(&**client, &[&job, &after, &limit])
             .await
             .map_err(map_pg)?;
         rows.iter()

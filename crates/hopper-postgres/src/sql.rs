@@ -219,7 +219,7 @@ queries!(
         INT8_ARRAY,
         INT4
     ),
-    job_logs(UUID),
+    job_logs(UUID, INT4, INT8),
     job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),
     job_notify_queues(TEXT_ARRAY),

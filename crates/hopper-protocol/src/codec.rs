@@ -262,6 +262,11 @@ mod tests {
                 }],
                 dropped: 4,
             },
+            Request::JobLogs {
+                req: 23,
+                id,
+                after: 8,
+            },
             Request::Bye { req: u64::MAX },
             Request::Outcomes {
                 req: 12,
@@ -430,6 +435,21 @@ mod tests {
                     last_run_at: None,
                     last_job_id: Some(id),
                 }],
+            },
+            Reply::Logs {
+                req: 12,
+                id,
+                logs: vec![hopper_core::job_log::AttemptLog {
+                    attempt: 2,
+                    lines: vec![hopper_core::job_log::LogLine {
+                        at: now,
+                        level: hopper_core::job_log::LogLevel::Warn,
+                        message: "slow".into(),
+                        fields: json!({"ms": 900}).as_object().cloned().unwrap_or_default(),
+                    }],
+                    dropped: 3,
+                }],
+                next: Some(9),
             },
         ];
         for reply in replies {

@@ -47,6 +47,12 @@ pub const VERSION: u32 = 1;
 /// error and are not decoded.
 pub const MAX_FRAME: usize = 2 * 1024 * 1024;
 
+/// The most attempts' logs one `logs` reply holds. An attempt keeps at most 64 KiB of
+/// lines as JSON, which CBOR writes in at most about 2.25 times that (a float such as `0.1`
+/// takes 9 bytes in CBOR, 4 in a JSON array): 8 attempts stay under 1.2 MiB, well within
+/// [`MAX_FRAME`], which clients may apply to replies too.
+pub const LOGS_PAGE: u32 = 8;
+
 /// How often a peer should send something (a heartbeat at least) when the server does not
 /// say otherwise in its `welcome`, in milliseconds.
 pub const DEFAULT_HEARTBEAT_MS: u64 = 5_000;

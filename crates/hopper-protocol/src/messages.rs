@@ -255,6 +255,20 @@ pub enum Request {
         #[serde(default)]
         dropped: u64,
     },
+    /// Read the logs of a job's attempts after attempt `after`, oldest first, at most
+    /// [`crate::LOGS_PAGE`] attempts a reply (see `docs/job-meta-and-logs.md`). Reply: `logs`, or
+    /// `not_found` when the job does not exist.
+    JobLogs {
+        /// The request number.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// Only attempts after this one (default 0: from the first); the `next` of the
+        /// previous page.
+        #[serde(default)]
+        after: i32,
+    },
     /// A graceful leave: the server sends no more orders. Orders still held must be
     /// reported (or `released`) before the peer goes. Reply: `ack`.
     Bye {
@@ -354,6 +368,7 @@ impl Request {
             | Request::Heartbeat { req, .. }
             | Request::Extend { req, .. }
             | Request::Log { req, .. }
+            | Request::JobLogs { req, .. }
             | Request::Bye { req }
             | Request::Outcomes { req, .. }
             | Request::ListJobs { req, .. }
@@ -369,7 +384,7 @@ impl Request {
     }
 
     /// Every `type` a request may have.
-    pub const TYPES: [&'static str; 23] = [
+    pub const TYPES: [&'static str; 24] = [
         "hello",
         "submit",
         "submit_batch",
@@ -382,6 +397,7 @@ impl Request {
         "heartbeat",
         "extend",
         "log",
+        "job_logs",
         "bye",
         "outcomes",
         "list_jobs",
@@ -671,6 +687,18 @@ pub enum Reply {
         /// Every entry, by name.
         entries: Vec<CronInfo>,
     },
+    /// One page of a job's logs (`job_logs`): each attempt's lines, oldest attempt first.
+    Logs {
+        /// The `req` of the request.
+        req: u64,
+        /// The job.
+        #[serde(with = "uuid_str")]
+        id: Uuid,
+        /// At most [`crate::LOGS_PAGE`] attempts' logs, oldest first.
+        logs: Vec<hopper_core::job_log::AttemptLog>,
+        /// The `after` of the next page, or null when this page is the last.
+        next: Option<i32>,
+    },
     /// A request was refused.
     Error {
         /// The `req` of the request, when it could be read.
@@ -697,7 +725,8 @@ impl Reply {
             | Reply::Stats { req, .. }
             | Reply::Queues { req, .. }
             | Reply::Queue { req, .. }
-            | Reply::Cron { req, .. } => Some(*req),
+            | Reply::Cron { req, .. }
+            | Reply::Logs { req, .. } => Some(*req),
             Reply::Error { req, .. } => *req,
             Reply::Order { .. } | Reply::Orders { .. } | Reply::Cancel { .. } => None,
         }
@@ -713,7 +742,7 @@ impl Reply {
     }
 
     /// Every `type` a reply may have.
-    pub const TYPES: [&'static str; 16] = [
+    pub const TYPES: [&'static str; 17] = [
         "welcome",
         "submitted",
         "job",
@@ -730,5 +759,6 @@ impl Reply {
         "queues",
         "queue",
         "cron",
+        "logs",
     ];
 }

@@ -55,6 +55,7 @@ impl Access {
             | Request::Submit { .. }
             | Request::SubmitBatch { .. }
             | Request::Status { .. }
+            | Request::JobLogs { .. }
             | Request::Cancel { .. }
             | Request::Heartbeat { .. }
             | Request::Bye { .. } => Access::Client,

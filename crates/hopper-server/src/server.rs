@@ -30,6 +30,7 @@ use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
 
 mod hello;
+mod logs;
 mod outcomes;
 mod peers;
 
@@ -528,6 +529,7 @@ impl Core {
                     })
                 });
             }
+            Request::JobLogs { req, id, after } => self.on_job_logs(peer, req, id, after),
             Request::Bye { req } => {
                 self.peers.update(&peer, |p| {
                     p.leaving = true;

@@ -280,7 +280,7 @@ impl LogStore for SqliteBackend {
             .await
     }
 
-    async fn job_logs(&self, job: JobId) -> Result<Vec<AttemptLog>> {
+    async fn job_logs_page(&self, job: JobId, after: i32, limit: u32) -> Result<Vec<AttemptLog>> {
         let inner = self.inner.clone();
         self.inner
             .pool
@@ -289,7 +289,11 @@ impl LogStore for SqliteBackend {
                     .prepare_cached(&inner.queries.job_logs[0])
                     .map_err(map_sqlite)?;
                 let mut rows = statement
-                    .query(named_params! { ":job_id": job.hyphenated().to_string() })
+                    .query(named_params! {
+                        ":job_id": job.hyphenated().to_string(),
+                        ":after": after,
+                        ":limit": limit,
+                    })
                     .map_err(map_sqlite)?;
                 let mut logs = Vec::new();
                 while let Some(r) = rows.next().map_err(map_sqlite)? {

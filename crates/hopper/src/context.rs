@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use hopper_core::backend::JobExtendManyParams;
-use hopper_core::job_log::{JobLogAppend, LogBuffer, LogLevel};
+use hopper_core::job_log::LogLevel;
+
+use crate::log_sink::LogSink;
 use hopper_core::{Backend, ClaimedJob, Error, JobId, Lease, Priority, Result};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
@@ -75,7 +77,7 @@ pub struct JobContext {
     blocking: Arc<Semaphore>,
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     started: Instant,
-    logs: Arc<std::sync::Mutex<LogBuffer>>,
+    logs: Arc<LogSink>,
 }
 
 impl JobContext {
@@ -138,7 +140,10 @@ impl JobContext {
 
     /// Writes a line to this attempt's log, kept with the job (`hopper jobs show`, the
     /// HTTP API, the dashboard). Never fails and never blocks on the database: lines are
-    /// held in memory and stored when the attempt ends. An attempt keeps at most
+    /// held in memory and stored while the attempt runs, a second after the first of them
+    /// was written or once 16 KiB of them wait
+    /// ([`hopper_core::job_log::LOG_FLUSH_INTERVAL`], [`hopper_core::job_log::LOG_FLUSH_BYTES`]),
+    /// and the rest when the handler returns, before its outcome. An attempt keeps at most
     /// [`hopper_core::job_log::MAX_ATTEMPT_LOG_BYTES`] of lines; past that they are
     /// counted and dropped, and the log says how many.
     ///
@@ -156,31 +161,18 @@ impl JobContext {
         message: impl Into<String>,
         fields: serde_json::Map<String, serde_json::Value>,
     ) {
-        let mut buffer = self.logs.lock().unwrap_or_else(|e| e.into_inner());
-        buffer.push(level, message.into(), fields);
+        self.logs.push(level, message.into(), fields);
     }
 
-    /// Stores the lines logged so far (see [`JobContext::log`]). A failure to store them
-    /// is logged and forgotten: logs never fail a job.
-    pub(crate) async fn flush_logs(&self) {
-        let (lines, dropped) = {
-            let mut buffer = self.logs.lock().unwrap_or_else(|e| e.into_inner());
-            if buffer.is_empty() {
-                return;
-            }
-            buffer.take()
-        };
-        let Some(store) = self.backend.logs() else {
-            return;
-        };
-        let append = JobLogAppend {
-            lease: self.job.lease,
-            lines,
-            dropped,
-        };
-        if let Err(e) = store.job_log_append(&[append]).await {
-            tracing::warn!(error = %e, "storing the job's log failed; its lines are lost");
-        }
+    /// Stores this attempt's lines as they become due until [`JobContext::close_logs`],
+    /// then the rest (see [`JobContext::log`]). Run beside the handler.
+    pub(crate) async fn write_logs(&self) {
+        self.logs.run(self.backend.logs(), self.job.lease).await;
+    }
+
+    /// The handler returned: [`JobContext::write_logs`] stores the rest and returns.
+    pub(crate) fn close_logs(&self) {
+        self.logs.close();
     }
 
     /// The claimed job as the backend returned it.

@@ -69,6 +69,7 @@
 mod client;
 mod context;
 mod control;
+mod log_sink;
 pub mod maintenance;
 pub mod metrics;
 pub mod middleware;

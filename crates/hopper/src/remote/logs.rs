@@ -1,7 +1,6 @@
 //! Per-job logs over the wire: a runtime on the remote transport sends what its handlers
-//! log as `log` requests (`docs/protocol.md`), and the server stores them. Reading logs
-//! back is not part of the protocol: read them from the database (`hopper jobs show`, the
-//! HTTP API).
+//! log as `log` requests (`docs/protocol.md`), and the server stores them; `job_logs`
+//! requests read a job's logs back, a page of attempts at a time.
 
 use async_trait::async_trait;
 use hopper_core::job_log::{AttemptLog, JobLogAppend, LogStore, merge_appends};
@@ -42,9 +41,52 @@ impl LogStore for RemoteBackend {
         Ok(())
     }
 
+    async fn job_logs_page(&self, job: JobId, after: i32, limit: u32) -> Result<Vec<AttemptLog>> {
+        let (mut logs, _) = self.job_logs_request(job, after).await?;
+        logs.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        Ok(logs)
+    }
+
+    /// Reads the pages the server sends (`job_logs`, at most [`hopper_protocol::LOGS_PAGE`]
+    /// attempts each) until its `next` is null.
     async fn job_logs(&self, job: JobId) -> Result<Vec<AttemptLog>> {
-        Err(Error::Unsupported(format!(
-            "the logs of job {job} cannot be read through hopper serve; read them from the database (hopper jobs show, the HTTP API)"
-        )))
+        let mut logs = Vec::new();
+        let mut after = 0;
+        loop {
+            let (page, next) = self.job_logs_request(job, after).await?;
+            logs.extend(page);
+            match next {
+                // A cursor that does not move on would loop for ever.
+                Some(next) if next > after => after = next,
+                _ => return Ok(logs),
+            }
+        }
+    }
+}
+
+impl RemoteBackend {
+    /// One `job_logs` request: a page of logs after attempt `after`, and the next cursor.
+    async fn job_logs_request(
+        &self,
+        job: JobId,
+        after: i32,
+    ) -> Result<(Vec<AttemptLog>, Option<i32>)> {
+        match self
+            .request(move |req| Request::JobLogs {
+                req,
+                id: job,
+                after,
+            })
+            .await
+        {
+            Ok(Reply::Logs { logs, next, .. }) => Ok((logs, next)),
+            Ok(other) => Err(unexpected(&other)),
+            Err(Error::InvalidInput(m)) if m.starts_with("unknown_type") => {
+                Err(Error::Unsupported(format!(
+                    "the logs of job {job} cannot be read through this hopper serve (it predates the job_logs request); read them from the database"
+                )))
+            }
+            Err(e) => Err(e),
+        }
     }
 }

@@ -74,16 +74,24 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
                     shared.backend.clone(),
                     shared.blocking.clone(),
                 );
-                let end = handler::drive(
-                    &*worker,
-                    shared.workers.chain(),
-                    &ctx,
-                    &job.args,
-                    &run,
-                    started,
-                )
-                .await;
-                ctx.flush_logs().await;
+                // The log is stored beside the handler, as it runs; its last lines once
+                // the handler returned, before the outcome is reported.
+                let (end, ()) = tokio::join!(
+                    async {
+                        let end = handler::drive(
+                            &*worker,
+                            shared.workers.chain(),
+                            &ctx,
+                            &job.args,
+                            &run,
+                            started,
+                        )
+                        .await;
+                        ctx.close_logs();
+                        end
+                    },
+                    ctx.write_logs()
+                );
                 let ran = started.elapsed();
                 shared.pace.record(ran);
                 handler::settled_outcome(

@@ -1,0 +1,127 @@
+//! The log of the attempt a handler runs, stored while it runs: lines are held in memory
+//! (a `JobContext::log` call never waits on the database) and stored
+//! [`LOG_FLUSH_INTERVAL`] after the first of them was written, or at once when
+//! [`LOG_FLUSH_BYTES`] of them wait, and a last time when the handler returns, before its
+//! outcome is reported. A process that dies mid-attempt loses at most the last interval's
+//! lines. One attempt's stores run one after the other, so its lines are stored in order.
+
+use std::sync::Mutex;
+
+use hopper_core::Lease;
+use hopper_core::job_log::{
+    JobLogAppend, LOG_FLUSH_BYTES, LOG_FLUSH_INTERVAL, LogBuffer, LogLevel, LogStore,
+};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// One attempt's log being written (see the module's docs).
+#[derive(Debug, Default)]
+pub(crate) struct LogSink {
+    state: Mutex<State>,
+    /// Woken by the first line after a store, by a line that passes [`LOG_FLUSH_BYTES`],
+    /// and by [`LogSink::close`].
+    wake: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    buffer: LogBuffer,
+    /// When the oldest line not stored yet was written.
+    since: Option<Instant>,
+    closed: bool,
+}
+
+impl State {
+    /// When the lines waiting must be stored (`None`: none wait).
+    fn due(&self) -> Option<Instant> {
+        let since = self.since?;
+        if self.buffer.pending_bytes() >= LOG_FLUSH_BYTES {
+            Some(since)
+        } else {
+            Some(since + LOG_FLUSH_INTERVAL)
+        }
+    }
+}
+
+impl LogSink {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a line (or counts it as dropped past the attempt's bound).
+    pub(crate) fn push(
+        &self,
+        level: LogLevel,
+        message: String,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) {
+        let mut state = self.state();
+        let first = state.buffer.is_empty();
+        let before = state.buffer.pending_bytes();
+        state.buffer.push(level, message, fields);
+        if first && !state.buffer.is_empty() {
+            state.since = Some(Instant::now());
+            self.wake.notify_one();
+        } else if before < LOG_FLUSH_BYTES && state.buffer.pending_bytes() >= LOG_FLUSH_BYTES {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The handler returned: [`LogSink::run`] stores what is left and ends.
+    pub(crate) fn close(&self) {
+        self.state().closed = true;
+        self.wake.notify_one();
+    }
+
+    /// Stores the attempt's lines as they become due, until [`LogSink::close`]; then
+    /// stores the rest and returns. Without a store (a backend that keeps no logs) it only
+    /// waits for the close.
+    pub(crate) async fn run(&self, store: Option<&dyn LogStore>, lease: Lease) {
+        loop {
+            // Made before the state is read, so that a wake between the two is not lost.
+            let woken = self.wake.notified();
+            let (closed, due) = {
+                let state = self.state();
+                (state.closed, state.due())
+            };
+            if closed {
+                self.store(store, lease).await;
+                return;
+            }
+            match due {
+                None => woken.await,
+                Some(at) if at <= Instant::now() => self.store(store, lease).await,
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => self.store(store, lease).await,
+                        _ = woken => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stores the lines waiting, if any. A failure is logged and forgotten: logs never fail
+    /// a job.
+    async fn store(&self, store: Option<&dyn LogStore>, lease: Lease) {
+        let (lines, dropped) = {
+            let mut state = self.state();
+            state.since = None;
+            if state.buffer.is_empty() {
+                return;
+            }
+            state.buffer.take()
+        };
+        let Some(store) = store else {
+            return;
+        };
+        let append = JobLogAppend {
+            lease,
+            lines,
+            dropped,
+        };
+        if let Err(e) = store.job_log_append(&[append]).await {
+            tracing::warn!(error = %e, "storing the job's log failed; these lines are lost");
+        }
+    }
+}
