@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hopper::{Runtime, RuntimeConfig, Workers};
+use hopper::{Runtime, RuntimeConfig};
 
 use super::job::BenchWorker;
 use super::report::progress;
@@ -42,7 +42,9 @@ pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
     let jobs = outage::retry("counting unfinished jobs", || db::unfinished(&bench.client)).await?;
     let bar = progress(jobs, "W3 drain", bench.json);
     let config = runtime_config(bench);
-    let mut workers = Workers::new();
+    // The workers of `hopper worker`: with traces exported, each attempt continues the
+    // trace its enqueue stored, as in production.
+    let mut workers = crate::telemetry::workers();
     workers.register(BenchWorker {
         work: bench.work,
         timeout: bench.job_timeout,
