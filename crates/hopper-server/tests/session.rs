@@ -496,13 +496,39 @@ async fn a_vanished_workers_job_runs_elsewhere_soon_after_it_is_dropped() -> any
                 serde_json::json!({ "round": round }),
             ))
             .await?;
-        let (id, _) = order(&mut gone).await;
+        // The spare heartbeats while `gone` waits for its order: silent for three periods
+        // (600 ms, which a claim on a loaded machine can take) it would be dropped, and
+        // the job would have nowhere to go. Its answers are read in the loop below.
+        let (id, _) = tokio::select! {
+            got = order(&mut gone) => got,
+            never = keep_alive(&mut spare, &beat) => match never {},
+        };
+        spare.set_timeout(Duration::from_millis(5));
+        while let Some(frame) = spare.try_recv_bytes().await {
+            let answer: Value = ciborium::from_reader(&frame[..]).expect("CBOR");
+            assert_ne!(
+                text_of(&answer, "type"),
+                "error",
+                "the spare's session ended"
+            );
+        }
+        spare.set_timeout(Duration::from_secs(10));
         let vanished = tokio::time::Instant::now();
         drop(gone);
         // The spare keeps its session (heartbeats) until the job comes to it.
+        let deadline = vanished + Duration::from_secs(30);
         let (again, attempt) = loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the orphaned job reached the spare within 30 s"
+            );
             spare.send(&beat).await;
             let r = spare.recv().await;
+            assert_ne!(
+                text_of(&r, "type"),
+                "error",
+                "the spare's session ended: {r:?}"
+            );
             if text_of(&r, "type") == "order" {
                 let job = field(&r, "job").cloned().unwrap_or(Value::Null);
                 let attempt = field(&job, "attempt")
@@ -532,6 +558,14 @@ async fn a_vanished_workers_job_runs_elsewhere_soon_after_it_is_dropped() -> any
     );
     server.shutdown().await;
     Ok(())
+}
+
+/// Heartbeats `peer` every 50 ms for as long as it is polled, leaving the answers unread.
+async fn keep_alive(peer: &mut RawPeer, beat: &Value) -> std::convert::Infallible {
+    loop {
+        peer.send(beat).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
