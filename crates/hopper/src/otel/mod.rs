@@ -57,6 +57,17 @@ use crate::middleware::Middleware;
 
 pub use hopper_core::meta::{TRACEPARENT, TRACESTATE};
 
+/// An environment of `pairs` for the tests of the `OTEL_*` readers.
+#[cfg(test)]
+fn test_vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name| {
+        pairs
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| (*v).to_owned())
+    }
+}
+
 /// The middleware that carries the trace context from an enqueue to the job's attempts
 /// (see the [module docs](self)). Every attempt's span is a child of the enqueuing span,
 /// for jobs enqueued one at a time and in bulk alike: a bulk enqueue's trace holds one

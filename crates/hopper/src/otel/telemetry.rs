@@ -225,15 +225,7 @@ impl Telemetry {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |name| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| (*v).to_owned())
-        }
-    }
+    use crate::otel::test_vars as vars;
 
     #[test]
     fn nothing_is_exported_unless_an_endpoint_or_exporter_is_configured() {

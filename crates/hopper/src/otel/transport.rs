@@ -157,15 +157,7 @@ impl HttpClient for Transport {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |name| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| (*v).to_owned())
-        }
-    }
+    use crate::otel::test_vars as vars;
 
     fn refusal(pairs: &[(&str, &str)]) -> String {
         match client("TRACES", &vars(pairs)) {
