@@ -460,3 +460,50 @@ async fn the_queue_gauges_report_the_counts_of_each_queue() -> anyhow::Result<()
     assert!((0.0..3600.0).contains(&ages[0]), "{ages:?}");
     Ok(())
 }
+
+/// While the database does not answer, the queue gauges report nothing rather than the
+/// counts from before the outage (an age that stopped growing would keep alerts quiet).
+#[tokio::test]
+async fn the_queue_gauges_report_nothing_while_the_database_fails() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    Client::new(db.backend())
+        .insert(NewJob::of(&Ping { fail: false })?)
+        .await?;
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder()
+        .with_periodic_exporter(exporter.clone())
+        .build();
+    let gauges = QueueGauges::new(
+        &provider.meter("hopper"),
+        db.backend(),
+        Duration::from_secs(3600),
+    );
+    gauges.refresh().await?;
+    let (sql, connection) = tokio_postgres::connect(db.url(), NoTls).await?;
+    tokio::spawn(connection);
+    sql.batch_execute(&format!(
+        "ALTER TABLE {}.jobs RENAME TO jobs_away",
+        db.schema()
+    ))
+    .await?;
+    assert!(gauges.refresh().await.is_err(), "the counts cannot be read");
+    provider.force_flush()?;
+    let points: usize = exporter
+        .get_finished_metrics()?
+        .iter()
+        .flat_map(|r| r.scope_metrics())
+        .flat_map(|s| s.metrics())
+        .filter(|m| m.name() == "hopper_jobs")
+        .map(|m| match m.data() {
+            AggregatedMetrics::U64(MetricData::Gauge(g)) => g.data_points().count(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(points, 0, "no count exported from before the failure");
+    sql.batch_execute(&format!(
+        "ALTER TABLE {}.jobs_away RENAME TO jobs",
+        db.schema()
+    ))
+    .await?;
+    Ok(())
+}

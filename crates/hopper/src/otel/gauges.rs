@@ -5,7 +5,8 @@
 //! `/metrics` reads them from the database when it is scraped; an OpenTelemetry reader
 //! collects on a thread of its own, whose callbacks cannot wait for the database. So a
 //! task reads the counts ([`Backend::queue_stats`], one statement) every export interval
-//! and the callbacks report the last reading: the figures are at most one interval old.
+//! and the callbacks report the last reading: the figures are at most one interval old,
+//! and none at all while the database does not answer.
 //! A queue that disappears from the reading disappears from the export, as on `/metrics`.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -84,11 +85,10 @@ impl QueueGauges {
         }
     }
 
-    /// Reads the counts now, for the next export (the task does it every interval).
+    /// Reads the counts now, for the next export (the task does it every interval). A
+    /// failed read empties the reading, as the task's do.
     pub async fn refresh(&self) -> Result<()> {
-        let stats = self.backend.queue_stats().await?;
-        *lock(&self.reading) = stats;
-        Ok(())
+        settle(&self.reading, self.backend.queue_stats().await)
     }
 }
 
@@ -102,26 +102,46 @@ fn lock(reading: &Reading) -> std::sync::MutexGuard<'_, Vec<QueueStats>> {
     reading.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Reads the counts every `every`, keeping the last good reading when one fails (logged
-/// once per new reason, at `warn`).
+/// Keeps a read's counts, or empties the reading when it failed.
+fn settle(reading: &Reading, read: Result<Vec<QueueStats>>) -> Result<()> {
+    match read {
+        Ok(stats) => {
+            *lock(reading) = stats;
+            Ok(())
+        }
+        Err(e) => {
+            lock(reading).clear();
+            Err(e)
+        }
+    }
+}
+
+/// Reads the counts every `every` (one read at a time, each bounded by `every`, and never
+/// more often than once a second: every exporting process runs this query). A read that
+/// fails or times out empties the reading, so that the gauges stop reporting rather than
+/// go on exporting counts from before a database outage (logged once per new reason, at
+/// `warn`).
 async fn read_every(backend: Arc<dyn Backend>, reading: Reading, every: Duration) {
-    let mut tick = tokio::time::interval(every.max(Duration::from_millis(100)));
+    let every = every.max(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_error: Option<String> = None;
     loop {
         tick.tick().await;
-        match backend.queue_stats().await {
-            Ok(stats) => {
-                *lock(&reading) = stats;
-                last_error = None;
-            }
-            Err(e) => {
-                let why = e.with_causes();
-                if last_error.as_deref() != Some(why.as_str()) {
-                    tracing::warn!(target: "hopper::otel", error = %why, "reading the queue counts for the OpenTelemetry gauges failed");
-                    last_error = Some(why);
-                }
-            }
+        let read = match tokio::time::timeout(every, backend.queue_stats()).await {
+            Ok(read) => read,
+            Err(_) => Err(hopper_core::Error::database(std::io::Error::other(
+                format!("no answer within {every:?}"),
+            ))),
+        };
+        let Err(e) = settle(&reading, read) else {
+            last_error = None;
+            continue;
+        };
+        let why = e.with_causes();
+        if last_error.as_deref() != Some(why.as_str()) {
+            tracing::warn!(target: "hopper::otel", error = %why, "reading the queue counts for the OpenTelemetry gauges failed");
+            last_error = Some(why);
         }
     }
 }
