@@ -404,42 +404,50 @@ impl Core {
 
     fn on_request(&mut self, peer: PeerId, request: Request, now: Instant) {
         let backend = self.backend.clone();
-        let client = self.config.client.clone();
         let events = self.events.clone();
         match request {
             Request::Hello { .. } => {}
-            Request::Submit { req, job } => self.spawn_reply(peer, req, async move {
-                let job = NewJob::try_from(job)?;
-                match &client {
-                    Some(client) => drop(client.insert(job.clone()).await?),
-                    None => backend.job_insert(&job).await?,
-                }
-                wake(&events, std::slice::from_ref(&job));
-                Ok(Reply::Submitted {
-                    req,
-                    ids: vec![job.id],
+            Request::Submit { req, job } => {
+                let client = self.config.client.clone();
+                self.spawn_reply(peer, req, async move {
+                    let job = NewJob::try_from(job)?;
+                    // The client's answer: under the `ignore` unique policy, the holder's id.
+                    let id = match &client {
+                        Some(client) => client.insert(job.clone()).await?,
+                        None => {
+                            backend.job_insert(&job).await?;
+                            job.id
+                        }
+                    };
+                    wake(&events, std::slice::from_ref(&job));
+                    Ok(Reply::Submitted { req, ids: vec![id] })
                 })
-            }),
-            Request::SubmitBatch { req, jobs } => self.spawn_reply(peer, req, async move {
-                let jobs = jobs
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, spec)| {
-                        NewJob::try_from(spec).map_err(|e| {
-                            hopper_core::Error::InvalidInput(format!("job {i} of the batch: {e}"))
+            }
+            Request::SubmitBatch { req, jobs } => {
+                let client = self.config.client.clone();
+                self.spawn_reply(peer, req, async move {
+                    let jobs = jobs
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, spec)| {
+                            NewJob::try_from(spec).map_err(|e| {
+                                hopper_core::Error::InvalidInput(format!(
+                                    "job {i} of the batch: {e}"
+                                ))
+                            })
                         })
+                        .collect::<Result<Vec<_>>>()?;
+                    match &client {
+                        Some(client) => client.insert_many(&jobs).await?,
+                        None => backend.job_insert_many(&jobs).await?,
+                    }
+                    wake(&events, &jobs);
+                    Ok(Reply::Submitted {
+                        req,
+                        ids: jobs.iter().map(|j| j.id).collect(),
                     })
-                    .collect::<Result<Vec<_>>>()?;
-                match &client {
-                    Some(client) => client.insert_many(&jobs).await?,
-                    None => backend.job_insert_many(&jobs).await?,
-                }
-                wake(&events, &jobs);
-                Ok(Reply::Submitted {
-                    req,
-                    ids: jobs.iter().map(|j| j.id).collect(),
                 })
-            }),
+            }
             Request::Status { req, id } => self.spawn_reply(peer, req, async move {
                 match backend.job_get(&JobGetParams { id }).await? {
                     Some(job) => Ok(Reply::Job {
