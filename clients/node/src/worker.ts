@@ -105,13 +105,15 @@ export class Job {
       size = JSON.stringify(line).length;
     }
     if (this.logFull || this.logBytes + size > MAX_LOG_BYTES) {
+      // Only counted: the count goes with the next send (the last at the latest), so
+      // logging past the bound sends nothing a second.
       this.logFull = true;
       this.logDropped += 1;
-    } else {
-      this.logBytes += size;
-      this.logPending += size;
-      this.logLines.push(line);
+      return;
     }
+    this.logBytes += size;
+    this.logPending += size;
+    this.logLines.push(line);
     if (this.logPending >= LOG_FLUSH_BYTES) {
       if (this.logTimer !== null) clearTimeout(this.logTimer);
       this.logTimer = setTimeout(() => this.sendLog(), 0);

@@ -100,15 +100,17 @@ class Job:
             line.pop("fields", None)
             size = len(json.dumps(line))
         with self._log_lock:
-            if self._log_since is None:
-                self._log_since = time.monotonic()
             if self._log_full or self._log_bytes + size > _MAX_LOG_BYTES:
+                # Only counted: the count goes with the next send (the last at the latest),
+                # so logging past the bound sends nothing a second.
                 self._log_full = True
                 self._log_dropped += 1
-            else:
-                self._log_bytes += size
-                self._log_pending += size
-                self._log_lines.append(line)
+                return
+            if self._log_since is None:
+                self._log_since = time.monotonic()
+            self._log_bytes += size
+            self._log_pending += size
+            self._log_lines.append(line)
 
     def _log_due(self, now: float) -> bool:
         """True when the lines waiting must be sent: the oldest was written a second ago,

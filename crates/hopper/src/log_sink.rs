@@ -14,6 +14,9 @@ use hopper_core::job_log::{
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// How long one store of an attempt's lines may take before they are given up.
+const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One attempt's log being written (see the module's docs).
 #[derive(Debug, Default)]
 pub(crate) struct LogSink {
@@ -56,13 +59,19 @@ impl LogSink {
         fields: serde_json::Map<String, serde_json::Value>,
     ) {
         let mut state = self.state();
-        let first = state.buffer.is_empty();
         let before = state.buffer.pending_bytes();
         state.buffer.push(level, message, fields);
-        if first && !state.buffer.is_empty() {
+        let after = state.buffer.pending_bytes();
+        if after == before {
+            // Dropped past the attempt's bound: only counted, and the count goes with the
+            // next store (the last one at the latest). A handler that goes on logging past
+            // the bound must not cause a store a second that carries no line.
+            return;
+        }
+        if state.since.is_none() {
             state.since = Some(Instant::now());
             self.wake.notify_one();
-        } else if before < LOG_FLUSH_BYTES && state.buffer.pending_bytes() >= LOG_FLUSH_BYTES {
+        } else if before < LOG_FLUSH_BYTES && after >= LOG_FLUSH_BYTES {
             self.wake.notify_one();
         }
     }
@@ -120,8 +129,51 @@ impl LogSink {
             lines,
             dropped,
         };
-        if let Err(e) = store.job_log_append(&[append]).await {
-            tracing::warn!(error = %e, "storing the job's log failed; these lines are lost");
+        // Bounded: the job's outcome waits for the last store, and a database that hangs
+        // must not hold it until the lease runs out.
+        match tokio::time::timeout(STORE_TIMEOUT, store.job_log_append(&[append])).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "storing the job's log failed; these lines are lost");
+            }
+            Err(_) => tracing::warn!(
+                timeout = ?STORE_TIMEOUT,
+                "storing the job's log timed out; these lines are lost"
+            ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_dropped_past_the_bound_schedule_no_store() {
+        let sink = LogSink::default();
+        let line = || ("x".repeat(4_000), serde_json::Map::new());
+        for _ in 0..20 {
+            let (message, fields) = line();
+            sink.push(LogLevel::Info, message, fields);
+        }
+        // As a store does: the lines taken, nothing due.
+        let (kept, dropped) = {
+            let mut state = sink.state();
+            state.since = None;
+            state.buffer.take()
+        };
+        assert!(!kept.is_empty() && dropped > 0, "the bound was passed");
+        let (message, fields) = line();
+        sink.push(LogLevel::Info, message, fields);
+        let state = sink.state();
+        assert_eq!(
+            state.due(),
+            None,
+            "a dropped line alone is not worth a store"
+        );
+        assert!(
+            !state.buffer.is_empty(),
+            "its count waits for the last store"
+        );
     }
 }
