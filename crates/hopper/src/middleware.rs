@@ -81,8 +81,9 @@ pub trait Middleware: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Called with the `hopper.enqueue` span of an enqueue (or the `hopper.periodic` span
-    /// of a tick) before the span starts and before [`Middleware::enqueue`], with the jobs
+    /// Called with the `hopper.enqueue` span of an enqueue (not with a periodic tick's
+    /// span, whose jobs carry no trace context yet) before the span starts and before
+    /// [`Middleware::enqueue`], with the jobs
     /// as the caller gave them, to give the span a parent, links or fields; the span is
     /// disabled when no subscriber wants it. The OpenTelemetry middleware makes it a child
     /// of the `traceparent` the jobs carry already (the CLI's `--traceparent`, a
