@@ -179,7 +179,9 @@ export class Connection {
     const sent = this.sending.then(() => socket.send(frame));
     this.sending = sent.catch(() => {});
     return sent.catch((e: unknown) => {
-      throw new Unavailable(`cannot send ${String(message["type"])}: ${String(e)}`);
+      // A send that timed out found no peer: a CURVE handshake that failed, as silence.
+      const hint = /timed out/i.test(String(e)) ? this.curveHint() : "";
+      throw new Unavailable(`cannot send ${String(message["type"])}: ${String(e)}${hint}`);
     });
   }
 
@@ -242,11 +244,14 @@ export class Connection {
   }
 
   private silence(type: string, timeoutMs: number): string {
-    const what = `no reply to ${type} from ${this.endpoint} within ${timeoutMs} ms`;
     // A CURVE handshake that fails is silent on the client's side.
+    return `no reply to ${type} from ${this.endpoint} within ${timeoutMs} ms${this.curveHint()}`;
+  }
+
+  private curveHint(): string {
     return this.serverKey !== undefined
-      ? `${what} (is serverKey the public key of the server at that endpoint?)`
-      : `${what} (if the server uses CURVE, pass its public key as serverKey)`;
+      ? " (is serverKey the public key of the server at that endpoint?)"
+      : " (if the server uses CURVE, pass its public key as serverKey)";
   }
 
   private async receive(socket: Dealer): Promise<void> {
