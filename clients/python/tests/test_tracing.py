@@ -188,6 +188,52 @@ def test_a_rust_enqueue_and_a_python_run_are_one_trace(server, receiver, python_
     assert job.attributes["outcome"] == "completed"
 
 
+def test_a_rust_worker_exports_one_job_span_per_attempt_in_the_enqueue_trace(schema, receiver):
+    """`hopper worker` (Rust, OTLP to the receiver) runs a job that `hopper enqueue` put in a
+    trace: its attempt is one `hopper.job` span (made by the middleware with the SDK's
+    tracer; the `tracing` bridge leaves that span out), in the given trace beside the CLI's
+    enqueue span."""
+    env = dict(os.environ, DATABASE_URL=DATABASE_URL, HOPPER_SCHEMA=schema, HOPPER_LOG="warn",
+               OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint, OTEL_METRICS_EXPORTER="none",
+               OTEL_BSP_SCHEDULE_DELAY="100")
+    subprocess.run([hopper_bin(), "migrate"], env=env, check=True, capture_output=True,
+                   timeout=60)
+    trace_id, parent_id = "5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b8"
+    out = subprocess.run([hopper_bin(), "enqueue", "--queue", "bench", "--kind", "bench",
+                          "--args", '{"n": 1}', "--traceparent",
+                          f"00-{trace_id}-{parent_id}-01"],
+                         env=dict(env, OTEL_SERVICE_NAME="signup-api"), check=True,
+                         capture_output=True, text=True, timeout=60)
+    job_id = out.stdout.strip()
+    worker_proc = subprocess.Popen([hopper_bin(), "worker", "--queue", "bench"],
+                                   env=dict(env, OTEL_SERVICE_NAME="hopper-worker",
+                                            HOPPER_TRACE="hopper::spans=debug"),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   text=True)
+    try:
+        wait(lambda: any(s["name"] == "hopper.job" for s in receiver.spans), timeout=30,
+             what="the Rust worker's job span at the OTLP receiver")
+    finally:
+        worker_proc.send_signal(signal.SIGTERM)
+        _, errors = worker_proc.communicate(timeout=30)
+    assert worker_proc.returncode == 0, errors
+
+    enqueue = next(s for s in receiver.spans
+                   if s["name"] == "hopper.enqueue" and s["service"] == "signup-api")
+    jobs = [s for s in receiver.spans if s["name"] == "hopper.job"]
+    assert len(jobs) == 1, jobs
+    job = jobs[0]
+    assert job["service"] == "hopper-worker"
+    assert job["trace_id"] == trace_id == enqueue["trace_id"], "one trace end to end"
+    # A job given a traceparent keeps it: the attempt and the CLI's enqueue span are both
+    # children of the given span.
+    assert job["parent_span_id"] == parent_id == enqueue["parent_span_id"]
+    assert job["kind"] == 5  # SPAN_KIND_CONSUMER
+    assert job["attributes"]["job_id"].string_value == job_id
+    assert job["attributes"]["outcome"].string_value == "completed"
+    assert job["attributes"]["attempt"].int_value == 1
+
+
 def make_certificates(directory):
     """A CA, a certificate for 127.0.0.1 that it signed, and another CA that signed
     nothing: made with the `openssl` tool."""

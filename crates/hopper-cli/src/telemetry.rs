@@ -49,7 +49,7 @@ pub fn init(ansi: bool) -> Guard {
         });
         let filter = EnvFilter::try_from_env("HOPPER_TRACE")
             .unwrap_or_else(|_| EnvFilter::new("hopper::spans=info"));
-        let layer = telemetry.layer().map(|layer| layer.with_filter(filter));
+        let layer = telemetry.layer(filter);
         registry.with(layer).init();
         let _ = TELEMETRY.set(telemetry);
     }

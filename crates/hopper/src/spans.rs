@@ -36,6 +36,10 @@ use hopper_core::{Backend, ClaimedJob, Lease, NewJob, Outcome, Result};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+/// The target of every span of this module (its path).
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
+pub(crate) const TARGET: &str = module_path!();
+
 /// The span of an enqueue of `jobs` jobs (one call of the client, single or bulk).
 pub(crate) fn enqueue(queue: &str, kind: &str, jobs: usize) -> Span {
     tracing::info_span!(
@@ -100,18 +104,23 @@ pub(crate) fn job_end(span: &Span, outcome: Option<&Outcome>, ran: Duration) {
         return;
     }
     span.record("duration_ms", millis(ran));
-    let (label, error) = match outcome {
+    let (label, error) = outcome_label(outcome);
+    span.record("outcome", label);
+    if let Some(error) = error {
+        span.record("error", error);
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// An attempt's `outcome` field (`None`: dropped), and its `error` when it failed.
+pub(crate) fn outcome_label(outcome: Option<&Outcome>) -> (&'static str, Option<&str>) {
+    match outcome {
         Some(Outcome::Completed { .. }) => ("completed", None),
         Some(Outcome::Retry { error, .. }) => ("retry", Some(error)),
         Some(Outcome::Failed { error, .. }) => ("failed", Some(error)),
         Some(Outcome::Snoozed { .. }) => ("snoozed", None),
         Some(Outcome::Released) => ("released", None),
         None => ("dropped", None),
-    };
-    span.record("outcome", label);
-    if let Some(error) = error {
-        span.record("error", error.as_str());
-        span.record("otel.status_code", "ERROR");
     }
 }
 
@@ -261,7 +270,7 @@ pub(crate) fn uncounted<T>(_: &T) -> Option<u64> {
 }
 
 /// Milliseconds with microseconds as the fraction: most storage calls take less than one.
-fn millis(d: Duration) -> f64 {
+pub(crate) fn millis(d: Duration) -> f64 {
     (d.as_micros() as f64) / 1000.0
 }
 

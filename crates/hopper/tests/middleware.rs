@@ -7,14 +7,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hopper::backend::Backend;
-use hopper::middleware::{Middleware, Next};
+use hopper::middleware::{AttemptScope, ClaimedJob, Middleware, Next, Outcome};
 use hopper::testing::{InlineClient, JobOutcome};
 use hopper::{
-    Client, Error, JobArgs, JobContext, JobError, JobListParams, NewJob, SqliteBackend,
-    SqliteOptions, Worker, Workers,
+    Client, Error, JobArgs, JobContext, JobError, JobListParams, NewJob, Runtime, RuntimeConfig,
+    SqliteBackend, SqliteOptions, Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 type Log = Arc<Mutex<Vec<String>>>;
 
@@ -47,6 +48,7 @@ impl Worker for Sayer {
         match args.text.as_str() {
             "fail" => Err(JobError::retry("it failed")),
             "panic" => panic!("the worker panicked"),
+            "hang" => std::future::pending().await,
             _ => Ok(()),
         }
     }
@@ -326,5 +328,81 @@ async fn middleware_can_change_the_arguments_the_result_or_skip_the_worker() -> 
         .await?;
     assert_eq!(run.outcome, JobOutcome::Completed);
     assert_eq!(entries(&log), ["worker hello", "worker fail"]);
+    Ok(())
+}
+
+/// Follows every attempt through an [`AttemptScope`]: says on `ended` how each ended, and
+/// whether it was polled inside the scope.
+struct Watch(mpsc::UnboundedSender<String>);
+
+struct Watched {
+    text: String,
+    polls: std::sync::atomic::AtomicUsize,
+    ended: mpsc::UnboundedSender<String>,
+}
+
+#[async_trait::async_trait]
+impl Middleware for Watch {
+    fn attempt(&self, job: &ClaimedJob) -> Option<Box<dyn AttemptScope>> {
+        Some(Box::new(Watched {
+            text: job.args["text"].as_str().unwrap_or_default().to_owned(),
+            polls: Default::default(),
+            ended: self.0.clone(),
+        }))
+    }
+}
+
+impl AttemptScope for Watched {
+    fn within(&self, poll: &mut dyn FnMut()) {
+        self.polls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        poll();
+    }
+
+    fn end(self: Box<Self>, outcome: Option<&Outcome>, _ran: Duration) {
+        let end = match outcome {
+            Some(Outcome::Completed { .. }) => "completed".to_owned(),
+            Some(Outcome::Retry { error, .. }) => format!("retry: {error}"),
+            other => format!("{other:?}"),
+        };
+        let polled = self.polls.load(std::sync::atomic::Ordering::Relaxed) > 0;
+        let _ = self
+            .ended
+            .send(format!("{} {end} (polled: {polled})", self.text));
+    }
+}
+
+/// A runtime ends every attempt's scope with its outcome, also when the chain's future was
+/// dropped (a timeout), and polls the attempt inside it.
+#[tokio::test]
+async fn an_attempt_scope_hears_how_each_attempt_ended() -> anyhow::Result<()> {
+    let backend = sqlite().await?;
+    let (ended, mut ends) = mpsc::unbounded_channel();
+    let log = Log::default();
+    let mut workers = Workers::new();
+    workers
+        .register(Sayer(log.clone()))
+        .middleware(Watch(ended));
+    let client = Client::new(backend.clone());
+    client.insert(say("hi")?).await?;
+    client
+        .insert(say("hang")?.with_timeout(Duration::from_millis(200)))
+        .await?;
+    let config = RuntimeConfig::default().with_poll_interval(Duration::from_millis(20));
+    let handle = Runtime::new(backend, workers, config).start().await?;
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let end = tokio::time::timeout(Duration::from_secs(20), ends.recv()).await?;
+        seen.extend(end);
+    }
+    handle.shutdown().await;
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "hang retry: timed out after 200ms (polled: true)",
+            "hi completed (polled: true)"
+        ]
+    );
     Ok(())
 }

@@ -19,15 +19,15 @@ use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, SdkMeterProvider};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, Sampler, SdkTracerProvider, SpanData};
 use serde::{Deserialize, Serialize};
 use sqlx_core::connection::Connection;
 use sqlx_postgres::PgConnection;
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 use tracing::Instrument;
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::{EnvFilter, Layer};
 
 #[derive(Serialize, Deserialize)]
 struct Ping {
@@ -75,18 +75,27 @@ fn named<'a>(spans: &'a [SpanData], name: &str) -> Vec<&'a SpanData> {
 /// test's runtime is single-threaded, so the runtime's tasks record there too), then
 /// answers what it returned and every span it finished.
 async fn captured<T, F: Future<Output = anyhow::Result<T>>>(
-    work: impl FnOnce() -> F,
+    work: impl FnOnce(OtelMiddleware) -> F,
+) -> anyhow::Result<(T, Vec<SpanData>)> {
+    captured_with(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)), work).await
+}
+
+/// [`captured`], sampling with `sampler`.
+async fn captured_with<T, F: Future<Output = anyhow::Result<T>>>(
+    sampler: Sampler,
+    work: impl FnOnce(OtelMiddleware) -> F,
 ) -> anyhow::Result<(T, Vec<SpanData>)> {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
+        .with_sampler(sampler)
         .build();
     let telemetry = Telemetry::from_providers(Some(provider.clone()), None);
     let filter = EnvFilter::new("hopper::spans=debug,otel=info");
-    let subscriber = tracing_subscriber::registry().with(telemetry.layer().with_filter(filter));
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer(filter));
     let value = {
         let _default = tracing::subscriber::set_default(subscriber);
-        work().await?
+        work(telemetry.middleware()).await?
     };
     provider.force_flush()?;
     Ok((value, exporter.get_finished_spans()?))
@@ -101,9 +110,9 @@ async fn sqlite() -> anyhow::Result<Arc<dyn Backend>> {
 
 /// Enqueues `jobs` inside a request span with the middleware, then runs them on a runtime
 /// with the middleware until each has run once.
-async fn enqueue_and_run(jobs: Vec<NewJob>) -> anyhow::Result<()> {
+async fn enqueue_and_run(otel: OtelMiddleware, jobs: Vec<NewJob>) -> anyhow::Result<()> {
     let backend = sqlite().await?;
-    let client = Client::new(backend.clone()).with_middleware(OtelMiddleware::new());
+    let client = Client::new(backend.clone()).with_middleware(otel.clone());
     let request = tracing::info_span!("http.request", http.route = "/signup");
     let count = jobs.len();
     async {
@@ -117,9 +126,7 @@ async fn enqueue_and_run(jobs: Vec<NewJob>) -> anyhow::Result<()> {
 
     let (done, mut ran) = mpsc::unbounded_channel();
     let mut workers = Workers::new();
-    workers
-        .register(Pinger(done))
-        .middleware(OtelMiddleware::new());
+    workers.register(Pinger(done)).middleware(otel);
     let config = RuntimeConfig::default().with_poll_interval(Duration::from_millis(20));
     let handle = Runtime::new(backend, workers, config).start().await?;
     for _ in 0..count {
@@ -133,7 +140,7 @@ async fn enqueue_and_run(jobs: Vec<NewJob>) -> anyhow::Result<()> {
 #[tokio::test]
 async fn request_enqueue_and_attempt_are_one_trace() -> anyhow::Result<()> {
     let jobs = vec![NewJob::of(&Ping { fail: false })?];
-    let ((), spans) = captured(|| enqueue_and_run(jobs)).await?;
+    let ((), spans) = captured(|otel| enqueue_and_run(otel, jobs)).await?;
 
     let [request] = named(&spans, "http.request")[..] else {
         panic!("one request span: {spans:#?}");
@@ -187,7 +194,7 @@ async fn a_bulk_enqueue_parents_every_attempt_and_a_failure_is_an_error() -> any
         NewJob::of(&Ping { fail: false })?,
         NewJob::of(&Ping { fail: true })?,
     ];
-    let ((), spans) = captured(|| enqueue_and_run(jobs)).await?;
+    let ((), spans) = captured(|otel| enqueue_and_run(otel, jobs)).await?;
 
     let [enqueue] = named(&spans, "hopper.enqueue")[..] else {
         panic!("one enqueue span: {spans:#?}");
@@ -209,6 +216,90 @@ async fn a_bulk_enqueue_parents_every_attempt_and_a_failure_is_an_error() -> any
         "{:?}",
         failed.status
     );
+    Ok(())
+}
+
+#[derive(Serialize, Deserialize)]
+struct Traced {}
+
+impl JobArgs for Traced {
+    const KIND: &'static str = "traced";
+}
+
+/// Does its work inside a span of its own, as an instrumented handler does.
+struct TracedWorker(mpsc::UnboundedSender<()>);
+
+#[async_trait::async_trait]
+impl Worker for TracedWorker {
+    type Args = Traced;
+
+    async fn process(&self, _ctx: &JobContext, _args: Traced) -> Result<(), JobError> {
+        async { tokio::task::yield_now().await }
+            .instrument(tracing::info_span!("handler.work"))
+            .await;
+        let _ = self.0.send(());
+        Ok(())
+    }
+}
+
+/// The spans a handler makes are children of its attempt's span, which the middleware
+/// makes with the SDK's tracer (the bridge leaves `hopper.job` to it).
+#[tokio::test]
+async fn a_handlers_spans_are_children_of_its_attempt() -> anyhow::Result<()> {
+    let ((), spans) = captured(|otel| async move {
+        let backend = sqlite().await?;
+        Client::new(backend.clone())
+            .with_middleware(otel.clone())
+            .enqueue(&Traced {})
+            .instrument(tracing::info_span!("http.request"))
+            .await?;
+        let (done, mut ran) = mpsc::unbounded_channel();
+        let mut workers = Workers::new();
+        workers.register(TracedWorker(done)).middleware(otel);
+        let config = RuntimeConfig::default().with_poll_interval(Duration::from_millis(20));
+        let handle = Runtime::new(backend, workers, config).start().await?;
+        tokio::time::timeout(Duration::from_secs(20), ran.recv()).await?;
+        handle.shutdown().await;
+        Ok(())
+    })
+    .await?;
+
+    let [job] = named(&spans, "hopper.job")[..] else {
+        panic!("one job span, not one from the bridge too: {spans:#?}");
+    };
+    let [work] = named(&spans, "handler.work")[..] else {
+        panic!("one handler span: {spans:#?}");
+    };
+    assert_eq!(work.span_context.trace_id(), job.span_context.trace_id());
+    assert_eq!(work.parent_span_id, job.span_context.span_id());
+    assert!(!work.parent_span_is_remote);
+    assert_eq!(text(job, "kind"), "traced");
+    Ok(())
+}
+
+/// The sampler decides an attempt's span from the parent stored in the job: with roots
+/// sampled out, only the job whose stored context is sampled has a span, in that trace.
+#[tokio::test]
+async fn an_attempt_is_sampled_by_its_stored_parent() -> anyhow::Result<()> {
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = "00f067aa0ba902b7";
+    let mut sampled = NewJob::of(&Ping { fail: false })?;
+    sampled.meta.insert(
+        "traceparent".to_owned(),
+        format!("00-{trace}-{parent}-01").into(),
+    );
+    let jobs = vec![sampled, NewJob::of(&Ping { fail: false })?];
+    let ((), spans) = captured_with(Sampler::ParentBased(Box::new(Sampler::AlwaysOff)), |otel| {
+        enqueue_and_run(otel, jobs)
+    })
+    .await?;
+
+    let [job] = named(&spans, "hopper.job")[..] else {
+        panic!("one job span: {spans:#?}");
+    };
+    assert_eq!(job.span_context.trace_id(), TraceId::from_hex(trace)?);
+    assert_eq!(job.parent_span_id, SpanId::from_hex(parent)?);
+    assert_eq!(text(job, "outcome"), "completed");
     Ok(())
 }
 
@@ -254,7 +345,7 @@ async fn a_periodic_tick_is_a_span_and_the_parent_of_its_job() -> anyhow::Result
             .expect("a valid instant")
     };
     let clock = TestClock::new(at(0, 30));
-    let (job, spans) = captured(|| async {
+    let (job, spans) = captured(|otel| async {
         let backend: Arc<dyn Backend> = Arc::new(
             SqliteBackend::open_in_memory(
                 SqliteOptions::default().with_clock(Arc::new(clock.clone())),
@@ -264,9 +355,7 @@ async fn a_periodic_tick_is_a_span_and_the_parent_of_its_job() -> anyhow::Result
         backend.migrate().await?;
         let (done, mut ran) = mpsc::unbounded_channel();
         let mut workers = Workers::new();
-        workers
-            .register(Pinger(done))
-            .middleware(OtelMiddleware::new());
+        workers.register(Pinger(done)).middleware(otel);
         let config = RuntimeConfig::default()
             .with_poll_interval(Duration::from_millis(20))
             .with_clock(Arc::new(clock.clone()));
@@ -332,7 +421,7 @@ async fn an_enqueue_inside_a_transaction_runs_the_middleware() -> anyhow::Result
         let separator = if db.url().contains('?') { '&' } else { '?' };
         format!("{}{separator}sslmode=disable", db.url())
     };
-    let (ids, spans) = captured(|| async {
+    let (ids, spans) = captured(|_| async {
         let (mut conn, connection) = tokio_postgres::connect(&plain_url, NoTls).await?;
         tokio::spawn(connection);
         let mut sqlx_conn = PgConnection::connect(&plain_url).await?;

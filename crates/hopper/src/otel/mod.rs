@@ -5,57 +5,67 @@
 //! - [`OtelMiddleware`], a [`Middleware`]: on enqueue it stores the W3C trace context of
 //!   the current span (the `hopper.enqueue` span, a child of whatever span the application
 //!   enqueued in) in each job's meta as `traceparent` (and `tracestate`), unless the job
-//!   already carries one; on each attempt it makes the attempt's `hopper.job` span a child
-//!   of that stored context. Add it to the [`Client`](crate::Client)
-//!   ([`Client::with_middleware`](crate::Client::with_middleware)) and to the
-//!   [`Workers`](crate::Workers) ([`Workers::middleware`](crate::Workers::middleware)).
+//!   already carries one; on each attempt it makes the attempt's `hopper.job` span, with
+//!   the OpenTelemetry tracer, a child of that stored context. Add it to the
+//!   [`Client`](crate::Client) ([`Client::with_middleware`](crate::Client::with_middleware))
+//!   and to the [`Workers`](crate::Workers)
+//!   ([`Workers::middleware`](crate::Workers::middleware)); [`Telemetry::middleware`]
+//!   makes one with the telemetry's tracer.
 //! - [`Telemetry`]: the SDK set up from the standard `OTEL_*` environment variables, an
 //!   OTLP (HTTP/protobuf) exporter for traces and one for metrics, and the
-//!   `tracing-opentelemetry` layer to add to your subscriber.
+//!   `tracing-opentelemetry` layer to add to your subscriber, with a filter of its own.
 //! - [`OtelRecorder`]: the `metrics` facade's recorder into OpenTelemetry instruments.
 //! - [`QueueGauges`]: the queue gauges of `/metrics`, read from the database every export
 //!   interval, as OpenTelemetry observable gauges
 //!   ([`Telemetry::queue_gauges`]).
 //!
 //! ```no_run
-//! use hopper::otel::{OtelMiddleware, Telemetry};
+//! use hopper::otel::Telemetry;
 //! use tracing_subscriber::layer::SubscriberExt;
 //! use tracing_subscriber::util::SubscriberInitExt;
+//! use tracing_subscriber::EnvFilter;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let telemetry = Telemetry::from_env()?;
 //! tracing_subscriber::registry()
-//!     .with(telemetry.layer())
+//!     .with(telemetry.layer(EnvFilter::new("hopper::spans=info,my_app=info")))
 //!     .with(tracing_subscriber::fmt::layer())
 //!     .init();
 //! let client = hopper::Client::connect("postgres://postgres@127.0.0.1/postgres")
 //!     .await?
-//!     .with_middleware(OtelMiddleware::new());
+//!     .with_middleware(telemetry.middleware());
 //! // ... enqueue, run a Runtime whose Workers have the middleware too ...
 //! telemetry.shutdown();
 //! # Ok(()) }
 //! ```
 
+mod attempt;
 mod gauges;
 mod metrics;
 mod telemetry;
 mod transport;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use hopper_core::{ClaimedJob, NewJob, Result};
+use opentelemetry::global::BoxedTracer;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use self::attempt::AttemptSpan;
 pub use self::gauges::QueueGauges;
 pub use self::metrics::OtelRecorder;
-pub use self::telemetry::{Telemetry, TelemetryError};
-use crate::middleware::Middleware;
+pub use self::telemetry::{NotJobSpans, Telemetry, TelemetryError, TraceLayer};
+use crate::middleware::{AttemptScope, Middleware};
 
 pub use hopper_core::meta::{TRACEPARENT, TRACESTATE};
+
+/// The name hopper's tracer and meter carry (the instrumentation scope).
+const SCOPE: &str = "hopper";
 
 /// An environment of `pairs` for the tests of the `OTEL_*` readers.
 #[cfg(test)]
@@ -72,15 +82,38 @@ fn test_vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<Str
 /// (see the [module docs](self)). Every attempt's span is a child of the enqueuing span,
 /// for jobs enqueued one at a time and in bulk alike: a bulk enqueue's trace holds one
 /// span per job attempt.
-#[derive(Debug, Clone, Default)]
+///
+/// The attempt's span is made with an OpenTelemetry tracer, not through the `tracing`
+/// bridge (whose layer, [`Telemetry::layer`], leaves `hopper.job` spans to it): the
+/// sampler decides when the attempt starts, so a sampled-out attempt costs its sampling
+/// and no more. While the attempt runs its context is the current OpenTelemetry context,
+/// so the spans your handler makes are its children.
+#[derive(Debug, Clone)]
 pub struct OtelMiddleware {
     propagator: TraceContextPropagator,
+    tracer: Arc<BoxedTracer>,
+}
+
+impl Default for OtelMiddleware {
+    fn default() -> Self {
+        OtelMiddleware::new()
+    }
 }
 
 impl OtelMiddleware {
-    /// The middleware, with the W3C trace context propagator.
+    /// The middleware, with the W3C trace context propagator, making attempts' spans with
+    /// the global tracer provider as it is now: make it after [`Telemetry::from_env`]
+    /// (which installs the providers as the globals), or use [`Telemetry::middleware`].
     pub fn new() -> Self {
-        OtelMiddleware::default()
+        OtelMiddleware::with_tracer(opentelemetry::global::tracer(SCOPE))
+    }
+
+    /// The middleware, making attempts' spans with `tracer`.
+    pub fn with_tracer(tracer: BoxedTracer) -> Self {
+        OtelMiddleware {
+            propagator: TraceContextPropagator::new(),
+            tracer: Arc::new(tracer),
+        }
     }
 }
 
@@ -100,42 +133,36 @@ impl Middleware for OtelMiddleware {
     }
 
     fn enqueue_span(&self, jobs: &[NewJob], span: &tracing::Span) {
+        if span.is_disabled() {
+            return;
+        }
         // Only when every job carries the same context: one span has one parent.
         let Some((first, rest)) = jobs.split_first() else {
             return;
         };
-        let traceparent = |job: &NewJob| job.meta.get(TRACEPARENT).cloned();
+        let traceparent = first.meta.get(TRACEPARENT);
         if rest
             .iter()
-            .any(|job| traceparent(job) != traceparent(first))
+            .any(|job| job.meta.get(TRACEPARENT) != traceparent)
         {
             return;
         }
-        self.continue_in(&first.meta, span);
-    }
-
-    fn attempt_span(&self, job: &ClaimedJob, span: &tracing::Span) {
-        if let Some(meta) = job.meta.as_object() {
-            self.continue_in(meta, span);
-        }
-    }
-}
-
-impl OtelMiddleware {
-    /// Makes `span` (not started yet) a child of the trace context stored in `meta`, if it
-    /// holds a valid one.
-    fn continue_in(&self, meta: &serde_json::Map<String, serde_json::Value>, span: &tracing::Span) {
-        if span.is_disabled() {
+        if traceparent.is_none() {
             return;
         }
-        let Some(carrier) = extract(meta) else {
-            return;
-        };
-        let parent = self.propagator.extract(&carrier);
+        let parent = self.propagator.extract(&attempt::MetaCarrier(&first.meta));
         if parent.span().span_context().is_valid() {
             // Refused only when no OpenTelemetry layer is installed: nothing to continue.
             let _ = span.set_parent(parent);
         }
+    }
+
+    fn attempt(&self, job: &ClaimedJob) -> Option<Box<dyn AttemptScope>> {
+        Some(Box::new(AttemptSpan::start(
+            &self.tracer,
+            &self.propagator,
+            job,
+        )))
     }
 }
 
@@ -154,16 +181,6 @@ fn inject(
             meta.insert(key.to_owned(), value.clone().into());
         }
     }
-}
-
-/// The trace context stored in a job's `meta`, if it holds a `traceparent` string.
-fn extract(meta: &serde_json::Map<String, serde_json::Value>) -> Option<HashMap<String, String>> {
-    let traceparent = meta.get(TRACEPARENT)?.as_str()?;
-    let mut carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
-    if let Some(state) = meta.get(TRACESTATE).and_then(serde_json::Value::as_str) {
-        carrier.insert(TRACESTATE.to_owned(), state.to_owned());
-    }
-    Some(carrier)
 }
 
 #[cfg(test)]
@@ -187,17 +204,16 @@ mod tests {
     }
 
     #[test]
-    fn only_a_string_traceparent_is_extracted() {
+    fn only_a_string_traceparent_is_read() {
+        use opentelemetry::propagation::Extractor;
         let object = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
-        assert!(extract(&object(json!({}))).is_none());
-        assert!(extract(&object(json!({"traceparent": 7}))).is_none());
-        let carrier = extract(&object(json!({"traceparent": "x", "tracestate": "k=v"})));
-        assert_eq!(
-            carrier
-                .as_ref()
-                .and_then(|c| c.get(TRACESTATE))
-                .map(String::as_str),
-            Some("k=v")
-        );
+        let empty = object(json!({}));
+        assert_eq!(attempt::MetaCarrier(&empty).get(TRACEPARENT), None);
+        let number = object(json!({"traceparent": 7}));
+        assert_eq!(attempt::MetaCarrier(&number).get(TRACEPARENT), None);
+        let both = object(json!({"traceparent": "x", "tracestate": "k=v", "other": "y"}));
+        let carrier = attempt::MetaCarrier(&both);
+        assert_eq!(carrier.get(TRACESTATE), Some("k=v"));
+        assert_eq!(carrier.keys(), [TRACEPARENT, TRACESTATE]);
     }
 }

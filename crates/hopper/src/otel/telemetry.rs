@@ -10,14 +10,27 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
 };
-use tracing::Subscriber;
+use tracing::{Metadata, Subscriber};
 use tracing_opentelemetry::OpenTelemetryLayer;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::combinator::And;
+use tracing_subscriber::filter::{FilterExt as _, FilterFn, Filtered};
+use tracing_subscriber::layer::Filter;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::{OtelRecorder, QueueGauges};
+/// What [`Telemetry::layer`] leaves out: the `hopper.job` spans, which [`OtelMiddleware`]
+/// makes.
+pub type NotJobSpans = FilterFn<fn(&Metadata<'_>) -> bool>;
 
-/// The name hopper's tracer and meter carry (the instrumentation scope).
-const SCOPE: &str = "hopper";
+/// The layer of [`Telemetry::layer`]: the bridge, filtered by your filter `F` and
+/// [`NotJobSpans`].
+pub type TraceLayer<S, F> = Filtered<OpenTelemetryLayer<S, SdkTracer>, And<F, NotJobSpans, S>, S>;
+
+fn not_a_job_span(metadata: &Metadata<'_>) -> bool {
+    !(metadata.name() == super::attempt::JOB_SPAN && metadata.target() == crate::spans::TARGET)
+}
+
+use super::{OtelMiddleware, OtelRecorder, QueueGauges, SCOPE};
 
 /// The batch span processor's queue when `OTEL_BSP_MAX_QUEUE_SIZE` does not set one. The
 /// specification's 2,048 is 0.1 s of a runtime running 20,000 jobs/s, a span each: while
@@ -162,28 +175,49 @@ impl Telemetry {
         self.meter_provider.is_some()
     }
 
-    /// The `tracing` layer that turns spans into OpenTelemetry spans, when traces are
-    /// exported (`None` is a layer that does nothing). It records each span's fields and
-    /// events, not its busy/idle times, code location, thread or target. Give it a filter of its own
-    /// (`hopper::spans=info` for hopper's enqueue and job spans, `=debug` for the storage
-    /// calls too; see [`crate::spans`]) to export other spans than your log shows.
-    pub fn layer<S>(&self) -> Option<OpenTelemetryLayer<S, SdkTracer>>
+    /// The `tracing` layer that turns the spans `filter` enables into OpenTelemetry spans,
+    /// when traces are exported (`None` is a layer that does nothing). It records each
+    /// span's fields and events, not its busy/idle times, code location, thread or target.
+    /// It leaves out hopper's `hopper.job` spans whatever `filter` says: [`OtelMiddleware`]
+    /// makes each attempt's span itself (add it to your [`Workers`](crate::Workers)), and
+    /// a `hopper.job` span no layer wants is not made at all. A filter such as
+    /// `EnvFilter::new("hopper::spans=info,my_app=info")` exports hopper's enqueue spans
+    /// and your application's (`hopper::spans=debug` adds the storage calls; see
+    /// [`crate::spans`]), whatever your log shows.
+    pub fn layer<S, F>(&self, filter: F) -> Option<TraceLayer<S, F>>
     where
         S: Subscriber + for<'span> LookupSpan<'span>,
+        F: Filter<S>,
     {
         let tracer = self.tracer_provider.as_ref()?.tracer(SCOPE);
         // Only what a span of hopper's needs: its fields. Busy/idle times would read the
         // clock at every poll of a job's future, and code location, thread and target
         // would add five attributes to every span; together they were most of the cost
         // of a span per job (docs/benchmarks.md).
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_tracked_inactivity(false)
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false);
+        // One filter, not a filter on a filtered layer: with two, the registry would still
+        // make every `hopper.job` span that the outer filter enables (docs/benchmarks.md).
         Some(
-            tracing_opentelemetry::layer()
-                .with_tracer(tracer)
-                .with_tracked_inactivity(false)
-                .with_location(false)
-                .with_threads(false)
-                .with_target(false),
+            layer.with_filter(
+                filter.and(FilterFn::new(not_a_job_span as fn(&Metadata<'_>) -> bool)),
+            ),
         )
+    }
+
+    /// The [`OtelMiddleware`] making attempts' spans with this telemetry's tracer provider
+    /// (with none, the global one's: spans then go nowhere unless you installed one).
+    pub fn middleware(&self) -> OtelMiddleware {
+        match &self.tracer_provider {
+            Some(provider) => OtelMiddleware::with_tracer(opentelemetry::global::BoxedTracer::new(
+                Box::new(provider.tracer(SCOPE)),
+            )),
+            None => OtelMiddleware::new(),
+        }
     }
 
     /// A `metrics` recorder into OpenTelemetry instruments, when metrics are exported.

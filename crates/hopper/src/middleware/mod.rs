@@ -23,7 +23,10 @@
 //! (its timeout, a cancellation, a lost lease, a shutdown) drops the whole chain's future,
 //! as tower drops a service's future: code after `next.run(..).await` does not run then,
 //! so keep cleanup in `Drop` guards; how the attempt ended is recorded on its `hopper.job`
-//! span ([`crate::spans`]).
+//! span ([`crate::spans`]) and told to its [`AttemptScope`]s.
+//! - **Attempt scopes**: [`Middleware::attempt`] may answer an [`AttemptScope`] that runs
+//!   every poll of the attempt inside itself and hears how it ended, for a tracer that
+//!   makes its own span per attempt (the OpenTelemetry middleware does).
 //!
 //! Enqueue middleware apply to the [`Client`](crate::Client)'s `enqueue`, `insert`,
 //! `insert_many`, `upsert` and `upsert_many`, and to their forms inside your own
@@ -59,16 +62,23 @@
 //! }
 //! ```
 
+mod scope;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
-use hopper_core::{ClaimedJob, NewJob, Result};
+use hopper_core::{NewJob, Result};
 
 use crate::context::JobContext;
 use crate::registry::ErasedWorker;
 use crate::worker::JobError;
+
+pub use self::scope::AttemptScope;
+pub(crate) use self::scope::{Scopes, end as end_scopes, within};
+/// What a middleware's attempt hooks see: the claimed job, and how its attempt ended.
+pub use hopper_core::{ClaimedJob, Outcome};
 
 /// Code around enqueues and job attempts; see the [module docs](self). Both methods do
 /// nothing by default, so a middleware implements only the side it needs.
@@ -98,6 +108,16 @@ pub trait Middleware: Send + Sync + 'static {
     /// that the job's enqueue stored in its meta.
     fn attempt_span(&self, job: &ClaimedJob, span: &tracing::Span) {
         let _ = (job, span);
+    }
+
+    /// Called before each attempt starts (after [`Middleware::attempt_span`]), to follow it
+    /// to its end: the [`AttemptScope`] answered, if any, runs every poll of the attempt
+    /// inside itself and is told how the attempt ended. The OpenTelemetry middleware starts
+    /// the attempt's OpenTelemetry span here, so that its sampler decides before the span
+    /// is built, and attaches the span's context while the attempt runs.
+    fn attempt(&self, job: &ClaimedJob) -> Option<Box<dyn AttemptScope>> {
+        let _ = job;
+        None
     }
 
     /// Wraps one attempt of the job of `ctx`: call `next.run(args)` to run the rest of the
@@ -149,6 +169,11 @@ impl Chain {
         for middleware in self.0.iter() {
             middleware.attempt_span(job, span);
         }
+    }
+
+    /// The scopes of an attempt of `job`, of the middleware that want one, in order.
+    pub(crate) fn attempt(&self, job: &ClaimedJob) -> Scopes {
+        self.0.iter().filter_map(|m| m.attempt(job)).collect()
     }
 
     /// Runs one attempt of `worker` through the chain.
