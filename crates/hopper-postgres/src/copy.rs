@@ -20,6 +20,7 @@ use tokio_postgres::{CopyInSink, GenericClient, Transaction};
 use crate::error::map_pg;
 use crate::pooled::TxConnection;
 use crate::sql::Queries;
+use crate::statement::forget_if_stale;
 
 /// A job state written as a PostgreSQL enum label (binary format: the label's bytes).
 #[derive(Debug)]
@@ -117,12 +118,12 @@ async fn pipelined(
     };
     // try_join polls in order, so the three requests are written in this order before any
     // answer is awaited.
-    let ((), _, sink) = tokio::try_join!(
+    let started = tokio::try_join!(
         client.batch_execute("BEGIN"),
         notify,
         client.copy_in::<_, Bytes>(&copy),
-    )
-    .map_err(map_pg)?;
+    );
+    let ((), _, sink) = forget_if_stale(client, started).map_err(map_pg)?;
     let writer = writer(sink, state_type);
     pin_mut!(writer);
     write_rows(writer.as_mut(), jobs, now).await?;

@@ -4,21 +4,45 @@ use hopper_core::Error;
 use tokio_postgres::error::SqlState;
 
 /// Turns a driver error into hopper's error: constraint violations and data exceptions
-/// become [`Error::InvalidInput`] with the database's own message, a lost connection or a
-/// server that is away [`Error::Database`] (transient), and any other answer of the server
-/// [`Error::Refused`].
+/// become [`Error::InvalidInput`] with the database's own message, a lost connection, a
+/// server that is away or a stale prepared statement [`Error::Database`] (transient), and
+/// any other answer of the server [`Error::Refused`].
 pub fn map_pg(e: tokio_postgres::Error) -> Error {
     if let Some(db) = e.as_db_error()
-        && let Some(mapped) = classify(db.code().code(), db.message())
+        && let Some(mapped) = classify(db.code().code(), db.message(), db.routine())
     {
         return mapped;
     }
     Error::database(e)
 }
 
-/// hopper's error for a database error of SQLSTATE `code`, whichever driver reported it;
-/// `None` for a plain, transient [`Error::Database`].
-pub(crate) fn classify(code: &str, message: &str) -> Option<Error> {
+/// The server function that refuses to run a prepared statement whose result columns
+/// changed type since it was prepared (PostgreSQL's `plancache.c`). The routine rather than
+/// the message, which the server translates (`lc_messages`).
+const REVALIDATE_CACHED_QUERY: &str = "RevalidateCachedQuery";
+
+/// True when the server refused a statement this connection prepared earlier, not the
+/// request: the statement is unknown to the server session (SQLSTATE 26000: a pooler gave
+/// the connection another session, which never saw it), or a column it returns changed
+/// type since (0A000 from [`REVALIDATE_CACHED_QUERY`]: an `ALTER TABLE`, a migration).
+/// Both come when the statement is bound, before it runs. Prepared again, it runs.
+pub(crate) fn is_stale_statement(code: &str, message: &str, routine: Option<&str>) -> bool {
+    code == SqlState::INVALID_SQL_STATEMENT_NAME.code()
+        || (code == SqlState::FEATURE_NOT_SUPPORTED.code()
+            && (routine == Some(REVALIDATE_CACHED_QUERY)
+                || message == "cached plan must not change result type"))
+}
+
+/// [`is_stale_statement`] for a tokio-postgres error.
+pub(crate) fn stale_statement(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|db| is_stale_statement(db.code().code(), db.message(), db.routine()))
+}
+
+/// hopper's error for a database error of SQLSTATE `code` (`routine`: the server function
+/// that raised it, when the server says), whichever driver reported it; `None` for a
+/// plain, transient [`Error::Database`].
+pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Option<Error> {
     let is = |state: &SqlState| code == state.code();
     if is(&SqlState::CHECK_VIOLATION)
         || is(&SqlState::INVALID_PARAMETER_VALUE)
@@ -49,6 +73,24 @@ pub(crate) fn classify(code: &str, message: &str) -> Option<Error> {
     }
     if is_transient_state(code) {
         return None;
+    }
+    // Transient: the statement is prepared again for the retry (`statement.rs` empties
+    // the pool's statement caches when it meets one), so the same call then runs.
+    if is_stale_statement(code, message, routine) {
+        let why = if is(&SqlState::INVALID_SQL_STATEMENT_NAME) {
+            "the server session behind the connection is not the one that prepared it (a \
+             pooler's RECONNECT, a restarted server; behind PgBouncer in transaction mode, \
+             set the pooler to transaction: docs/deployment.md)"
+        } else {
+            "a column it returns changed type since (an ALTER TABLE, a migration)"
+        };
+        return Some(Error::Database(
+            format!(
+                "{message} (SQLSTATE {code}): a statement prepared on this connection is \
+                 stale: {why}; it is prepared again for the next try"
+            )
+            .into(),
+        ));
     }
     // Anything else the server answered (a trigger's RAISE, an internal error, a feature
     // not supported, a read-only role): the same statement fails again, so it is said, not
@@ -81,8 +123,12 @@ mod tests {
     use super::*;
 
     fn kind(code: &str) -> &'static str {
-        match classify(code, "said") {
-            None => "transient",
+        kind_from(code, "said", None)
+    }
+
+    fn kind_from(code: &str, message: &str, routine: Option<&str>) -> &'static str {
+        match classify(code, message, routine) {
+            None | Some(Error::Database(_)) => "transient",
             Some(Error::InvalidInput(_)) => "invalid",
             Some(Error::Schema(_)) => "schema",
             Some(Error::Conflict(_)) => "conflict",
@@ -103,6 +149,7 @@ mod tests {
             ("57P03", "transient"), // cannot connect now (starting up)
             ("58030", "transient"), // I/O error
             ("25006", "transient"), // read-only transaction (a demoted primary)
+            ("26000", "transient"), // prepared statement does not exist (a new session)
             ("22023", "invalid"),
             ("23502", "invalid"),
             ("23505", "conflict"),
@@ -113,8 +160,24 @@ mod tests {
             ("XX000", "refused"), // internal error
             ("0A000", "refused"), // feature not supported
             ("25P02", "refused"), // in a failed transaction
+            // A prepared statement of that name already exists: only clients sharing a
+            // server session (named statements behind a transaction pooler) meet it.
+            ("42P05", "refused"),
         ] {
             assert_eq!(kind(code), expected, "SQLSTATE {code}");
         }
+    }
+
+    #[test]
+    fn a_statement_whose_result_changed_type_is_prepared_again() {
+        let changed = "cached plan must not change result type";
+        assert_eq!(
+            kind_from("0A000", "translated", Some(REVALIDATE_CACHED_QUERY)),
+            "transient"
+        );
+        assert_eq!(kind_from("0A000", changed, None), "transient");
+        assert_eq!(kind_from("0A000", "said", Some("other")), "refused");
+        assert!(is_stale_statement("26000", "said", None));
+        assert!(!is_stale_statement("42P05", "said", None));
     }
 }

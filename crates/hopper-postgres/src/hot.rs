@@ -307,7 +307,7 @@ impl PgBackend {
 /// `needed`.
 async fn prepare_if<'q>(
     pooler: Pooler,
-    client: &TxConnection,
+    client: &'q TxConnection,
     needed: bool,
     query: &'q Query,
 ) -> Result<Option<Ready<'q>>> {

@@ -456,7 +456,7 @@ impl PgBackend {
     /// `query` ready to run on the pooled connection `client` (see [`Pooler::prepare`]).
     pub(crate) async fn prepare<'q>(
         &self,
-        client: &deadpool_postgres::Object,
+        client: &'q deadpool_postgres::Object,
         query: &'q Query,
     ) -> Result<Ready<'q>> {
         self.inner

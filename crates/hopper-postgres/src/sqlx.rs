@@ -19,7 +19,7 @@ use sqlx_postgres::{PgArguments, PgConnection, Postgres};
 
 use crate::PgBackend;
 use crate::conn::{Columns, Conn};
-use crate::error::classify;
+use crate::error::{classify, is_stale_statement};
 
 /// hopper's transactional operations on sqlx connections, from [`PgBackend::sqlx`].
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +119,21 @@ struct Sqlx<'a> {
 }
 
 impl Sqlx<'_> {
+    /// `result` as hopper's error, after this connection forgot the statements sqlx cached
+    /// on it when the server refused one as stale (`error.rs`: a column it returns changed
+    /// type, or a new server session behind a pooler), so that a retry prepares it again.
+    async fn said<T>(&mut self, result: std::result::Result<T, sqlx_core::Error>) -> Result<T> {
+        if let Err(e) = &result
+            && is_stale(e)
+        {
+            // sqlx empties its cache as it writes the closes, before it waits for the
+            // server: a failed wait still leaves them forgotten. The call's own error is
+            // the one to return.
+            let _ = self.conn.clear_cached_statements().await;
+        }
+        result.map_err(map_sqlx)
+    }
+
     /// `sql` as a sqlx query, named (cached per connection) unless a transaction pooler
     /// stands between hopper and PostgreSQL.
     fn query<'q>(&self, sql: &'q str) -> Query<'q, Postgres, PgArguments> {
@@ -147,22 +162,19 @@ fn bind_job<'q>(
 impl Conn for Sqlx<'_> {
     async fn mark_grouped(&mut self, queues: &[&str]) -> Result<()> {
         let sql = &self.backend.inner.queries.queue_mark_grouped.sql;
-        self.query(sql)
-            .bind(queues)
-            .execute(&mut *self.conn)
-            .await
-            .map_err(map_sqlx)?;
+        let done = self.query(sql).bind(queues).execute(&mut *self.conn).await;
+        self.said(done).await?;
         Ok(())
     }
 
     async fn insert_plain(&mut self, job: &NewJob) -> Result<()> {
         let sql = &self.backend.inner.queries.job_insert.sql;
-        bind_job(self.query(sql), job)
+        let done = bind_job(self.query(sql), job)
             .bind(self.backend.inner.clock.now())
             .bind(Json(&job.meta))
             .execute(&mut *self.conn)
-            .await
-            .map_err(map_sqlx)?;
+            .await;
+        self.said(done).await?;
         Ok(())
     }
 
@@ -180,8 +192,8 @@ impl Conn for Sqlx<'_> {
             .bind(window)
             .bind(Json(&job.meta))
             .fetch_one(&mut *self.conn)
-            .await
-            .map_err(map_sqlx)?;
+            .await;
+        let row = self.said(row).await?;
         Ok(row.try_get::<i64, _>(0).map_err(Error::database)? == 1)
     }
 
@@ -203,8 +215,8 @@ impl Conn for Sqlx<'_> {
             .bind(c.now)
             .bind(c.metas.iter().map(|m| Json(*m)).collect::<Vec<_>>())
             .fetch_all(&mut *self.conn)
-            .await
-            .map_err(map_sqlx)?;
+            .await;
+        let rows = self.said(rows).await?;
         rows.iter()
             .map(|r| r.try_get(0).map_err(Error::database))
             .collect()
@@ -221,8 +233,8 @@ impl Conn for Sqlx<'_> {
             .bind(key)
             .bind(window)
             .fetch_optional(&mut *self.conn)
-            .await
-            .map_err(map_sqlx)?;
+            .await;
+        let row = self.said(row).await?;
         row.map(|row| {
             Ok((
                 row.try_get(0).map_err(Error::database)?,
@@ -252,8 +264,8 @@ impl Conn for Sqlx<'_> {
             .bind(now)
             .bind(Json(&job.meta))
             .fetch_optional(&mut *self.conn)
-            .await
-            .map_err(map_sqlx)?;
+            .await;
+        let replaced = self.said(replaced).await?;
         Ok(replaced.is_some())
     }
 
@@ -271,8 +283,8 @@ impl Conn for Sqlx<'_> {
             .bind(vec![duration_ms])
             .bind(now)
             .fetch_all(&mut *self.conn)
-            .await
-            .map_err(map_sqlx)?;
+            .await;
+        let rows = self.said(rows).await?;
         Ok(!rows.is_empty())
     }
 }
@@ -281,9 +293,23 @@ impl Conn for Sqlx<'_> {
 fn map_sqlx(e: sqlx_core::Error) -> Error {
     if let Some(db) = e.as_database_error()
         && let Some(code) = db.code()
-        && let Some(mapped) = classify(&code, db.message())
+        && let Some(mapped) = classify(&code, db.message(), routine(db))
     {
         return mapped;
     }
     Error::database(e)
+}
+
+/// [`crate::error::is_stale_statement`] for a sqlx error.
+fn is_stale(e: &sqlx_core::Error) -> bool {
+    e.as_database_error().is_some_and(|db| {
+        db.code()
+            .is_some_and(|code| is_stale_statement(&code, db.message(), routine(db)))
+    })
+}
+
+/// The server function that raised a PostgreSQL error, when the server said.
+fn routine(db: &dyn sqlx_core::error::DatabaseError) -> Option<&str> {
+    db.try_downcast_ref::<sqlx_postgres::PgDatabaseError>()
+        .and_then(|pg| pg.routine())
 }

@@ -13,6 +13,12 @@
 //! tokio-postgres' `query_typed`), which needs the parameters' types up front; each
 //! [`Query`] carries them (declared in `sql.rs`, checked against the server by the
 //! `postgres_sql` tests).
+//!
+//! A statement prepared earlier can go stale under a connection: a column it returns
+//! changes type (an `ALTER TABLE`, a migration), or a pooler hands the connection another
+//! server session, which never saw it. The server refuses it when it is bound, before it
+//! runs; the error is transient (`error.rs`), and every connection of the pool forgets
+//! its prepared statements ([`forget_if_stale`]), so the retry prepares them again.
 
 use std::fmt;
 use std::str::FromStr;
@@ -21,6 +27,8 @@ use deadpool_postgres::Object;
 use hopper_core::Error;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row, Statement};
+
+use crate::error::stale_statement;
 
 /// The arguments of one statement, in order.
 pub(crate) type Args<'a> = [&'a (dyn ToSql + Sync)];
@@ -70,11 +78,17 @@ impl Pooler {
     /// cached, or unnamed behind a transaction pooler.
     pub(crate) async fn prepare<'q>(
         self,
-        client: &Object,
+        client: &'q Object,
         query: &'q Query,
     ) -> Result<Ready<'q>, tokio_postgres::Error> {
         match self {
-            Pooler::None => client.prepare_cached(&query.sql).await.map(Ready::Prepared),
+            Pooler::None => {
+                let statement = client.prepare_cached(&query.sql).await?;
+                Ok(Ready::Prepared {
+                    statement,
+                    on: client,
+                })
+            }
             Pooler::Transaction => Ok(Ready::Unnamed(query)),
         }
     }
@@ -117,8 +131,11 @@ impl FromStr for Pooler {
 /// Each run sends its messages when first polled, so runs can be pipelined with
 /// `tokio::join!`.
 pub(crate) enum Ready<'q> {
-    /// Prepared on this connection.
-    Prepared(Statement),
+    /// Prepared on the pooled connection `on`, and cached there.
+    Prepared {
+        statement: Statement,
+        on: &'q Object,
+    },
     /// Text the driver prepares for each run.
     Text(&'q str),
     /// Parsed, bound and run in one message, with no name.
@@ -133,7 +150,9 @@ impl Ready<'_> {
         args: &Args<'_>,
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         match self {
-            Ready::Prepared(statement) => client.query(statement, args).await,
+            Ready::Prepared { statement, on } => {
+                forget_if_stale(on, client.query(statement, args).await)
+            }
             Ready::Text(sql) => client.query(*sql, args).await,
             Ready::Unnamed(query) => client.query_typed(&query.sql, &typed(query, args)).await,
         }
@@ -146,7 +165,9 @@ impl Ready<'_> {
         args: &Args<'_>,
     ) -> Result<Row, tokio_postgres::Error> {
         match self {
-            Ready::Prepared(statement) => client.query_one(statement, args).await,
+            Ready::Prepared { statement, on } => {
+                forget_if_stale(on, client.query_one(statement, args).await)
+            }
             Ready::Text(sql) => client.query_one(*sql, args).await,
             Ready::Unnamed(query) => {
                 client
@@ -163,7 +184,9 @@ impl Ready<'_> {
         args: &Args<'_>,
     ) -> Result<Option<Row>, tokio_postgres::Error> {
         match self {
-            Ready::Prepared(statement) => client.query_opt(statement, args).await,
+            Ready::Prepared { statement, on } => {
+                forget_if_stale(on, client.query_opt(statement, args).await)
+            }
             Ready::Text(sql) => client.query_opt(*sql, args).await,
             Ready::Unnamed(query) => {
                 client
@@ -180,11 +203,33 @@ impl Ready<'_> {
         args: &Args<'_>,
     ) -> Result<u64, tokio_postgres::Error> {
         match self {
-            Ready::Prepared(statement) => client.execute(statement, args).await,
+            Ready::Prepared { statement, on } => {
+                forget_if_stale(on, client.execute(statement, args).await)
+            }
             Ready::Text(sql) => client.execute(*sql, args).await,
             Ready::Unnamed(query) => client.execute_typed(&query.sql, &typed(query, args)).await,
         }
     }
+}
+
+/// `result`, after emptying the statement cache of every connection of `on`'s pool when
+/// it says that a prepared statement is stale (see the module docs): a changed column or a
+/// new server session makes the same statement stale on every connection, so they all
+/// forget their statements at the first such error rather than each meeting it once.
+/// The statements dropped are closed on the server as their last user lets them go.
+pub(crate) fn forget_if_stale<T>(
+    on: &Object,
+    result: Result<T, tokio_postgres::Error>,
+) -> Result<T, tokio_postgres::Error> {
+    if let Err(e) = &result
+        && stale_statement(e)
+    {
+        match Object::pool(on) {
+            Some(pool) => pool.manager().statement_caches.clear(),
+            None => on.statement_cache.clear(),
+        }
+    }
+    result
 }
 
 /// The driver's client under a pooled connection, to run a [`Ready`] statement on.

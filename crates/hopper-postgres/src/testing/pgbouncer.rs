@@ -67,6 +67,8 @@ pub struct PgBouncer {
     child: Child,
     dir: PathBuf,
     url: String,
+    /// PgBouncer's admin console (the database `pgbouncer`).
+    admin_url: String,
 }
 
 impl PgBouncer {
@@ -97,6 +99,24 @@ impl PgBouncer {
     /// The URL of the test database through this PgBouncer.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Runs `command` on PgBouncer's admin console, for a test that changes what stands
+    /// behind the pooler: `RECONNECT` (each server connection is closed once its client
+    /// lets it go, so the next transaction runs on a new server session), `PAUSE`,
+    /// `RESUME`.
+    pub async fn admin(&self, command: &str) -> Result<()> {
+        let fail = |e: tokio_postgres::Error| {
+            Error::Database(format!("pgbouncer admin {command:?}: {e}").into())
+        };
+        let (client, connection) = tokio_postgres::connect(&self.admin_url, tokio_postgres::NoTls)
+            .await
+            .map_err(fail)?;
+        let connection = tokio::spawn(connection);
+        let done = client.simple_query(command).await.map_err(fail);
+        drop(client);
+        let _ = connection.await;
+        done.map(drop)
     }
 }
 
@@ -137,6 +157,7 @@ fn start_once(upstream: &tokio_postgres::Config, config: &PgBouncerConfig) -> Re
         child,
         dir,
         url: format!("postgres://{user}{password}@127.0.0.1:{port}/{dbname}"),
+        admin_url: format!("postgres://{user}{password}@127.0.0.1:{port}/pgbouncer"),
     })
 }
 
@@ -175,6 +196,7 @@ fn write_files(
          unix_socket_dir =\n\
          auth_type = trust\n\
          auth_file = {users}\n\
+         admin_users = {user}\n\
          pool_mode = transaction\n\
          default_pool_size = {pool_size}\n\
          max_client_conn = 500\n\
