@@ -6,7 +6,7 @@ use std::time::Duration;
 use hopper_core::Backend;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithHttpConfig as _;
-use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
 };
@@ -45,6 +45,8 @@ const SPAN_QUEUE: usize = 16_384;
 pub struct Telemetry {
     tracer_provider: Option<SdkTracerProvider>,
     meter_provider: Option<SdkMeterProvider>,
+    /// How often metrics are exported (and the queue gauges read); `None`: the default.
+    metric_interval: Option<Duration>,
 }
 
 /// An exporter could not be built from the environment.
@@ -98,6 +100,24 @@ fn span_queue(var: &dyn Fn(&str) -> Option<String>) -> Option<usize> {
         .then_some(SPAN_QUEUE)
 }
 
+/// The specification's default export interval of metrics.
+const DEFAULT_METRIC_INTERVAL: Duration = Duration::from_secs(60);
+
+/// `OTEL_METRIC_EXPORT_INTERVAL`, in milliseconds; unset or zero: the default. A value
+/// that is not a number is refused (the SDK would quietly take the default).
+fn metric_interval(var: &dyn Fn(&str) -> Option<String>) -> Result<Duration, TelemetryError> {
+    let Some(value) = var("OTEL_METRIC_EXPORT_INTERVAL") else {
+        return Ok(DEFAULT_METRIC_INTERVAL);
+    };
+    match value.trim().parse::<u64>() {
+        Ok(0) => Ok(DEFAULT_METRIC_INTERVAL),
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(_) => Err(TelemetryError(format!(
+            "OTEL_METRIC_EXPORT_INTERVAL is {value:?}, not a number of milliseconds"
+        ))),
+    }
+}
+
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
@@ -139,9 +159,13 @@ impl Telemetry {
                 .with_http_client(client("METRICS")?)
                 .build()
                 .map_err(|e| TelemetryError(format!("the OTLP metric exporter: {e}")))?;
-            let provider = SdkMeterProvider::builder()
-                .with_periodic_exporter(exporter)
+            // The interval read once, here, for the reader and the queue gauges alike.
+            let every = metric_interval(&env)?;
+            let reader = PeriodicReader::builder(exporter)
+                .with_interval(every)
                 .build();
+            let provider = SdkMeterProvider::builder().with_reader(reader).build();
+            telemetry.metric_interval = Some(every);
             opentelemetry::global::set_meter_provider(provider.clone());
             telemetry.meter_provider = Some(provider);
         }
@@ -162,6 +186,7 @@ impl Telemetry {
         Telemetry {
             tracer_provider,
             meter_provider,
+            metric_interval: None,
         }
     }
 
@@ -234,9 +259,7 @@ impl Telemetry {
     pub fn queue_gauges(&self, backend: Arc<dyn Backend>) -> Option<QueueGauges> {
         use opentelemetry::metrics::MeterProvider as _;
         let meter = self.meter_provider.as_ref()?.meter(SCOPE);
-        let every = env("OTEL_METRIC_EXPORT_INTERVAL")
-            .and_then(|ms| ms.trim().parse().ok())
-            .map_or(Duration::from_secs(60), Duration::from_millis);
+        let every = self.metric_interval.unwrap_or(DEFAULT_METRIC_INTERVAL);
         Some(QueueGauges::new(&meter, backend, every))
     }
 
@@ -286,6 +309,23 @@ mod tests {
             "TRACES",
             &vars(&[("OTEL_TRACES_EXPORTER", "console,otlp")])
         ));
+    }
+
+    #[test]
+    fn the_metric_interval_is_read_in_milliseconds_with_a_default() {
+        let interval = |v: &str| {
+            metric_interval(&vars(&[("OTEL_METRIC_EXPORT_INTERVAL", v)])).map_err(|e| e.0)
+        };
+        assert_eq!(
+            metric_interval(&vars(&[])).ok(),
+            Some(DEFAULT_METRIC_INTERVAL)
+        );
+        assert_eq!(interval(" 500 "), Ok(Duration::from_millis(500)));
+        assert_eq!(interval("0"), Ok(DEFAULT_METRIC_INTERVAL));
+        assert_eq!(
+            interval("5s"),
+            Err("OTEL_METRIC_EXPORT_INTERVAL is \"5s\", not a number of milliseconds".into())
+        );
     }
 
     #[test]
