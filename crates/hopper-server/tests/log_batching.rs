@@ -19,6 +19,7 @@ use common::*;
 use hopper::backend::ClaimParams;
 use hopper::testing::TestDatabase;
 use hopper::{JobId, NewJob};
+use hopper_server::ServerHandle;
 
 /// Peers sending logs at once.
 const PEERS: usize = 4;
@@ -155,6 +156,32 @@ async fn send_logs_behind_a_lock(
     Ok((replies, sent))
 }
 
+/// What [`run`] leaves to check.
+struct Run {
+    db: TestDatabase,
+    server: ServerHandle,
+    jobs: Vec<JobId>,
+    replies: Vec<Vec<Value>>,
+    sent: HashMap<JobId, Vec<String>>,
+}
+
+/// A server on a fresh schema whose log stores are counted (and, with `refuse`, fail),
+/// and the replies to the logs of [`send_logs_behind_a_lock`].
+async fn run(refuse: bool) -> anyhow::Result<Run> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(30)).await).await;
+    let jobs = attempts(&db, PEERS * ATTEMPTS_PER_PEER).await?;
+    count_stores(&db, refuse).await?;
+    let (replies, sent) = send_logs_behind_a_lock(&db, server.endpoint(), &jobs).await?;
+    Ok(Run {
+        db,
+        server,
+        jobs,
+        replies,
+        sent,
+    })
+}
+
 /// Each reply answers the request it follows (requests numbered from 2), with `ty`.
 fn assert_replies(replies: &[Vec<Value>], ty: &str) {
     for mine in replies {
@@ -176,12 +203,13 @@ fn assert_replies(replies: &[Vec<Value>], ty: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_logs_are_stored_in_order_by_fewer_statements() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
-    let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(&db, PEERS * ATTEMPTS_PER_PEER).await?;
-    count_stores(&db, false).await?;
-
-    let (replies, sent) = send_logs_behind_a_lock(&db, server.endpoint(), &jobs).await?;
+    let Run {
+        db,
+        server,
+        jobs,
+        replies,
+        sent,
+    } = run(false).await?;
     assert_replies(&replies, "ack");
     for mine in &replies {
         assert!(mine.iter().all(|r| text_of(r, "result") == "recorded"));
@@ -208,12 +236,13 @@ async fn concurrent_logs_are_stored_in_order_by_fewer_statements() -> anyhow::Re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_store_answers_every_request_of_its_batch() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
-    let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(&db, PEERS * ATTEMPTS_PER_PEER).await?;
-    count_stores(&db, true).await?;
-
-    let (replies, _) = send_logs_behind_a_lock(&db, server.endpoint(), &jobs).await?;
+    let Run {
+        db,
+        server,
+        jobs,
+        replies,
+        ..
+    } = run(true).await?;
     assert_replies(&replies, "error");
     for r in replies.iter().flatten() {
         assert_eq!(text_of(r, "code"), "internal", "{r:?}");
