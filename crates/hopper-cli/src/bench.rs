@@ -64,6 +64,8 @@ pub struct Bench {
     pub concurrency: usize,
     /// How long each bench job sleeps.
     pub work: Duration,
+    /// Lines each bench job logs.
+    pub log_lines: u32,
     /// The timeout (and lease) of the bench jobs a runtime runs, if set.
     pub job_timeout: Option<Duration>,
     /// The runtime's prefetch and claims in flight, where set (else the defaults).
@@ -103,6 +105,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyh
         client: crate::telemetry::client(backend),
         concurrency: args.concurrency,
         work: Duration::from_millis(args.work_ms),
+        log_lines: args.log_lines,
         job_timeout,
         tuning: Tuning {
             prefetch: args.prefetch,

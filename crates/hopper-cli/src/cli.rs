@@ -236,6 +236,10 @@ pub struct BenchArgs {
     /// Each bench job sleeps this long (ms).
     #[arg(long, default_value_t = 0)]
     pub work_ms: u64,
+    /// Lines each bench job writes to its per-job log, for drain, latency and the server
+    /// workloads (stored before the job's outcome).
+    #[arg(long, default_value_t = 0)]
+    pub log_lines: u32,
     /// Timeout (and so lease) of the bench jobs a drain runs (e.g. 2s).
     #[arg(long)]
     pub job_timeout: Option<String>,

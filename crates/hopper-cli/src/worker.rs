@@ -1,5 +1,5 @@
 //! `hopper worker`: a worker process that runs the bench job (a no-op, or a sleep of
-//! `--work-ms`) on the configured backend, usually a `hopper serve` server
+//! `--work-ms`, logging `--log-lines` lines) on the configured backend, usually a `hopper serve` server
 //! (`--database-url tcp://host:7010`, token in `HOPPER_TOKEN`). `hopper bench --workload
 //! server` starts four of these as child processes.
 //!
@@ -32,6 +32,9 @@ pub struct WorkerArgs {
     /// Each job sleeps this long (ms).
     #[arg(long, default_value_t = 0)]
     pub work_ms: u64,
+    /// Lines each job writes to its per-job log.
+    #[arg(long, default_value_t = 0)]
+    pub log_lines: u32,
     /// Print `ready` when connected, start on a line from stdin, stop when stdin closes.
     #[arg(long, hide = true)]
     pub stdin_control: bool,
@@ -48,6 +51,7 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
         work: Duration::from_millis(args.work_ms),
         timeout: None,
         latencies: None,
+        log_lines: args.log_lines,
     });
     let config = RuntimeConfig::default()
         .with_queues(vec![args.queue.clone()])

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Access;
 use crate::convert;
 use crate::dispatch::Gone;
-use crate::tasks::{self, FinishItem, ReplyTo};
+use crate::tasks::{self, FinishItem, LogItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
 
 mod hello;
@@ -39,6 +39,9 @@ pub(crate) use peers::{Held, Peers, Registration};
 
 /// Database requests of peers in flight at once; more get `internal` ("busy").
 const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
+
+/// The error of a request refused because [`MAX_REQUESTS_IN_FLIGHT`] are in flight.
+const BUSY: &str = "the server is busy (too many requests in flight); retry later";
 
 /// Refused hellos (and requests before hello) are logged at most once per this interval,
 /// with the count held back.
@@ -95,6 +98,8 @@ pub(crate) struct Core {
     pub out: mpsc::Sender<(PeerId, Reply)>,
     pub events: mpsc::Sender<Event>,
     pub finisher: mpsc::Sender<FinishItem>,
+    /// `log` requests for the log writer ([`tasks::store_logs`]).
+    pub logs: mpsc::Sender<LogItem>,
     /// Queues that may have jobs ready (a claim was short: not until a wake-up or a poll).
     pub hot: HashMap<String, bool>,
     /// A claim is under way (one at a time, so no worker's credit is promised twice).
@@ -164,6 +169,8 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         .map_err(bind_error)?;
     let endpoint = bound.endpoint;
     let (finish_tx, finish_rx) = mpsc::channel(8192);
+    // Each queued `log` holds a request permit, so this channel never fills.
+    let (logs_tx, logs_rx) = mpsc::channel(MAX_REQUESTS_IN_FLIGHT);
     let curve = config.curve.is_some();
     let core = Core {
         backend: backend.clone(),
@@ -171,6 +178,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         out: out_tx.clone(),
         events: events_tx.clone(),
         finisher: finish_tx,
+        logs: logs_tx,
         hot: HashMap::new(),
         claiming: false,
         claim_woken: false,
@@ -214,6 +222,11 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         Arc::new(tasks::LoopWakeups(events_tx.clone())),
     ));
     let mut tasks = vec![
+        supervised("log_writer", &health, &stop, {
+            let (backend, logs_rx) = (backend.clone(), Arc::new(Mutex::new(logs_rx)));
+            let out = out_tx.clone();
+            move || tasks::store_logs(backend.clone(), logs_rx.clone(), out.clone())
+        }),
         supervised("outcome_writer", &health, &stop, {
             let (backend, finish_rx) = (backend.clone(), Arc::new(Mutex::new(finish_rx)));
             let events = events_tx.clone();
@@ -524,18 +537,14 @@ impl Core {
                     job_id: id,
                     attempt,
                 };
-                let append =
-                    hopper_protocol::convert::log_append(lease, lines, dropped, chrono::Utc::now());
-                self.spawn_reply(peer, req, async move {
-                    let append = append?;
-                    if let Some(store) = backend.logs() {
-                        store.job_log_append(&[append]).await?;
+                let now = chrono::Utc::now();
+                match hopper_protocol::convert::log_append(lease, lines, dropped, now) {
+                    Ok(append) => self.queue_log(peer, req, append),
+                    Err(e) => {
+                        let reply = Reply::error(Some(req), ErrorCode::from(&e), e.to_string());
+                        self.reply(&peer, reply);
                     }
-                    Ok(Reply::Ack {
-                        req,
-                        result: FinishResult::Recorded,
-                    })
-                });
+                }
             }
             Request::JobLogs { req, id, after } => self.on_job_logs(peer, req, id, after),
             Request::Bye { req } => {
@@ -584,8 +593,7 @@ impl Core {
         F: Future<Output = Result<Reply>> + Send + 'static,
     {
         let Ok(permit) = self.requests.clone().try_acquire_owned() else {
-            let message = "the server is busy (too many requests in flight); retry later";
-            return self.reply(&peer, Reply::error(Some(req), ErrorCode::Internal, message));
+            return self.reply(&peer, Reply::error(Some(req), ErrorCode::Internal, BUSY));
         };
         let out = self.out.clone();
         tokio::spawn(async move {

@@ -1,7 +1,7 @@
 //! Reading a job's logs through `hopper serve`: the `job_logs` request pages through the
 //! attempts (at most `LOGS_PAGE` a reply), a client token may send it, a missing job is
 //! `not_found`, and `Client::job_logs` on a `RemoteBackend` reads every page and gets what
-//! the database holds.
+//! the database holds, as does its `job_logs_page` asked for more than one reply holds.
 
 mod common;
 
@@ -11,7 +11,8 @@ use ciborium::Value;
 use common::*;
 use hopper::testing::TestDatabase;
 use hopper::{
-    JobArgs, JobContext, JobError, LogLevel, NewJob, Runtime, RuntimeConfig, Worker, Workers,
+    AttemptLog, JobArgs, JobContext, JobError, LogLevel, NewJob, Runtime, RuntimeConfig, Worker,
+    Workers,
 };
 use hopper_server::{Access, Auth, Credential};
 use serde::{Deserialize, Serialize};
@@ -73,6 +74,43 @@ fn page(reply: &Value) -> (Vec<i64>, Option<i64>) {
     (attempts, next.and_then(|i| i64::try_from(i).ok()))
 }
 
+/// A job that ran 11 attempts (more than one `job_logs` reply holds), each logging a line,
+/// and its logs as the database holds them.
+async fn eleven_logged_attempts(db: &TestDatabase) -> anyhow::Result<(NewJob, Vec<AttemptLog>)> {
+    let local = hopper::Client::new(db.backend());
+    let flaky = NewJob::of(&Flaky { succeed_at: 11 })?.with_max_attempts(20);
+    local.insert(flaky.clone()).await?;
+    let mut workers = Workers::new();
+    workers.register(FlakyWorker);
+    let handle = Runtime::new(db.backend(), workers, RuntimeConfig::default())
+        .start()
+        .await?;
+    db.wait_for("default", Duration::from_secs(60), |s| s.completed == 1)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    handle.shutdown().await;
+    let stored = local.job_logs(flaky.id).await?;
+    assert_eq!(stored.len(), 11, "one log per attempt");
+    Ok((flaky, stored))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_logs_past_one_reply_follows_the_servers_cursor() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let (flaky, stored) = eleven_logged_attempts(&db).await?;
+
+    let remote = hopper::connect(&url(server.endpoint()), Default::default()).await?;
+    let logs = remote.logs().expect("a remote backend reads logs");
+    assert_eq!(logs.job_logs_page(flaky.id, 0, 100).await?, stored);
+    assert_eq!(logs.job_logs_page(flaky.id, 1, 9).await?, stored[1..10]);
+    assert_eq!(logs.job_logs_page(flaky.id, 8, 2).await?, stored[8..10]);
+    assert_eq!(logs.job_logs_page(flaky.id, 0, 0).await?, Vec::new());
+    assert_eq!(logs.job_logs(flaky.id).await?, stored);
+    server.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_logs_are_read_through_the_server_a_page_at_a_time() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -90,21 +128,9 @@ async fn job_logs_are_read_through_the_server_a_page_at_a_time() -> anyhow::Resu
     ]);
     let server = start(config).await;
     let local = hopper::Client::new(db.backend());
-    let flaky = NewJob::of(&Flaky { succeed_at: 11 })?.with_max_attempts(20);
     let silent = NewJob::new("silent", serde_json::json!({})).with_queue("elsewhere");
-    local.insert_many(&[flaky.clone(), silent.clone()]).await?;
-
-    let mut workers = Workers::new();
-    workers.register(FlakyWorker);
-    let handle = Runtime::new(db.backend(), workers, RuntimeConfig::default())
-        .start()
-        .await?;
-    db.wait_for("default", Duration::from_secs(60), |s| s.completed == 1)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    handle.shutdown().await;
-    let stored = local.job_logs(flaky.id).await?;
-    assert_eq!(stored.len(), 11, "one log per attempt");
+    local.insert(silent.clone()).await?;
+    let (flaky, stored) = eleven_logged_attempts(&db).await?;
 
     // The Rust client reads every page and gets what the database holds.
     let remote =

@@ -1,7 +1,7 @@
 //! Security of `hopper serve` against the real server and database: peers without a valid
 //! token are refused and logged (the tokens themselves never logged); a worker cannot
-//! report, extend or heartbeat a job leased to another; oversized and deeply nested frames
-//! are refused with clear errors while other peers keep being served.
+//! report, extend, heartbeat or log a job leased to another; oversized and deeply nested
+//! frames are refused with clear errors while other peers keep being served.
 //!
 //! Every test of this binary logs into one capture (a global subscriber), so each assertion
 //! about the logs looks for what only its own test logs (a peer name of its own).
@@ -153,6 +153,17 @@ async fn a_worker_cannot_report_extend_or_heartbeat_another_workers_job() -> any
         lease("snoozed", 4, vec![("delay_ms", int(3_600_000))]),
         lease("released", 5, vec![]),
         lease("extend", 6, vec![("by_ms", int(1))]),
+        lease(
+            "log",
+            10,
+            vec![(
+                "lines",
+                Value::Array(vec![map(vec![
+                    ("level", text("info")),
+                    ("message", text("stolen")),
+                ])]),
+            )],
+        ),
     ];
     for (n, message) in attempts.iter().enumerate() {
         b.send(message).await;
@@ -208,6 +219,11 @@ async fn a_worker_cannot_report_extend_or_heartbeat_another_workers_job() -> any
         .await?
         .ok_or_else(|| anyhow::anyhow!("job gone"))?;
     assert_eq!(job.state, JobState::Completed);
+    let logs = backend.logs().expect("PostgreSQL keeps logs");
+    assert!(
+        logs.job_logs(job_id).await?.is_empty(),
+        "the thief's lines are not stored"
+    );
 
     let refused = lines_with("leased to another peer");
     assert!(

@@ -49,6 +49,7 @@ pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
         work: bench.work,
         timeout: bench.job_timeout,
         latencies: None,
+        log_lines: bench.log_lines,
     });
     let runtime = Runtime::new(bench.client.backend().clone(), workers, config.clone());
     let started = Instant::now();

@@ -1,10 +1,11 @@
-//! The bench job and its worker: a no-op, or a sleep of `--work-ms`; for W4 it also
-//! records how long after its enqueue it started.
+//! The bench job and its worker: a no-op, or a sleep of `--work-ms`, writing
+//! `--log-lines` lines to its per-job log; for W4 it also records how long after its
+//! enqueue it started.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hopper::{JobArgs, JobContext, JobError, NewJob, Worker};
+use hopper::{JobArgs, JobContext, JobError, LogLevel, NewJob, Worker};
 use serde::{Deserialize, Serialize};
 
 use super::QUEUE;
@@ -48,6 +49,8 @@ pub struct BenchWorker {
     pub timeout: Option<Duration>,
     /// Where W4 records each job's enqueue→start latency (ms).
     pub latencies: Option<Arc<Latencies>>,
+    /// Lines each job writes to its log (stored before its outcome is reported).
+    pub log_lines: u32,
 }
 
 /// Latencies recorded by the handlers, and a signal for each new one.
@@ -83,9 +86,13 @@ impl Latencies {
 impl Worker for BenchWorker {
     type Args = BenchJob;
 
-    async fn process(&self, _ctx: &JobContext, args: BenchJob) -> Result<(), JobError> {
+    async fn process(&self, ctx: &JobContext, args: BenchJob) -> Result<(), JobError> {
         if let (Some(latencies), Some(t_us)) = (&self.latencies, args.t_us) {
             latencies.push((now_us() - t_us) as f64 / 1000.0);
+        }
+        for i in 0..self.log_lines {
+            let message = format!("bench job {} line {i}", args.n);
+            ctx.log(LogLevel::Info, message, serde_json::Map::new());
         }
         if !self.work.is_zero() {
             tokio::time::sleep(self.work).await;

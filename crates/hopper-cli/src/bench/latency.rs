@@ -32,6 +32,7 @@ pub async fn run(bench: &Bench, jobs: u64) -> anyhow::Result<Report> {
         work: bench.work,
         timeout: bench.job_timeout,
         latencies: Some(latencies.clone()),
+        log_lines: bench.log_lines,
     });
     let handle = Runtime::new(bench.client.backend().clone(), workers, config.clone())
         .start()

@@ -83,6 +83,8 @@ async fn spawn_workers(
             .arg(bench.concurrency.to_string())
             .arg("--work-ms")
             .arg(bench.work.as_millis().to_string())
+            .arg("--log-lines")
+            .arg(bench.log_lines.to_string())
             .env("HOPPER_TOKEN", peer.token)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -198,6 +200,7 @@ pub async fn latency(bench: &Bench, jobs: u64) -> anyhow::Result<Report> {
                 client: Client::new(remote),
                 concurrency: bench.concurrency,
                 work: bench.work,
+                log_lines: bench.log_lines,
                 job_timeout: bench.job_timeout,
                 tuning: bench.tuning,
                 json: bench.json,

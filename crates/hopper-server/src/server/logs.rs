@@ -1,13 +1,45 @@
-//! Per-job logs through the server: `log` stores what a worker's handlers wrote, and
-//! `job_logs` reads a job's logs back a page at a time (`docs/protocol.md`).
+//! Per-job logs through the server: `log` stores what a worker's handlers wrote (queued
+//! for the log writer, [`crate::tasks::store_logs`], which stores what waits in one
+//! statement), and `job_logs` reads a job's logs back a page at a time
+//! (`docs/protocol.md`).
 
 use hopper::backend::JobGetParams;
+use hopper_core::job_log::JobLogAppend;
 use hopper_core::{Error, JobId};
-use hopper_protocol::{LOGS_PAGE, Reply};
+use hopper_protocol::{ErrorCode, FinishResult, LOGS_PAGE, Reply};
+use tokio::sync::mpsc::error::TrySendError;
 
-use super::{Core, PeerId};
+use super::{BUSY, Core, PeerId};
+use crate::tasks::LogItem;
 
 impl Core {
+    /// Queues a `log` request's lines for the log writer, which acknowledges it once they
+    /// are stored. Each one waiting holds one of the requests in flight, so the queue is
+    /// bounded: past the bound the request is refused at once with `internal` ("busy"),
+    /// as any other request then is. A backend that keeps no logs acknowledges at once.
+    pub(super) fn queue_log(&self, peer: PeerId, req: u64, append: JobLogAppend) {
+        if self.backend.logs().is_none() {
+            let result = FinishResult::Recorded;
+            return self.reply(&peer, Reply::Ack { req, result });
+        }
+        let Ok(permit) = self.requests.clone().try_acquire_owned() else {
+            return self.reply(&peer, Reply::error(Some(req), ErrorCode::Internal, BUSY));
+        };
+        let item = LogItem {
+            peer,
+            req,
+            append,
+            permit,
+        };
+        let (item, message) = match self.logs.try_send(item) {
+            Ok(()) => return,
+            Err(TrySendError::Full(item)) => (item, BUSY),
+            Err(TrySendError::Closed(item)) => (item, "the server is stopping; retry later"),
+        };
+        let reply = Reply::error(Some(item.req), ErrorCode::Internal, message);
+        self.reply(&item.peer, reply);
+    }
+
     /// Answers `job_logs`: at most [`LOGS_PAGE`] attempts' logs after `after`, and the
     /// cursor of the next page. One more attempt is read than sent, so that `next` is null
     /// exactly on the last page. A job that does not exist is `not_found`; a backend that

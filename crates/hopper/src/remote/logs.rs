@@ -41,26 +41,29 @@ impl LogStore for RemoteBackend {
         Ok(())
     }
 
+    /// Reads the server's pages (at most [`hopper_protocol::LOGS_PAGE`] attempts each),
+    /// following its `next`, until `limit` attempts are read or there are no more.
     async fn job_logs_page(&self, job: JobId, after: i32, limit: u32) -> Result<Vec<AttemptLog>> {
-        let (mut logs, _) = self.job_logs_request(job, after).await?;
-        logs.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let mut logs = Vec::new();
+        let mut after = after;
+        while logs.len() < limit {
+            let (page, next) = self.job_logs_request(job, after).await?;
+            logs.extend(page);
+            match next {
+                // A cursor that does not move on would loop for ever.
+                Some(next) if next > after => after = next,
+                _ => break,
+            }
+        }
+        logs.truncate(limit);
         Ok(logs)
     }
 
     /// Reads the pages the server sends (`job_logs`, at most [`hopper_protocol::LOGS_PAGE`]
     /// attempts each) until its `next` is null.
     async fn job_logs(&self, job: JobId) -> Result<Vec<AttemptLog>> {
-        let mut logs = Vec::new();
-        let mut after = 0;
-        loop {
-            let (page, next) = self.job_logs_request(job, after).await?;
-            logs.extend(page);
-            match next {
-                // A cursor that does not move on would loop for ever.
-                Some(next) if next > after => after = next,
-                _ => return Ok(logs),
-            }
-        }
+        self.job_logs_page(job, 0, u32::MAX).await
     }
 }
 

@@ -1,0 +1,259 @@
+//! `log` requests are stored in batches: what waits while a store runs goes in the next
+//! one, a single statement. Many concurrent requests for several attempts are all stored,
+//! each attempt's lines in the order sent, by fewer statements than requests; and when the
+//! store fails, every request of the batch gets the error.
+//!
+//! The statements are counted by a statement-level trigger on the test schema's log table
+//! that advances a sequence (which a failed statement's rollback does not undo). While the
+//! test holds a lock on the table, the first store waits and every other request queues
+//! behind it; a heartbeat answered after each peer's requests says they all reached the
+//! server.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ciborium::Value;
+use common::*;
+use hopper::backend::ClaimParams;
+use hopper::testing::TestDatabase;
+use hopper::{JobId, NewJob};
+use hopper_server::ServerHandle;
+
+/// Peers sending logs at once.
+const PEERS: usize = 4;
+/// Attempts each peer writes to (its requests alternate between them).
+const ATTEMPTS_PER_PEER: usize = 2;
+/// `log` requests each peer sends.
+const REQUESTS_PER_PEER: usize = 50;
+
+/// A SQL connection to the test's database.
+async fn sql(db: &TestDatabase) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+/// Counts the statements that store logs in the schema's `job_logs`; with `refuse`, each
+/// of them fails too (after being counted).
+async fn count_stores(db: &TestDatabase, refuse: bool) -> anyhow::Result<()> {
+    let s = db.schema();
+    let raise = if refuse {
+        "RAISE EXCEPTION 'log stores refused by the test';"
+    } else {
+        ""
+    };
+    sql(db)
+        .await?
+        .batch_execute(&format!(
+            "CREATE SEQUENCE {s}.log_stores;
+             CREATE FUNCTION {s}.count_log_store() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM nextval('{s}.log_stores'); {raise} RETURN NULL; END $$;
+             CREATE TRIGGER count_log_store BEFORE INSERT ON {s}.job_logs
+             FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_log_store();"
+        ))
+        .await?;
+    Ok(())
+}
+
+/// The statements counted by [`count_stores`].
+async fn stores(db: &TestDatabase) -> anyhow::Result<i64> {
+    let row = sql(db)
+        .await?
+        .query_one(
+            &format!(
+                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {}.log_stores",
+                db.schema()
+            ),
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Jobs in their first attempt, leased by a node the server does not know (so no peer of
+/// it holds them, and any peer may log for them).
+async fn attempts(db: &TestDatabase, n: usize) -> anyhow::Result<Vec<JobId>> {
+    let backend = db.backend();
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|_| NewJob::new("logged", serde_json::json!({})).with_queue("logged"))
+        .collect();
+    backend.job_insert_many(&jobs).await?;
+    let claimed = backend
+        .job_claim(&ClaimParams {
+            queue: "logged".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: u32::try_from(n)?,
+            lease: Duration::from_secs(600),
+            kinds: None,
+        })
+        .await?;
+    assert_eq!(claimed.len(), n);
+    Ok(jobs.iter().map(|j| j.id).collect())
+}
+
+fn log(req: usize, id: JobId, message: &str) -> Value {
+    let line = map(vec![("level", text("info")), ("message", text(message))]);
+    map(vec![
+        ("type", text("log")),
+        ("req", int(i64::try_from(req).unwrap_or(i64::MAX))),
+        ("id", text(&id.to_string())),
+        ("attempt", int(1)),
+        ("lines", Value::Array(vec![line])),
+    ])
+}
+
+/// Connects the peers, and while the test holds a lock on the log table (so the first
+/// store waits), has each send its `log` requests, then a heartbeat whose answer says its
+/// requests are all queued. Releases the lock and returns each peer's replies to its `log`
+/// requests, in the order received, and what each request sent, by job.
+async fn send_logs_behind_a_lock(
+    db: &TestDatabase,
+    endpoint: &str,
+    jobs: &[JobId],
+) -> anyhow::Result<(Vec<Vec<Value>>, HashMap<JobId, Vec<String>>)> {
+    let mut peers = Vec::new();
+    for i in 0..PEERS {
+        let mut peer = RawPeer::connect(endpoint).await;
+        let extra = vec![
+            ("name", text(&format!("logger-{i}"))),
+            ("queues", Value::Array(vec![text("elsewhere")])),
+        ];
+        let welcome = peer.hello("worker", TOKEN, extra).await;
+        assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+        peers.push(peer);
+    }
+    let lock = sql(db).await?;
+    lock.batch_execute(&format!(
+        "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
+        db.schema()
+    ))
+    .await?;
+    let mut sent: HashMap<JobId, Vec<String>> = HashMap::new();
+    for (p, peer) in peers.iter_mut().enumerate() {
+        for n in 0..REQUESTS_PER_PEER {
+            let id = jobs[p * ATTEMPTS_PER_PEER + n % ATTEMPTS_PER_PEER];
+            let message = format!("peer {p} line {n}");
+            peer.send(&log(n + 2, id, &message)).await;
+            sent.entry(id).or_default().push(message);
+        }
+        peer.send(&map(vec![("type", text("heartbeat")), ("req", int(1))]))
+            .await;
+    }
+    for peer in &mut peers {
+        peer.recv_type("heartbeat_ack").await;
+    }
+    lock.batch_execute("COMMIT").await?;
+    let mut replies = Vec::new();
+    for peer in &mut peers {
+        let mut mine = Vec::new();
+        for _ in 0..REQUESTS_PER_PEER {
+            mine.push(peer.recv().await);
+        }
+        replies.push(mine);
+    }
+    Ok((replies, sent))
+}
+
+/// What [`run`] leaves to check.
+struct Run {
+    db: TestDatabase,
+    server: ServerHandle,
+    jobs: Vec<JobId>,
+    replies: Vec<Vec<Value>>,
+    sent: HashMap<JobId, Vec<String>>,
+}
+
+/// A server on a fresh schema whose log stores are counted (and, with `refuse`, fail),
+/// and the replies to the logs of [`send_logs_behind_a_lock`].
+async fn run(refuse: bool) -> anyhow::Result<Run> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(30)).await).await;
+    let jobs = attempts(&db, PEERS * ATTEMPTS_PER_PEER).await?;
+    count_stores(&db, refuse).await?;
+    let (replies, sent) = send_logs_behind_a_lock(&db, server.endpoint(), &jobs).await?;
+    Ok(Run {
+        db,
+        server,
+        jobs,
+        replies,
+        sent,
+    })
+}
+
+/// Each reply answers the request it follows (requests numbered from 2), with `ty`.
+fn assert_replies(replies: &[Vec<Value>], ty: &str) {
+    for mine in replies {
+        let mut reqs: Vec<i64> = mine
+            .iter()
+            .map(|r| {
+                assert_eq!(text_of(r, "type"), ty, "{r:?}");
+                field(r, "req")
+                    .and_then(Value::as_integer)
+                    .and_then(|i| i64::try_from(i).ok())
+                    .unwrap_or(-1)
+            })
+            .collect();
+        reqs.sort_unstable();
+        let expected: Vec<i64> = (2..).take(REQUESTS_PER_PEER).collect();
+        assert_eq!(reqs, expected, "one reply per request");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_logs_are_stored_in_order_by_fewer_statements() -> anyhow::Result<()> {
+    let Run {
+        db,
+        server,
+        jobs,
+        replies,
+        sent,
+    } = run(false).await?;
+    assert_replies(&replies, "ack");
+    for mine in &replies {
+        assert!(mine.iter().all(|r| text_of(r, "result") == "recorded"));
+    }
+    let store = db.backend();
+    let store = store.logs().expect("PostgreSQL keeps logs");
+    for id in &jobs {
+        let logs = store.job_logs(*id).await?;
+        assert_eq!(logs.len(), 1, "one attempt");
+        let stored: Vec<&str> = logs[0].lines.iter().map(|l| l.message.as_str()).collect();
+        assert_eq!(stored, sent[id], "every line, in the order sent");
+    }
+    // The first store waited for the lock; everything else queued meanwhile and went in
+    // the next one (one request a statement would be 200).
+    let requests = PEERS * REQUESTS_PER_PEER;
+    let statements = stores(&db).await?;
+    assert!(
+        statements <= 2,
+        "{requests} requests stored by {statements} statements"
+    );
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_store_answers_every_request_of_its_batch() -> anyhow::Result<()> {
+    let Run {
+        db,
+        server,
+        jobs,
+        replies,
+        ..
+    } = run(true).await?;
+    assert_replies(&replies, "error");
+    for r in replies.iter().flatten() {
+        assert_eq!(text_of(r, "code"), "internal", "{r:?}");
+    }
+    let store = db.backend();
+    let store = store.logs().expect("PostgreSQL keeps logs");
+    for id in &jobs {
+        assert!(store.job_logs(*id).await?.is_empty(), "nothing stored");
+    }
+    let statements = stores(&db).await?;
+    assert!(statements <= 2, "{statements} statements failed");
+    server.shutdown().await;
+    Ok(())
+}
