@@ -303,6 +303,44 @@ async fn an_attempt_is_sampled_by_its_stored_parent() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `OtelMiddleware::new()` uses the global tracer provider as it is at each attempt, so a
+/// middleware made before the provider was installed still exports. The only test here
+/// that sets the global provider: the others give theirs to the middleware.
+#[tokio::test]
+async fn the_global_provider_is_taken_at_each_attempt() -> anyhow::Result<()> {
+    let otel = OtelMiddleware::new();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    opentelemetry::global::set_tracer_provider(provider.clone());
+
+    let backend = sqlite().await?;
+    Client::new(backend.clone())
+        .enqueue(&Ping { fail: false })
+        .await?;
+    let (done, mut ran) = mpsc::unbounded_channel();
+    let mut workers = Workers::new();
+    workers.register(Pinger(done)).middleware(otel);
+    let config = RuntimeConfig::default().with_poll_interval(Duration::from_millis(20));
+    let handle = Runtime::new(backend, workers, config).start().await?;
+    tokio::time::timeout(Duration::from_secs(20), ran.recv()).await?;
+    handle.shutdown().await;
+    provider.force_flush()?;
+
+    let spans = exporter.get_finished_spans()?;
+    let [job] = named(&spans, "hopper.job")[..] else {
+        panic!("one job span: {spans:#?}");
+    };
+    assert_eq!(text(job, "outcome"), "completed");
+    assert_eq!(
+        job.parent_span_id,
+        SpanId::INVALID,
+        "a root: no stored context"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn without_an_opentelemetry_layer_no_trace_context_is_stored() -> anyhow::Result<()> {
     let backend = sqlite().await?;

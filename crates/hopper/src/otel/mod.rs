@@ -59,7 +59,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use self::attempt::AttemptSpan;
 pub use self::gauges::QueueGauges;
 pub use self::metrics::OtelRecorder;
-pub use self::telemetry::{NotJobSpans, Telemetry, TelemetryError, TraceLayer};
+pub use self::telemetry::{NotJobSpans, Telemetry, TelemetryError, TraceLayer, not_job_spans};
 use crate::middleware::{AttemptScope, Middleware};
 
 pub use hopper_core::meta::{TRACEPARENT, TRACESTATE};
@@ -91,7 +91,8 @@ fn test_vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<Str
 #[derive(Debug, Clone)]
 pub struct OtelMiddleware {
     propagator: TraceContextPropagator,
-    tracer: Arc<BoxedTracer>,
+    /// The tracer of the attempts' spans; `None`: the global provider's at each attempt.
+    tracer: Option<Arc<BoxedTracer>>,
 }
 
 impl Default for OtelMiddleware {
@@ -102,17 +103,20 @@ impl Default for OtelMiddleware {
 
 impl OtelMiddleware {
     /// The middleware, with the W3C trace context propagator, making attempts' spans with
-    /// the global tracer provider as it is now: make it after [`Telemetry::from_env`]
-    /// (which installs the providers as the globals), or use [`Telemetry::middleware`].
+    /// the global tracer provider (the one [`Telemetry::from_env`] installs), as it is when
+    /// each attempt starts.
     pub fn new() -> Self {
-        OtelMiddleware::with_tracer(opentelemetry::global::tracer(SCOPE))
+        OtelMiddleware {
+            propagator: TraceContextPropagator::new(),
+            tracer: None,
+        }
     }
 
     /// The middleware, making attempts' spans with `tracer`.
     pub fn with_tracer(tracer: BoxedTracer) -> Self {
         OtelMiddleware {
             propagator: TraceContextPropagator::new(),
-            tracer: Arc::new(tracer),
+            tracer: Some(Arc::new(tracer)),
         }
     }
 }
@@ -158,11 +162,13 @@ impl Middleware for OtelMiddleware {
     }
 
     fn attempt(&self, job: &ClaimedJob) -> Option<Box<dyn AttemptScope>> {
-        Some(Box::new(AttemptSpan::start(
-            &self.tracer,
-            &self.propagator,
-            job,
-        )))
+        let span = match &self.tracer {
+            Some(tracer) => AttemptSpan::start(tracer, &self.propagator, job),
+            None => {
+                AttemptSpan::start(&opentelemetry::global::tracer(SCOPE), &self.propagator, job)
+            }
+        };
+        Some(Box::new(span))
     }
 }
 

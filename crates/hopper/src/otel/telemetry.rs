@@ -26,6 +26,13 @@ pub type NotJobSpans = FilterFn<fn(&Metadata<'_>) -> bool>;
 /// [`NotJobSpans`].
 pub type TraceLayer<S, F> = Filtered<OpenTelemetryLayer<S, SdkTracer>, And<F, NotJobSpans, S>, S>;
 
+/// The filter that leaves out the `hopper.job` spans: add it to a `tracing-opentelemetry`
+/// layer of your own (one [`Telemetry::layer`] does not make), or each attempt is exported
+/// twice, once by the bridge and once by [`OtelMiddleware`].
+pub fn not_job_spans() -> NotJobSpans {
+    FilterFn::new(not_a_job_span as fn(&Metadata<'_>) -> bool)
+}
+
 fn not_a_job_span(metadata: &Metadata<'_>) -> bool {
     !(metadata.name() == super::attempt::JOB_SPAN && metadata.target() == crate::spans::TARGET)
 }
