@@ -32,6 +32,7 @@ mod dispatch;
 mod exposure;
 mod keys;
 mod liveness;
+mod log_writer;
 mod roster;
 mod server;
 mod tasks;

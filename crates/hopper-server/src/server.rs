@@ -26,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Access;
 use crate::convert;
 use crate::dispatch::Gone;
-use crate::tasks::{self, FinishItem, LogItem, ReplyTo};
+use crate::log_writer::{self, LogItem};
+use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
 
 mod hello;
@@ -98,7 +99,7 @@ pub(crate) struct Core {
     pub out: mpsc::Sender<(PeerId, Reply)>,
     pub events: mpsc::Sender<Event>,
     pub finisher: mpsc::Sender<FinishItem>,
-    /// `log` requests for the log writer ([`tasks::store_logs`]).
+    /// `log` requests for the log writer ([`log_writer::store_logs`]).
     pub logs: mpsc::Sender<LogItem>,
     /// Queues that may have jobs ready (a claim was short: not until a wake-up or a poll).
     pub hot: HashMap<String, bool>,
@@ -225,7 +226,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         supervised("log_writer", &health, &stop, {
             let (backend, logs_rx) = (backend.clone(), Arc::new(Mutex::new(logs_rx)));
             let out = out_tx.clone();
-            move || tasks::store_logs(backend.clone(), logs_rx.clone(), out.clone())
+            move || log_writer::store_logs(backend.clone(), logs_rx.clone(), out.clone())
         }),
         supervised("outcome_writer", &health, &stop, {
             let (backend, finish_rx) = (backend.clone(), Arc::new(Mutex::new(finish_rx)));

@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use hopper::maintenance::{Beat, OnWakeup};
 use hopper_core::Wakeup;
 use hopper_core::backend::{Backend, Finish, FinishResult, NodeInfo};
-use hopper_core::job_log::JobLogAppend;
 use hopper_protocol::{ErrorCode, FinishResult as WireResult, Reply};
-use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 
 use crate::ServeConfig;
 
@@ -157,61 +156,6 @@ async fn write_batch(
             }
         };
         let _ = out.send((peer, reply)).await;
-    }
-}
-
-/// A `log` request waiting to be stored.
-pub(crate) struct LogItem {
-    /// Who sent it.
-    pub peer: PeerId,
-    /// Its request number, for the acknowledgement.
-    pub req: u64,
-    /// Its lines.
-    pub append: JobLogAppend,
-    /// Its place among the server's requests in flight, given back once it is
-    /// acknowledged: what bounds the log writer's queue.
-    pub permit: OwnedSemaphorePermit,
-}
-
-/// Most `log` requests stored by one statement (each at most 64 KiB of lines).
-const LOG_BATCH: usize = 256;
-
-/// Stores `log` requests: takes what waits (at most [`LOG_BATCH`]), stores it with one
-/// `job_log_append` call, whose one statement writes each attempt's row once however many
-/// requests carried its lines, then acknowledges each request, or answers each with the
-/// error. One writer, taking requests in the order they came, so an attempt's lines are
-/// stored in the order they were sent. The channel is shared so that a run restarted by
-/// its supervisor takes it over.
-pub(crate) async fn store_logs(
-    backend: Arc<dyn Backend>,
-    items: Arc<tokio::sync::Mutex<mpsc::Receiver<LogItem>>>,
-    out: mpsc::Sender<(PeerId, Reply)>,
-) {
-    let mut items = items.lock().await;
-    let mut batch = Vec::with_capacity(LOG_BATCH);
-    while items.recv_many(&mut batch, LOG_BATCH).await > 0 {
-        let (appends, waiting): (Vec<JobLogAppend>, Vec<_>) = batch
-            .drain(..)
-            .map(|i| (i.append, (i.peer, i.req, i.permit)))
-            .unzip();
-        let stored = match backend.logs() {
-            Some(store) => store.job_log_append(&appends).await,
-            None => Ok(()),
-        };
-        if let Err(e) = &stored {
-            let requests = waiting.len();
-            tracing::warn!(error = %crate::convert::detail(e), requests, "storing job logs failed");
-        }
-        for (peer, req, _permit) in waiting {
-            let reply = match &stored {
-                Ok(()) => Reply::Ack {
-                    req,
-                    result: WireResult::Recorded,
-                },
-                Err(e) => Reply::error(Some(req), ErrorCode::from(e), e.to_string()),
-            };
-            let _ = out.send((peer, reply)).await;
-        }
     }
 }
 

@@ -35,17 +35,26 @@ async fn sql(db: &TestDatabase) -> anyhow::Result<tokio_postgres::Client> {
     Ok(client)
 }
 
-/// Counts the statements that store logs in the schema's `job_logs`; with `refuse`, each
-/// of them fails too (after being counted).
-async fn count_stores(db: &TestDatabase, refuse: bool) -> anyhow::Result<()> {
+/// Which log stores the database refuses.
+#[derive(Clone, Copy)]
+enum Refuse {
+    None,
+    /// Every statement.
+    All,
+    /// Each statement that stores lines of the job of this index (of [`attempts`]).
+    Job(usize),
+}
+
+/// Counts the statements that store logs in the schema's `job_logs`, and has the database
+/// refuse those `refuse` says (after counting them).
+async fn count_stores(db: &TestDatabase, refuse: Refuse, jobs: &[JobId]) -> anyhow::Result<()> {
     let s = db.schema();
-    let raise = if refuse {
-        "RAISE EXCEPTION 'log stores refused by the test';"
-    } else {
-        ""
+    let raise = match refuse {
+        Refuse::All => "RAISE EXCEPTION 'log stores refused by the test';",
+        Refuse::None | Refuse::Job(_) => "",
     };
-    sql(db)
-        .await?
+    let client = sql(db).await?;
+    client
         .batch_execute(&format!(
             "CREATE SEQUENCE {s}.log_stores;
              CREATE FUNCTION {s}.count_log_store() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -54,6 +63,17 @@ async fn count_stores(db: &TestDatabase, refuse: bool) -> anyhow::Result<()> {
              FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_log_store();"
         ))
         .await?;
+    if let Refuse::Job(i) = refuse {
+        client
+            .batch_execute(&format!(
+                "CREATE FUNCTION {s}.refuse_log() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN RAISE EXCEPTION 'this job''s log is refused by the test'; END $$;
+                 CREATE TRIGGER refuse_log BEFORE INSERT ON {s}.job_logs
+                 FOR EACH ROW WHEN (NEW.job_id = '{}') EXECUTE FUNCTION {s}.refuse_log();",
+                jobs[i]
+            ))
+            .await?;
+    }
     Ok(())
 }
 
@@ -165,13 +185,13 @@ struct Run {
     sent: HashMap<JobId, Vec<String>>,
 }
 
-/// A server on a fresh schema whose log stores are counted (and, with `refuse`, fail),
+/// A server on a fresh schema whose log stores are counted (and refused as `refuse` says),
 /// and the replies to the logs of [`send_logs_behind_a_lock`].
-async fn run(refuse: bool) -> anyhow::Result<Run> {
+async fn run(refuse: Refuse) -> anyhow::Result<Run> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(30)).await).await;
     let jobs = attempts(&db, PEERS * ATTEMPTS_PER_PEER).await?;
-    count_stores(&db, refuse).await?;
+    count_stores(&db, refuse, &jobs).await?;
     let (replies, sent) = send_logs_behind_a_lock(&db, server.endpoint(), &jobs).await?;
     Ok(Run {
         db,
@@ -209,7 +229,7 @@ async fn concurrent_logs_are_stored_in_order_by_fewer_statements() -> anyhow::Re
         jobs,
         replies,
         sent,
-    } = run(false).await?;
+    } = run(Refuse::None).await?;
     assert_replies(&replies, "ack");
     for mine in &replies {
         assert!(mine.iter().all(|r| text_of(r, "result") == "recorded"));
@@ -235,14 +255,14 @@ async fn concurrent_logs_are_stored_in_order_by_fewer_statements() -> anyhow::Re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_store_answers_every_request_of_its_batch() -> anyhow::Result<()> {
+async fn a_database_refusing_every_store_answers_every_request() -> anyhow::Result<()> {
     let Run {
         db,
         server,
         jobs,
         replies,
         ..
-    } = run(true).await?;
+    } = run(Refuse::All).await?;
     assert_replies(&replies, "error");
     for r in replies.iter().flatten() {
         assert_eq!(text_of(r, "code"), "internal", "{r:?}");
@@ -252,8 +272,56 @@ async fn a_failed_store_answers_every_request_of_its_batch() -> anyhow::Result<(
     for id in &jobs {
         assert!(store.job_logs(*id).await?.is_empty(), "nothing stored");
     }
+    // Each refused batch is stored again in halves down to single requests: fewer than two
+    // statements a request.
+    let requests = i64::try_from(PEERS * REQUESTS_PER_PEER)?;
     let statements = stores(&db).await?;
-    assert!(statements <= 2, "{statements} statements failed");
+    assert!(statements < 2 * requests, "{statements} statements failed");
+    server.shutdown().await;
+    Ok(())
+}
+
+/// One job whose lines the database refuses costs the others nothing: its requests are
+/// answered with the refusal, every other request is stored, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_does_not_cost_the_others_their_lines() -> anyhow::Result<()> {
+    let Run {
+        db,
+        server,
+        jobs,
+        replies,
+        sent,
+    } = run(Refuse::Job(0)).await?;
+    let refused = jobs[0];
+    let store = db.backend();
+    let store = store.logs().expect("PostgreSQL keeps logs");
+    for id in &jobs {
+        let logs = store.job_logs(*id).await?;
+        if *id == refused {
+            assert!(logs.is_empty(), "the refused job's lines are not stored");
+            continue;
+        }
+        let stored: Vec<&str> = logs[0].lines.iter().map(|l| l.message.as_str()).collect();
+        assert_eq!(stored, sent[id], "every other line, in the order sent");
+    }
+    // Peer 0 sent its even requests (numbered from 2) for the refused job.
+    for (p, mine) in replies.iter().enumerate() {
+        for r in mine {
+            let req = field(r, "req")
+                .and_then(Value::as_integer)
+                .and_then(|i| i64::try_from(i).ok())
+                .unwrap_or(-1);
+            if p == 0 && req % 2 == 0 {
+                assert_eq!(text_of(r, "type"), "error", "{r:?}");
+                assert!(
+                    text_of(r, "message").contains("refused by the test"),
+                    "{r:?}"
+                );
+            } else {
+                assert_eq!(text_of(r, "result"), "recorded", "{r:?}");
+            }
+        }
+    }
     server.shutdown().await;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Per-job logs through the server: `log` stores what a worker's handlers wrote (queued
-//! for the log writer, [`crate::tasks::store_logs`], which stores what waits in one
+//! for the log writer, [`crate::log_writer::store_logs`], which stores what waits in one
 //! statement), and `job_logs` reads a job's logs back a page at a time
 //! (`docs/protocol.md`).
 
@@ -10,7 +10,7 @@ use hopper_protocol::{ErrorCode, FinishResult, LOGS_PAGE, Reply};
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::{BUSY, Core, PeerId};
-use crate::tasks::LogItem;
+use crate::log_writer::LogItem;
 
 impl Core {
     /// Queues a `log` request's lines for the log writer, which acknowledges it once they

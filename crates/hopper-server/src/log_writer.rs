@@ -1,0 +1,102 @@
+//! The log writer of `hopper serve`: stores the lines of `log` requests in batches (one
+//! statement for what waited while the last one ran), and keeps one worker's refused lines
+//! from costing another's.
+
+use std::sync::Arc;
+
+use hopper_core::backend::Backend;
+use hopper_core::job_log::{JobLogAppend, LogStore};
+use hopper_protocol::{ErrorCode, FinishResult as WireResult, Reply};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+use crate::server::PeerId;
+
+/// A `log` request waiting to be stored.
+pub(crate) struct LogItem {
+    /// Who sent it.
+    pub peer: PeerId,
+    /// Its request number, for the acknowledgement.
+    pub req: u64,
+    /// Its lines.
+    pub append: JobLogAppend,
+    /// Its place among the server's requests in flight, given back once it is
+    /// acknowledged: what bounds the log writer's queue.
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// Most `log` requests stored by one statement (each at most 64 KiB of lines).
+const LOG_BATCH: usize = 256;
+
+/// Stores `log` requests: takes what waits (at most [`LOG_BATCH`]), stores it with one
+/// `job_log_append` call, whose one statement writes each attempt's row once however many
+/// requests carried its lines, then acknowledges each request, or answers it with its
+/// error ([`store_isolating`]). One writer, taking requests in the order they came, so an
+/// attempt's lines are stored in the order they were sent. The channel is shared so that a
+/// run restarted by its supervisor takes it over.
+pub(crate) async fn store_logs(
+    backend: Arc<dyn Backend>,
+    items: Arc<tokio::sync::Mutex<mpsc::Receiver<LogItem>>>,
+    out: mpsc::Sender<(PeerId, Reply)>,
+) {
+    let mut items = items.lock().await;
+    let mut batch = Vec::with_capacity(LOG_BATCH);
+    while items.recv_many(&mut batch, LOG_BATCH).await > 0 {
+        let (appends, waiting): (Vec<JobLogAppend>, Vec<_>) = batch
+            .drain(..)
+            .map(|i| (i.append, (i.peer, i.req, i.permit)))
+            .unzip();
+        let stored = match backend.logs() {
+            Some(store) => store_isolating(store, &appends).await,
+            None => vec![Ok(()); appends.len()],
+        };
+        for ((peer, req, _permit), stored) in waiting.into_iter().zip(stored) {
+            let reply = match stored {
+                Ok(()) => Reply::Ack {
+                    req,
+                    result: WireResult::Recorded,
+                },
+                Err((code, message)) => Reply::error(Some(req), code, message),
+            };
+            let _ = out.send((peer, reply)).await;
+        }
+    }
+}
+
+/// How one request's lines fared: stored, or the error to answer it with.
+type Stored = std::result::Result<(), (ErrorCode, String)>;
+
+/// Stores `appends`, one result per entry, in order. A batch the database refuses for good
+/// is stored again in halves until the entry at fault is alone, so that one worker's
+/// refused lines do not cost the others theirs (an attempt's lines keep their order: the
+/// left half is stored first). A transient failure (the database away) is answered to
+/// every entry of the batch: the next store would fail alike.
+async fn store_isolating(store: &dyn LogStore, appends: &[JobLogAppend]) -> Vec<Stored> {
+    let mut results: Vec<Option<Stored>> = vec![None; appends.len()];
+    // The groups still to store, as ranges of `appends`; the last is stored first.
+    let mut groups = Vec::new();
+    groups.push(0..appends.len());
+    while let Some(group) = groups.pop() {
+        if group.is_empty() {
+            continue;
+        }
+        let requests = group.len();
+        match store.job_log_append(&appends[group.clone()]).await {
+            Ok(()) => group.for_each(|i| results[i] = Some(Ok(()))),
+            Err(e) if e.is_transient() || requests == 1 => {
+                tracing::warn!(error = %crate::convert::detail(&e), requests, "storing job logs failed");
+                let failed = (ErrorCode::from(&e), e.to_string());
+                group.for_each(|i| results[i] = Some(Err(failed.clone())));
+            }
+            Err(e) => {
+                tracing::warn!(error = %crate::convert::detail(&e), requests, "a batch of job logs was refused; storing it in halves to find the request at fault");
+                let middle = group.start + requests / 2;
+                groups.push(middle..group.end);
+                groups.push(group.start..middle);
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or(Err((ErrorCode::Internal, "not stored".to_owned()))))
+        .collect()
+}
