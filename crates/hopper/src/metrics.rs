@@ -21,7 +21,11 @@
 //! | [`OUTCOMES_REFUSED_TOTAL`] | counter | | by [`crate::outcomes`], an outcome refused for a permanent reason |
 //! | [`TASK_FAILURES_TOTAL`] | counter | task | by [`crate::supervise`], a background task panicked or failed |
 
+use std::collections::HashMap;
+use std::sync::{OnceLock, PoisonError, RwLock};
 use std::time::Duration;
+
+use metrics::{Key, Label, Metadata};
 
 /// Counter: jobs inserted through [`crate::Client`] (single and bulk), by queue and kind.
 /// Jobs enqueued inside the caller's transaction (whose commit hopper does not see) or from
@@ -94,18 +98,97 @@ pub(crate) enum AttemptEnd {
 
 /// Records that an attempt started `latency` after its job was due.
 pub(crate) fn started(queue: &str, kind: &str, latency: Duration) {
-    metrics::histogram!(JOB_START_LATENCY_SECONDS, "queue" => queue.to_owned(), "kind" => kind.to_owned())
-        .record(latency.as_secs_f64());
+    with_keys(queue, kind, |keys| {
+        metrics::with_recorder(|r| {
+            r.register_histogram(&keys.start_latency, &METADATA)
+                .record(latency.as_secs_f64());
+        });
+    });
 }
 
 /// Records how an attempt ended and how long it ran.
 pub(crate) fn finished(queue: &str, kind: &str, end: AttemptEnd, ran: Duration) {
-    let name = match end {
-        AttemptEnd::Completed => JOBS_COMPLETED_TOTAL,
-        AttemptEnd::Retried => JOBS_RETRIED_TOTAL,
-        AttemptEnd::Failed => JOBS_FAILED_TOTAL,
-    };
-    metrics::counter!(name, "queue" => queue.to_owned(), "kind" => kind.to_owned()).increment(1);
-    metrics::histogram!(JOB_DURATION_SECONDS, "queue" => queue.to_owned(), "kind" => kind.to_owned())
-        .record(ran.as_secs_f64());
+    with_keys(queue, kind, |keys| {
+        let counter = match end {
+            AttemptEnd::Completed => &keys.completed,
+            AttemptEnd::Retried => &keys.retried,
+            AttemptEnd::Failed => &keys.failed,
+        };
+        metrics::with_recorder(|r| {
+            r.register_counter(counter, &METADATA).increment(1);
+            r.register_histogram(&keys.duration, &METADATA)
+                .record(ran.as_secs_f64());
+        });
+    });
+}
+
+/// What the attempt metrics are recorded with, as the `metrics` macros would say it.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// The keys of the attempt metrics of one queue and kind. The `metrics` macros build a key
+/// (its two label strings and its hash) at every call: three times per attempt. These are
+/// built once per queue and kind and lent to the recorder, which is still asked at every
+/// call, so a recorder installed after the runtime started sees the attempts.
+struct JobKeys {
+    start_latency: Key,
+    completed: Key,
+    retried: Key,
+    failed: Key,
+    duration: Key,
+}
+
+impl JobKeys {
+    fn new(queue: &str, kind: &str) -> Self {
+        let key = |name: &'static str| {
+            Key::from_parts(
+                name,
+                vec![
+                    Label::new("queue", queue.to_owned()),
+                    Label::new("kind", kind.to_owned()),
+                ],
+            )
+        };
+        JobKeys {
+            start_latency: key(JOB_START_LATENCY_SECONDS),
+            completed: key(JOBS_COMPLETED_TOTAL),
+            retried: key(JOBS_RETRIED_TOTAL),
+            failed: key(JOBS_FAILED_TOTAL),
+            duration: key(JOB_DURATION_SECONDS),
+        }
+    }
+}
+
+/// Queues and kinds whose keys are kept: past them (kinds are whatever the stored jobs
+/// say), keys are built per call again.
+const KEPT_KEYS: usize = 1024;
+
+/// The kept keys, by queue and then kind, and how many pairs there are.
+type KeptKeys = (HashMap<String, HashMap<String, JobKeys>>, usize);
+
+static KEYS: OnceLock<RwLock<KeptKeys>> = OnceLock::new();
+
+/// Runs `record` with the keys of `queue` and `kind`.
+fn with_keys(queue: &str, kind: &str, record: impl FnOnce(&JobKeys)) {
+    let kept = KEYS.get_or_init(RwLock::default);
+    {
+        let read = kept.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(keys) = read.0.get(queue).and_then(|kinds| kinds.get(kind)) {
+            return record(keys);
+        }
+    }
+    let mut write = kept.write().unwrap_or_else(PoisonError::into_inner);
+    let (map, pairs) = &mut *write;
+    if *pairs >= KEPT_KEYS {
+        drop(write);
+        return record(&JobKeys::new(queue, kind));
+    }
+    let kinds = map.entry(queue.to_owned()).or_default();
+    if !kinds.contains_key(kind) {
+        kinds.insert(kind.to_owned(), JobKeys::new(queue, kind));
+        *pairs += 1;
+    }
+    if let Some(keys) = kinds.get(kind) {
+        record(keys);
+    }
 }
