@@ -22,6 +22,8 @@
 //! spans carry the OpenTelemetry hints `otel.kind` (`producer` for an enqueue, `consumer`
 //! for a job) and `otel.status_code` (`ERROR` on a failure), which the `otel` feature's
 //! bridge turns into span kind and status; a plain `tracing` subscriber shows them as fields.
+//! (The OpenTelemetry span of an attempt is made by `hopper::otel::OtelMiddleware` with
+//! the same name, fields, kind and status; the bridge leaves `hopper.job` out.)
 //!
 //! All spans have the target `hopper::spans`, so one directive picks them:
 //! `hopper::spans=debug` for all of them, `hopper::spans=info` for enqueues and jobs only.
