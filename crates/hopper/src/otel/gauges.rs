@@ -122,7 +122,9 @@ fn settle(reading: &Reading, read: Result<Vec<QueueStats>>) -> Result<()> {
 /// go on exporting counts from before a database outage (logged once per new reason, at
 /// `warn`).
 async fn read_every(backend: Arc<dyn Backend>, reading: Reading, every: Duration) {
-    let every = every.max(Duration::from_secs(1));
+    // At most once a second, and at least once in the longest duration hopper takes: a
+    // period past it would overflow the timer's clock.
+    let every = every.clamp(Duration::from_secs(1), hopper_core::limits::MAX_DURATION);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_error: Option<String> = None;

@@ -111,14 +111,19 @@ fn span_queue(var: &dyn Fn(&str) -> Option<String>) -> Option<usize> {
 const DEFAULT_METRIC_INTERVAL: Duration = Duration::from_secs(60);
 
 /// `OTEL_METRIC_EXPORT_INTERVAL`, in milliseconds; unset or zero: the default. A value
-/// that is not a number is refused (the SDK would quietly take the default).
+/// that is not a number (the SDK would quietly take the default), or longer than any
+/// duration hopper takes ([`hopper_core::limits::MAX_DURATION`]), is refused.
 fn metric_interval(var: &dyn Fn(&str) -> Option<String>) -> Result<Duration, TelemetryError> {
     let Some(value) = var("OTEL_METRIC_EXPORT_INTERVAL") else {
         return Ok(DEFAULT_METRIC_INTERVAL);
     };
     match value.trim().parse::<u64>() {
         Ok(0) => Ok(DEFAULT_METRIC_INTERVAL),
-        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Ok(ms) => hopper_core::limits::check_duration(
+            "OTEL_METRIC_EXPORT_INTERVAL",
+            Duration::from_millis(ms),
+        )
+        .map_err(|e| TelemetryError(e.to_string())),
         Err(_) => Err(TelemetryError(format!(
             "OTEL_METRIC_EXPORT_INTERVAL is {value:?}, not a number of milliseconds"
         ))),
@@ -333,6 +338,12 @@ mod tests {
             interval("5s"),
             Err("OTEL_METRIC_EXPORT_INTERVAL is \"5s\", not a number of milliseconds".into())
         );
+        // Ten years is the longest; u64::MAX ms would overflow the readers' clocks.
+        assert!(interval("315360000000").is_ok());
+        for absurd in ["315360000001", "18446744073709551615"] {
+            let refused = interval(absurd).expect_err("an absurd interval is refused");
+            assert!(refused.contains("too long"), "{refused}");
+        }
     }
 
     #[test]
