@@ -221,6 +221,29 @@ fn assert_replies(replies: &[Vec<Value>], ty: &str) {
     }
 }
 
+/// Every line sent for each job of `jobs` is stored, in the order sent, except that the
+/// job `refused` has nothing stored.
+async fn assert_stored_in_order(
+    db: &TestDatabase,
+    jobs: &[JobId],
+    sent: &HashMap<JobId, Vec<String>>,
+    refused: Option<JobId>,
+) -> anyhow::Result<()> {
+    let store = db.backend();
+    let store = store.logs().expect("PostgreSQL keeps logs");
+    for id in jobs {
+        let logs = store.job_logs(*id).await?;
+        if Some(*id) == refused {
+            assert!(logs.is_empty(), "the refused job's lines are not stored");
+            continue;
+        }
+        assert_eq!(logs.len(), 1, "one attempt");
+        let stored: Vec<&str> = logs[0].lines.iter().map(|l| l.message.as_str()).collect();
+        assert_eq!(stored, sent[id], "every line, in the order sent");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_logs_are_stored_in_order_by_fewer_statements() -> anyhow::Result<()> {
     let Run {
@@ -234,14 +257,7 @@ async fn concurrent_logs_are_stored_in_order_by_fewer_statements() -> anyhow::Re
     for mine in &replies {
         assert!(mine.iter().all(|r| text_of(r, "result") == "recorded"));
     }
-    let store = db.backend();
-    let store = store.logs().expect("PostgreSQL keeps logs");
-    for id in &jobs {
-        let logs = store.job_logs(*id).await?;
-        assert_eq!(logs.len(), 1, "one attempt");
-        let stored: Vec<&str> = logs[0].lines.iter().map(|l| l.message.as_str()).collect();
-        assert_eq!(stored, sent[id], "every line, in the order sent");
-    }
+    assert_stored_in_order(&db, &jobs, &sent, None).await?;
     // The first store waited for the lock; everything else queued meanwhile and went in
     // the next one (one request a statement would be 200).
     let requests = PEERS * REQUESTS_PER_PEER;
@@ -292,18 +308,7 @@ async fn a_refused_request_does_not_cost_the_others_their_lines() -> anyhow::Res
         replies,
         sent,
     } = run(Refuse::Job(0)).await?;
-    let refused = jobs[0];
-    let store = db.backend();
-    let store = store.logs().expect("PostgreSQL keeps logs");
-    for id in &jobs {
-        let logs = store.job_logs(*id).await?;
-        if *id == refused {
-            assert!(logs.is_empty(), "the refused job's lines are not stored");
-            continue;
-        }
-        let stored: Vec<&str> = logs[0].lines.iter().map(|l| l.message.as_str()).collect();
-        assert_eq!(stored, sent[id], "every other line, in the order sent");
-    }
+    assert_stored_in_order(&db, &jobs, &sent, Some(jobs[0])).await?;
     // Peer 0 sent its even requests (numbered from 2) for the refused job.
     for (p, mine) in replies.iter().enumerate() {
         for r in mine {
