@@ -19,6 +19,10 @@ use crate::middleware::AttemptScope;
 /// The name of an attempt's span, as the `tracing` span of [`crate::spans`].
 pub(super) const JOB_SPAN: &str = "hopper.job";
 
+/// The most attributes an attempt's span has: `queue`, `kind`, `job_id`, `attempt`, then
+/// `outcome`, `duration_ms` and `error`.
+const ATTRIBUTES: usize = 7;
+
 /// One attempt's span, and the context that makes it the parent of the spans made while
 /// the attempt runs.
 pub(super) struct AttemptSpan {
@@ -38,13 +42,19 @@ impl AttemptSpan {
             Some(meta) if meta.contains_key(TRACEPARENT) => propagator.extract(&MetaCarrier(meta)),
             _ => Context::new(),
         };
-        let builder = SpanBuilder::from_name(JOB_SPAN).with_kind(SpanKind::Consumer);
+        // The span keeps this list: reserved whole, the attributes set now and at the end
+        // never make it grow (it did twice per recorded span).
+        let builder = SpanBuilder::from_name(JOB_SPAN)
+            .with_kind(SpanKind::Consumer)
+            .with_attributes(Vec::with_capacity(ATTRIBUTES));
         let mut span = tracer.build_with_context(builder, &parent);
         if span.is_recording() {
+            let mut id = [0; uuid::fmt::Hyphenated::LENGTH];
+            let id = job.lease.job_id.hyphenated().encode_lower(&mut id);
             span.set_attributes([
                 KeyValue::new("queue", job.queue.clone()),
                 KeyValue::new("kind", job.kind.clone()),
-                KeyValue::new("job_id", job.lease.job_id.to_string()),
+                KeyValue::new("job_id", id.to_owned()),
                 KeyValue::new("attempt", i64::from(job.lease.attempt)),
             ]);
         }
