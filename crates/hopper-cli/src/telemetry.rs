@@ -58,10 +58,15 @@ pub fn init(ansi: bool) -> Guard {
     Guard
 }
 
-/// True when traces are exported.
+/// The OpenTelemetry middleware, with the exporting provider's tracer, when traces are
+/// exported. (Its tracer is taken once here, not looked up at each attempt as
+/// `OtelMiddleware::new()` does.)
 #[cfg(feature = "otel")]
-fn tracing() -> bool {
-    TELEMETRY.get().is_some_and(hopper::otel::Telemetry::traces)
+fn middleware() -> Option<hopper::otel::OtelMiddleware> {
+    TELEMETRY
+        .get()
+        .filter(|t| t.traces())
+        .map(hopper::otel::Telemetry::middleware)
 }
 
 /// A client over `backend`, storing the trace context in what it enqueues when traces are
@@ -69,8 +74,8 @@ fn tracing() -> bool {
 pub fn client(backend: Arc<dyn Backend>) -> Client {
     let client = Client::new(backend);
     #[cfg(feature = "otel")]
-    if tracing() {
-        return client.with_middleware(hopper::otel::OtelMiddleware::new());
+    if let Some(middleware) = middleware() {
+        return client.with_middleware(middleware);
     }
     client
 }
@@ -79,8 +84,8 @@ pub fn client(backend: Arc<dyn Backend>) -> Client {
 /// `hopper serve` enqueues submissions through (with none, straight to the backend).
 pub fn tracing_client(backend: &Arc<dyn Backend>) -> Option<Client> {
     #[cfg(feature = "otel")]
-    if tracing() {
-        return Some(client(backend.clone()));
+    if let Some(middleware) = middleware() {
+        return Some(Client::new(backend.clone()).with_middleware(middleware));
     }
     let _ = backend;
     None
@@ -90,9 +95,9 @@ pub fn tracing_client(backend: &Arc<dyn Backend>) -> Option<Client> {
 pub fn workers() -> Workers {
     let workers = Workers::new();
     #[cfg(feature = "otel")]
-    if tracing() {
+    if let Some(middleware) = middleware() {
         let mut workers = workers;
-        workers.middleware(hopper::otel::OtelMiddleware::new());
+        workers.middleware(middleware);
         return workers;
     }
     workers
