@@ -198,6 +198,19 @@ fn assert_replies(replies: &[Vec<Value>], ty: &str) {
     }
 }
 
+/// Each reply is an `internal` error, `transient` as given.
+fn assert_failed(replies: &[Vec<Value>], transient: bool) {
+    assert_replies(replies, "error");
+    for r in replies.iter().flatten() {
+        assert_eq!(text_of(r, "code"), "internal", "{r:?}");
+        assert_eq!(
+            field(r, "transient"),
+            Some(&Value::Bool(transient)),
+            "{r:?}"
+        );
+    }
+}
+
 /// Every line sent for each job of `jobs` is stored, in the order sent, except that the
 /// job `refused` has nothing stored.
 async fn assert_stored_in_order(
@@ -256,11 +269,7 @@ async fn a_database_refusing_every_store_answers_every_request() -> anyhow::Resu
         replies,
         ..
     } = run(Refuse::All("P0001")).await?;
-    assert_replies(&replies, "error");
-    for r in replies.iter().flatten() {
-        assert_eq!(text_of(r, "code"), "internal", "{r:?}");
-        assert_eq!(field(r, "transient"), Some(&Value::Bool(false)), "{r:?}");
-    }
+    assert_failed(&replies, false);
     let store = db.backend();
     let store = store.logs().expect("PostgreSQL keeps logs");
     for id in &jobs {
@@ -285,11 +294,7 @@ async fn a_transient_failure_is_answered_as_transient_to_the_whole_batch() -> an
         replies,
         ..
     } = run(Refuse::All("40001")).await?;
-    assert_replies(&replies, "error");
-    for r in replies.iter().flatten() {
-        assert_eq!(text_of(r, "code"), "internal", "{r:?}");
-        assert_eq!(field(r, "transient"), Some(&Value::Bool(true)), "{r:?}");
-    }
+    assert_failed(&replies, true);
     // One statement a batch: the first (behind the lock) and what queued meanwhile.
     let statements = db.log_store_attempts().await?;
     assert!(statements <= 2, "{statements} statements failed");

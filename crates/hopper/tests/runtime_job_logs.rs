@@ -42,6 +42,24 @@ impl Worker for ChattyWorker {
     }
 }
 
+/// Runs `workers` on `db` until `completed` jobs of the default queue completed.
+async fn run_until_completed(
+    db: &TestDatabase,
+    workers: Workers,
+    completed: i64,
+) -> anyhow::Result<()> {
+    let handle = Runtime::new(db.backend(), workers, RuntimeConfig::default())
+        .start()
+        .await?;
+    db.wait_for("default", Duration::from_secs(30), |s| {
+        s.completed == completed
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    handle.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn handler_logs_are_stored_with_the_attempt_and_a_flood_is_truncated() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -51,13 +69,7 @@ async fn handler_logs_are_stored_with_the_attempt_and_a_flood_is_truncated() -> 
     client.insert_many(&[quiet.clone(), flood.clone()]).await?;
     let mut workers = Workers::new();
     workers.register(ChattyWorker);
-    let handle = Runtime::new(db.backend(), workers, RuntimeConfig::default())
-        .start()
-        .await?;
-    db.wait_for("default", Duration::from_secs(30), |s| s.completed == 2)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    handle.shutdown().await;
+    run_until_completed(&db, workers, 2).await?;
 
     let logs = client.job_logs(quiet.id).await?;
     assert_eq!(logs.len(), 1);
@@ -121,13 +133,7 @@ async fn run_numbered(db: &TestDatabase, lines: u32) -> anyhow::Result<hopper::J
     let id = client.insert(NewJob::of(&Lines { lines })?).await?;
     let mut workers = Workers::new();
     workers.register(Numbered);
-    let handle = Runtime::new(db.backend(), workers, RuntimeConfig::default())
-        .start()
-        .await?;
-    db.wait_for("default", Duration::from_secs(30), |s| s.completed == 1)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    handle.shutdown().await;
+    run_until_completed(db, workers, 1).await?;
     Ok(id)
 }
 
