@@ -11,6 +11,7 @@ import {
   defaultName,
 } from "./connection.js";
 import { HopperError } from "./errors.js";
+import { LogSender } from "./log_sender.js";
 import * as tracing from "./tracing.js";
 
 /** Throw from a handler to run the job again after `seconds` without using an attempt. */
@@ -93,7 +94,9 @@ export class Job {
    * API, the dashboard). `level`: trace, debug, info, warn or error. Never throws nor
    * waits: lines are sent while the job runs, a second after the first of them was written
    * (or once 16 KiB of them wait), and the rest just before the outcome. An attempt keeps
-   * at most 64 KiB of lines; the rest are counted as dropped. */
+   * at most 64 KiB of lines; the rest are counted as dropped. Lines the server cannot store
+   * now (the database away) are sent again for about 5 s, in order; stored at least once:
+   * a line may be stored twice if an acknowledgement is lost. */
   log(level: string, message: string, fields?: Record<string, unknown>): void {
     const line: Message = { level: String(level), message: String(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
     if (fields !== undefined && Object.keys(fields).length > 0) line["fields"] = fields;
@@ -127,8 +130,7 @@ export class Job {
   private sendLog(): void {
     this.logTimer = null;
     if (this.signal.aborted) return;
-    const log = this.takeLog();
-    if (log !== undefined) this.worker.send(log);
+    this.worker.offerLog(this);
   }
 
   /** @internal The lines logged since the last take as one `log` message, or undefined
@@ -205,6 +207,7 @@ export class Worker {
   private readonly running = new Map<string, Job>();
   private held: Job[] = [];
   private readonly unacked = new Map<number, Unacked>();
+  private readonly logs: LogSender;
   private stopping = false;
   private leaveBy = Infinity;
   private reconnecting = false;
@@ -222,6 +225,12 @@ export class Worker {
     this.shutdownTimeoutMs = options.shutdownTimeoutMs ?? 30_000;
     this.ackTimeoutMs = options.ackTimeoutMs ?? 10_000;
     this.logger = options.logger ?? console;
+    this.logs = new LogSender(
+      (message) => this.sendTracked(message),
+      this.ackTimeoutMs,
+      (text) => this.logger.warn(`hopper worker ${this.name}: ${text}`),
+      () => this.finishIfDone(),
+    );
   }
 
   /** Registers `handler` for `kind`; returns the worker, for chaining. */
@@ -258,6 +267,7 @@ export class Worker {
       await done;
     } finally {
       if (this.timer !== null) clearTimeout(this.timer);
+      this.logs.close();
       if (signals) {
         process.off("SIGINT", stop);
         process.off("SIGTERM", stop);
@@ -294,13 +304,28 @@ export class Worker {
     return req;
   }
 
+  /** A send whose failure the caller handles: its `req` and whether it left; undefined
+   * without a connection. */
+  private sendTracked(message: Message): { req: number; sent: Promise<void> } | undefined {
+    const conn = this.conn;
+    if (conn === null) return undefined;
+    const req = conn.nextReq();
+    return { req, sent: conn.send({ ...message, req }) };
+  }
+
+  /** @internal Sends the job's waiting lines as a `log` request, after the one of its
+   * attempt in flight if any (`last`: the attempt ended). */
+  offerLog(job: Job, last = false): void {
+    this.logs.offer(`${job.id}/${job.attempt}`, () => job.takeLog(), last);
+  }
+
   private sendOutcome(message: Message): void {
     const req = this.send(message);
     this.unacked.set(req, { sentAt: Date.now(), message });
   }
 
   private finishIfDone(): void {
-    const done = this.running.size === 0 && this.unacked.size === 0;
+    const done = this.running.size === 0 && this.unacked.size === 0 && !this.logs.pending();
     if (this.stopping && (done || Date.now() > this.leaveBy) && this.finished !== null) {
       this.finished();
       this.finished = null;
@@ -340,10 +365,12 @@ export class Worker {
     this.reconnecting = true;
     try {
       await conn.reconnect(Date.now() + 2 * conn.heartbeatMs);
-      // Outcomes not yet acknowledged go again (a repeat is answered lease_lost).
+      // Outcomes not yet acknowledged go again (a repeat is answered lease_lost), and so do
+      // log requests: the old socket's replies never come.
       const pending = [...this.unacked.values()].map((u) => u.message);
       this.unacked.clear();
       for (const message of pending) this.sendOutcome(message);
+      this.logs.resend();
     } catch (e) {
       this.logger.warn(`hopper worker ${this.name}: reconnecting failed: ${String(e)}`);
     } finally {
@@ -368,6 +395,7 @@ export class Worker {
         }
         break;
       case "ack": {
+        if (this.logs.onReply(message)) break;
         const req = message["req"];
         if (typeof req === "number") this.unacked.delete(req);
         this.finishIfDone();
@@ -379,6 +407,9 @@ export class Worker {
         const outcome = typeof req === "number" ? this.unacked.get(req) : undefined;
         if (code === "unauthorized") {
           void this.reconnect(); // the server restarted and forgot this session
+        }
+        if (this.logs.onReply(message) || code === "unauthorized") {
+          // a log request's answer, or a hello to say again
         } else if (outcome !== undefined && code !== "internal" && typeof req === "number") {
           this.unacked.delete(req);
           this.logger.warn(`hopper worker ${this.name}: outcome of ${String(outcome.message["id"])} refused: ${String(message["message"])}`);
@@ -449,9 +480,9 @@ export class Worker {
       .then((outcome) => {
         this.running.delete(job.id);
         if (!job.signal.aborted) {
-          // The attempt's log goes out just before its outcome.
-          const log = job.takeLog();
-          if (log !== undefined) this.send(log);
+          // The attempt's log goes out just before its outcome (after the request of it in
+          // flight, if any).
+          this.offerLog(job, true);
           this.sendOutcome({ ...outcome, id: job.id, attempt: job.attempt });
         }
         const next = this.held.shift();

@@ -40,6 +40,24 @@ export function psql(sql: string): string {
   return execFileSync("psql", [DATABASE_URL, "-XtAq", "-v", "ON_ERROR_STOP=1", "-c", sql], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim();
 }
 
+/** The trigger that fails a schema's log stores (shared with the Rust and Python tests). */
+const FAIL_LOG_STORES = join(ROOT, "crates", "hopper-postgres", "src", "testing", "fail_log_stores.sql");
+
+/** Has the first `failures` statements that store job log lines in `schema` fail with
+ * SQLSTATE `sqlstate` (null: all of them). */
+export function failLogStores(schema: string, failures: number | null, sqlstate: string): void {
+  const count = failures === null ? "9223372036854775807" : String(Math.trunc(failures));
+  psql(
+    `SET search_path TO ${schema}; ${readFileSync(FAIL_LOG_STORES, "utf8")};` +
+      ` INSERT INTO log_store_faults VALUES (${count}, '${sqlstate}')`,
+  );
+}
+
+/** The statements that tried to store log lines in `schema` since `failLogStores`. */
+export function logStoreAttempts(schema: string): number {
+  return Number(psql(`SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM ${schema}.log_store_attempts`));
+}
+
 export const sleep = (ms: number): Promise<void> => new Promise((done) => setTimeout(done, ms));
 
 /** Waits for `condition`, polling; throws after `timeoutMs`. */

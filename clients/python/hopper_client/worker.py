@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ._connection import Connection, HopperError, Message, Unavailable, default_name
+from ._log_sender import LogSender
 from ._tracing import job_span
 
 log = logging.getLogger("hopper_client")
@@ -89,7 +90,9 @@ class Job:
         are structured details. Never raises nor waits: lines are sent while the job runs,
         a second after the first of them was written (or once 16 KiB of them wait), and the
         rest just before the outcome. An attempt keeps at most 64 KiB of lines; the rest
-        are counted as dropped."""
+        are counted as dropped. Lines the server cannot store now (the database away) are
+        sent again for about 5 s, in order; stored at least once: a line may be stored
+        twice if an acknowledgement is lost."""
         line: Message = {"level": str(level), "message": str(message)[:_MAX_MESSAGE],
                          "at": datetime.now(timezone.utc).isoformat()}
         if fields:
@@ -181,6 +184,7 @@ class Worker:
         self._rehello = False
         self._pool: Optional[ThreadPoolExecutor] = None
         self._conn: Optional[Connection] = None
+        self._logs = LogSender(self._try_send, reply_timeout=ack_timeout)
 
     @property
     def conn(self) -> Connection:
@@ -226,11 +230,12 @@ class Worker:
                     leave_by = now + self.shutdown_timeout
                     self._send({"type": "bye"})
                     self._release_unstarted()
-                if leave_by is not None and (not self._running and not self._unacked
-                                             or now > leave_by):
+                done = not self._running and not self._unacked and not self._logs.pending()
+                if leave_by is not None and (done or now > leave_by):
                     break
                 self._report_results()
                 self._send_due_logs(now)
+                self._logs.poll(now)
                 self._flush_outbox()
                 if now >= next_heartbeat:
                     leases = [{"id": j.id, "attempt": j.attempt} for j in self._running.values()]
@@ -266,11 +271,13 @@ class Worker:
         except HopperError as e:
             log.warning("reconnecting failed: %s", e)
             return
-        # Outcomes not yet acknowledged go again (a repeat is answered lease_lost).
+        # Outcomes not yet acknowledged go again (a repeat is answered lease_lost), and so
+        # do log requests: the old socket's replies never come.
         pending = [m for _, m in self._unacked.values()]
         self._unacked.clear()
         for message in pending:
             self._send_outcome(message)
+        self._logs.resend(time.monotonic())
 
     def _send(self, message: Message) -> int:
         message = dict(message)
@@ -279,6 +286,18 @@ class Worker:
             self.conn.send(message)
         except HopperError as e:
             log.warning("cannot send %s: %s", message.get("type"), e)
+        req: int = message["req"]
+        return req
+
+    def _try_send(self, message: Message) -> Optional[int]:
+        """Sends a message with a fresh ``req`` and returns it; None if it could not be
+        sent."""
+        message = dict(message, req=self.conn.next_req())
+        try:
+            self.conn.send(message)
+        except HopperError as e:
+            log.debug("cannot send %s: %s", message.get("type"), e)
+            return None
         req: int = message["req"]
         return req
 
@@ -305,10 +324,9 @@ class Worker:
             self._futures.pop(job.id, None)
             if job.cancelled.is_set():
                 continue  # cancelled or lease lost: nothing to report
-            # The attempt's log goes out just before its outcome.
-            log_message = job._take_log()
-            if log_message is not None:
-                self._send(log_message)
+            # The attempt's log goes out just before its outcome (after the request of it in
+            # flight, if any).
+            self._logs.offer((job.id, job.attempt), job._take_log, time.monotonic(), last=True)
             outcome.update({"id": job.id, "attempt": job.attempt})
             self._send_outcome(outcome)
 
@@ -317,9 +335,7 @@ class Worker:
         worker that dies mid-attempt loses at most the last second of them."""
         for job in self._running.values():
             if job._log_due(now) and not job.cancelled.is_set():
-                log_message = job._take_log()
-                if log_message is not None:
-                    self._send(log_message)
+                self._logs.offer((job.id, job.attempt), job._take_log, now)
 
     def _on_message(self, message: Message) -> None:
         kind = message.get("type")
@@ -337,6 +353,8 @@ class Worker:
                 if lost is not None and lost.attempt == lease.get("attempt"):
                     lost.cancelled.set()
         elif kind == "ack":
+            if self._logs.on_reply(message, time.monotonic()):
+                return
             acked = message.get("req")
             if isinstance(acked, int):
                 self._unacked.pop(acked, None)
@@ -345,7 +363,9 @@ class Worker:
             req = message.get("req")
             if code == "unauthorized":
                 self._rehello = True  # the server restarted and forgot this session
-            elif isinstance(req, int) and req in self._unacked and code != "internal":
+            if self._logs.on_reply(message, time.monotonic()) or code == "unauthorized":
+                return  # a log request's answer, or a hello to say again
+            if isinstance(req, int) and req in self._unacked and code != "internal":
                 _, refused = self._unacked.pop(req)
                 log.warning("outcome of %s refused: %s", refused.get("id"), message.get("message"))
             else:

@@ -151,3 +151,21 @@ def counting_nap():
 SERVER_KEY = re.compile(r"peers need the server key (\S{40})")
 
 ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+#: The trigger that fails a schema's log stores (shared with the Rust and Node tests).
+FAIL_LOG_STORES = ROOT / "crates" / "hopper-postgres" / "src" / "testing" / "fail_log_stores.sql"
+
+
+def fail_log_stores(schema, failures, sqlstate):
+    """Has the first ``failures`` statements that store job log lines in ``schema`` fail
+    with SQLSTATE ``sqlstate`` (None: all of them)."""
+    failures = "9223372036854775807" if failures is None else int(failures)
+    psql(f"SET search_path TO {schema}; {FAIL_LOG_STORES.read_text()};"
+         f" INSERT INTO log_store_faults VALUES ({failures}, '{sqlstate}')")
+
+
+def log_store_attempts(schema):
+    """The statements that tried to store log lines since :func:`fail_log_stores`."""
+    return int(psql(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END"
+                    f" FROM {schema}.log_store_attempts"))

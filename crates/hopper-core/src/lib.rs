@@ -2,6 +2,7 @@
 //!
 //! This crate does no I/O. It holds:
 //!
+//! - [`backoff`]: the delays between retries of a transient failure ([`Backoff`]);
 //! - [`job`]: what a job is ([`NewJob`], [`JobRecord`], [`JobState`], [`Priority`]) and the
 //!   validation every entry point applies before anything is written;
 //! - [`job_log`]: per-job logs, bounded per attempt, and the capability that stores them
@@ -26,6 +27,7 @@
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
 
 pub mod backend;
+pub mod backoff;
 pub mod clock;
 pub mod error;
 pub mod job;
@@ -47,6 +49,7 @@ pub use backend::{
     NodeDeregisterParams, NodeInfo, NodeReleaseDeadParams, Outcome, QueueStats, SchedulingStore,
     StatsStore, Wakeup, WakeupStream,
 };
+pub use backoff::Backoff;
 pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{Error, Result};
 pub use job::{

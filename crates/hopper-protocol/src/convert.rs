@@ -18,7 +18,7 @@ use hopper_core::{
 };
 
 use crate::batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
-use crate::messages::{AttemptInfo, ErrorCode, JobInfo, JobSpec, Order, PriorityValue};
+use crate::messages::{AttemptInfo, ErrorCode, JobInfo, JobSpec, Order, PriorityValue, Reply};
 
 /// Whole milliseconds, saturating.
 fn millis(d: Duration) -> u64 {
@@ -303,6 +303,20 @@ impl OutcomeItem {
 }
 
 /// The error code a failed backend call is answered with.
+impl Reply {
+    /// The error reply for `e`: its [`ErrorCode`], its text, and for `internal` whether it
+    /// is transient ([`Error::is_transient`]).
+    pub fn failure(req: Option<u64>, e: &Error) -> Self {
+        let code = ErrorCode::from(e);
+        Reply::Error {
+            req,
+            code,
+            message: e.to_string(),
+            transient: (code == ErrorCode::Internal).then(|| e.is_transient()),
+        }
+    }
+}
+
 impl From<&Error> for ErrorCode {
     fn from(e: &Error) -> Self {
         match e {

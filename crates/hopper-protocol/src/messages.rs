@@ -547,7 +547,9 @@ pub enum ErrorCode {
     NotFound,
     /// The job's state does not allow this (cancel a finished job), or the id exists.
     Conflict,
-    /// The server failed (the database is unreachable, say); retrying later may succeed.
+    /// The server failed: retrying later may succeed when the reply's `transient` is true
+    /// (the database is unreachable, say), not when it is false (the database refused the
+    /// request for good).
     Internal,
 }
 
@@ -707,6 +709,12 @@ pub enum Reply {
         code: ErrorCode,
         /// Why, for people.
         message: String,
+        /// With `internal`: whether the failure is transient (the database away, the server
+        /// busy), so the same request may succeed later, or permanent (the database refused
+        /// it for good), so it would fail again. Absent from other codes, and from servers
+        /// that predate it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        transient: Option<bool>,
     },
 }
 
@@ -732,12 +740,24 @@ impl Reply {
         }
     }
 
-    /// An error reply.
+    /// An error reply that says nothing of `transient` (a refusal of the request itself).
     pub fn error(req: Option<u64>, code: ErrorCode, message: impl Into<String>) -> Self {
         Reply::Error {
             req,
             code,
             message: message.into(),
+            transient: None,
+        }
+    }
+
+    /// An `internal` error reply for a failure that may pass (the server busy or stopping):
+    /// `transient` is true, the peer may send the request again later.
+    pub fn transient(req: Option<u64>, message: impl Into<String>) -> Self {
+        Reply::Error {
+            req,
+            code: ErrorCode::Internal,
+            message: message.into(),
+            transient: Some(true),
         }
     }
 

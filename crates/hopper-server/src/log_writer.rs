@@ -1,12 +1,20 @@
 //! The log writer of `hopper serve`: stores the lines of `log` requests in batches (one
 //! statement for what waited while the last one ran), and keeps one worker's refused lines
 //! from costing another's.
+//!
+//! A store that fails for a transient reason is not retried here: its requests are answered
+//! at once with a transient `internal` error, and the workers send them again (with
+//! backoff, within a few seconds, the attempt's later lines held back meanwhile so the
+//! order holds). Retrying here would hold the requests' in-flight permits, shared with
+//! every other request of the server, for as long as the database is away, and the one
+//! writer with them.
 
 use std::sync::Arc;
 
+use hopper_core::Error;
 use hopper_core::backend::Backend;
 use hopper_core::job_log::{JobLogAppend, LogStore};
-use hopper_protocol::{ErrorCode, FinishResult as WireResult, Reply};
+use hopper_protocol::{FinishResult as WireResult, Reply};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use crate::server::PeerId;
@@ -55,21 +63,23 @@ pub(crate) async fn store_logs(
                     req,
                     result: WireResult::Recorded,
                 },
-                Err((code, message)) => Reply::error(Some(req), code, message),
+                Err(e) => Reply::failure(Some(req), &e),
             };
             let _ = out.send((peer, reply)).await;
         }
     }
 }
 
-/// How one request's lines fared: stored, or the error to answer it with.
-type Stored = std::result::Result<(), (ErrorCode, String)>;
+/// How one request's lines fared: stored, or the error to answer it with (shared by the
+/// requests of a batch that failed as one).
+type Stored = std::result::Result<(), Arc<Error>>;
 
 /// Stores `appends`, one result per entry, in order. A batch the database refuses for good
 /// is stored again in halves until the entry at fault is alone, so that one worker's
 /// refused lines do not cost the others theirs (an attempt's lines keep their order: the
 /// left half is stored first). A transient failure (the database away) is answered to
-/// every entry of the batch: the next store would fail alike.
+/// every entry of the batch, as transient: the next store would fail alike, and the
+/// workers send their requests again.
 async fn store_isolating(store: &dyn LogStore, appends: &[JobLogAppend]) -> Vec<Stored> {
     let mut results: Vec<Option<Stored>> = vec![None; appends.len()];
     // The groups still to store, as ranges of `appends`; the last is stored first.
@@ -84,7 +94,7 @@ async fn store_isolating(store: &dyn LogStore, appends: &[JobLogAppend]) -> Vec<
             Ok(()) => group.for_each(|i| results[i] = Some(Ok(()))),
             Err(e) if e.is_transient() || requests == 1 => {
                 tracing::warn!(error = %crate::convert::detail(&e), requests, "storing job logs failed");
-                let failed = (ErrorCode::from(&e), e.to_string());
+                let failed = Arc::new(e);
                 group.for_each(|i| results[i] = Some(Err(failed.clone())));
             }
             Err(e) => {
@@ -97,6 +107,6 @@ async fn store_isolating(store: &dyn LogStore, appends: &[JobLogAppend]) -> Vec<
     }
     results
         .into_iter()
-        .map(|r| r.unwrap_or(Err((ErrorCode::Internal, "not stored".to_owned()))))
+        .map(|r| r.unwrap_or_else(|| Err(Arc::new(Error::Shutdown))))
         .collect()
 }

@@ -542,7 +542,7 @@ impl Core {
                 match hopper_protocol::convert::log_append(lease, lines, dropped, now) {
                     Ok(append) => self.queue_log(peer, req, append),
                     Err(e) => {
-                        let reply = Reply::error(Some(req), ErrorCode::from(&e), e.to_string());
+                        let reply = Reply::failure(Some(req), &e);
                         self.reply(&peer, reply);
                     }
                 }
@@ -594,7 +594,7 @@ impl Core {
         F: Future<Output = Result<Reply>> + Send + 'static,
     {
         let Ok(permit) = self.requests.clone().try_acquire_owned() else {
-            return self.reply(&peer, Reply::error(Some(req), ErrorCode::Internal, BUSY));
+            return self.reply(&peer, Reply::transient(Some(req), BUSY));
         };
         let out = self.out.clone();
         tokio::spawn(async move {
@@ -602,11 +602,10 @@ impl Core {
             let reply = match work.await {
                 Ok(reply) => reply,
                 Err(e) => {
-                    let code = ErrorCode::from(&e);
-                    if code == ErrorCode::Internal {
+                    if ErrorCode::from(&e) == ErrorCode::Internal {
                         tracing::warn!(error = %convert::detail(&e), "request failed");
                     }
-                    Reply::error(Some(req), code, e.to_string())
+                    Reply::failure(Some(req), &e)
                 }
             };
             let _ = out.send((peer, reply)).await;
@@ -813,10 +812,7 @@ impl Core {
             }
             Err(e) => {
                 tracing::warn!(error = %convert::detail(&e), "extending leases failed");
-                self.reply(
-                    &peer,
-                    Reply::error(Some(req), ErrorCode::from(&e), e.to_string()),
-                );
+                self.reply(&peer, Reply::failure(Some(req), &e));
             }
         }
     }

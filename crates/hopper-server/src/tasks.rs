@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use hopper::maintenance::{Beat, OnWakeup};
 use hopper_core::Wakeup;
 use hopper_core::backend::{Backend, Finish, FinishResult, NodeInfo};
-use hopper_protocol::{ErrorCode, FinishResult as WireResult, Reply};
+use hopper_protocol::{FinishResult as WireResult, Reply};
 use tokio::sync::{mpsc, watch};
 
 use crate::ServeConfig;
@@ -132,10 +132,7 @@ async fn write_batch(
         at = range.end;
         let (peer, reply) = match (item.reply_to, results.get(range.start)) {
             (ReplyTo::Nobody, _) => continue,
-            (ReplyTo::Ack(peer, req), Some(Err(e))) => (
-                peer,
-                Reply::error(Some(req), ErrorCode::from(e), e.to_string()),
-            ),
+            (ReplyTo::Ack(peer, req), Some(Err(e))) => (peer, Reply::failure(Some(req), e)),
             (ReplyTo::Ack(peer, req), _) => (
                 peer,
                 Reply::Ack {

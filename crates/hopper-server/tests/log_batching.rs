@@ -1,10 +1,11 @@
 //! `log` requests are stored in batches: what waits while a store runs goes in the next
 //! one, a single statement. Many concurrent requests for several attempts are all stored,
 //! each attempt's lines in the order sent, by fewer statements than requests; and when the
-//! store fails, every request of the batch gets the error.
+//! store fails, every request of the batch gets the error, which says whether it is
+//! transient (the workers send those again).
 //!
-//! The statements are counted by a statement-level trigger on the test schema's log table
-//! that advances a sequence (which a failed statement's rollback does not undo). While the
+//! The statements are counted, and failed as the test says, by
+//! [`TestDatabase::fail_log_stores`]. While the
 //! test holds a lock on the table, the first store waits and every other request queues
 //! behind it; a heartbeat answered after each peer's requests says they all reached the
 //! server.
@@ -39,32 +40,23 @@ async fn sql(db: &TestDatabase) -> anyhow::Result<tokio_postgres::Client> {
 #[derive(Clone, Copy)]
 enum Refuse {
     None,
-    /// Every statement.
-    All,
+    /// Every statement, with this SQLSTATE.
+    All(&'static str),
     /// Each statement that stores lines of the job of this index (of [`attempts`]).
     Job(usize),
 }
 
 /// Counts the statements that store logs in the schema's `job_logs`, and has the database
-/// refuse those `refuse` says (after counting them).
+/// refuse those `refuse` says.
 async fn count_stores(db: &TestDatabase, refuse: Refuse, jobs: &[JobId]) -> anyhow::Result<()> {
-    let s = db.schema();
-    let raise = match refuse {
-        Refuse::All => "RAISE EXCEPTION 'log stores refused by the test';",
-        Refuse::None | Refuse::Job(_) => "",
-    };
-    let client = sql(db).await?;
-    client
-        .batch_execute(&format!(
-            "CREATE SEQUENCE {s}.log_stores;
-             CREATE FUNCTION {s}.count_log_store() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN PERFORM nextval('{s}.log_stores'); {raise} RETURN NULL; END $$;
-             CREATE TRIGGER count_log_store BEFORE INSERT ON {s}.job_logs
-             FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_log_store();"
-        ))
-        .await?;
+    match refuse {
+        Refuse::All(sqlstate) => db.fail_log_stores(u64::MAX, sqlstate).await?,
+        Refuse::None | Refuse::Job(_) => db.fail_log_stores(0, "P0001").await?,
+    }
     if let Refuse::Job(i) = refuse {
-        client
+        let s = db.schema();
+        sql(db)
+            .await?
             .batch_execute(&format!(
                 "CREATE FUNCTION {s}.refuse_log() RETURNS trigger LANGUAGE plpgsql AS $$
                  BEGIN RAISE EXCEPTION 'this job''s log is refused by the test'; END $$;
@@ -75,21 +67,6 @@ async fn count_stores(db: &TestDatabase, refuse: Refuse, jobs: &[JobId]) -> anyh
             .await?;
     }
     Ok(())
-}
-
-/// The statements counted by [`count_stores`].
-async fn stores(db: &TestDatabase) -> anyhow::Result<i64> {
-    let row = sql(db)
-        .await?
-        .query_one(
-            &format!(
-                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {}.log_stores",
-                db.schema()
-            ),
-            &[],
-        )
-        .await?;
-    Ok(row.get(0))
 }
 
 /// Jobs in their first attempt, leased by a node the server does not know (so no peer of
@@ -221,6 +198,19 @@ fn assert_replies(replies: &[Vec<Value>], ty: &str) {
     }
 }
 
+/// Each reply is an `internal` error, `transient` as given.
+fn assert_failed(replies: &[Vec<Value>], transient: bool) {
+    assert_replies(replies, "error");
+    for r in replies.iter().flatten() {
+        assert_eq!(text_of(r, "code"), "internal", "{r:?}");
+        assert_eq!(
+            field(r, "transient"),
+            Some(&Value::Bool(transient)),
+            "{r:?}"
+        );
+    }
+}
+
 /// Every line sent for each job of `jobs` is stored, in the order sent, except that the
 /// job `refused` has nothing stored.
 async fn assert_stored_in_order(
@@ -261,7 +251,7 @@ async fn concurrent_logs_are_stored_in_order_by_fewer_statements() -> anyhow::Re
     // The first store waited for the lock; everything else queued meanwhile and went in
     // the next one (one request a statement would be 200).
     let requests = PEERS * REQUESTS_PER_PEER;
-    let statements = stores(&db).await?;
+    let statements = db.log_store_attempts().await?;
     assert!(
         statements <= 2,
         "{requests} requests stored by {statements} statements"
@@ -278,11 +268,8 @@ async fn a_database_refusing_every_store_answers_every_request() -> anyhow::Resu
         jobs,
         replies,
         ..
-    } = run(Refuse::All).await?;
-    assert_replies(&replies, "error");
-    for r in replies.iter().flatten() {
-        assert_eq!(text_of(r, "code"), "internal", "{r:?}");
-    }
+    } = run(Refuse::All("P0001")).await?;
+    assert_failed(&replies, false);
     let store = db.backend();
     let store = store.logs().expect("PostgreSQL keeps logs");
     for id in &jobs {
@@ -291,8 +278,26 @@ async fn a_database_refusing_every_store_answers_every_request() -> anyhow::Resu
     // Each refused batch is stored again in halves down to single requests: fewer than two
     // statements a request.
     let requests = i64::try_from(PEERS * REQUESTS_PER_PEER)?;
-    let statements = stores(&db).await?;
+    let statements = db.log_store_attempts().await?;
     assert!(statements < 2 * requests, "{statements} statements failed");
+    server.shutdown().await;
+    Ok(())
+}
+
+/// A batch that fails for a transient reason (a serialization failure) is answered at once,
+/// as transient, to every request of it: not stored again in halves, nor retried here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_failure_is_answered_as_transient_to_the_whole_batch() -> anyhow::Result<()> {
+    let Run {
+        db,
+        server,
+        replies,
+        ..
+    } = run(Refuse::All("40001")).await?;
+    assert_failed(&replies, true);
+    // One statement a batch: the first (behind the lock) and what queued meanwhile.
+    let statements = db.log_store_attempts().await?;
+    assert!(statements <= 2, "{statements} statements failed");
     server.shutdown().await;
     Ok(())
 }

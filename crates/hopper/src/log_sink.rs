@@ -4,18 +4,31 @@
 //! [`LOG_FLUSH_BYTES`] of them wait, and a last time when the handler returns, before its
 //! outcome is reported. A process that dies mid-attempt loses at most the last interval's
 //! lines. One attempt's stores run one after the other, so its lines are stored in order.
+//!
+//! A store that fails for a transient reason (the connection lost, a serialization failure,
+//! a stale prepared statement) is tried again with the same lines, with backoff, within
+//! [`STORE_TIMEOUT`] in all; lines logged meanwhile wait for the next store, so the order
+//! holds. A store refused for good, or still failing at the bound, is given up (logged, with
+//! the number of lines lost). Storage is at least once: a retry after a store whose commit
+//! was not acknowledged (the connection lost at that moment) stores its lines twice.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
-use hopper_core::Lease;
 use hopper_core::job_log::{
-    JobLogAppend, LOG_FLUSH_BYTES, LOG_FLUSH_INTERVAL, LogBuffer, LogLevel, LogStore,
+    JobLogAppend, LOG_FLUSH_BYTES, LOG_FLUSH_INTERVAL, LogBuffer, LogLevel, LogLine, LogStore,
 };
+use hopper_core::{Backoff, Lease};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// How long one store of an attempt's lines may take before they are given up.
-const STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long one store of an attempt's lines may take, its retries included, before they
+/// are given up.
+const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The delays between the tries of a store that failed for a transient reason: 50 ms,
+/// doubling up to 1 s (about eight tries within [`STORE_TIMEOUT`]).
+const STORE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 
 /// One attempt's log being written (see the module's docs).
 #[derive(Debug, Default)]
@@ -110,8 +123,8 @@ impl LogSink {
         }
     }
 
-    /// Stores the lines waiting, if any. A failure is logged and forgotten: logs never fail
-    /// a job.
+    /// Stores the lines waiting, if any, retrying transient failures ([`store_retrying`]).
+    /// A failure is logged and forgotten: logs never fail a job.
     async fn store(&self, store: Option<&dyn LogStore>, lease: Lease) {
         let (lines, dropped) = {
             let mut state = self.state();
@@ -124,23 +137,41 @@ impl LogSink {
         let Some(store) = store else {
             return;
         };
-        let append = JobLogAppend {
-            lease,
-            lines,
-            dropped,
-        };
-        // Bounded: the job's outcome waits for the last store, and a database that hangs
-        // must not hold it until the lease runs out.
-        match tokio::time::timeout(STORE_TIMEOUT, store.job_log_append(&[append])).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "storing the job's log failed; these lines are lost");
+        store_retrying(store, lease, lines, dropped).await;
+    }
+}
+
+/// Stores one attempt's `lines`, trying again while the store fails for a transient reason,
+/// with [`STORE_RETRY`] between tries, until [`STORE_TIMEOUT`] after the first: the job's
+/// outcome waits for the last store, and a database that stays away must not hold it until
+/// the lease runs out. Gives up (logged) on a permanent failure or at the bound.
+async fn store_retrying(store: &dyn LogStore, lease: Lease, lines: Vec<LogLine>, dropped: i64) {
+    let count = lines.len();
+    let append = [JobLogAppend {
+        lease,
+        lines,
+        dropped,
+    }];
+    let deadline = Instant::now() + STORE_TIMEOUT;
+    let mut backoff = STORE_RETRY;
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let error = match tokio::time::timeout_at(deadline, store.job_log_append(&append)).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e,
+            Err(_) => {
+                tracing::warn!(job_id = %lease.job_id, lines = count, tries, timeout = ?STORE_TIMEOUT, "storing the job's log timed out; these lines are lost");
+                return;
             }
-            Err(_) => tracing::warn!(
-                timeout = ?STORE_TIMEOUT,
-                "storing the job's log timed out; these lines are lost"
-            ),
+        };
+        let delay = backoff.next_delay();
+        if !error.is_transient() || Instant::now() + delay >= deadline {
+            tracing::warn!(job_id = %lease.job_id, lines = count, tries, error = %error.with_causes(), "storing the job's log failed; these lines are lost");
+            return;
         }
+        tracing::debug!(job_id = %lease.job_id, lines = count, error = %error.with_causes(), retry_in = ?delay, "storing the job's log failed; retrying");
+        tokio::time::sleep(delay).await;
     }
 }
 

@@ -15,7 +15,10 @@
 
 use std::time::Duration;
 
-use hopper_core::{Backend, Error, Finish, FinishResult, Outcome, Result, limits};
+use hopper_core::{Backend, Backoff, Error, Finish, FinishResult, Outcome, Result, limits};
+
+/// The delays between the writes of a batch that failed for a transient reason.
+const WRITE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
 
 /// Writes `finishes`, one result per entry in order. Transient failures are retried with
 /// backoff (50 ms doubling to 5 s) until they pass; permanent ones are isolated to their
@@ -36,7 +39,7 @@ pub async fn write_isolating(
         }
     }
     let mut groups = vec![valid];
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = WRITE_RETRY;
     while let Some(group) = groups.pop() {
         if group.is_empty() {
             continue;
@@ -46,15 +49,15 @@ pub async fn write_isolating(
         let written = crate::spans::seam(span, backend.job_finish_many(&batch), |_| None);
         match written.await {
             Ok(written) => {
-                backoff = Duration::from_millis(50);
+                backoff.reset();
                 for (&i, result) in group.iter().zip(written) {
                     results[i] = Some(Ok(result));
                 }
             }
             Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, jobs = group.len(), retry_in = ?backoff, "writing outcomes failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, jobs = group.len(), retry_in = ?delay, "writing outcomes failed; retrying");
+                tokio::time::sleep(delay).await;
                 groups.push(group);
             }
             Err(e) if group.len() == 1 => results[group[0]] = Some(Err(e)),

@@ -42,6 +42,24 @@ impl Worker for ChattyWorker {
     }
 }
 
+/// Runs `workers` on `db` until `completed` jobs of the default queue completed.
+async fn run_until_completed(
+    db: &TestDatabase,
+    workers: Workers,
+    completed: i64,
+) -> anyhow::Result<()> {
+    let handle = Runtime::new(db.backend(), workers, RuntimeConfig::default())
+        .start()
+        .await?;
+    db.wait_for("default", Duration::from_secs(30), |s| {
+        s.completed == completed
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    handle.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn handler_logs_are_stored_with_the_attempt_and_a_flood_is_truncated() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -51,13 +69,7 @@ async fn handler_logs_are_stored_with_the_attempt_and_a_flood_is_truncated() -> 
     client.insert_many(&[quiet.clone(), flood.clone()]).await?;
     let mut workers = Workers::new();
     workers.register(ChattyWorker);
-    let handle = Runtime::new(db.backend(), workers, RuntimeConfig::default())
-        .start()
-        .await?;
-    db.wait_for("default", Duration::from_secs(30), |s| s.completed == 2)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    handle.shutdown().await;
+    run_until_completed(&db, workers, 2).await?;
 
     let logs = client.job_logs(quiet.id).await?;
     assert_eq!(logs.len(), 1);
@@ -82,5 +94,95 @@ async fn handler_logs_are_stored_with_the_attempt_and_a_flood_is_truncated() -> 
     assert!(logs[0].dropped > 0, "the flood is truncated");
     assert_eq!(logs[0].lines.len() as i64 + logs[0].dropped, 50_002);
     assert_eq!(logs[0].lines[0].message, "started");
+    Ok(())
+}
+
+/// Logs `lines` numbered lines, enough (about 100 bytes each) for stores mid-run.
+struct Numbered;
+
+#[derive(Serialize, Deserialize)]
+struct Lines {
+    lines: u32,
+}
+
+impl JobArgs for Lines {
+    const KIND: &'static str = "numbered";
+}
+
+#[async_trait::async_trait]
+impl Worker for Numbered {
+    type Args = Lines;
+    async fn process(&self, ctx: &JobContext, args: Lines) -> Result<(), JobError> {
+        for i in 0..args.lines {
+            ctx.log(
+                LogLevel::Info,
+                format!("line {i} {}", "x".repeat(90)),
+                Map::new(),
+            );
+            if i % 50 == 49 {
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one [`Numbered`] job of `lines` lines on `db` to completion; returns its id.
+async fn run_numbered(db: &TestDatabase, lines: u32) -> anyhow::Result<hopper::JobId> {
+    let client = hopper::Client::new(db.backend());
+    let id = client.insert(NewJob::of(&Lines { lines })?).await?;
+    let mut workers = Workers::new();
+    workers.register(Numbered);
+    run_until_completed(db, workers, 1).await?;
+    Ok(id)
+}
+
+/// The messages stored for the job's only attempt.
+async fn stored(db: &TestDatabase, id: hopper::JobId) -> anyhow::Result<Vec<String>> {
+    let logs = hopper::Client::new(db.backend()).job_logs(id).await?;
+    Ok(logs
+        .into_iter()
+        .flat_map(|l| l.lines.into_iter().map(|line| line.message))
+        .collect())
+}
+
+/// Stores that fail for a transient reason (serialization failures, SQLSTATE 40001) are
+/// tried again: every line is stored, in order, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_stores_that_fail_for_a_while_are_retried_in_order() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    db.fail_log_stores(3, "40001").await?;
+    let id = run_numbered(&db, 300).await?;
+    let expected: Vec<String> = (0..300)
+        .map(|i| format!("line {i} {}", "x".repeat(90)))
+        .collect();
+    assert_eq!(
+        stored(&db, id).await?,
+        expected,
+        "every line, in order, once"
+    );
+    let attempts = db.log_store_attempts().await?;
+    assert!(
+        attempts > 3,
+        "the 3 failed stores were tried again ({attempts})"
+    );
+    Ok(())
+}
+
+/// A store refused for good (a trigger's exception, SQLSTATE P0001) is given up at once,
+/// not tried again until the bound, and the job completes.
+#[tokio::test]
+async fn a_log_store_refused_for_good_is_not_retried() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    db.fail_log_stores(u64::MAX, "P0001").await?;
+    let started = std::time::Instant::now();
+    let id = run_numbered(&db, 3).await?;
+    assert!(stored(&db, id).await?.is_empty(), "the lines are refused");
+    assert_eq!(db.log_store_attempts().await?, 1, "one try, no retry");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     Ok(())
 }

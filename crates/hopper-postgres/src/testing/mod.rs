@@ -6,9 +6,12 @@
 //!   (`initdb`, a free port), for TLS with the test's certificates and for failover.
 //! - **PgBouncer**: a [`PgBouncer`] in transaction mode in front of the test database, for
 //!   code that runs behind one ([`TestDatabase::behind`] opens a backend through it).
+//! - **Faults**: [`TestDatabase::fail_log_stores`] has the schema's job log stores fail with
+//!   a SQLSTATE of the test's choice, the first ones or all.
 
 mod cluster;
 mod database;
+mod faults;
 mod pgbouncer;
 
 pub use cluster::{ClusterError, StopMode, TestCluster};

@@ -6,7 +6,7 @@
 use hopper::backend::JobGetParams;
 use hopper_core::job_log::JobLogAppend;
 use hopper_core::{Error, JobId};
-use hopper_protocol::{ErrorCode, FinishResult, LOGS_PAGE, Reply};
+use hopper_protocol::{FinishResult, LOGS_PAGE, Reply};
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::{BUSY, Core, PeerId};
@@ -15,15 +15,15 @@ use crate::log_writer::LogItem;
 impl Core {
     /// Queues a `log` request's lines for the log writer, which acknowledges it once they
     /// are stored. Each one waiting holds one of the requests in flight, so the queue is
-    /// bounded: past the bound the request is refused at once with `internal` ("busy"),
-    /// as any other request then is. A backend that keeps no logs acknowledges at once.
+    /// bounded: past the bound the request is refused at once with a transient `internal`
+    /// ("busy"), as any other request then is. A backend that keeps no logs acknowledges at once.
     pub(super) fn queue_log(&self, peer: PeerId, req: u64, append: JobLogAppend) {
         if self.backend.logs().is_none() {
             let result = FinishResult::Recorded;
             return self.reply(&peer, Reply::Ack { req, result });
         }
         let Ok(permit) = self.requests.clone().try_acquire_owned() else {
-            return self.reply(&peer, Reply::error(Some(req), ErrorCode::Internal, BUSY));
+            return self.reply(&peer, Reply::transient(Some(req), BUSY));
         };
         let item = LogItem {
             peer,
@@ -36,7 +36,7 @@ impl Core {
             Err(TrySendError::Full(item)) => (item, BUSY),
             Err(TrySendError::Closed(item)) => (item, "the server is stopping; retry later"),
         };
-        let reply = Reply::error(Some(item.req), ErrorCode::Internal, message);
+        let reply = Reply::transient(Some(item.req), message);
         self.reply(&item.peer, reply);
     }
 

@@ -154,6 +154,7 @@ async fn try_open(shared: &Shared, link: &mut Link) -> Result<Duration> {
                 code,
                 message,
                 req: Some(r),
+                ..
             }) if r == req => {
                 let e = format!("the hopper server refused hello: {code}: {message}");
                 return Err(if code == ErrorCode::Unauthorized {

@@ -378,9 +378,17 @@ impl RemoteBackend {
             .map_err(|_| connection::unavailable("no reply from the hopper server"))?
             .map_err(|_| Error::Shutdown)??;
         match reply {
-            Reply::Error { code, message, .. } => Err(match code {
+            Reply::Error {
+                code,
+                message,
+                transient,
+                ..
+            } => Err(match code {
                 ErrorCode::NotFound => Error::NotFound(message),
                 ErrorCode::Conflict => Error::Conflict(message),
+                // Refused for good: not retried as if the server were away. A server that
+                // predates `transient` leaves it out, read as transient as before.
+                ErrorCode::Internal if transient == Some(false) => Error::Refused(message),
                 ErrorCode::Internal => connection::unavailable(message),
                 _ => Error::InvalidInput(format!("{code}: {message}")),
             }),

@@ -1,0 +1,60 @@
+"""Job log lines through the real server while the database fails their stores: a
+transient failure (a serialization failure, SQLSTATE 40001) is answered as such and the
+worker sends the lines again, in order; a permanent one (a trigger's exception) is given up
+at once."""
+
+import threading
+import time
+
+from conftest import fail_log_stores, log_store_attempts, wait
+from hopper_client import Client, Worker
+from test_meta_logs import logs_of, wait_logs
+
+LINES = 300
+
+
+def numbered(job):
+    for i in range(job.args["lines"]):
+        job.log("info", f"line {i} " + "x" * 90)
+        if i % 50 == 49:
+            time.sleep(0.01)  # lets the worker send what is due mid-run
+
+
+def run_worker(server):
+    worker = Worker(server.endpoint, token=server.token, handlers={"numbered": numbered})
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return worker, thread
+
+
+def test_lines_the_database_fails_for_a_while_are_sent_again_in_order(server):
+    fail_log_stores(server.schema, 3, "40001")
+    with Client(server.endpoint, token=server.token) as client:
+        job_id = client.submit("numbered", {"lines": LINES})
+    worker, thread = run_worker(server)
+    try:
+        server.wait_for(lambda c: c.get("completed") == 1, timeout=60)
+        logs = wait_logs(server, job_id, lambda logs: len(logs) == 1
+                         and len(logs[0]["lines"]) >= LINES)
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    expected = [f"line {i} " + "x" * 90 for i in range(LINES)]
+    assert [line["message"] for line in logs[0]["lines"]] == expected, "all, in order, once"
+    assert log_store_attempts(server.schema) > 3, "the failed stores were tried again"
+
+
+def test_lines_the_database_refuses_for_good_are_given_up_at_once(server):
+    fail_log_stores(server.schema, None, "P0001")
+    with Client(server.endpoint, token=server.token) as client:
+        job_id = client.submit("numbered", {"lines": 3})
+    worker, thread = run_worker(server)
+    server.wait_for(lambda c: c.get("completed") == 1, timeout=60)
+    wait(lambda: log_store_attempts(server.schema) >= 1, what="a log store")
+    started = time.monotonic()
+    worker.stop()
+    thread.join(timeout=30)
+    # A worker that retried would still hold its log, and stop only after the bound.
+    assert time.monotonic() - started < 4, "the worker waited on a refused log"
+    assert log_store_attempts(server.schema) == 1, "one try, no retry"
+    assert logs_of(server, job_id) == []
