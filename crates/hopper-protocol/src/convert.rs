@@ -302,7 +302,6 @@ impl OutcomeItem {
     }
 }
 
-/// The error code a failed backend call is answered with.
 impl Reply {
     /// The error reply for `e`: its [`ErrorCode`], its text, and for `internal` whether it
     /// is transient ([`Error::is_transient`]).
@@ -317,6 +316,7 @@ impl Reply {
     }
 }
 
+/// The error code a failed backend call is answered with.
 impl From<&Error> for ErrorCode {
     fn from(e: &Error) -> Self {
         match e {
