@@ -24,8 +24,8 @@ use hopper::{ConnectOptions, PgOptions, SqliteOptions};
 
 use cli::{Cli, Command};
 
-/// jemalloc, not the system's allocator (the `jemalloc` feature, on by default): see the
-/// feature's note in Cargo.toml for why.
+/// jemalloc, not the system's allocator, with the `jemalloc` feature: see the feature's note
+/// in Cargo.toml for why.
 #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
