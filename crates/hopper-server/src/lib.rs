@@ -30,6 +30,7 @@ mod auth;
 mod convert;
 mod dispatch;
 mod exposure;
+mod in_flight;
 mod keys;
 mod liveness;
 mod log_writer;

@@ -15,8 +15,9 @@ use hopper_core::Error;
 use hopper_core::backend::Backend;
 use hopper_core::job_log::{JobLogAppend, LogStore};
 use hopper_protocol::{FinishResult as WireResult, Reply};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 
+use crate::in_flight::Permit;
 use crate::server::PeerId;
 
 /// A `log` request waiting to be stored.
@@ -27,9 +28,9 @@ pub(crate) struct LogItem {
     pub req: u64,
     /// Its lines.
     pub append: JobLogAppend,
-    /// Its place among the server's requests in flight, given back once it is
-    /// acknowledged: what bounds the log writer's queue.
-    pub permit: OwnedSemaphorePermit,
+    /// Its place among the requests in flight (the server's and its peer's), given back
+    /// once it is acknowledged: what bounds the log writer's queue.
+    pub permit: Permit,
 }
 
 /// Most `log` requests stored by one statement (each at most 64 KiB of lines).

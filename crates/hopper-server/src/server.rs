@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Access;
 use crate::convert;
 use crate::dispatch::Gone;
+use crate::in_flight::{InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER};
 use crate::log_writer::{self, LogItem};
 use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
@@ -37,12 +38,6 @@ mod peers;
 
 use hello::Hello;
 pub(crate) use peers::{Held, Peers, Registration};
-
-/// Database requests of peers in flight at once; more get `internal` ("busy").
-const MAX_REQUESTS_IN_FLIGHT: usize = 1024;
-
-/// The error of a request refused because [`MAX_REQUESTS_IN_FLIGHT`] are in flight.
-const BUSY: &str = "the server is busy (too many requests in flight); retry later";
 
 /// Refused hellos (and requests before hello) are logged at most once per this interval,
 /// with the count held back.
@@ -114,9 +109,10 @@ pub(crate) struct Core {
     /// Until then, every job this run has claimed, seen in a heartbeat or had reported:
     /// none of those is inherited.
     pub seen: Option<HashSet<JobId>>,
-    /// Bounds the database requests in flight for peers (submit, status, cancel, extend), so
-    /// a flood from one peer cannot pile up tasks without end.
-    pub requests: Arc<tokio::sync::Semaphore>,
+    /// Bounds the database requests in flight for peers (submit, status, cancel, extend,
+    /// log), in all and per peer, so a flood from one peer cannot pile up tasks without end
+    /// nor leave the other peers only "busy" replies.
+    pub requests: InFlight,
     /// Leases whose outcome is queued for writing: a second outcome for one of them (a
     /// repeat in the same message, or a contradicting one sent before the first was
     /// acknowledged) is answered `lease_lost` and never written.
@@ -186,7 +182,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         next_queue: 0,
         inherit_at: Some(Instant::now() + inherit_after(&config)),
         seen: Some(HashSet::new()),
-        requests: Arc::new(tokio::sync::Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
+        requests: InFlight::new(MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER),
         writing: HashSet::new(),
         refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
@@ -593,8 +589,9 @@ impl Core {
     where
         F: Future<Output = Result<Reply>> + Send + 'static,
     {
-        let Ok(permit) = self.requests.clone().try_acquire_owned() else {
-            return self.reply(&peer, Reply::transient(Some(req), BUSY));
+        let permit = match self.requests.try_acquire(&peer) {
+            Ok(permit) => permit,
+            Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
         };
         let out = self.out.clone();
         tokio::spawn(async move {

@@ -17,9 +17,8 @@ use std::time::Duration;
 
 use ciborium::Value;
 use common::*;
-use hopper::backend::ClaimParams;
 use hopper::testing::TestDatabase;
-use hopper::{JobId, NewJob};
+use hopper::JobId;
 use hopper_server::ServerHandle;
 
 /// Peers sending logs at once.
@@ -28,13 +27,6 @@ const PEERS: usize = 4;
 const ATTEMPTS_PER_PEER: usize = 2;
 /// `log` requests each peer sends.
 const REQUESTS_PER_PEER: usize = 50;
-
-/// A SQL connection to the test's database.
-async fn sql(db: &TestDatabase) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    Ok(client)
-}
 
 /// Which log stores the database refuses.
 #[derive(Clone, Copy)]
@@ -67,27 +59,6 @@ async fn count_stores(db: &TestDatabase, refuse: Refuse, jobs: &[JobId]) -> anyh
             .await?;
     }
     Ok(())
-}
-
-/// Jobs in their first attempt, leased by a node the server does not know (so no peer of
-/// it holds them, and any peer may log for them).
-async fn attempts(db: &TestDatabase, n: usize) -> anyhow::Result<Vec<JobId>> {
-    let backend = db.backend();
-    let jobs: Vec<NewJob> = (0..n)
-        .map(|_| NewJob::new("logged", serde_json::json!({})).with_queue("logged"))
-        .collect();
-    backend.job_insert_many(&jobs).await?;
-    let claimed = backend
-        .job_claim(&ClaimParams {
-            queue: "logged".into(),
-            node: uuid::Uuid::now_v7(),
-            limit: u32::try_from(n)?,
-            lease: Duration::from_secs(600),
-            kinds: None,
-        })
-        .await?;
-    assert_eq!(claimed.len(), n);
-    Ok(jobs.iter().map(|j| j.id).collect())
 }
 
 fn log(req: usize, id: JobId, message: &str) -> Value {

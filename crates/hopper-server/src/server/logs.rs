@@ -9,21 +9,23 @@ use hopper_core::{Error, JobId};
 use hopper_protocol::{FinishResult, LOGS_PAGE, Reply};
 use tokio::sync::mpsc::error::TrySendError;
 
-use super::{BUSY, Core, PeerId};
+use super::{Core, PeerId};
+use crate::in_flight::BUSY;
 use crate::log_writer::LogItem;
 
 impl Core {
     /// Queues a `log` request's lines for the log writer, which acknowledges it once they
     /// are stored. Each one waiting holds one of the requests in flight, so the queue is
-    /// bounded: past the bound the request is refused at once with a transient `internal`
-    /// ("busy"), as any other request then is. A backend that keeps no logs acknowledges at once.
+    /// bounded: past the server's bound or its peer's the request is refused at once with a
+    /// transient `internal` ("busy"), as any other request then is. A backend that keeps no logs acknowledges at once.
     pub(super) fn queue_log(&self, peer: PeerId, req: u64, append: JobLogAppend) {
         if self.backend.logs().is_none() {
             let result = FinishResult::Recorded;
             return self.reply(&peer, Reply::Ack { req, result });
         }
-        let Ok(permit) = self.requests.clone().try_acquire_owned() else {
-            return self.reply(&peer, Reply::transient(Some(req), BUSY));
+        let permit = match self.requests.try_acquire(&peer) {
+            Ok(permit) => permit,
+            Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
         };
         let item = LogItem {
             peer,

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ciborium::Value;
-use hopper::backend::Backend;
+use hopper::backend::{Backend, ClaimParams};
 use hopper::testing::TestDatabase;
-use hopper::{PgBackend, PgOptions};
+use hopper::{JobId, NewJob, PgBackend, PgOptions};
 use hopper_server::{Auth, ServeConfig, Server, ServerHandle};
 
 /// The token the tests' servers accept.
@@ -240,6 +240,34 @@ pub async fn order(peer: &mut RawPeer) -> (String, i64) {
         .and_then(|i| i64::try_from(i).ok())
         .unwrap_or(-1);
     (text_of(&job, "id").to_owned(), attempt)
+}
+
+/// A SQL connection to the test's database.
+pub async fn sql(db: &TestDatabase) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+/// Jobs in their first attempt, leased by a node the server does not know (so no peer of
+/// it holds them, and any peer may log for them).
+pub async fn attempts(db: &TestDatabase, n: usize) -> anyhow::Result<Vec<JobId>> {
+    let backend = db.backend();
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|_| NewJob::new("logged", serde_json::json!({})).with_queue("logged"))
+        .collect();
+    backend.job_insert_many(&jobs).await?;
+    let claimed = backend
+        .job_claim(&ClaimParams {
+            queue: "logged".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: u32::try_from(n)?,
+            lease: Duration::from_secs(600),
+            kinds: None,
+        })
+        .await?;
+    assert_eq!(claimed.len(), n);
+    Ok(jobs.iter().map(|j| j.id).collect())
 }
 
 /// Counts the connections of `app` in `pg_stat_activity`.
