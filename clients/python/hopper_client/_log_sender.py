@@ -6,8 +6,15 @@ buffer for the next one, so an attempt's lines are stored in the order written. 
 the server answers with a transient error (``internal`` with ``transient`` true: the
 database away, the server busy), or that cannot be sent, is sent again with backoff (50 ms
 doubling to 1 s) for at most ``_RETRY_FOR_S`` after its first send; a permanent error, or
-the bound reached, gives its lines up (logged, with how many). Storage is at least once: a
-request sent again after a store whose acknowledgement was lost is stored twice.
+the bound reached, gives its lines up (logged, with how many).
+
+A request left without a reply (none within the reply timeout, or the connection replaced)
+is sent again at once, at most ``_RESENDS_UNANSWERED`` times, each time with a fresh
+``_RETRY_FOR_S`` for transient errors; then its lines are given up. Each send takes a fresh
+``req``, and only the last one's reply is taken: a late reply to an earlier one is not read
+as the answer. So a batch is given up at most 3 x (5 s + the reply timeout) after its first
+send (45 s with the default 10 s). Storage is at least once: a request sent again after a
+store whose acknowledgement was lost is stored twice.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ _RETRY_FOR_S = 5.0
 _FIRST_DELAY_S = 0.05
 #: ...up to this.
 _MAX_DELAY_S = 1.0
+#: How many times a request left without a reply is sent again before its lines are given up.
+_RESENDS_UNANSWERED = 2
 
 
 class _Request:
@@ -33,12 +42,16 @@ class _Request:
 
     def __init__(self, message: Message, now: float) -> None:
         self.message = message
+        #: The first send, or the last one for lack of a reply: transient errors are sent
+        #: again for ``_RETRY_FOR_S`` after it.
         self.first_sent = now
         self.sent_at = now
         self.req: Optional[int] = None
         self.retry_at: Optional[float] = None
         self.delay = _FIRST_DELAY_S
         self.tries = 0
+        #: Times it was sent again for lack of a reply.
+        self.unanswered = 0
 
 
 class _Attempt:
@@ -55,7 +68,8 @@ class LogSender:
     """The ``log`` requests of a worker's attempts (see the module's docs).
 
     ``send`` sends a message and returns its ``req``, or None when it could not be sent;
-    a request not answered within ``reply_timeout`` seconds of its last send is given up.
+    a request not answered within ``reply_timeout`` seconds of its last send is sent again
+    (or, past the bound, given up).
     """
 
     def __init__(self, send: Callable[[Message], Optional[int]], reply_timeout: float) -> None:
@@ -99,8 +113,7 @@ class LogSender:
         return True
 
     def poll(self, now: float) -> None:
-        """Sends again the requests whose delay passed; gives up those not answered in
-        time."""
+        """Sends again the requests whose delay passed, and those not answered in time."""
         for key, attempt in list(self._attempts.items()):
             request = attempt.request
             if request is None:
@@ -108,8 +121,8 @@ class LogSender:
             if request.retry_at is not None and now >= request.retry_at:
                 self._transmit(key, attempt, now)
             elif request.req is not None and now - request.sent_at > self._reply_timeout:
-                self._by_req.pop(request.req, None)
-                self._give_up(key, attempt, now, "no reply")
+                why = f"no reply within {self._reply_timeout} s"
+                self._unanswered(key, attempt, now, why, logging.WARNING)
 
     def resend(self, now: float) -> None:
         """Sends again the requests awaiting a reply (after a reconnect: the old socket's
@@ -117,8 +130,7 @@ class LogSender:
         for key, attempt in list(self._attempts.items()):
             request = attempt.request
             if request is not None and request.req is not None:
-                self._by_req.pop(request.req, None)
-                self._transmit(key, attempt, now)
+                self._unanswered(key, attempt, now, "reconnected", logging.DEBUG)
 
     def _next(self, key: Hashable, attempt: _Attempt, now: float) -> None:
         message = attempt.take()
@@ -140,6 +152,25 @@ class LogSender:
             return
         request.req = req
         self._by_req[req] = key
+
+    def _unanswered(self, key: Hashable, attempt: _Attempt, now: float, why: str,
+                    level: int) -> None:
+        """The request in flight will get no reply: sent again under a fresh ``req`` (the
+        old one's late reply, if any, is then not taken), with a fresh window for transient
+        errors, unless it was sent again ``_RESENDS_UNANSWERED`` times already."""
+        request = attempt.request
+        assert request is not None and request.req is not None
+        self._by_req.pop(request.req, None)
+        request.req = None
+        if request.unanswered >= _RESENDS_UNANSWERED:
+            self._give_up(key, attempt, now, f"{why}, after {request.tries} tries")
+            return
+        request.unanswered += 1
+        log.log(level, "log of job %s attempt %s: %s; sending it again",
+                request.message.get("id"), request.message.get("attempt"), why)
+        request.first_sent = now
+        request.delay = _FIRST_DELAY_S
+        self._transmit(key, attempt, now)
 
     def _retry_later(self, key: Hashable, attempt: _Attempt, now: float, why: str) -> None:
         request = attempt.request

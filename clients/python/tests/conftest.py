@@ -1,6 +1,7 @@
 """Fixtures: the real `hopper serve` binary against PostgreSQL, one schema per test."""
 
 import collections
+import contextlib
 import os
 import pathlib
 import re
@@ -155,6 +156,22 @@ ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$
 
 #: The trigger that fails a schema's log stores (shared with the Rust and Node tests).
 FAIL_LOG_STORES = ROOT / "crates" / "hopper-postgres" / "src" / "testing" / "fail_log_stores.sql"
+
+
+@contextlib.contextmanager
+def table_locked(table):
+    """Holds a SHARE lock on ``table`` while the block runs: writes to it wait meanwhile."""
+    proc = subprocess.Popen(["psql", DATABASE_URL, "-XtAq", "-v", "ON_ERROR_STOP=1"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write(f"BEGIN; LOCK TABLE {table} IN SHARE MODE; SELECT 'locked';\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "locked", "the lock is taken"
+        yield
+        proc.stdin.write("COMMIT;\n")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
 
 
 def fail_log_stores(schema, failures, sqlstate):

@@ -1,12 +1,13 @@
 """Job log lines through the real server while the database fails their stores: a
 transient failure (a serialization failure, SQLSTATE 40001) is answered as such and the
 worker sends the lines again, in order; a permanent one (a trigger's exception) is given up
-at once."""
+at once; a request left without a reply is sent again."""
 
+import logging
 import threading
 import time
 
-from conftest import fail_log_stores, log_store_attempts, wait
+from conftest import fail_log_stores, log_store_attempts, table_locked, wait
 from hopper_client import Client, Worker
 from test_meta_logs import logs_of, wait_logs
 
@@ -20,8 +21,9 @@ def numbered(job):
             time.sleep(0.01)  # lets the worker send what is due mid-run
 
 
-def run_worker(server):
-    worker = Worker(server.endpoint, token=server.token, handlers={"numbered": numbered})
+def run_worker(server, **options):
+    worker = Worker(server.endpoint, token=server.token, handlers={"numbered": numbered},
+                    **options)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     return worker, thread
@@ -58,3 +60,25 @@ def test_lines_the_database_refuses_for_good_are_given_up_at_once(server):
     assert time.monotonic() - started < 4, "the worker waited on a refused log"
     assert log_store_attempts(server.schema) == 1, "one try, no retry"
     assert logs_of(server, job_id) == []
+
+
+def test_a_log_request_left_without_a_reply_is_sent_again(server, caplog):
+    # The first store waits behind a lock on the table past the worker's reply timeout, then
+    # fails (transient): its reply comes late, to a request the worker sent again meanwhile.
+    caplog.set_level(logging.WARNING, logger="hopper_client")
+    fail_log_stores(server.schema, 1, "40001")
+    with table_locked(f"{server.schema}.job_logs"):
+        with Client(server.endpoint, token=server.token) as client:
+            job_id = client.submit("numbered", {"lines": 3})
+        worker, thread = run_worker(server, ack_timeout=2.0)
+        wait(lambda: any("no reply" in r.getMessage() for r in caplog.records),
+             what="the log request left without a reply")
+    server.wait_for(lambda c: c.get("completed") == 1, timeout=60)
+    worker.stop()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    stored = [line["message"] for log in logs_of(server, job_id) for line in log["lines"]]
+    expected = [f"line {i} " + "x" * 90 for i in range(3)]
+    # Once: the late failure was not taken for the answer to the copy (and sent again).
+    assert stored == expected, "all, in order, once"
+    assert log_store_attempts(server.schema) == 2, "the first store, then the copy's"
