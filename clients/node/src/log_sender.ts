@@ -7,8 +7,15 @@
  * the server answers with a transient error (`internal` with `transient` true: the database
  * away, the server busy), or that cannot be sent, is sent again with backoff (50 ms doubling
  * to 1 s) for at most `RETRY_FOR_MS` after its first send; a permanent error, or the bound
- * reached, gives its lines up (logged, with how many). Storage is at least once: a request
- * sent again after a store whose acknowledgement was lost is stored twice.
+ * reached, gives its lines up (logged, with how many).
+ *
+ * A request left without a reply (none within the reply timeout, or the connection
+ * replaced) is sent again at once, at most `RESENDS_UNANSWERED` times, each time with a
+ * fresh `RETRY_FOR_MS` for transient errors; then its lines are given up. Each send takes a
+ * fresh `req`, and only the last one's reply is taken: a late reply to an earlier one is not
+ * read as the answer. So a batch is given up at most 3 × (5 s + the reply timeout) after its
+ * first send (45 s with the default 10 s). Storage is at least once: a request sent again
+ * after a store whose acknowledgement was lost is stored twice.
  */
 
 import type { Message } from "./connection.js";
@@ -19,15 +26,21 @@ const RETRY_FOR_MS = 5_000;
 const FIRST_DELAY_MS = 50;
 /** ...up to this. */
 const MAX_DELAY_MS = 1_000;
+/** How many times a request left without a reply is sent again before its lines are given up. */
+const RESENDS_UNANSWERED = 2;
 
 /** A `log` request of one attempt: sent and awaiting its reply (`req` set), or waiting to
  * be sent again. `timer`: the reply's deadline, or the next send. */
 interface Request {
   message: Message;
+  /** The first send, or the last one for lack of a reply: transient errors are sent again
+   * for `RETRY_FOR_MS` after it. */
   firstSent: number;
   req: number | null;
   delay: number;
   tries: number;
+  /** Times it was sent again for lack of a reply. */
+  unanswered: number;
   timer: NodeJS.Timeout | null;
 }
 
@@ -50,7 +63,8 @@ export class LogSender {
   private readonly attempts = new Map<string, Attempt>();
   private readonly byReq = new Map<number, string>();
 
-  /** `warn` reports lines given up; `settled` is called once no request is in flight. */
+  /** `warn` reports lines given up and requests sent again for lack of a reply; `settled`
+   * is called once no request is in flight. */
   constructor(
     private readonly send: Send,
     private readonly replyTimeoutMs: number,
@@ -102,10 +116,7 @@ export class LogSender {
   resend(): void {
     for (const [key, attempt] of this.attempts) {
       const request = attempt.request;
-      if (request?.req != null) {
-        this.byReq.delete(request.req);
-        this.transmit(key, attempt);
-      }
+      if (request?.req != null) this.unanswered(key, attempt, "reconnected", false);
     }
   }
 
@@ -126,7 +137,7 @@ export class LogSender {
       return;
     }
     const now = Date.now();
-    attempt.request = { message, firstSent: now, req: null, delay: FIRST_DELAY_MS, tries: 0, timer: null };
+    attempt.request = { message, firstSent: now, req: null, delay: FIRST_DELAY_MS, tries: 0, unanswered: 0, timer: null };
     this.transmit(key, attempt);
   }
 
@@ -146,8 +157,7 @@ export class LogSender {
     this.byReq.set(req, key);
     request.timer = setTimeout(() => {
       if (request.req !== req) return;
-      this.byReq.delete(req);
-      this.giveUp(key, attempt, "no reply");
+      this.unanswered(key, attempt, `no reply within ${this.replyTimeoutMs} ms`, true);
     }, this.replyTimeoutMs);
     sent.catch((e: unknown) => {
       if (request.req !== req) return;
@@ -155,6 +165,27 @@ export class LogSender {
       request.req = null;
       this.retryLater(key, attempt, `not sent: ${String(e)}`);
     });
+  }
+
+  /** The request in flight will get no reply: sent again under a fresh `req` (the old
+   * one's late reply, if any, is then not taken), with a fresh window for transient errors,
+   * unless it was sent again `RESENDS_UNANSWERED` times already. `warn`: say so. */
+  private unanswered(key: string, attempt: Attempt, why: string, warn: boolean): void {
+    const request = attempt.request;
+    if (request?.req == null) return;
+    this.byReq.delete(request.req);
+    request.req = null;
+    if (request.unanswered >= RESENDS_UNANSWERED) {
+      this.giveUp(key, attempt, `${why}, after ${request.tries} tries`);
+      return;
+    }
+    request.unanswered += 1;
+    if (warn) {
+      this.warn(`log of job ${String(request.message["id"])} attempt ${String(request.message["attempt"])}: ${why}; sending it again`);
+    }
+    request.firstSent = Date.now();
+    request.delay = FIRST_DELAY_MS;
+    this.transmit(key, attempt);
   }
 
   private retryLater(key: string, attempt: Attempt, why: string): void {

@@ -1,13 +1,13 @@
 /** Job log lines through the real server while the database fails their stores: a
  * transient failure (a serialization failure, SQLSTATE 40001) is answered as such and the
  * worker sends the lines again, in order; a permanent one (a trigger's exception) is given
- * up at once. */
+ * up at once; a request left without a reply is sent again. */
 
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
 
 import { Client, type Job, Worker } from "../src/index.js";
-import { Server, failLogStores, logStoreAttempts, psql, sleep, waitUntil } from "./server.js";
+import { Server, failLogStores, lockTable, logStoreAttempts, psql, sleep, waitUntil } from "./server.js";
 
 const LINES = 300;
 const line = (i: number): string => `line ${i} ${"x".repeat(90)}`;
@@ -73,4 +73,32 @@ test("lines the database refuses for good are given up at once", async () => {
   assert.ok(stopMs < 4_000, `the worker waited ${stopMs} ms on a refused log`);
   assert.equal(logStoreAttempts(server.schema), 1, "one try, no retry");
   assert.deepEqual(messagesOf(id), []);
+});
+
+test("a log request left without a reply is sent again", async () => {
+  // The first store waits behind a lock on the table past the worker's reply timeout, then
+  // fails (transient): its reply comes late, to a request the worker sent again meanwhile.
+  failLogStores(server.schema, 1, "40001");
+  const lock = await lockTable(`${server.schema}.job_logs`);
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  const id = await client.submit("numbered", { lines: 3 }).finally(() => client.close());
+  const warnings: string[] = [];
+  const logger = { warn: (text: string) => warnings.push(text) };
+  const worker = new Worker(server.endpoint, { token: server.token, stopOnSignals: false, ackTimeoutMs: 2_000, logger });
+  worker.handle("numbered", numbered);
+  const done = worker.run();
+  try {
+    await waitUntil(() => warnings.some((w) => w.includes("no reply")), "the log request left without a reply");
+  } finally {
+    await lock.release();
+  }
+  try {
+    await server.waitFor((c) => c["completed"] === 1, 60_000);
+  } finally {
+    worker.stop();
+    await done;
+  }
+  // Once: the late failure was not taken for the answer to the copy (and sent again).
+  assert.deepEqual(messagesOf(id), [line(0), line(1), line(2)], "all, in order, once");
+  assert.equal(logStoreAttempts(server.schema), 2, "the first store, then the copy's");
 });

@@ -40,6 +40,28 @@ export function psql(sql: string): string {
   return execFileSync("psql", [DATABASE_URL, "-XtAq", "-v", "ON_ERROR_STOP=1", "-c", sql], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim();
 }
 
+/** Holds a SHARE lock on `table` (writes to it wait) until the returned `release` is called. */
+export async function lockTable(table: string): Promise<{ release: () => Promise<void> }> {
+  const proc = spawn("psql", [DATABASE_URL, "-XtAq", "-v", "ON_ERROR_STOP=1"], { stdio: ["pipe", "pipe", "inherit"] });
+  const exited = new Promise<void>((done) => proc.once("exit", () => done()));
+  const locked = new Promise<void>((done, fail) => {
+    let out = "";
+    proc.stdout.on("data", (chunk: Buffer) => {
+      out += chunk.toString("utf8");
+      if (out.includes("locked")) done();
+    });
+    void exited.then(() => fail(new Error(`psql exited before the lock on ${table} was taken`)));
+  });
+  proc.stdin.write(`BEGIN; LOCK TABLE ${table} IN SHARE MODE; SELECT 'locked';\n`);
+  await locked;
+  return {
+    release: async () => {
+      proc.stdin.end("COMMIT;\n");
+      await exited;
+    },
+  };
+}
+
 /** The trigger that fails a schema's log stores (shared with the Rust and Python tests). */
 const FAIL_LOG_STORES = join(ROOT, "crates", "hopper-postgres", "src", "testing", "fail_log_stores.sql");
 
