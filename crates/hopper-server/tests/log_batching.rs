@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use ciborium::Value;
 use common::*;
-use hopper::testing::TestDatabase;
 use hopper::JobId;
+use hopper::testing::TestDatabase;
 use hopper_server::ServerHandle;
 
 /// Peers sending logs at once.
