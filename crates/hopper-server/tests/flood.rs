@@ -22,18 +22,6 @@ const PER_PEER: usize = 128;
 /// it would take whole without a bound of its own.
 const FLOOD: usize = 1100;
 
-/// A `log` request of one line for attempt 1 of `id`.
-fn log(req: usize, id: JobId) -> Value {
-    let line = map(vec![("level", text("info")), ("message", text("flood"))]);
-    map(vec![
-        ("type", text("log")),
-        ("req", int(i64::try_from(req).unwrap_or(i64::MAX))),
-        ("id", text(&id.to_string())),
-        ("attempt", int(1)),
-        ("lines", Value::Array(vec![line])),
-    ])
-}
-
 /// A worker peer that said hello.
 async fn worker(endpoint: &str, name: &str) -> RawPeer {
     let mut peer = RawPeer::connect(endpoint).await;
@@ -50,7 +38,7 @@ async fn worker(endpoint: &str, name: &str) -> RawPeer {
 /// returns the replies that came before its answer: those refused at once.
 async fn flood(peer: &mut RawPeer, id: JobId, first: usize, count: usize) -> Vec<Value> {
     for req in first..first + count {
-        peer.send(&log(req, id)).await;
+        peer.send(&log_request(req, id, "flood")).await;
     }
     peer.send(&map(vec![("type", text("heartbeat")), ("req", int(0))]))
         .await;

@@ -61,17 +61,6 @@ async fn count_stores(db: &TestDatabase, refuse: Refuse, jobs: &[JobId]) -> anyh
     Ok(())
 }
 
-fn log(req: usize, id: JobId, message: &str) -> Value {
-    let line = map(vec![("level", text("info")), ("message", text(message))]);
-    map(vec![
-        ("type", text("log")),
-        ("req", int(i64::try_from(req).unwrap_or(i64::MAX))),
-        ("id", text(&id.to_string())),
-        ("attempt", int(1)),
-        ("lines", Value::Array(vec![line])),
-    ])
-}
-
 /// Connects the peers, and while the test holds a lock on the log table (so the first
 /// store waits), has each send its `log` requests, then a heartbeat whose answer says its
 /// requests are all queued. Releases the lock and returns each peer's replies to its `log`
@@ -103,7 +92,7 @@ async fn send_logs_behind_a_lock(
         for n in 0..REQUESTS_PER_PEER {
             let id = jobs[p * ATTEMPTS_PER_PEER + n % ATTEMPTS_PER_PEER];
             let message = format!("peer {p} line {n}");
-            peer.send(&log(n + 2, id, &message)).await;
+            peer.send(&log_request(n + 2, id, &message)).await;
             sent.entry(id).or_default().push(message);
         }
         peer.send(&map(vec![("type", text("heartbeat")), ("req", int(1))]))

@@ -270,6 +270,18 @@ pub async fn attempts(db: &TestDatabase, n: usize) -> anyhow::Result<Vec<JobId>>
     Ok(jobs.iter().map(|j| j.id).collect())
 }
 
+/// A `log` request of one info line, `message`, for attempt 1 of `id`.
+pub fn log_request(req: usize, id: JobId, message: &str) -> Value {
+    let line = map(vec![("level", text("info")), ("message", text(message))]);
+    map(vec![
+        ("type", text("log")),
+        ("req", int(i64::try_from(req).unwrap_or(i64::MAX))),
+        ("id", text(&id.to_string())),
+        ("attempt", int(1)),
+        ("lines", Value::Array(vec![line])),
+    ])
+}
+
 /// Counts the connections of `app` in `pg_stat_activity`.
 pub async fn connections(db: &TestDatabase, app: &str) -> i64 {
     let (client, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
