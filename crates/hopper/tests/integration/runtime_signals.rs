@@ -4,19 +4,16 @@
 //! Polling is set to 30 s in these tests, so anything that happens sooner happened
 //! because of a signal (LISTEN/NOTIFY, the promoter's wake-up), not by polling.
 
-#[macro_use]
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{FnWorker, connect, wait_for};
 use hopper::backend::JobGetParams;
 use hopper::testing::TestDatabase;
 use hopper::{
     Client, JobError, JobId, JobRecord, JobState, NewJob, Runtime, RuntimeConfig, RuntimeHandle,
     Workers,
 };
-use support::{FnWorker, connect, wait_for};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -34,7 +31,7 @@ const PROMPTLY: Duration = Duration::from_secs(5);
 /// A runtime that polls only every 30 s and heartbeats every 10 s: what it does sooner,
 /// it was told to.
 fn quiet_config(concurrency: usize) -> RuntimeConfig {
-    support::config(QUEUE, concurrency)
+    crate::support::config(QUEUE, concurrency)
         .with_poll_interval(Duration::from_secs(30))
         .with_heartbeat_interval(Duration::from_secs(30))
 }

@@ -2,12 +2,9 @@
 //! SQLSTATE 22023 and a sentence naming the argument (never a constraint violation that
 //! prints the row), and writes nothing. The bounds are those of `hopper_core::limits`.
 
-#[macro_use]
-mod support;
-
+use crate::support::connect;
 use hopper::testing::TestDatabase;
 use hopper::{JobListParams, limits};
-use support::connect;
 use tokio_postgres::error::SqlState;
 
 async fn job_count(db: &TestDatabase) -> anyhow::Result<usize> {

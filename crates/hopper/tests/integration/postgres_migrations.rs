@@ -2,14 +2,12 @@
 //! refusing a schema newer than this build. (Running them twice on one store is also a
 //! conformance case.)
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::{SchemaGuard, connect, fresh_schema_name};
 use hopper::backend::{Backend, JobGetParams};
 use hopper::testing::{TestDatabase, database_url};
 use hopper::{Error, PgBackend, PgOptions, SystemClock};
-use support::{SchemaGuard, connect, fresh_schema_name};
 
 async fn backend_on(schema: &str) -> anyhow::Result<PgBackend> {
     Ok(PgBackend::connect(

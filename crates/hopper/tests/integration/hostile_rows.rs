@@ -3,17 +3,14 @@
 //! to `failed` with the decode error in its history, and nothing else stops. The
 //! promoter, every claim (plain and fair), listing, showing and the stats keep working.
 
-#[macro_use]
-mod support;
-
 use anyhow::Context;
 use std::time::Duration;
 
+use crate::support::connect;
 use hopper::backend::{ClaimParams, JobGetParams, JobRetryParams};
 use hopper::testing::TestDatabase;
 use hopper::{JobListParams, JobRecord, JobState, NewJob};
 use serde_json::json;
-use support::connect;
 use uuid::Uuid;
 
 /// Writes one job row by hand, past every check of hopper's, with `columns` / `values`

@@ -4,17 +4,14 @@
 //! others, and it takes its lock again under the same id without any attempt completing
 //! twice.
 
-#[macro_use]
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::{FnWorker, config, connect, wait_for};
 use hopper::core::NodeLiveness;
 use hopper::testing::TestDatabase;
 use hopper::{Client, JobListParams, JobState, NewJob, Runtime, Workers};
-use support::{FnWorker, config, connect, wait_for};
 use tokio_postgres::Client as PgClient;
 
 job_kind!(Held, "held");

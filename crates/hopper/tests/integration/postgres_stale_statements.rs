@@ -4,16 +4,13 @@
 //! such a statement before it runs; hopper treats that as transient, its pool forgets its
 //! prepared statements, and the retry prepares them again, so no operator is needed.
 
-#[macro_use]
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{FnWorker, config, connect, wait_for};
 use hopper::backend::{Backend, ClaimParams, Finish, FinishResult, Outcome};
 use hopper::testing::{PgBouncer, PgBouncerConfig, TestDatabase};
 use hopper::{JobError, JobState, NewJob, PgBackend, PgOptions, Pooler, Runtime, Workers};
-use support::{FnWorker, config, connect, wait_for};
 
 job_kind!(Altered, "altered");
 

@@ -1,17 +1,14 @@
 //! Many runtimes on one queue: every job completes exactly once, and no job is ever run by
 //! two handlers at the same time.
 
-#[macro_use]
-mod support;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{FnWorker, config, connect, node_backend, wait_for};
 use hopper::testing::TestDatabase;
 use hopper::{Client, JobArgs, JobId, NewJob, Runtime, Workers};
-use support::{FnWorker, config, connect, node_backend, wait_for};
 
 job_kind!(Load, "load");
 

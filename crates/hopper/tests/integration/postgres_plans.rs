@@ -4,16 +4,11 @@
 //! A sequential scan there costs the backlog's size on every call (8.8 ms on 20,000 jobs
 //! for the fair claim's ring when its stragglers lookup lost the index's queue hash).
 
-#[macro_use]
-mod support;
-
+use crate::support::connect;
 use hopper::testing::TestDatabase;
 use hopper::{Client, NewJob};
 use hopper_postgres::sql::Queries;
 use serde_json::json;
-use support::connect;
-
-job_kind!(Planned, "planned");
 
 /// A table of 6,000 jobs: 4,000 ready in `bench` over 16 groups, 1,000 ready in `other`,
 /// 1,000 completed; analyzed.

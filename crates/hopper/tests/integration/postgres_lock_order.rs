@@ -5,9 +5,6 @@
 //! rows queue behind each other instead of deadlocking (seen in W7 before: "extending
 //! leases failed … deadlock detected", each time a second's wait and a retry).
 
-#[macro_use]
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +30,7 @@ async fn extending_and_finishing_the_same_leases_at_once_never_deadlocks() -> an
     let filler: Vec<_> = (0..5_000).map(|_| job("k", "filler")).collect();
     h.backend.job_insert_many(&filler).await?;
     let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
-    let sql = support::connect(db.url()).await?;
+    let sql = crate::support::connect(db.url()).await?;
     sql.batch_execute(&format!("ANALYZE {}.jobs", db.schema()))
         .await?;
     for _round in 0..5 {

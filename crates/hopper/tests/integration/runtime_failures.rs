@@ -1,13 +1,11 @@
 //! How the runtime turns a handler's failures into outcomes: panics, timeouts, permanent
 //! errors, snoozes, undecodable arguments and kinds nobody handles.
 
-#[macro_use]
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::{FnWorker, config, wait_for};
 use hopper::backend::JobGetParams;
 use hopper::testing::TestDatabase;
 use hopper::{
@@ -15,7 +13,6 @@ use hopper::{
     RuntimeHandle, Workers,
 };
 use serde_json::json;
-use support::{FnWorker, config, wait_for};
 use tokio::sync::oneshot;
 
 job_kind!(Flaky, "flaky");

@@ -4,9 +4,6 @@
 //! before it; never one job under two leases. Each test has its own schema and a stopped
 //! clock, so "`head_every` has passed" is a clock move, not a sleep.
 
-#[macro_use]
-mod support;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,19 +8,16 @@
 //!
 //! Prints the figures (time to resume, lost, run twice) that `docs/deployment.md` quotes.
 
-#[macro_use]
-mod support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::FnWorker;
 use hopper::backend::Backend;
 use hopper::testing::{StopMode, TestCluster};
 use hopper::{
     Client, JobId, NewJob, PgBackend, PgConnectOptions, PgOptions, Runtime, RuntimeConfig, Workers,
 };
-use support::FnWorker;
 use tokio::sync::Notify;
 
 job_kind!(Work, "failover_work");

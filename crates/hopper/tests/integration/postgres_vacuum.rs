@@ -1,14 +1,11 @@
 //! The job table's own vacuum (`MaintenanceStore::job_vacuum`): due only when dead row versions
 //! piled up and no vacuum ran lately; afterwards, not due again.
 
-#[macro_use]
-mod support;
-
 use std::time::Duration;
 
+use crate::support::connect;
 use hopper::backend::JobVacuumParams;
 use hopper::testing::TestDatabase;
-use support::connect;
 
 /// Vacuums counted for the test's job table, and its dead rows, as the statistics say.
 async fn vacuum_stats(db: &TestDatabase) -> anyhow::Result<(i64, i64)> {

@@ -7,12 +7,10 @@
 //! on session state (a prepared statement, a setting, a lock, a LISTEN) fails every time,
 //! not only when the pooler happens to switch server connections.
 
-#[macro_use]
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{FnWorker, SchemaGuard, config, connect, fresh_schema_name, wait_for};
 use futures_util::StreamExt;
 use hopper::backend::{Backend, ClaimParams, JobGetParams, Wakeup};
 use hopper::testing::{PgBouncer, PgBouncerConfig, TestDatabase};
@@ -20,7 +18,6 @@ use hopper::{
     Client, NewJob, PgBackend, PgOptions, Pooler, Runtime, SystemClock, TestClock, Workers,
 };
 use hopper_conformance::{Harness, conformance_suite};
-use support::{FnWorker, SchemaGuard, config, connect, fresh_schema_name, wait_for};
 
 job_kind!(Drained, "drained");
 

@@ -2,16 +2,13 @@
 //! delay past every bound) never wedge the completer: the one at fault is isolated and
 //! skipped, counted and logged, and every other outcome is written.
 
-#[macro_use]
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{FnWorker, config, wait_for};
 use hopper::backend::{ClaimParams, Finish, JobGetParams, Outcome};
 use hopper::testing::TestDatabase;
 use hopper::{Error, JobError, JobState, NewJob, Runtime, Workers};
 use serde_json::json;
-use support::{FnWorker, config, wait_for};
 
 job_kind!(Mixed, "mixed");
 

@@ -5,12 +5,10 @@
 
 #![cfg(feature = "sqlx")]
 
-#[macro_use]
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{FnWorker, wait_for};
 use hopper::backend::{ClaimParams, JobGetParams};
 use hopper::testing::TestDatabase;
 use hopper::{
@@ -22,7 +20,6 @@ use sqlx_core::connection::Connection;
 use sqlx_core::executor::Executor;
 use sqlx_core::row::Row;
 use sqlx_postgres::PgConnection;
-use support::{FnWorker, wait_for};
 
 job_kind!(Ship, "ship");
 
@@ -335,7 +332,7 @@ async fn a_handler_completes_inside_its_sqlx_transaction() -> anyhow::Result<()>
     let rolled_back = client
         .insert(NewJob::of(&Ship { n: 1 })?.with_queue(QUEUE))
         .await?;
-    let handle = Runtime::new(db.backend(), workers, support::config(QUEUE, 2))
+    let handle = Runtime::new(db.backend(), workers, crate::support::config(QUEUE, 2))
         .start()
         .await?;
     wait_for(&db, QUEUE, Duration::from_secs(10), |s| s.completed == 2).await?;

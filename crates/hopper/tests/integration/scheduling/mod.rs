@@ -3,11 +3,9 @@
 //! concurrent inserts, pause/resume, cancellation across nodes, periodic jobs, queue
 //! weights. Each test has its own schema (`TestDatabase`).
 
-mod scheduling {
-    pub mod common;
-    mod control;
-    mod fairness;
-    mod limits;
-    mod ring;
-    mod unique;
-}
+pub mod common;
+mod control;
+mod fairness;
+mod limits;
+mod ring;
+mod unique;

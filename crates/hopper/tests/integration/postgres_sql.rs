@@ -1,12 +1,10 @@
 //! What only PostgreSQL offers: enqueueing from SQL, the table's own constraints, and
 //! enqueueing or completing inside the caller's transaction.
 
-#[macro_use]
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{FnWorker, config, connect, wait_for};
 use hopper::backend::{JobCancelParams, JobGetParams, Wakeup};
 use hopper::testing::{
     ExpectedJob, TestDatabase, require_inserted_in, require_many_inserted, require_not_inserted,
@@ -15,7 +13,6 @@ use hopper::{
     Client, Error, JobArgs, JobListParams, JobState, NewJob, Runtime, TestClock, Workers,
 };
 use serde_json::json;
-use support::{FnWorker, config, connect, wait_for};
 use tokio::sync::mpsc;
 use tokio_postgres::error::SqlState;
 
@@ -418,7 +415,7 @@ async fn a_failed_bulk_insert_leaves_the_pool_clean() -> anyhow::Result<()> {
     // (the bulk insert pipelines BEGIN, COPY and COMMIT on a pooled connection of its own),
     // and no call may need a second connection while it holds that one.
     let db = TestDatabase::new().await?;
-    let hopper = Client::new(support::node_backend(&db, 1).await?);
+    let hopper = Client::new(crate::support::node_backend(&db, 1).await?);
     // Counted from another connection: only what was committed.
     let other = connect(db.url()).await?;
     let count = format!("SELECT count(*) FROM {}.jobs", db.schema());
@@ -456,7 +453,7 @@ async fn a_bulk_insert_cancelled_mid_copy_leaves_the_pool_clean() -> anyhow::Res
     // A caller's select! or timeout may drop the insert while its transaction is open; the
     // pool's only connection must not come back inside it.
     let db = TestDatabase::new().await?;
-    let hopper = Client::new(support::node_backend(&db, 1).await?);
+    let hopper = Client::new(crate::support::node_backend(&db, 1).await?);
     let other = connect(db.url()).await?;
     let big: Vec<NewJob> = (0..200_000)
         .map(|n| NewJob::new("k", json!({ "n": n })))
