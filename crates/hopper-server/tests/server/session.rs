@@ -3,12 +3,10 @@
 //! tokens, the bound on served queues and an idle cost that does not grow with them, and a
 //! worker that said `bye` leaving without a penalty.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use ciborium::Value;
-use common::*;
 use hopper::backend::{Backend, JobGetParams};
 use hopper::testing::TestDatabase;
 use hopper::{JobState, NewJob};

@@ -3,12 +3,10 @@
 //! a store the database fails for a while (the server answers it as transient) is sent
 //! again, one it refuses for good is not.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hopper::testing::TestDatabase;
 use hopper::{
     JobArgs, JobContext, JobError, LogLevel, NewJob, Runtime, RuntimeConfig, Worker, Workers,

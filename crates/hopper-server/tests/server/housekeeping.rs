@@ -2,11 +2,9 @@
 //! does: remote workers have no database connection to prune or vacuum with, so a
 //! deployment of only remote workers relies on the server for both.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hopper::maintenance::Housekeeping;
 use hopper::testing::TestDatabase;
 

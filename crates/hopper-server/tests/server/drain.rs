@@ -1,13 +1,11 @@
 //! Four remote workers, each a `Runtime` on a `RemoteBackend`, drain 10,000 jobs through
 //! one server: every job runs exactly once (no faults, so no repeats).
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hopper::testing::TestDatabase;
 use hopper::{JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, Worker, Workers};
 use serde::{Deserialize, Serialize};

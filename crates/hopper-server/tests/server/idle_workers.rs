@@ -2,11 +2,9 @@
 //! connections (its pool and its one LISTEN), and still places a job on one of them; and
 //! idle workers taking turns at the jobs.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hopper::testing::TestDatabase;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

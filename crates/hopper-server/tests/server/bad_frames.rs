@@ -1,12 +1,10 @@
 //! Malformed, oversized and unauthenticated traffic is refused with the right error code,
 //! and never disturbs a well-behaved peer working at the same time.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use ciborium::Value;
-use common::*;
 use hopper::testing::TestDatabase;
 
 #[tokio::test]

@@ -6,12 +6,10 @@
 //! Every test of this binary logs into one capture (a global subscriber), so each assertion
 //! about the logs looks for what only its own test logs (a peer name of its own).
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use ciborium::Value;
-use common::*;
 use hopper::backend::JobGetParams;
 use hopper::testing::TestDatabase;
 use hopper::{JobState, NewJob};
@@ -283,7 +281,7 @@ async fn oversized_and_deeply_nested_frames_are_refused_and_others_still_served(
     assert!(text_of(&r, "message").contains("65537"), "{r:?}");
 
     // Arguments over 1 MiB within a frame the server allows: a clear `invalid`.
-    let mut config = common::config(&db, Duration::from_secs(5)).await;
+    let mut config = crate::common::config(&db, Duration::from_secs(5)).await;
     config.node_id = Uuid::now_v7();
     let roomy = start(config).await;
     let mut peer = RawPeer::connect(roomy.endpoint()).await;

@@ -6,12 +6,10 @@
 //! log writer's first store waits, and every other request queues behind it, each holding
 //! its place in flight); a heartbeat answered after them says they all reached the server.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use ciborium::Value;
-use common::*;
 use hopper::JobId;
 use hopper::testing::TestDatabase;
 

@@ -3,12 +3,10 @@
 //! concurrency, at most the prefetch it announced); a worker that announces none is never
 //! sent more than its concurrency.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use ciborium::Value;
-use common::*;
 use hopper::testing::TestDatabase;
 use hopper::{Client, NewJob};
 

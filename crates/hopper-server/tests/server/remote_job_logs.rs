@@ -3,12 +3,10 @@
 //! `not_found`, and `Client::job_logs` on a `RemoteBackend` reads every page and gets what
 //! the database holds, as does its `job_logs_page` asked for more than one reply holds.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use ciborium::Value;
-use common::*;
 use hopper::testing::TestDatabase;
 use hopper::{
     AttemptLog, JobArgs, JobContext, JobError, LogLevel, NewJob, Runtime, RuntimeConfig, Worker,

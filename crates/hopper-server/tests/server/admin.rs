@@ -2,11 +2,9 @@
 //! cancels, retries, deletes and clears jobs, reads queue stats, pauses and limits queues
 //! and lists periodic jobs, each checked against the database itself.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hopper::backend::{JobDeleteParams, JobSearchParams};
 use hopper::testing::TestDatabase;
 use hopper::{Client, JobListParams, JobState, NewJob, QueueUpdate, RateLimit};

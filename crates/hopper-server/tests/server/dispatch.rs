@@ -1,12 +1,10 @@
 //! Dispatch by kind: each job goes only to a worker that declared its kind, and a job whose
 //! kind no connected worker runs waits (without using attempts) instead of failing.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hopper::testing::TestDatabase;
 use hopper::{JobContext, JobError, JobState, NewJob, Runtime, RuntimeConfig, Worker, Workers};
 use serde::{Deserialize, Serialize};

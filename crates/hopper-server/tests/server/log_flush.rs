@@ -3,13 +3,11 @@
 //! when it returns. Once the job is rescued, the next attempt's lines go to their own
 //! attempt. Both on PostgreSQL directly and through `hopper serve`.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hopper::testing::TestDatabase;
 use hopper::{
     AttemptLog, JobArgs, JobContext, JobError, LogLevel, NewJob, Runtime, RuntimeConfig, Worker,

@@ -1,13 +1,11 @@
 //! Faults through the server: a remote worker killed with SIGKILL mid-job, and the server
 //! itself crashing and coming back mid-run. Every job still completes.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hopper::testing::TestDatabase;
 use hopper::{JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, Worker, Workers};
 use serde::{Deserialize, Serialize};

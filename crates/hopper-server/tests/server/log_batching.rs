@@ -10,13 +10,11 @@
 //! behind it; a heartbeat answered after each peer's requests says they all reached the
 //! server.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::common::*;
 use ciborium::Value;
-use common::*;
 use hopper::JobId;
 use hopper::testing::TestDatabase;
 use hopper_server::ServerHandle;
