@@ -9,8 +9,6 @@
 //! directory, `pg_ctl` of the newest installed PostgreSQL on a free port, as the `postgres` user when the test runs as root),
 //! never the machine's shared one.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -401,7 +399,7 @@ async fn serve_waits_for_the_database_and_rides_through_its_restart() -> anyhow:
         "serve listening {:?} after PostgreSQL accepted connections",
         up.elapsed()
     );
-    let endpoint = common::serve_endpoint(&line)?;
+    let endpoint = crate::common::serve_endpoint(&line)?;
 
     // It serves: a remote worker runs jobs through it.
     let backend: Arc<dyn Backend> = Arc::new(PgBackend::connect(&url, PgOptions::default()).await?);

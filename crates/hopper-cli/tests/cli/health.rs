@@ -3,13 +3,11 @@
 //! test's own schema, the promoter fails at each run, the supervisor gives up after its
 //! failure budget, `/health` answers 503 naming the task, and the process exits non-zero.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::Hopper;
+use crate::common::Hopper;
 use hopper::testing::TestDatabase;
 
 /// `GET /health` on `addr`: the status code and the body.

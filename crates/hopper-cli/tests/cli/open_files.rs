@@ -2,11 +2,9 @@
 //! when they start (each connection costs descriptors), and say so once. Both are started
 //! with a soft limit of 256, and their limit is read from /proc once they run.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Hopper;
+use crate::common::Hopper;
 use hopper::testing::TestDatabase;
 
 /// Starts `hopper ARGS` with a soft open-files limit of 256 and reads its output until a

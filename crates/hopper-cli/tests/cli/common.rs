@@ -1,5 +1,5 @@
 //! A `hopper` child process whose output the test reads line by line, shared by the tests
-//! that start one (each test file is its own crate, so each uses what it needs).
+//! that start one.
 
 #![allow(dead_code)]
 

@@ -12,14 +12,12 @@
 //! server (heartbeat 5 s, so the silence sweep would take 15 s), and the server ends the
 //! killed worker's session when it finds its connection closed.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Hopper;
+use crate::common::Hopper;
 use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
@@ -292,7 +290,7 @@ fn serve(db: &TestDatabase) -> anyhow::Result<Serve> {
     ];
     let hopper = Hopper::start(db, "", &args)?;
     let line = hopper.line_with("hopper serve: listening on ", Duration::from_secs(30))?;
-    let endpoint = common::serve_endpoint(&line)?;
+    let endpoint = crate::common::serve_endpoint(&line)?;
     Ok(Serve { hopper, endpoint })
 }
 

@@ -3,8 +3,6 @@
 //! Each test gets its own schema from [`TestDatabase`] (dropped when the test ends) and
 //! points the binary at it with `DATABASE_URL` and `HOPPER_SCHEMA`.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -379,7 +377,7 @@ async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
 /// Starts `hopper serve` on `db`'s schema on a free loopback port, its token in `dir`;
 /// returns it (killed when dropped) and the URL, with the admin token it generated, to
 /// reach it.
-fn serve(db: &TestDatabase, dir: &std::path::Path) -> (common::Hopper, String) {
+fn serve(db: &TestDatabase, dir: &std::path::Path) -> (crate::common::Hopper, String) {
     let token_file = dir.join("serve.token");
     let token_file = token_file.to_str().expect("a UTF-8 path");
     let args = [
@@ -389,11 +387,11 @@ fn serve(db: &TestDatabase, dir: &std::path::Path) -> (common::Hopper, String) {
         "--token-file",
         token_file,
     ];
-    let serving = common::Hopper::start(db, "", &args).expect("hopper serve starts");
+    let serving = crate::common::Hopper::start(db, "", &args).expect("hopper serve starts");
     let line = serving
         .line_with("listening on ", Duration::from_secs(60))
         .expect("hopper serve says where it listens");
-    let endpoint = common::serve_endpoint(&line).expect("an endpoint");
+    let endpoint = crate::common::serve_endpoint(&line).expect("an endpoint");
     let tokens = std::fs::read_to_string(dir.join("serve.token")).expect("the token file");
     let token = tokens
         .lines()
