@@ -2,13 +2,11 @@
 //! with one runtime and with two runtimes (two backends, as two processes would have)
 //! sharing the file.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::TempDir;
+use crate::common::TempDir;
 use hopper::backend::Backend;
 use hopper::{JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, Worker, Workers};
 use hopper_sqlite::{SqliteBackend, SqliteOptions};

@@ -3,11 +3,9 @@
 //! seam's behaviour is checked by the conformance suite (`hopper-conformance`, run from
 //! `conformance.rs`).
 
-mod common;
-
 use std::time::Duration;
 
-use common::{TempDir, harness};
+use crate::common::{TempDir, harness};
 use futures_util::StreamExt;
 use hopper_conformance::{job, secs, t0};
 use hopper_core::backend::{JobCancelParams, JobGetParams};
@@ -43,7 +41,7 @@ async fn subscribers_hear_this_processes_inserts_and_cancels() -> anyhow::Result
 async fn migrate_refuses_a_newer_schema() -> anyhow::Result<()> {
     let h = harness().await?;
     {
-        let conn = rusqlite::Connection::open(common::db(&h))?;
+        let conn = rusqlite::Connection::open(crate::common::db(&h))?;
         conn.execute(
             "INSERT INTO hopper_migrations (version, name, applied_at) VALUES (999, 'future', 0)",
             [],
@@ -115,7 +113,7 @@ async fn an_unmigrated_file_says_to_migrate() -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_trigger_that_raises_is_refused_not_transient() -> anyhow::Result<()> {
     let h = harness().await?;
-    let conn = rusqlite::Connection::open(common::db(&h))?;
+    let conn = rusqlite::Connection::open(crate::common::db(&h))?;
     conn.execute_batch(
         "CREATE TRIGGER no_jobs BEFORE INSERT ON hopper_jobs
          BEGIN SELECT RAISE(ABORT, 'no jobs on fridays'); END;",

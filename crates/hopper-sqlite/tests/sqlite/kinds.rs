@@ -2,11 +2,9 @@
 //! kinds it runs) on SQLite, which applies the filter in limited and fair queues too (plain
 //! queues: the conformance case `a_claim_of_some_kinds_leaves_the_others_untouched`).
 
-mod common;
-
 use std::time::Duration;
 
-use common::harness;
+use crate::common::harness;
 use hopper_conformance::job;
 use hopper_core::backend::{ClaimParams, JobGetParams};
 use hopper_core::{NewJob, QueueStats, QueueUpdate};

@@ -1,17 +1,15 @@
 //! Several processes on one database file: claims never overlap, migrations can race.
 //!
 //! The "processes" are real: the test binary runs itself again with [`CHILD_DB`] set, and
-//! the `child` test then acts as a separate worker process instead of a test. Two backends
-//! inside one process (separate connections) are tested too.
-
-mod common;
+//! the `processes::child` test then acts as a separate worker process instead of a test.
+//! Two backends inside one process (separate connections) are tested too.
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TempDir, another, harness};
+use crate::common::{TempDir, another, harness};
 use hopper_conformance::job;
 use hopper_core::{Backend, ClaimParams, Finish, NewJob, Outcome};
 use hopper_sqlite::{SqliteBackend, SqliteOptions};
@@ -113,7 +111,12 @@ async fn children(db: &std::path::Path, mode: &str, n: usize) -> anyhow::Result<
     for _ in 0..n {
         spawned.push(
             Command::new(&exe)
-                .args(["child", "--exact", "--nocapture", "--test-threads=1"])
+                .args([
+                    "processes::child",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CHILD_DB, db)
                 .env(CHILD_MODE, mode)
                 .stdout(Stdio::piped())
@@ -162,7 +165,7 @@ async fn two_processes_claiming_never_get_the_same_job() -> anyhow::Result<()> {
     h.backend.job_insert_many(&jobs).await?;
 
     let started = std::time::Instant::now();
-    let outputs = children(&common::db(&h), "claim", CLAIMERS).await?;
+    let outputs = children(&crate::common::db(&h), "claim", CLAIMERS).await?;
     let took = started.elapsed();
     let mut seen: HashMap<Uuid, usize> = HashMap::new();
     let mut per_child = Vec::new();

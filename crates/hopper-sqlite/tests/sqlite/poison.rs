@@ -5,9 +5,7 @@
 //! limited), listing, showing and the stats keep working. The PostgreSQL twin is
 //! `crates/hopper/tests/hostile_rows.rs`.
 
-mod common;
-
-use common::harness;
+use crate::common::harness;
 use hopper_conformance::{Harness, t0};
 use hopper_core::backend::{JobGetParams, JobPromoteOutcome, JobRetryParams, JobStatsParams};
 use hopper_core::{ClaimedJob, JobListParams, JobRecord, JobState, NewJob, QueueUpdate, limits};
@@ -18,7 +16,7 @@ use uuid::Uuid;
 /// `set` (an SQL `SET` list) applied past every check of hopper's and SQLite's. Returns
 /// its id.
 fn write_by_hand(store: &Harness, queue: &str, set: &str) -> anyhow::Result<Uuid> {
-    let conn = rusqlite::Connection::open(common::db(store))?;
+    let conn = rusqlite::Connection::open(crate::common::db(store))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let id = Uuid::now_v7();
     let t0 = t0().timestamp_micros();
