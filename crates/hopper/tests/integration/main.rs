@@ -3,7 +3,8 @@
 //!
 //! One test binary with modules, so the workspace links it once. The OpenTelemetry tests
 //! (`tests/otel.rs`) are a binary of their own: they set the process's global tracer
-//! provider.
+//! provider. So is `tests/postgres_vacuum.rs`, which needs no other transaction open in the
+//! database.
 
 #[macro_use]
 mod support;
@@ -25,7 +26,6 @@ mod postgres_sql;
 mod postgres_sqlx;
 mod postgres_stale_statements;
 mod postgres_tls;
-mod postgres_vacuum;
 mod runtime_failures;
 mod runtime_job_logs;
 mod runtime_liveness;

@@ -1,11 +1,18 @@
 //! The job table's own vacuum (`MaintenanceStore::job_vacuum`): due only when dead row versions
 //! piled up and no vacuum ran lately; afterwards, not due again.
+//!
+//! A test binary of its own, apart from `tests/integration`: a vacuum removes dead rows
+//! only when no transaction of the database is older than them, and the other tests'
+//! transactions would be (seen: 5,000 dead rows left).
+
+#[path = "integration/support.rs"]
+mod support;
 
 use std::time::Duration;
 
-use crate::support::connect;
 use hopper::backend::JobVacuumParams;
 use hopper::testing::TestDatabase;
+use support::connect;
 
 /// Vacuums counted for the test's job table, and its dead rows, as the statistics say.
 async fn vacuum_stats(db: &TestDatabase) -> anyhow::Result<(i64, i64)> {
