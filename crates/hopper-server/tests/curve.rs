@@ -2,6 +2,9 @@
 //! server key get no request through (not a hello, not a submit), and are logged once, not
 //! per attempt; a peer with the server's public key is served. Plaintext is refused on an
 //! endpoint other hosts can reach unless asked for.
+//!
+//! A test binary of its own, apart from `tests/server`: it counts log lines any server of
+//! the process could write (one capture, a global subscriber).
 
 mod common;
 

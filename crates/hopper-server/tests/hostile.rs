@@ -2,7 +2,9 @@
 //! well-behaved client is served at its usual pace, the connection cap refuses newcomers
 //! with one log line, and a flood of bad hellos leaves others served.
 //!
-//! Every test of this binary logs into one capture (a global subscriber).
+//! Every test of this binary logs into one capture (a global subscriber). A binary of its
+//! own, apart from `tests/server`: it counts log lines any server of the process could
+//! write.
 
 mod common;
 

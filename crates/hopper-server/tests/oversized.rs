@@ -1,6 +1,9 @@
 //! A frame announcing more than the limit closes that connection before anything is
 //! allocated for it (libzmq's `ZMQ_MAXMSGSIZE`), on the server's one listening socket, and
 //! the server keeps serving everyone else.
+//!
+//! A test binary of its own, apart from `tests/server`: it counts the listening sockets of
+//! the whole process.
 
 mod common;
 

@@ -2,6 +2,9 @@
 //! span of the application, the enqueue inside it and the job's attempt on a real
 //! runtime (SQLite) form one trace, parent to child; the spans carry their documented
 //! fields, kinds and status; the storage calls have spans too.
+//!
+//! A test binary of its own, apart from `tests/integration`: it sets the process's global
+//! tracer provider.
 
 use std::sync::Arc;
 use std::time::Duration;

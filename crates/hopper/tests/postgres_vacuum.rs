@@ -1,7 +1,11 @@
 //! The job table's own vacuum (`MaintenanceStore::job_vacuum`): due only when dead row versions
 //! piled up and no vacuum ran lately; afterwards, not due again.
+//!
+//! A test binary of its own, apart from `tests/integration`: a vacuum removes dead rows
+//! only when no transaction of the database is older than them, and the other tests'
+//! transactions would be (seen: 5,000 dead rows left).
 
-#[macro_use]
+#[path = "integration/support.rs"]
 mod support;
 
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! `hopper-stuck-worker URL`: a worker process whose jobs never finish, for fault tests
-//! (`tests/faults.rs` and `tests/log_flush.rs` start it and kill it with SIGKILL mid-job).
-//! Not for use: it takes five `nap` or `chatter` jobs of the server (or database, in the
-//! schema `$HOPPER_SCHEMA`) at `URL` and sleeps an hour on each; a `chatter` job first
-//! writes `lines` lines to its attempt's log.
+//! (`tests/server/faults.rs` and `tests/server/log_flush.rs` start it and kill it with
+//! SIGKILL mid-job). Not for use: it takes five `nap` or `chatter` jobs of the server (or
+//! database, in the schema `$HOPPER_SCHEMA`) at `URL` and sleeps an hour on each; a
+//! `chatter` job first writes `lines` lines to its attempt's log.
 
 use std::time::Duration;
 

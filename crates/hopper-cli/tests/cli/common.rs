@@ -1,0 +1,100 @@
+//! A `hopper` child process whose output the test reads line by line, shared by the tests
+//! that start one.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use hopper::testing::TestDatabase;
+
+/// A `hopper` child process, killed on drop, and the lines it writes (stdout and stderr).
+pub struct Hopper {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Hopper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Hopper {
+    /// Starts `hopper ARGS` on `db` (its URL and schema in the environment), through `sh`
+    /// with `shell` run first (`""` for none, `ulimit -Sn 256` to lower a limit).
+    pub fn start(db: &TestDatabase, shell: &str, args: &[&str]) -> anyhow::Result<Self> {
+        let script = format!("{shell}\nexec \"$0\" \"$@\"");
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(env!("CARGO_BIN_EXE_hopper"))
+            .args(args)
+            .env("DATABASE_URL", db.url())
+            .env("HOPPER_SCHEMA", db.schema())
+            .env("HOPPER_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let (tx, lines) = mpsc::channel();
+        let outputs: [Box<dyn Read + Send>; 2] = [
+            Box::new(
+                child
+                    .stdout
+                    .take()
+                    .ok_or_else(|| anyhow::anyhow!("no stdout"))?,
+            ),
+            Box::new(
+                child
+                    .stderr
+                    .take()
+                    .ok_or_else(|| anyhow::anyhow!("no stderr"))?,
+            ),
+        ];
+        for out in outputs {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        Ok(Hopper { child, lines })
+    }
+
+    /// The next line holding `text`, read within `limit`; the lines before it are gone.
+    pub fn line_with(&self, text: &str, limit: Duration) -> anyhow::Result<String> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .map_err(|_| anyhow::anyhow!("no line with {text:?} within {limit:?}"))?;
+            if line.contains(text) {
+                return Ok(line);
+            }
+        }
+    }
+
+    /// Every line written from now until the process ends, once it has.
+    pub fn rest(&self) -> Vec<String> {
+        self.lines.iter().collect()
+    }
+}
+
+/// The endpoint in `hopper serve`'s "listening on tcp://…" line.
+pub fn serve_endpoint(line: &str) -> anyhow::Result<String> {
+    let endpoint = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(endpoint.starts_with("tcp://"), "no endpoint in {line:?}");
+    Ok(endpoint)
+}

@@ -1,0 +1,21 @@
+//! The `hopper` binary run as a user runs it, as child processes against the real
+//! PostgreSQL (private clusters and PgBouncers of the tests' own where a test needs one)
+//! and SQLite files, each test in its own schema or directory.
+//!
+//! One test binary with modules, so the workspace links it once.
+
+mod common;
+
+mod bench_scale;
+mod cli;
+mod db_restart;
+mod health;
+mod hostile;
+mod injection;
+mod kill;
+mod node_death;
+mod open_files;
+mod pgbouncer;
+mod queues;
+mod serve_curve;
+mod sqlite_processes;

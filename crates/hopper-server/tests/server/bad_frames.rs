@@ -1,0 +1,150 @@
+//! Malformed, oversized and unauthenticated traffic is refused with the right error code,
+//! and never disturbs a well-behaved peer working at the same time.
+
+use std::time::Duration;
+
+use crate::common::*;
+use ciborium::Value;
+use hopper::testing::TestDatabase;
+
+#[tokio::test]
+async fn bad_peers_are_refused_while_a_good_one_keeps_working() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let endpoint = server.endpoint().to_owned();
+
+    // A well-behaved client submits jobs all along.
+    let good = tokio::spawn({
+        let endpoint = endpoint.clone();
+        async move {
+            let client =
+                hopper::Client::new(hopper::connect(&url(&endpoint), Default::default()).await?);
+            let mut ids = Vec::new();
+            for n in 0..200 {
+                ids.push(
+                    client
+                        .insert(hopper::NewJob::new("good", serde_json::json!({ "n": n })))
+                        .await?,
+                );
+            }
+            anyhow::Ok(ids)
+        }
+    });
+
+    let mut bad = RawPeer::connect(&endpoint).await;
+    // Before hello: unauthorized, with the req echoed.
+    bad.send(&map(vec![
+        ("type", text("status")),
+        ("req", int(5)),
+        ("id", text(&uuid::Uuid::nil().to_string())),
+    ]))
+    .await;
+    let r = bad.recv().await;
+    assert_eq!(
+        (text_of(&r, "type"), text_of(&r, "code")),
+        ("error", "unauthorized")
+    );
+    assert_eq!(field(&r, "req"), Some(&int(5)));
+    // A wrong token.
+    let r = bad.hello("client", "wrong-token", vec![]).await;
+    assert_eq!(text_of(&r, "code"), "unauthorized");
+    // Garbage bytes, before and after a hello.
+    bad.send_bytes(b"\xff\xfe\x00 not cbor at all".to_vec())
+        .await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "bad_frame");
+    let r = bad.hello("client", TOKEN, vec![]).await;
+    assert_eq!(text_of(&r, "type"), "welcome", "{r:?}");
+    bad.send_bytes(b"GET / HTTP/1.1\r\n\r\n".to_vec()).await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "bad_frame");
+    bad.send(&Value::Array(vec![int(1), int(2)])).await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "bad_frame");
+    // An unknown type keeps its req.
+    bad.send(&map(vec![("type", text("launch")), ("req", int(9))]))
+        .await;
+    let r = bad.recv().await;
+    assert_eq!(
+        (text_of(&r, "code"), field(&r, "req")),
+        ("unknown_type", Some(&int(9)))
+    );
+    // Wrong field types.
+    bad.send(&map(vec![
+        ("type", text("status")),
+        ("req", int(10)),
+        ("id", int(3)),
+    ]))
+    .await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "invalid");
+    bad.send(&map(vec![
+        ("type", text("submit")),
+        ("req", int(11)),
+        (
+            "job",
+            map(vec![("kind", text("k")), ("args", text("not a map"))]),
+        ),
+    ]))
+    .await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "invalid");
+    bad.send(&map(vec![
+        ("type", text("submit")),
+        ("req", int(12)),
+        ("job", map(vec![("kind", text("bad kind!"))])),
+    ]))
+    .await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "invalid");
+    // Oversized: 3 MiB.
+    let big = map(vec![
+        ("type", text("submit")),
+        ("req", int(13)),
+        (
+            "job",
+            map(vec![
+                ("kind", text("k")),
+                ("args", map(vec![("blob", text(&"x".repeat(3 << 20)))])),
+            ]),
+        ),
+    ]);
+    bad.send(&big).await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "too_large");
+    // Unknown job.
+    bad.send(&map(vec![
+        ("type", text("status")),
+        ("req", int(14)),
+        ("id", text(&uuid::Uuid::now_v7().to_string())),
+    ]))
+    .await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "not_found");
+    // An unsupported protocol version.
+    bad.send(&map(vec![
+        ("type", text("hello")),
+        ("req", int(15)),
+        ("version", int(99)),
+        ("role", text("client")),
+        ("token", text(TOKEN)),
+    ]))
+    .await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "invalid");
+    // Still served after all that.
+    bad.send(&map(vec![("type", text("heartbeat")), ("req", int(16))]))
+        .await;
+    assert_eq!(text_of(&bad.recv().await, "type"), "heartbeat_ack");
+
+    let ids = good.await??;
+    assert_eq!(ids.len(), 200);
+    let stats = db.queue_stats("default").await?;
+    assert_eq!(stats.available + stats.scheduled, 200);
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rust_client_with_a_wrong_token_gets_a_clear_error() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let url = format!("{}?token=wrong", server.endpoint());
+    let err = hopper::connect(&url, Default::default())
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("unauthorized"), "{err}");
+    server.shutdown().await;
+    Ok(())
+}

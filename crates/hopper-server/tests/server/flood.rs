@@ -1,0 +1,120 @@
+//! A peer that sends requests faster than the database answers takes at most its own
+//! share of the requests in flight (128): past it, its requests get the transient "busy"
+//! reply, while another peer's requests are still taken and answered.
+//!
+//! The flooder's `log` requests are held while the test holds a lock on the log table (the
+//! log writer's first store waits, and every other request queues behind it, each holding
+//! its place in flight); a heartbeat answered after them says they all reached the server.
+
+use std::time::Duration;
+
+use crate::common::*;
+use ciborium::Value;
+use hopper::JobId;
+use hopper::testing::TestDatabase;
+
+/// Requests in flight one peer may have (docs/protocol.md, §8).
+const PER_PEER: usize = 128;
+
+/// `log` requests the flooder sends at once: more than the server's bound (1,024), which
+/// it would take whole without a bound of its own.
+const FLOOD: usize = 1100;
+
+/// A worker peer that said hello.
+async fn worker(endpoint: &str, name: &str) -> RawPeer {
+    let mut peer = RawPeer::connect(endpoint).await;
+    let extra = vec![
+        ("name", text(name)),
+        ("queues", Value::Array(vec![text("elsewhere")])),
+    ];
+    let welcome = peer.hello("worker", TOKEN, extra).await;
+    assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+    peer
+}
+
+/// Sends `count` `log` requests for `id` (numbered from `first`), then a heartbeat, and
+/// returns the replies that came before its answer: those refused at once.
+async fn flood(peer: &mut RawPeer, id: JobId, first: usize, count: usize) -> Vec<Value> {
+    for req in first..first + count {
+        peer.send(&log_request(req, id, "flood")).await;
+    }
+    peer.send(&map(vec![("type", text("heartbeat")), ("req", int(0))]))
+        .await;
+    let mut refused = Vec::new();
+    loop {
+        let reply = peer.recv().await;
+        if text_of(&reply, "type") == "heartbeat_ack" {
+            return refused;
+        }
+        refused.push(reply);
+    }
+}
+
+/// Each reply is the transient `internal` error a busy server answers.
+fn assert_busy(replies: &[Value]) {
+    for r in replies {
+        assert_eq!(text_of(r, "type"), "error", "{r:?}");
+        assert_eq!(text_of(r, "code"), "internal", "{r:?}");
+        assert_eq!(field(r, "transient"), Some(&Value::Bool(true)), "{r:?}");
+    }
+}
+
+/// `count` replies, each an `ack`.
+async fn assert_acked(peer: &mut RawPeer, count: usize) {
+    for _ in 0..count {
+        let reply = peer.recv().await;
+        assert_eq!(text_of(&reply, "type"), "ack", "{reply:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_peer_does_not_leave_the_others_busy() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(30)).await).await;
+    let jobs = attempts(&db, 2).await?;
+    let mut flooder = worker(server.endpoint(), "flooder").await;
+    let mut other = worker(server.endpoint(), "other").await;
+
+    let lock = sql(&db).await?;
+    lock.batch_execute(&format!(
+        "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
+        db.schema()
+    ))
+    .await?;
+    let refused = flood(&mut flooder, jobs[0], 1, FLOOD).await;
+
+    // The other peer is still served: a read at once, a log queued to be stored.
+    let status = map(vec![
+        ("type", text("status")),
+        ("req", int(1)),
+        ("id", text(&jobs[1].to_string())),
+    ]);
+    other.send(&status).await;
+    let reply = other.recv().await;
+    assert_eq!(text_of(&reply, "type"), "job", "{reply:?}");
+    assert!(flood(&mut other, jobs[1], 2, 1).await.is_empty());
+
+    assert_eq!(
+        refused.len(),
+        FLOOD - PER_PEER,
+        "the flooder holds its own share of the requests in flight, no more"
+    );
+    assert_busy(&refused);
+
+    lock.batch_execute("COMMIT").await?;
+    assert_acked(&mut other, 1).await;
+    assert_acked(&mut flooder, PER_PEER).await;
+
+    // Its requests answered, the flooder's share is free again.
+    lock.batch_execute(&format!(
+        "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
+        db.schema()
+    ))
+    .await?;
+    let refused = flood(&mut flooder, jobs[0], FLOOD + 1, PER_PEER).await;
+    assert!(refused.is_empty(), "{refused:?}");
+    lock.batch_execute("COMMIT").await?;
+    assert_acked(&mut flooder, PER_PEER).await;
+    server.shutdown().await;
+    Ok(())
+}

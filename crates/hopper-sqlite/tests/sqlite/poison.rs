@@ -1,0 +1,186 @@
+//! Rows written into SQLite by hand that hopper cannot read (an instant beyond what it
+//! reads, a count beyond 32 bits, arguments nested deeper than it reads or not JSON at
+//! all, an error history of the wrong shape): each is moved to `failed` with the decode
+//! error in its history, and nothing else stops. The promoter, every claim (plain and
+//! limited), listing, showing and the stats keep working. The PostgreSQL twin is
+//! `crates/hopper/tests/hostile_rows.rs`.
+
+use crate::common::harness;
+use hopper_conformance::{Harness, t0};
+use hopper_core::backend::{JobGetParams, JobPromoteOutcome, JobRetryParams, JobStatsParams};
+use hopper_core::{ClaimedJob, JobListParams, JobRecord, JobState, NewJob, QueueUpdate, limits};
+use serde_json::json;
+use uuid::Uuid;
+
+/// Writes one job of `queue` by hand: a plain row due at the test clock's start, then
+/// `set` (an SQL `SET` list) applied past every check of hopper's and SQLite's. Returns
+/// its id.
+fn write_by_hand(store: &Harness, queue: &str, set: &str) -> anyhow::Result<Uuid> {
+    let conn = rusqlite::Connection::open(crate::common::db(store))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let id = Uuid::now_v7();
+    let t0 = t0().timestamp_micros();
+    conn.execute_batch(&format!(
+        "PRAGMA ignore_check_constraints = ON;
+         INSERT INTO hopper_jobs (id, queue, kind, state, run_at, created_at)
+         VALUES ('{id}', '{queue}', 'k', 'available', {t0}, {t0});
+         UPDATE hopper_jobs SET {set} WHERE id = '{id}';"
+    ))?;
+    Ok(id)
+}
+
+/// The job as stored, read through hopper (after it was made readable).
+async fn job(store: &Harness, id: Uuid) -> anyhow::Result<JobRecord> {
+    store
+        .backend
+        .job_get(&JobGetParams { id })
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("job {id} is gone"))
+}
+
+fn assert_failed_as_unreadable(job: &JobRecord) {
+    assert_eq!(job.state, JobState::Failed, "{job:?}");
+    let last = job.errors.last().map(|e| e.error.as_str()).unwrap_or("");
+    assert!(last.contains("could not be read"), "{last}");
+}
+
+/// Arguments nested deeper than serde_json reads (128), though valid JSON to SQLite.
+fn too_deep() -> String {
+    format!("'{}{}'", "[".repeat(200), "]".repeat(200))
+}
+
+#[tokio::test]
+async fn the_promoter_fails_a_run_at_beyond_range_and_promotes_the_rest() -> anyhow::Result<()> {
+    let store = harness().await?;
+    let backend = &store.backend;
+    let beyond = write_by_hand(
+        &store,
+        "q",
+        &format!("state = 'scheduled', run_at = {}", i64::MAX),
+    )?;
+    let due = write_by_hand(&store, "q", "state = 'scheduled'")?;
+
+    let JobPromoteOutcome {
+        promoted,
+        next_due: next,
+    } = store.promote_outcome().await?;
+    assert_eq!(promoted, 1, "the due job was promoted");
+    assert_eq!(next, None, "{next:?}");
+    assert_eq!(job(&store, due).await?.state, JobState::Available);
+    let beyond = job(&store, beyond).await?;
+    assert_failed_as_unreadable(&beyond);
+    assert!(beyond.run_at <= limits::max_instant(), "{beyond:?}");
+
+    // And again, with a readable job to come: nothing left to stop it.
+    let later_at = t0() + chrono::Duration::hours(1);
+    backend
+        .job_insert(
+            &NewJob::new("k", json!({}))
+                .with_queue("q")
+                .with_run_at(later_at),
+        )
+        .await?;
+    let next = store.promote_outcome().await?.next_due;
+    assert_eq!(next, Some(later_at));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claim_fails_unreadable_jobs_and_hands_out_the_others() -> anyhow::Result<()> {
+    let store = harness().await?;
+    store
+        .backend
+        .queue_update(&QueueUpdate {
+            max_running: Some(Some(100)),
+            ..QueueUpdate::new("limited")
+        })
+        .await?;
+    for queue in ["plain", "limited"] {
+        let mut good = Vec::new();
+        for n in 0..3 {
+            good.push(
+                store
+                    .insert(NewJob::new("k", json!({ "n": n })).with_queue(queue))
+                    .await?,
+            );
+        }
+        let bad = [
+            write_by_hand(&store, queue, &format!("run_at = {}", i64::MIN))?,
+            write_by_hand(&store, queue, &format!("created_at = {}", i64::MAX))?,
+            write_by_hand(&store, queue, &format!("attempt = {}", 1i64 << 40))?,
+            write_by_hand(&store, queue, &format!("args = {}", too_deep()))?,
+            write_by_hand(&store, queue, "args = 'not json'")?,
+        ];
+
+        let mut claimed: Vec<ClaimedJob> = store.claim(queue, 20).await?;
+        claimed.sort_by_key(|j| j.lease.job_id);
+        let ids: Vec<Uuid> = claimed.iter().map(|j| j.lease.job_id).collect();
+        assert_eq!(ids, good, "{queue}: every readable job was claimed");
+        for id in bad {
+            assert_failed_as_unreadable(&job(&store, id).await?);
+        }
+        for id in good {
+            assert_eq!(job(&store, id).await?.state, JobState::Running, "{queue}");
+        }
+        assert!(store.claim(queue, 20).await?.is_empty(), "{queue}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<()> {
+    let store = harness().await?;
+    let backend = &store.backend;
+    let good = store
+        .insert(NewJob::new("k", json!({})).with_queue("q"))
+        .await?;
+    let minus = write_by_hand(&store, "q", &format!("run_at = {}", i64::MIN))?;
+    let history = write_by_hand(
+        &store,
+        "q",
+        &format!(
+            "state = 'completed', finished_at = {}, errors = '{{\"not\": \"a list\"}}'",
+            t0().timestamp_micros()
+        ),
+    )?;
+    let created = write_by_hand(
+        &store,
+        "q",
+        &format!("state = 'completed', created_at = {}", i64::MAX),
+    )?;
+    let args = write_by_hand(&store, "q", "state = 'cancelled', args = '{broken'")?;
+
+    let stats = backend.queue_stats().await?;
+    let q = stats.iter().find(|s| s.queue == "q").expect("queue q");
+    assert_eq!(q.available, 2);
+    assert_eq!(q.oldest_available_secs, 0.0, "{q:?}");
+    (store.stats().expect("SQLite keeps statistics"))
+        .job_stats_per_minute(&JobStatsParams {
+            window: std::time::Duration::from_secs(3600),
+        })
+        .await?;
+
+    let listed = backend
+        .job_list(&JobListParams {
+            limit: 100,
+            ..JobListParams::default()
+        })
+        .await?;
+    assert_eq!(listed.len(), 5, "every row is listed");
+    for id in [minus, history, created, args] {
+        assert_failed_as_unreadable(&job(&store, id).await?);
+    }
+    assert_eq!(job(&store, good).await?.state, JobState::Available);
+    let history = job(&store, history).await?;
+    assert!(history.errors[0].error.contains("unreadable error history"));
+    let args = job(&store, args).await?;
+    assert_eq!(args.args, json!({ "unreadable_args": "{broken" }));
+
+    // A row shown by id is moved too.
+    let shown = write_by_hand(&store, "q", &format!("attempted_at = {}", i64::MAX))?;
+    assert_failed_as_unreadable(&job(&store, shown).await?);
+    // And a failed unreadable job can be retried by hand, like any other.
+    backend.job_retry(&JobRetryParams { id: shown }).await?;
+    assert_eq!(job(&store, shown).await?.state, JobState::Available);
+    Ok(())
+}

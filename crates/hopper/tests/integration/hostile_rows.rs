@@ -1,0 +1,219 @@
+//! Rows written into PostgreSQL by hand that hopper cannot read (an infinite `run_at`, an
+//! instant beyond what chrono reads, an error history of the wrong shape): each is moved
+//! to `failed` with the decode error in its history, and nothing else stops. The
+//! promoter, every claim (plain and fair), listing, showing and the stats keep working.
+
+use anyhow::Context;
+use std::time::Duration;
+
+use crate::support::connect;
+use hopper::backend::{ClaimParams, JobGetParams, JobRetryParams};
+use hopper::testing::TestDatabase;
+use hopper::{JobListParams, JobRecord, JobState, NewJob};
+use serde_json::json;
+use uuid::Uuid;
+
+/// Writes one job row by hand, past every check of hopper's, with `columns` / `values`
+/// added to the required ones. Returns its id.
+async fn write_by_hand(
+    db: &TestDatabase,
+    queue: &str,
+    state: &str,
+    columns: &str,
+    values: &str,
+) -> anyhow::Result<Uuid> {
+    let client = connect(db.url()).await?;
+    let id = Uuid::now_v7();
+    let schema = db.schema();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {schema}.jobs (id, queue, kind, state{columns})
+             VALUES ('{id}', '{queue}', 'k', '{state}'{values})"
+        ))
+        .await?;
+    Ok(id)
+}
+
+/// The job as stored, read through hopper (after it was made readable).
+async fn job(db: &TestDatabase, id: Uuid) -> anyhow::Result<JobRecord> {
+    db.backend()
+        .job_get(&JobGetParams { id })
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("job {id} is gone"))
+}
+
+fn assert_failed_as_unreadable(job: &JobRecord) {
+    assert_eq!(job.state, JobState::Failed, "{job:?}");
+    let last = job.errors.last().map(|e| e.error.as_str()).unwrap_or("");
+    assert!(last.contains("could not be read"), "{last}");
+}
+
+fn claim(queue: &str) -> ClaimParams {
+    ClaimParams {
+        queue: queue.to_owned(),
+        node: Uuid::now_v7(),
+        limit: 10,
+        lease: Duration::from_secs(300),
+        kinds: None,
+    }
+}
+
+#[tokio::test]
+async fn the_promoter_fails_an_infinite_scheduled_job_and_promotes_the_rest() -> anyhow::Result<()>
+{
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let bad = write_by_hand(&db, "q", "scheduled", ", run_at", ", 'infinity'").await?;
+    let beyond = write_by_hand(&db, "q", "scheduled", ", run_at", ", '290000-01-01'").await?;
+    let due = write_by_hand(&db, "q", "scheduled", ", run_at", ", now() - interval '1s'").await?;
+    let later_at = chrono::Utc::now() + chrono::Duration::hours(1);
+    let later = NewJob::new("k", json!({}))
+        .with_queue("q")
+        .with_run_at(later_at);
+    backend.job_insert(&later).await?;
+
+    let store = backend
+        .maintenance()
+        .ok_or_else(|| anyhow::anyhow!("PostgreSQL does maintenance"))?;
+    let outcome = store.job_promote_scheduled().await?;
+    assert_eq!(outcome.promoted, 1, "the due job was promoted");
+    let next = outcome
+        .next_due
+        .ok_or_else(|| anyhow::anyhow!("no next due time"))?;
+    assert!((next - later_at).num_milliseconds().abs() <= 1, "{next}");
+    assert_eq!(job(&db, due).await?.state, JobState::Available);
+    assert_failed_as_unreadable(&job(&db, bad).await?);
+    assert_failed_as_unreadable(&job(&db, beyond).await?);
+    // And again: nothing left to stop it.
+    store.job_promote_scheduled().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claim_fails_a_due_minus_infinity_job_and_hands_out_the_others() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    for queue in ["plain", "fair"] {
+        let mut good = Vec::new();
+        for n in 0..3 {
+            let mut job = NewJob::new("k", json!({ "n": n })).with_queue(queue);
+            if queue == "fair" {
+                job = job.with_group(format!("g{n}"));
+            }
+            backend.job_insert(&job).await?;
+            good.push(job.id);
+        }
+        let group = if queue == "fair" { "'g9'" } else { "NULL" };
+        let bad = write_by_hand(
+            &db,
+            queue,
+            "available",
+            ", run_at, group_key",
+            &format!(", '-infinity', {group}"),
+        )
+        .await?;
+
+        let mut claimed = backend.job_claim(&claim(queue)).await?;
+        claimed.sort_by_key(|j| j.lease.job_id);
+        let ids: Vec<Uuid> = claimed.iter().map(|j| j.lease.job_id).collect();
+        assert_eq!(ids, good, "{queue}: every readable job was claimed");
+        assert_failed_as_unreadable(&job(&db, bad).await?);
+        for id in good {
+            assert_eq!(job(&db, id).await?.state, JobState::Running, "{queue}");
+        }
+        assert!(backend.job_claim(&claim(queue)).await?.is_empty());
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let good = NewJob::new("k", json!({})).with_queue("q");
+    backend.job_insert(&good).await?;
+    let infinite = write_by_hand(&db, "q", "available", ", run_at", ", '-infinity'").await?;
+    let history = write_by_hand(
+        &db,
+        "q",
+        "completed",
+        ", errors",
+        ", '{\"not\": \"a list\"}'",
+    )
+    .await?;
+    let created = write_by_hand(&db, "q", "completed", ", created_at", ", 'infinity'").await?;
+
+    let stats = backend.queue_stats().await?;
+    let q = stats.iter().find(|s| s.queue == "q").expect("queue q");
+    assert_eq!(q.available, 2);
+    assert!(q.oldest_available_secs.is_finite());
+
+    let listed = backend
+        .job_list(&JobListParams {
+            limit: 100,
+            ..JobListParams::default()
+        })
+        .await?;
+    assert_eq!(listed.len(), 4, "every row is listed");
+    for id in [infinite, history, created] {
+        assert_failed_as_unreadable(&job(&db, id).await?);
+    }
+    assert_eq!(job(&db, good.id).await?.state, JobState::Available);
+    let history = job(&db, history).await?;
+    assert!(history.errors[0].error.contains("unreadable error history"));
+
+    // A row shown by id is moved too.
+    let shown = write_by_hand(&db, "q", "scheduled", ", run_at", ", 'infinity'").await?;
+    assert_failed_as_unreadable(&job(&db, shown).await?);
+    // And a failed unreadable job can be retried by hand, like any other.
+    backend.job_retry(&JobRetryParams { id: shown }).await?;
+    assert_eq!(job(&db, shown).await?.state, JobState::Available);
+    Ok(())
+}
+
+#[tokio::test]
+async fn per_minute_stats_survive_infinite_times() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let now = "now() - interval '1s'";
+    write_by_hand(
+        &db,
+        "q",
+        "completed",
+        ", run_at, attempted_at, finished_at, duration_ms",
+        &format!(", '-infinity', {now}, {now}, 5"),
+    )
+    .await?;
+    write_by_hand(
+        &db,
+        "q",
+        "failed",
+        ", attempted_at, finished_at",
+        &format!(", 'infinity', {now}"),
+    )
+    .await?;
+    write_by_hand(
+        &db,
+        "q",
+        "completed",
+        ", attempted_at, finished_at, duration_ms",
+        &format!(", {now}, 'infinity', 7"),
+    )
+    .await?;
+
+    let backend = db.backend();
+    let stats = backend
+        .stats()
+        .context("PostgreSQL keeps per-minute statistics")?
+        .job_stats_per_minute(&hopper::backend::JobStatsParams {
+            window: Duration::from_secs(3600),
+        })
+        .await?;
+    let completed: i64 = stats.iter().map(|m| m.completed).sum();
+    let failed: i64 = stats.iter().map(|m| m.failed).sum();
+    assert_eq!((completed, failed), (1, 1), "{stats:?}");
+    for minute in &stats {
+        assert!(minute.latency_avg_ms.is_finite(), "{minute:?}");
+        assert!(minute.latency_p95_ms.is_finite(), "{minute:?}");
+    }
+    Ok(())
+}
