@@ -45,7 +45,7 @@ WITH RECURSIVE ring(g, n, first) AS (
 -- the group of those 32 jobs costs 32 heap fetches, which is why the claims do not.
 -- The queue's hash is what reaches the index (migration 0005): without it, this read the
 -- whole table and sorted it for its first 32 (8.8 ms on 20,000 jobs against 0.1 ms, at
--- every reload of every process's ring; tests/postgres_plans.rs).
+-- every reload of every process's ring; crates/hopper/tests/integration/postgres_plans.rs).
 SELECT ARRAY(SELECT g FROM ring ORDER BY n),
        ARRAY(SELECT head.id
              FROM (SELECT id, group_key
