@@ -49,9 +49,10 @@ const SPAN_QUEUE: usize = 16_384;
 /// The spans of one export when `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` does not set it. Each
 /// export has a cost of its own (an HTTP request, the resource and scope grouped again), so
 /// a runtime running tens of thousands of jobs a second paid it about 70 times a second
-/// with the specification's 512: 2,048 took a tenth of hopper's CPU per exported span off
-/// W3 (about 0.5 MB a request, far below collectors' limits; docs/benchmarks.md). Below
-/// 2,048 spans per schedule delay (5 s) nothing changes: the delay sends them.
+/// with the specification's 512: 2,048 took about a sixth off the CPU an exported span
+/// costs hopper in W3 (about 0.5 MB a request, far below collectors' limits;
+/// docs/benchmarks.md). Below 2,048 spans per schedule delay (5 s) nothing changes: the
+/// delay sends them.
 const EXPORT_BATCH: usize = 2_048;
 
 /// OpenTelemetry's trace and meter providers, as [`Telemetry::from_env`] configured them
