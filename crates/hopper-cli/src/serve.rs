@@ -54,7 +54,8 @@ pub struct ServeArgs {
     /// Most connections held at once; past it new peers' handshakes are refused.
     #[arg(long, default_value_t = 10_000)]
     pub max_connections: usize,
-    /// Database connections in the pool; the server holds one more for LISTEN.
+    /// Database connections in the pool; the server holds one more for LISTEN. One peer's
+    /// requests execute on at most a quarter of them at once (at least one).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub pool_size: u16,
     /// The node id the server's leases are held under. Default: derived from the host,
@@ -133,6 +134,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
         config.lease = lease;
         config.node_dead_after = node_dead_after;
         config.max_connections = args.max_connections;
+        config.pool_size = usize::from(args.pool_size);
         config.insecure_plaintext = args.insecure_plaintext;
         config.curve = curve_keys(&args, &listen)?;
         config.client = crate::telemetry::tracing_client(&backend);

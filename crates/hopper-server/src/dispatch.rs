@@ -242,11 +242,13 @@ impl Core {
     /// Ends a peer's session: it went silent, or its connection closed. The orders it held
     /// are taken back at once: released without counting the attempt when it said `bye`
     /// (it left on purpose), failed and retried at once otherwise (its worker vanished
-    /// mid-run: the attempt counts).
+    /// mid-run: the attempt counts). Its requests still waiting for their turn are not run
+    /// (nobody is left to answer), so they cannot wait for ever behind its stuck ones.
     pub(crate) fn drop_peer(&mut self, id: &PeerId, now: Instant, why: Gone) {
         let Some(p) = self.peers.remove(id) else {
             return;
         };
+        self.requests.close_line(id);
         let silence = now.duration_since(p.last_seen);
         let name = capped(&p.name);
         let held = p.held();

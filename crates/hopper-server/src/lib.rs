@@ -80,6 +80,12 @@ pub enum ServeError {
 pub struct ServeConfig {
     /// The storage backend (a PostgreSQL pool of a few connections).
     pub backend: Arc<dyn Backend>,
+    /// The connections in `backend`'s pool (what `hopper serve --pool-size` sets): the
+    /// requests of one peer execute on at most a quarter of them at once, at least one, so
+    /// that a peer whose requests wait on a lock leaves the rest to the other peers and to
+    /// the claims and outcome batches (`docs/protocol.md`, §8). Default: 8, as
+    /// `--pool-size`.
+    pub pool_size: usize,
     /// The ZeroMQ endpoint to bind, e.g. `tcp://127.0.0.1:7010` (port 0 picks a free one).
     pub listen: String,
     /// Who may connect.
@@ -140,6 +146,7 @@ impl ServeConfig {
         let listen = listen.into();
         ServeConfig {
             backend,
+            pool_size: 8,
             node_id: stable_node_id(&[&hopper::maintenance::host_name(), &listen]),
             node_name: format!("hopper serve {listen}"),
             listen,

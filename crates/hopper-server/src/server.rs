@@ -26,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Access;
 use crate::convert;
 use crate::dispatch::Gone;
-use crate::in_flight::{InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER};
+use crate::in_flight::{
+    InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER, executing_per_peer,
+};
 use crate::log_writer::{self, LogItem};
 use crate::tasks::{self, FinishItem, ReplyTo};
 use crate::{ServeConfig, ServeError, ServerHandle};
@@ -111,7 +113,8 @@ pub(crate) struct Core {
     pub seen: Option<HashSet<JobId>>,
     /// Bounds the database requests in flight for peers (submit, status, cancel, extend,
     /// log), in all and per peer, so a flood from one peer cannot pile up tasks without end
-    /// nor leave the other peers only "busy" replies.
+    /// nor leave the other peers only "busy" replies, and those of one peer that execute at
+    /// once, so its requests stuck on a lock cannot take the whole pool.
     pub requests: InFlight,
     /// Leases whose outcome is queued for writing: a second outcome for one of them (a
     /// repeat in the same message, or a contradicting one sent before the first was
@@ -182,7 +185,11 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         next_queue: 0,
         inherit_at: Some(Instant::now() + inherit_after(&config)),
         seen: Some(HashSet::new()),
-        requests: InFlight::new(MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER),
+        requests: InFlight::new(
+            MAX_REQUESTS_IN_FLIGHT,
+            MAX_REQUESTS_PER_PEER,
+            executing_per_peer(config.pool_size),
+        ),
         writing: HashSet::new(),
         refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
@@ -584,18 +591,21 @@ impl Core {
         });
     }
 
-    /// Runs `work` in a task and sends its reply, or an error reply, to `peer`.
+    /// Runs `work` in a task, once it is its turn among `peer`'s requests, and sends its
+    /// reply, or an error reply, to `peer`. Not run if the peer's session ends first.
     fn spawn_reply<F>(&self, peer: PeerId, req: u64, work: F)
     where
         F: Future<Output = Result<Reply>> + Send + 'static,
     {
-        let permit = match self.requests.try_acquire(&peer) {
-            Ok(permit) => permit,
+        let queued = match self.requests.try_queue(&peer) {
+            Ok(queued) => queued,
             Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
         };
         let out = self.out.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let Some(_running) = queued.turn().await else {
+                return;
+            };
             let reply = match work.await {
                 Ok(reply) => reply,
                 Err(e) => {

@@ -17,8 +17,9 @@ impl Core {
     /// Queues a `log` request's lines for the log writer, which acknowledges it once they
     /// are stored. Each one waiting holds one of the requests in flight, so the queue is
     /// bounded: past the server's bound or its peer's the request is refused at once with a
-    /// transient `internal` ("busy"), as any other request then is. A backend that keeps no
-    /// logs acknowledges at once.
+    /// transient `internal` ("busy"), as any other request then is. It takes no turn among
+    /// its peer's requests that execute: the writer stores them all on its one connection.
+    /// A backend that keeps no logs acknowledges at once.
     pub(super) fn queue_log(&self, peer: PeerId, req: u64, append: JobLogAppend) {
         if self.backend.logs().is_none() {
             let result = FinishResult::Recorded;
