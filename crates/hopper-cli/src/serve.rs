@@ -55,7 +55,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     pub max_connections: usize,
     /// Database connections in the pool; the server holds one more for LISTEN. One peer's
-    /// requests execute on at most a quarter of them at once (at least one).
+    /// requests execute on at most a quarter of them at once (at least one), all peers'
+    /// on all but a quarter (the rest is kept for claims and outcomes).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub pool_size: u16,
     /// The node id the server's leases are held under. Default: derived from the host,

@@ -4,7 +4,9 @@
 //! Within its places in flight, a peer's requests also take turns: at most
 //! [`executing_per_peer`] of them execute (hold or wait for a pool connection) at once, the
 //! others wait in its line, so requests of one peer stuck behind a lock cannot take the
-//! whole pool from the other peers and from the server's claims and outcome batches.
+//! whole pool from the other peers and from the server's claims and outcome batches. And
+//! the requests of all peers together execute on at most [`executing_for_peers`]
+//! connections, so a crowd of stuck peers still leaves the server's own work its part.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -35,10 +37,23 @@ pub(crate) const MAX_REQUESTS_PER_PEER: usize = 128;
 /// whose requests all wait on a lock a user's transaction holds still leave a quarter of the
 /// pool to the other peers and to the server's own work (one claim at a time, the outcome
 /// and log writers), which does not go through these bounds. Under 8 connections a peer
-/// executes one request at a time. Many peers stuck at once can still take the pool: this
-/// keeps one peer, or three, from starving the others, not a crowd.
+/// executes one request at a time. Against a crowd of stuck peers, see
+/// [`executing_for_peers`].
 pub(crate) fn executing_per_peer(pool_size: usize) -> usize {
     (pool_size / 4).max(1)
+}
+
+/// How many requests of all peers together execute at once with a pool of `pool_size`
+/// connections: all but a quarter of the pool (at least one kept back when there are two
+/// or more). What is kept back is for the server's own work, one claim at a time and the
+/// outcome and log writers, so that claims and outcomes go on however many peers' requests
+/// wait on locks; peers' requests past it wait for a connection in the order they asked.
+/// 6 of the default 8.
+pub(crate) fn executing_for_peers(pool_size: usize) -> usize {
+    if pool_size <= 1 {
+        return 1;
+    }
+    pool_size - (pool_size / 4).max(1)
 }
 
 /// The error of a request refused because [`MAX_REQUESTS_IN_FLIGHT`] are in flight.
@@ -66,6 +81,8 @@ pub(crate) struct InFlight {
     shares: Shares,
     per_peer_max: usize,
     executing_max: usize,
+    /// The turns to execute of all peers' requests together.
+    executing: Arc<Semaphore>,
 }
 
 /// One request's place in flight, counted against the server and its peer until dropped
@@ -82,6 +99,10 @@ pub(crate) struct Permit {
 pub(crate) struct Queued {
     permit: Permit,
     turn: Turn,
+    /// The peer's line, to see whether it closed while the request waited for a connection.
+    line: Arc<Semaphore>,
+    /// The turns to execute of all peers' requests together.
+    executing: Arc<Semaphore>,
 }
 
 /// A waiting turn: the future of the line's semaphore, boxed so that it can be polled once
@@ -96,21 +117,25 @@ enum Turn {
     Waiting(Waiting),
 }
 
-/// A request that executes: its place in flight and its turn, both given back when dropped.
+/// A request that executes: its place in flight, its turn in its peer's line and among all
+/// peers' requests, all given back when dropped.
 pub(crate) struct Running {
     _permit: Permit,
     _turn: OwnedSemaphorePermit,
+    _executing: OwnedSemaphorePermit,
 }
 
 impl InFlight {
     /// At most `all` requests in flight, at most `per_peer` of them of one peer, of which at
-    /// most `executing` execute at once.
-    pub fn new(all: usize, per_peer: usize, executing: usize) -> Self {
+    /// most `executing` execute at once; at most `executing_all` of all peers' execute at
+    /// once.
+    pub fn new(all: usize, per_peer: usize, executing: usize, executing_all: usize) -> Self {
         Self {
             all: Arc::new(Semaphore::new(all)),
             shares: Arc::default(),
             per_peer_max: per_peer,
             executing_max: executing.max(1),
+            executing: Arc::new(Semaphore::new(executing_all.max(1))),
         }
     }
 
@@ -125,6 +150,7 @@ impl InFlight {
     /// to answer it with.
     pub fn try_queue(&self, peer: &PeerId) -> Result<Queued, &'static str> {
         let (permit, turns) = self.admit(peer)?;
+        let line = turns.clone();
         let turn = match turns.clone().try_acquire_owned() {
             Ok(turn) => Turn::Ready(Some(turn)),
             Err(_) => {
@@ -140,7 +166,12 @@ impl InFlight {
                 }
             }
         };
-        Ok(Queued { permit, turn })
+        Ok(Queued {
+            permit,
+            turn,
+            line,
+            executing: self.executing.clone(),
+        })
     }
 
     /// Ends `peer`'s line: its requests still waiting for their turn give back their places
@@ -177,16 +208,23 @@ impl InFlight {
 }
 
 impl Queued {
-    /// Waits for the request's turn; `None` when its peer's line was closed first (the
-    /// request is then not to be run, and its place in flight goes with `self`).
+    /// Waits for the request's turn in its peer's line, then among all peers' requests;
+    /// `None` when its peer's line was closed first (the request is then not to be run,
+    /// and its place in flight goes with `self`).
     pub async fn turn(self) -> Option<Running> {
         let turn = match self.turn {
             Turn::Ready(turn) => turn,
             Turn::Waiting(waiting) => waiting.await.ok(),
         }?;
+        // Never closed: an error cannot come, and would only mean "do not run".
+        let executing = self.executing.acquire_owned().await.ok()?;
+        if self.line.is_closed() {
+            return None;
+        }
         Some(Running {
             _permit: self.permit,
             _turn: turn,
+            _executing: executing,
         })
     }
 }
@@ -232,7 +270,7 @@ mod tests {
 
     #[test]
     fn a_peer_at_its_bound_is_refused_while_others_are_served() {
-        let in_flight = InFlight::new(10, 3, 1);
+        let in_flight = InFlight::new(10, 3, 1, 10);
         let held: Vec<Permit> = (0..3)
             .map(|_| in_flight.try_acquire(&peer("a")).expect("within a's bound"))
             .collect();
@@ -245,7 +283,7 @@ mod tests {
 
     #[test]
     fn the_server_bound_holds_across_peers() {
-        let in_flight = InFlight::new(4, 3, 1);
+        let in_flight = InFlight::new(4, 3, 1, 10);
         let names = ["a", "b", "c", "d"];
         let _held: Vec<Permit> = names
             .iter()
@@ -257,7 +295,7 @@ mod tests {
 
     #[test]
     fn counts_go_when_the_last_request_of_a_peer_ends() {
-        let in_flight = InFlight::new(4, 3, 1);
+        let in_flight = InFlight::new(4, 3, 1, 10);
         let first = in_flight.try_acquire(&peer("a")).expect("a place");
         let second = in_flight.try_queue(&peer("a")).expect("a place");
         drop(first);
@@ -269,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_peer_executes_its_share_while_others_execute_theirs() {
-        let in_flight = InFlight::new(10, 5, 2);
+        let in_flight = InFlight::new(10, 5, 2, 10);
         let queue = |who| in_flight.try_queue(&peer(who)).expect("a place");
         let running: Vec<Running> = (0..2)
             .map(|_| now(queue("a")).expect("within a's turns"))
@@ -284,7 +322,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiting_requests_take_their_turns_in_the_order_they_came() {
-        let in_flight = InFlight::new(10, 5, 1);
+        let in_flight = InFlight::new(10, 5, 1, 10);
         let first = now(in_flight.try_queue(&peer("a")).expect("a place")).expect("a turn");
         let waiting: Vec<Queued> = (0..4)
             .map(|_| in_flight.try_queue(&peer("a")).expect("a place"))
@@ -312,7 +350,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_line_gives_back_the_places_of_those_waiting() {
-        let in_flight = InFlight::new(10, 5, 1);
+        let in_flight = InFlight::new(10, 5, 1, 10);
         let running = now(in_flight.try_queue(&peer("a")).expect("a place")).expect("a turn");
         let waiting = in_flight.try_queue(&peer("a")).expect("a place");
         let task = tokio::spawn(waiting.turn());
@@ -331,6 +369,34 @@ mod tests {
         drop((running, again));
         assert!(lock(&in_flight.shares).is_empty(), "no entry left behind");
         assert_eq!(in_flight.all.available_permits(), 10);
+    }
+
+    #[test]
+    fn all_peers_together_execute_within_their_part_of_the_pool() {
+        let in_flight = InFlight::new(10, 5, 2, 3);
+        let queue = |who| in_flight.try_queue(&peer(who)).expect("a place");
+        let a: Vec<Running> = (0..2)
+            .map(|_| now(queue("a")).expect("within a's turns"))
+            .collect();
+        let b = now(queue("b")).expect("the third connection for peers");
+        assert!(
+            now(queue("c")).is_none(),
+            "c has a turn in its line but no connection is left for peers"
+        );
+        drop(a);
+        let c = now(queue("c")).expect("a connection again");
+        drop((b, c));
+        assert!(lock(&in_flight.shares).is_empty(), "no entry left behind");
+        assert_eq!(in_flight.executing.available_permits(), 3);
+    }
+
+    #[test]
+    fn all_but_a_quarter_of_the_pool_executes_for_peers() {
+        let parts: Vec<usize> = [1, 2, 3, 4, 8, 16]
+            .into_iter()
+            .map(executing_for_peers)
+            .collect();
+        assert_eq!(parts, [1, 1, 2, 3, 6, 12]);
     }
 
     #[test]

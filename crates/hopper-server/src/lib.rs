@@ -81,7 +81,8 @@ pub struct ServeConfig {
     /// The storage backend (a PostgreSQL pool of a few connections).
     pub backend: Arc<dyn Backend>,
     /// The connections in `backend`'s pool (what `hopper serve --pool-size` sets): the
-    /// requests of one peer execute on at most a quarter of them at once, at least one, so
+    /// requests of one peer execute on at most a quarter of them at once, at least one (and
+    /// those of all peers on all but a quarter, kept for the claims and outcome batches), so
     /// that a peer whose requests wait on a lock leaves the rest to the other peers and to
     /// the claims and outcome batches (`docs/protocol.md`, §8). Default: 8, as
     /// `--pool-size`.

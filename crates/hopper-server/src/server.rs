@@ -27,7 +27,8 @@ use crate::auth::Access;
 use crate::convert;
 use crate::dispatch::Gone;
 use crate::in_flight::{
-    InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER, executing_per_peer,
+    InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER, executing_for_peers,
+    executing_per_peer,
 };
 use crate::log_writer::{self, LogItem};
 use crate::tasks::{self, FinishItem, ReplyTo};
@@ -189,6 +190,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
             MAX_REQUESTS_IN_FLIGHT,
             MAX_REQUESTS_PER_PEER,
             executing_per_peer(config.pool_size),
+            executing_for_peers(config.pool_size),
         ),
         writing: HashSet::new(),
         refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),

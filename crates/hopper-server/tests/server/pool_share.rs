@@ -4,6 +4,10 @@
 //! batch) while the stuck peer's `extend`s wait; once the lock goes, they are all answered,
 //! in the order they were sent.
 //!
+//! And a crowd of such peers, one per connection of the pool, still leaves the server's
+//! claims and outcomes the connection kept back for them: peers' requests together execute
+//! on three of the four.
+//!
 //! The `extend`s wait on a row lock that the test holds on their job (`SELECT … FOR UPDATE`
 //! in a transaction of its own), as they would behind a user's transaction.
 
@@ -13,6 +17,7 @@ use crate::common::*;
 use ciborium::Value;
 use hopper::testing::TestDatabase;
 use hopper::{JobId, NewJob};
+use hopper_server::ServerHandle;
 
 /// The server's pool.
 const POOL: usize = 4;
@@ -37,86 +42,118 @@ fn status(req: i64, id: &str) -> Value {
     ])
 }
 
-/// Waits (10 s at most) until a connection of `app` waits on a lock.
-async fn until_one_waits_on_a_lock(db: &TestDatabase, app: &str) -> anyhow::Result<()> {
-    let client = sql(db).await?;
+/// An `extend` of attempt 1 of `id` by a minute.
+fn extend(req: i64, id: JobId) -> Value {
+    map(vec![
+        ("type", text("extend")),
+        ("req", int(req)),
+        ("id", text(&id.to_string())),
+        ("attempt", int(1)),
+        ("by_ms", int(60_000)),
+    ])
+}
+
+/// How many connections of `app` wait on a lock.
+async fn waiting_on_a_lock(db: &TestDatabase, app: &str) -> anyhow::Result<i64> {
+    let row = sql(db)
+        .await?
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+            &[&app],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Waits (10 s at most) until `n` connections of `app` wait on a lock.
+async fn until_waiting_on_a_lock(db: &TestDatabase, app: &str, n: i64) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let row = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                &[&app],
-            )
-            .await?;
-        if row.get::<_, i64>(0) > 0 {
-            return Ok(());
-        }
+    while waiting_on_a_lock(db, app).await? < n {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "no request waits on the lock"
+            "fewer than {n} requests wait on the lock"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_stuck_on_a_lock_leaves_the_pool_to_the_others() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
-    let app = format!("pool_{}", db.schema());
-    let mut config = config(&db, Duration::from_secs(30)).await;
-    config.backend = server_backend(&db, &app, POOL).await;
-    config.pool_size = POOL;
-    let server = start(config).await;
-    let endpoint = server.endpoint();
-    let locked: JobId = attempts(&db, 1).await?[0];
-    let queues = ("queues", Value::Array(vec![text("elsewhere")]));
-    let mut stuck = peer(endpoint, "worker", vec![queues]).await;
-    let mut reader = peer(endpoint, "client", vec![]).await;
-    let kinds = ("kinds", Value::Array(vec![text("quick")]));
-    let mut worker = peer(endpoint, "worker", vec![kinds, ("concurrency", int(1))]).await;
-
-    let lock = sql(&db).await?;
-    lock.batch_execute(&format!(
-        "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{locked}' FOR UPDATE",
-        db.schema()
-    ))
-    .await?;
-    for req in 1..=STUCK {
-        let extend = map(vec![
-            ("type", text("extend")),
-            ("req", int(req)),
-            ("id", text(&locked.to_string())),
-            ("attempt", int(1)),
-            ("by_ms", int(60_000)),
-        ]);
-        stuck.send(&extend).await;
-    }
-    // Answered after the `extend`s reached the server, before any of them.
-    stuck
-        .send(&map(vec![("type", text("heartbeat")), ("req", int(0))]))
+/// Sends a `heartbeat` and waits for its answer: every request sent before it has reached
+/// the server.
+async fn all_received(peer: &mut RawPeer) {
+    peer.send(&map(vec![("type", text("heartbeat")), ("req", int(0))]))
         .await;
-    let reply = stuck.recv().await;
+    let reply = peer.recv().await;
     assert_eq!(text_of(&reply, "type"), "heartbeat_ack", "{reply:?}");
-    until_one_waits_on_a_lock(&db, &app).await?;
+}
 
-    // Another peer's read is answered, and a worker gets and finishes a job.
-    reader.send(&status(1, &locked.to_string())).await;
-    let reply = reader.recv().await;
-    assert_eq!(text_of(&reply, "type"), "job", "{reply:?}");
+/// A worker peer gets a new `quick` job and completes it: a claim and an outcome batch of
+/// the server's.
+async fn a_job_runs(db: &TestDatabase, worker: &mut RawPeer, req: i64) -> anyhow::Result<String> {
     db.backend()
         .job_insert(&NewJob::new("quick", serde_json::json!({})))
         .await?;
-    let (id, attempt) = order(&mut worker).await;
+    let (id, attempt) = order(worker).await;
     let completed = map(vec![
         ("type", text("completed")),
-        ("req", int(2)),
+        ("req", int(req)),
         ("id", text(&id)),
         ("attempt", int(attempt)),
     ]);
     worker.send(&completed).await;
     let reply = worker.recv_type("ack").await;
     assert_eq!(text_of(&reply, "result"), "recorded", "{reply:?}");
+    Ok(id)
+}
+
+/// A server with a pool of [`POOL`] connections named `app`, and a running job whose row
+/// `lock` holds locked in an open transaction: `(db, app, server, locked job, lock)`.
+async fn stuck_setup() -> anyhow::Result<(
+    TestDatabase,
+    String,
+    ServerHandle,
+    JobId,
+    tokio_postgres::Client,
+)> {
+    let db = TestDatabase::new().await?;
+    let app = format!("pool_{}", db.schema());
+    let mut config = config(&db, Duration::from_secs(30)).await;
+    config.backend = server_backend(&db, &app, POOL).await;
+    config.pool_size = POOL;
+    let server = start(config).await;
+    let locked: JobId = attempts(&db, 1).await?[0];
+    let lock = sql(&db).await?;
+    lock.batch_execute(&format!(
+        "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{locked}' FOR UPDATE",
+        db.schema()
+    ))
+    .await?;
+    Ok((db, app, server, locked, lock))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_stuck_on_a_lock_leaves_the_pool_to_the_others() -> anyhow::Result<()> {
+    let (db, app, server, locked, lock) = stuck_setup().await?;
+    let endpoint = server.endpoint();
+    let queues = ("queues", Value::Array(vec![text("elsewhere")]));
+    let mut stuck = peer(endpoint, "worker", vec![queues]).await;
+    let mut reader = peer(endpoint, "client", vec![]).await;
+    let kinds = ("kinds", Value::Array(vec![text("quick")]));
+    let mut worker = peer(endpoint, "worker", vec![kinds, ("concurrency", int(1))]).await;
+
+    for req in 1..=STUCK {
+        stuck.send(&extend(req, locked)).await;
+    }
+    // Answered after the `extend`s reached the server, before any of them.
+    all_received(&mut stuck).await;
+    until_waiting_on_a_lock(&db, &app, 1).await?;
+
+    // Another peer's read is answered, and a worker gets and finishes a job.
+    reader.send(&status(1, &locked.to_string())).await;
+    let reply = reader.recv().await;
+    assert_eq!(text_of(&reply, "type"), "job", "{reply:?}");
+    let id = a_job_runs(&db, &mut worker, 2).await?;
     reader.send(&status(3, &id)).await;
     let reply = reader.recv().await;
     let job = field(&reply, "job").cloned().unwrap_or(Value::Null);
@@ -128,6 +165,43 @@ async fn a_peer_stuck_on_a_lock_leaves_the_pool_to_the_others() -> anyhow::Resul
         let reply = stuck.recv().await;
         assert_eq!(text_of(&reply, "type"), "ack", "{reply:?}");
         assert_eq!(field(&reply, "req"), Some(&int(req)), "{reply:?}");
+        assert_eq!(text_of(&reply, "result"), "recorded", "{reply:?}");
+    }
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_of_stuck_peers_leaves_the_claims_their_connection() -> anyhow::Result<()> {
+    let (db, app, server, locked, lock) = stuck_setup().await?;
+    let endpoint = server.endpoint();
+    let kinds = ("kinds", Value::Array(vec![text("quick")]));
+    let mut worker = peer(endpoint, "worker", vec![kinds, ("concurrency", int(1))]).await;
+    let mut crowd = Vec::new();
+    for _ in 0..POOL {
+        let queues = ("queues", Value::Array(vec![text("elsewhere")]));
+        crowd.push(peer(endpoint, "worker", vec![queues]).await);
+    }
+
+    // One `extend` each: each peer's line lets it execute, so only the bound on all peers
+    // together keeps the last one from taking the last connection.
+    for stuck in crowd.iter_mut() {
+        stuck.send(&extend(1, locked)).await;
+        all_received(stuck).await;
+    }
+    until_waiting_on_a_lock(&db, &app, 3).await?;
+
+    a_job_runs(&db, &mut worker, 1).await?;
+    assert_eq!(
+        waiting_on_a_lock(&db, &app).await?,
+        3,
+        "the peers' requests execute on three connections of four"
+    );
+
+    lock.batch_execute("COMMIT").await?;
+    for stuck in crowd.iter_mut() {
+        let reply = stuck.recv().await;
+        assert_eq!(text_of(&reply, "type"), "ack", "{reply:?}");
         assert_eq!(text_of(&reply, "result"), "recorded", "{reply:?}");
     }
     server.shutdown().await;
