@@ -6,7 +6,8 @@
 //!
 //! And a crowd of such peers, one per connection of the pool, still leaves the server's
 //! claims and outcomes the connection kept back for them: peers' requests together execute
-//! on three of the four.
+//! on three of the four. And a peer whose session ends has its requests still waiting in
+//! its line dropped, not run.
 //!
 //! The `extend`s wait on a row lock that the test holds on their job (`SELECT … FOR UPDATE`
 //! in a transaction of its own), as they would behind a user's transaction.
@@ -107,34 +108,38 @@ async fn a_job_runs(db: &TestDatabase, worker: &mut RawPeer, req: i64) -> anyhow
     Ok(id)
 }
 
-/// A server with a pool of [`POOL`] connections named `app`, and a running job whose row
-/// `lock` holds locked in an open transaction: `(db, app, server, locked job, lock)`.
-async fn stuck_setup() -> anyhow::Result<(
+/// A server with a pool of `pool` connections named `app`, and two running jobs held by no
+/// peer, the first of which `lock` holds locked in an open transaction:
+/// `(db, app, server, [locked job, other job], lock)`.
+async fn stuck_setup(
+    pool: usize,
+) -> anyhow::Result<(
     TestDatabase,
     String,
     ServerHandle,
-    JobId,
+    [JobId; 2],
     tokio_postgres::Client,
 )> {
     let db = TestDatabase::new().await?;
     let app = format!("pool_{}", db.schema());
     let mut config = config(&db, Duration::from_secs(30)).await;
-    config.backend = server_backend(&db, &app, POOL).await;
-    config.pool_size = POOL;
+    config.backend = server_backend(&db, &app, pool).await;
+    config.pool_size = pool;
     let server = start(config).await;
-    let locked: JobId = attempts(&db, 1).await?[0];
+    let jobs = attempts(&db, 2).await?;
+    let (locked, other) = (jobs[0], jobs[1]);
     let lock = sql(&db).await?;
     lock.batch_execute(&format!(
         "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{locked}' FOR UPDATE",
         db.schema()
     ))
     .await?;
-    Ok((db, app, server, locked, lock))
+    Ok((db, app, server, [locked, other], lock))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_stuck_on_a_lock_leaves_the_pool_to_the_others() -> anyhow::Result<()> {
-    let (db, app, server, locked, lock) = stuck_setup().await?;
+    let (db, app, server, [locked, _], lock) = stuck_setup(POOL).await?;
     let endpoint = server.endpoint();
     let queues = ("queues", Value::Array(vec![text("elsewhere")]));
     let mut stuck = peer(endpoint, "worker", vec![queues]).await;
@@ -173,7 +178,7 @@ async fn a_peer_stuck_on_a_lock_leaves_the_pool_to_the_others() -> anyhow::Resul
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_of_stuck_peers_leaves_the_claims_their_connection() -> anyhow::Result<()> {
-    let (db, app, server, locked, lock) = stuck_setup().await?;
+    let (db, app, server, [locked, _], lock) = stuck_setup(POOL).await?;
     let endpoint = server.endpoint();
     let kinds = ("kinds", Value::Array(vec![text("quick")]));
     let mut worker = peer(endpoint, "worker", vec![kinds, ("concurrency", int(1))]).await;
@@ -204,6 +209,85 @@ async fn a_crowd_of_stuck_peers_leaves_the_claims_their_connection() -> anyhow::
         assert_eq!(text_of(&reply, "type"), "ack", "{reply:?}");
         assert_eq!(text_of(&reply, "result"), "recorded", "{reply:?}");
     }
+    server.shutdown().await;
+    Ok(())
+}
+
+/// The lease expiry of job `id`, as text.
+async fn lease_of(db: &TestDatabase, id: JobId) -> anyhow::Result<Option<String>> {
+    let row = sql(db)
+        .await?
+        .query_one(
+            &format!(
+                "SELECT lease_expires_at::text FROM {}.jobs WHERE id = $1",
+                db.schema()
+            ),
+            &[&id],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Waits (10 s at most) until job `id` holds an error mentioning `what`.
+async fn until_error(db: &TestDatabase, id: &str, what: &str) -> anyhow::Result<()> {
+    let client = sql(db).await?;
+    let query = format!(
+        "SELECT errors::text FROM {}.jobs WHERE id::text = $1",
+        db.schema()
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let errors: String = client.query_one(&query, &[&id]).await?.get(0);
+        if errors.contains(what) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "job {id} has no error mentioning {what:?}: {errors}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A peer whose session ends has its requests still waiting in its line dropped, not run.
+/// With a pool of 2, peers' requests execute one at a time, in the order they reach the
+/// connection: the gone peer's `extend` of the locked job executes, its `extend` of the
+/// other job waits in its line, and another peer's `status` waits for the connection.
+/// Once the gone peer's held order comes back failed ("connection closed": its session
+/// ended) the lock goes; had the waiting `extend` been kept, it would take the connection
+/// after that `status` and before the next one, and move the other job's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_peer_has_its_waiting_requests_dropped() -> anyhow::Result<()> {
+    let (db, app, server, [locked, other], lock) = stuck_setup(2).await?;
+    let endpoint = server.endpoint();
+    let kinds = ("kinds", Value::Array(vec![text("held")]));
+    let mut gone = peer(endpoint, "worker", vec![kinds, ("concurrency", int(1))]).await;
+    let mut reader = peer(endpoint, "client", vec![]).await;
+    db.backend()
+        .job_insert(&NewJob::new("held", serde_json::json!({})))
+        .await?;
+    let (held, _) = order(&mut gone).await;
+    let lease = lease_of(&db, other).await?;
+
+    gone.send(&extend(1, locked)).await;
+    gone.send(&extend(2, other)).await;
+    all_received(&mut gone).await;
+    until_waiting_on_a_lock(&db, &app, 1).await?;
+    reader.send(&status(1, &other.to_string())).await;
+    drop(gone);
+    until_error(&db, &held, "connection closed").await?;
+
+    lock.batch_execute("COMMIT").await?;
+    let reply = reader.recv().await;
+    assert_eq!(text_of(&reply, "type"), "job", "{reply:?}");
+    reader.send(&status(2, &other.to_string())).await;
+    let reply = reader.recv().await;
+    assert_eq!(text_of(&reply, "type"), "job", "{reply:?}");
+    assert_eq!(
+        lease_of(&db, other).await?,
+        lease,
+        "the gone peer's waiting extend was not run"
+    );
     server.shutdown().await;
     Ok(())
 }
