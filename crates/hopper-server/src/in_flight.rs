@@ -99,8 +99,6 @@ pub(crate) struct Permit {
 pub(crate) struct Queued {
     permit: Permit,
     turn: Turn,
-    /// The peer's line, to see whether it closed while the request waited for a connection.
-    line: Arc<Semaphore>,
     /// The turns to execute of all peers' requests together.
     executing: Arc<Semaphore>,
 }
@@ -150,7 +148,6 @@ impl InFlight {
     /// to answer it with.
     pub fn try_queue(&self, peer: &PeerId) -> Result<Queued, &'static str> {
         let (permit, turns) = self.admit(peer)?;
-        let line = turns.clone();
         let turn = match turns.clone().try_acquire_owned() {
             Ok(turn) => Turn::Ready(Some(turn)),
             Err(_) => {
@@ -169,7 +166,6 @@ impl InFlight {
         Ok(Queued {
             permit,
             turn,
-            line,
             executing: self.executing.clone(),
         })
     }
@@ -218,7 +214,8 @@ impl Queued {
         }?;
         // Never closed: an error cannot come, and would only mean "do not run".
         let executing = self.executing.acquire_owned().await.ok()?;
-        if self.line.is_closed() {
+        // The peer's session may have ended while the request waited for a connection.
+        if turn.semaphore().is_closed() {
             return None;
         }
         Some(Running {
