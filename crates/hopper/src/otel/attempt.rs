@@ -89,20 +89,22 @@ impl AttemptScope for AttemptSpan {
     }
 }
 
-/// The trace context stored in a job's meta, the parent of its attempt's span: an empty
-/// context when the meta holds none, or one that is not valid.
-fn parent(
+/// The trace context stored in a job's meta (the parent of its attempt's span, or of a
+/// `hopper.enqueue` span): an empty context when the meta holds none, or one that is not
+/// valid.
+pub(super) fn parent(
     propagator: &TraceContextPropagator,
     meta: &serde_json::Map<String, serde_json::Value>,
 ) -> Context {
     let Some(traceparent) = meta.get(TRACEPARENT) else {
         return Context::new();
     };
-    match traceparent.as_str().and_then(version_00) {
-        Some(span) if !meta.contains_key(TRACESTATE) => {
-            Context::new().with_remote_span_context(span)
-        }
-        _ => propagator.extract_with_context(&Context::new(), &MetaCarrier(meta)),
+    let plain = traceparent
+        .as_str()
+        .filter(|_| !meta.contains_key(TRACESTATE));
+    match plain.and_then(version_00) {
+        Some(span) => Context::new().with_remote_span_context(span),
+        None => propagator.extract_with_context(&Context::new(), &MetaCarrier(meta)),
     }
 }
 

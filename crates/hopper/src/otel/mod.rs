@@ -154,7 +154,7 @@ impl Middleware for OtelMiddleware {
         if traceparent.is_none() {
             return;
         }
-        let parent = self.propagator.extract(&attempt::MetaCarrier(&first.meta));
+        let parent = attempt::parent(&self.propagator, &first.meta);
         if parent.span().span_context().is_valid() {
             // Refused only when no OpenTelemetry layer is installed: nothing to continue.
             let _ = span.set_parent(parent);
