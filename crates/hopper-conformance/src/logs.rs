@@ -46,9 +46,10 @@ pub async fn logs_are_kept_per_attempt_bounded_and_deleted_with_the_job(
             append(first.lease, vec![line("three")]),
         ])
         .await?;
-    store
+    let held = store
         .job_log_append(&[append(first.lease, vec![line("four")])])
         .await?;
+    ensure!(held.is_empty(), "nothing holds the rows, yet {held:?}");
     h.finish(
         first.lease,
         Outcome::Retry {
@@ -86,9 +87,13 @@ pub async fn logs_are_kept_per_attempt_bounded_and_deleted_with_the_job(
         job_id: uuid::Uuid::now_v7(),
         attempt: 1,
     };
-    store
+    let held = store
         .job_log_append(&[append(ghost, vec![line("x")])])
         .await?;
+    ensure!(
+        held.is_empty(),
+        "a job that does not exist is held: {held:?}"
+    );
     ensure!(store.job_logs(ghost.job_id).await?.is_empty());
     // Nor are lines of attempts the job never had: a peer cannot grow a job's logs
     // without bound by naming attempts at will.
@@ -97,9 +102,10 @@ pub async fn logs_are_kept_per_attempt_bounded_and_deleted_with_the_job(
             job_id: id,
             attempt,
         };
-        store
+        let held = store
             .job_log_append(&[append(made_up, vec![line("x")])])
             .await?;
+        ensure!(held.is_empty(), "attempt {attempt} is held: {held:?}");
     }
     ensure!(
         store.job_logs(id).await?.len() == 2,

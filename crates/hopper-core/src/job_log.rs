@@ -276,6 +276,12 @@ fn cut_message(message: &mut String) {
     message.push('…');
 }
 
+/// The error of an append that [`LogStore::job_log_append`] returned as held by another
+/// transaction: transient, so that its writer sends it again.
+pub fn held_elsewhere() -> Error {
+    Error::Database("the attempt's log or its job is held by another transaction".into())
+}
+
 /// Storing and reading per-job logs: a capability of the backends that keep them
 /// (PostgreSQL and SQLite; `hopper serve` stores what remote workers send).
 #[async_trait::async_trait]
@@ -283,7 +289,13 @@ pub trait LogStore: Send + Sync {
     /// Appends lines to attempts' logs. The store keeps each attempt within
     /// [`MAX_ATTEMPT_LOG_BYTES`] whatever the writers send, counting what it drops. Lines
     /// of a job that no longer exists are dropped without error.
-    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<()>;
+    ///
+    /// Returns the attempts whose lines were not stored because another transaction holds
+    /// their rows right now (their job being deleted or locked, their log locked): the
+    /// store does not wait for it, so that one held row does not stall the lines of every
+    /// other attempt stored with them. Every other append was stored. Send those again
+    /// later, as after a transient error.
+    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>>;
 
     /// The logs of the attempts of a job after attempt `after`, oldest attempt first, at
     /// most `limit` of them (none: empty): one page of [`LogStore::job_logs`].

@@ -6,7 +6,7 @@ use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
     MaintenanceStore, MinuteStats, NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
-use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
+use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, Result};
 
 use hopper_core::JobId;
 use hopper_core::job_log::{
@@ -138,10 +138,10 @@ impl StatsStore for PgBackend {
 
 #[async_trait]
 impl LogStore for PgBackend {
-    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<()> {
+    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>> {
         let merged = merge_appends(appends);
         if merged.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let ids: Vec<JobId> = merged.iter().map(|m| m.lease.job_id).collect();
         let attempts: Vec<i32> = merged.iter().map(|m| m.lease.attempt).collect();
@@ -150,14 +150,22 @@ impl LogStore for PgBackend {
         let dropped: Vec<i64> = merged.iter().map(|m| m.dropped).collect();
         let bound = i32::try_from(MAX_ATTEMPT_LOG_BYTES).unwrap_or(i32::MAX);
         let client = self.client().await?;
-        self.text(&self.inner.queries.job_log_append)
-            .execute(
+        let held = self
+            .text(&self.inner.queries.job_log_append)
+            .query(
                 &**client,
                 &[&ids, &attempts, &lines, &bytes, &dropped, &bound],
             )
             .await
             .map_err(map_pg)?;
-        Ok(())
+        held.iter()
+            .map(|r| {
+                Ok(Lease {
+                    job_id: r.try_get(0).map_err(Error::database)?,
+                    attempt: r.try_get(1).map_err(Error::database)?,
+                })
+            })
+            .collect()
     }
 
     async fn job_logs_page(&self, job: JobId, after: i32, limit: u32) -> Result<Vec<AttemptLog>> {

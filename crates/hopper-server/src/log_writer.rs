@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use hopper_core::Error;
 use hopper_core::backend::Backend;
-use hopper_core::job_log::{JobLogAppend, LogStore};
+use hopper_core::job_log::{JobLogAppend, LogStore, held_elsewhere};
 use hopper_protocol::{FinishResult as WireResult, Reply};
 use tokio::sync::mpsc;
 
@@ -39,7 +39,9 @@ const LOG_BATCH: usize = 256;
 /// Stores `log` requests: takes what waits (at most [`LOG_BATCH`]), stores it with one
 /// `job_log_append` call, whose one statement writes each attempt's row once however many
 /// requests carried its lines, then acknowledges each request, or answers it with its
-/// error ([`store_isolating`]). One writer, taking requests in the order they came, so an
+/// error ([`store_isolating`]); a request whose attempt's rows another transaction holds
+/// is answered as transient rather than waited for, so that one held row does not stall
+/// every worker's logs. One writer, taking requests in the order they came, so an
 /// attempt's lines are stored in the order they were sent. The channel is shared so that a
 /// run restarted by its supervisor takes it over.
 pub(crate) async fn store_logs(
@@ -92,7 +94,24 @@ async fn store_isolating(store: &dyn LogStore, appends: &[JobLogAppend]) -> Vec<
         }
         let requests = group.len();
         match store.job_log_append(&appends[group.clone()]).await {
-            Ok(()) => group.for_each(|i| results[i] = Some(Ok(()))),
+            Ok(held) if held.is_empty() => group.for_each(|i| results[i] = Some(Ok(()))),
+            Ok(held) => {
+                // Not waited for: those requests are answered as transient and sent again,
+                // every other one was stored.
+                tracing::debug!(
+                    requests = held.len(),
+                    "job logs held by another transaction"
+                );
+                let failed = Arc::new(held_elsewhere());
+                for i in group {
+                    let stored = if held.contains(&appends[i].lease) {
+                        Err(failed.clone())
+                    } else {
+                        Ok(())
+                    };
+                    results[i] = Some(stored);
+                }
+            }
             Err(e) if e.is_transient() || requests == 1 => {
                 tracing::warn!(error = %crate::convert::detail(&e), requests, "storing job logs failed");
                 let failed = Arc::new(e);

@@ -6,7 +6,7 @@ use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
     MaintenanceStore, MinuteStats, NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
-use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
+use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, Result};
 use rusqlite::named_params;
 
 use hopper_core::JobId;
@@ -251,10 +251,11 @@ impl StatsStore for SqliteBackend {
 
 #[async_trait]
 impl LogStore for SqliteBackend {
-    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<()> {
+    /// SQLite has one writer at a time and no row locks: nothing is ever held elsewhere.
+    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>> {
         let merged = merge_appends(appends);
         if merged.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let inner = self.inner.clone();
         self.inner
@@ -275,7 +276,7 @@ impl LogStore for SqliteBackend {
                         })
                         .map_err(map_sqlite)?;
                 }
-                Ok(())
+                Ok(Vec::new())
             })
             .await
     }

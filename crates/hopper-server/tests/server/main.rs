@@ -20,6 +20,7 @@ mod housekeeping;
 mod idle_workers;
 mod log_batching;
 mod log_flush;
+mod log_held;
 mod pool_share;
 mod prefetch;
 mod remote_job_logs;

@@ -4,14 +4,16 @@
 
 use async_trait::async_trait;
 use hopper_core::job_log::{AttemptLog, JobLogAppend, LogStore, merge_appends};
-use hopper_core::{Error, JobId, Result};
+use hopper_core::{Error, JobId, Lease, Result};
 use hopper_protocol::{LogLineSpec, Reply, Request};
 
 use super::{RemoteBackend, unexpected};
 
 #[async_trait]
 impl LogStore for RemoteBackend {
-    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<()> {
+    /// A request whose attempt's rows the server found held elsewhere is answered as a
+    /// transient error, returned as such: nothing here is ever returned as held.
+    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>> {
         for m in merge_appends(appends) {
             let lines: Vec<LogLineSpec> = m
                 .lines
@@ -38,7 +40,7 @@ impl LogStore for RemoteBackend {
                 other => return Err(unexpected(&other)),
             }
         }
-        Ok(())
+        Ok(Vec::new())
     }
 
     /// Reads the server's pages (at most [`hopper_protocol::LOGS_PAGE`] attempts each),

@@ -186,3 +186,79 @@ async fn a_log_store_refused_for_good_is_not_retried() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Logs a line, says so, waits to be let go, then logs another and returns.
+struct Gated {
+    reached: std::sync::Arc<tokio::sync::Notify>,
+    go: std::sync::Arc<tokio::sync::Notify>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Gate {}
+
+impl JobArgs for Gate {
+    const KIND: &'static str = "gated";
+}
+
+#[async_trait::async_trait]
+impl Worker for Gated {
+    type Args = Gate;
+    async fn process(&self, ctx: &JobContext, _: Gate) -> Result<(), JobError> {
+        ctx.log(LogLevel::Info, "before", Map::new());
+        self.reached.notify_one();
+        self.go.notified().await;
+        ctx.log(LogLevel::Info, "after", Map::new());
+        Ok(())
+    }
+}
+
+/// A job row held by another transaction (as a DELETE or `SELECT … FOR UPDATE` holds it)
+/// when the attempt's lines are stored: the store does not wait on it, it is tried again
+/// (each try a statement that ends), and once the row is free every line is stored, in
+/// order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_store_whose_job_is_held_elsewhere_is_tried_again() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    db.fail_log_stores(0, "P0001").await?;
+    let client = hopper::Client::new(db.backend());
+    let id = client.insert(NewJob::of(&Gate {})?).await?;
+    let gated = Gated {
+        reached: Default::default(),
+        go: Default::default(),
+    };
+    let (reached, go) = (gated.reached.clone(), gated.go.clone());
+    let mut workers = Workers::new();
+    workers.register(gated);
+    let handle = Runtime::new(db.backend(), workers, RuntimeConfig::default())
+        .start()
+        .await?;
+    reached.notified().await;
+
+    let (holder, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{id}' FOR UPDATE",
+            db.schema()
+        ))
+        .await?;
+    let before = db.log_store_attempts().await?;
+    go.notify_one();
+    // A store waiting on the lock would be one statement that never ends: two more mean
+    // the store came back and was tried again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    while db.log_store_attempts().await? < before + 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the store was not tried again while the job was held"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.batch_execute("COMMIT").await?;
+    db.wait_for("default", Duration::from_secs(30), |s| s.completed == 1)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    handle.shutdown().await;
+    assert_eq!(stored(&db, id).await?, ["before", "after"]);
+    Ok(())
+}

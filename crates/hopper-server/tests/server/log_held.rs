@@ -1,0 +1,115 @@
+//! A row held by another transaction (a job locked or being deleted, a log row locked or
+//! being pruned) does not stall the server's one log writer: the request whose attempt it
+//! is gets a transient error at once, while the others stored with it are acknowledged;
+//! sent again once the row is free, it is stored.
+//!
+//! Both requests go in one batch: the test holds the log table in SHARE mode while the
+//! peer sends them (so the first store waits and both queue), and a heartbeat answered
+//! after them says they reached the server.
+
+use std::time::Duration;
+
+use crate::common::*;
+use ciborium::Value;
+use hopper::JobId;
+use hopper::testing::TestDatabase;
+
+/// Sends `log` requests 2 (for `held`) and 3 (for `free`) in one batch, and returns their
+/// replies by request number.
+async fn log_both(
+    db: &TestDatabase,
+    peer: &mut RawPeer,
+    held: JobId,
+    free: JobId,
+    round: usize,
+) -> anyhow::Result<[Value; 2]> {
+    let table = sql(db).await?;
+    table
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
+            db.schema()
+        ))
+        .await?;
+    peer.send(&log_request(2, held, &format!("held {round}")))
+        .await;
+    peer.send(&log_request(3, free, &format!("free {round}")))
+        .await;
+    peer.send(&map(vec![("type", text("heartbeat")), ("req", int(1))]))
+        .await;
+    peer.recv_type("heartbeat_ack").await;
+    table.batch_execute("COMMIT").await?;
+    let (a, b) = (peer.recv().await, peer.recv().await);
+    let req = |v: &Value| field(v, "req").and_then(Value::as_integer).map(i128::from);
+    Ok(if req(&a) == Some(2) { [a, b] } else { [b, a] })
+}
+
+/// The messages stored for `id`.
+async fn stored(db: &TestDatabase, id: JobId) -> anyhow::Result<Vec<String>> {
+    let store = db.backend();
+    let store = store.logs().expect("PostgreSQL keeps logs");
+    let logs = store.job_logs(id).await?;
+    Ok(logs
+        .iter()
+        .flat_map(|l| l.lines.iter().map(|line| line.message.clone()))
+        .collect())
+}
+
+/// `reply` is the transient error of a held row.
+fn assert_held(reply: &Value) {
+    assert_eq!(text_of(reply, "type"), "error", "{reply:?}");
+    assert_eq!(text_of(reply, "code"), "internal", "{reply:?}");
+    assert_eq!(
+        field(reply, "transient"),
+        Some(&Value::Bool(true)),
+        "{reply:?}"
+    );
+    assert!(
+        text_of(reply, "message").contains("held by another transaction"),
+        "{reply:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_row_costs_only_its_own_attempt_a_try() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(30)).await).await;
+    let jobs = attempts(&db, 2).await?;
+    let mut peer = RawPeer::connect(server.endpoint()).await;
+    let extra = vec![
+        ("name", text("logger")),
+        ("queues", Value::Array(vec![text("elsewhere")])),
+    ];
+    let welcome = peer.hello("worker", TOKEN, extra).await;
+    assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+    let s = db.schema();
+    let holder = sql(&db).await?;
+    // First the job's row, held as a DELETE holds it (its first line would need the
+    // foreign key's lock on it); then the other job's log row (a prune deleting it, say).
+    let rounds = [
+        ("jobs", "id", jobs[0], jobs[1]),
+        ("job_logs", "job_id", jobs[1], jobs[0]),
+    ];
+    for (round, (table, column, held_id, free_id)) in rounds.into_iter().enumerate() {
+        holder
+            .batch_execute(&format!(
+                "BEGIN; SELECT 1 FROM {s}.{table} WHERE {column} = '{held_id}' FOR UPDATE"
+            ))
+            .await?;
+        let [held, free] = log_both(&db, &mut peer, held_id, free_id, round).await?;
+        assert_held(&held);
+        assert_eq!(text_of(&free, "result"), "recorded", "{free:?}");
+        let lines = stored(&db, free_id).await?;
+        assert_eq!(lines.last(), Some(&format!("free {round}")), "{lines:?}");
+        let lines = stored(&db, held_id).await?;
+        assert!(!lines.contains(&format!("held {round}")), "{lines:?}");
+        holder.batch_execute("COMMIT").await?;
+    }
+
+    // Free again: sent again, stored after what was stored before.
+    peer.send(&log_request(4, jobs[1], "again")).await;
+    let again = peer.recv().await;
+    assert_eq!(text_of(&again, "result"), "recorded", "{again:?}");
+    assert_eq!(stored(&db, jobs[1]).await?, ["free 0", "again"]);
+    server.shutdown().await;
+    Ok(())
+}
