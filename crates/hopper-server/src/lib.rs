@@ -117,8 +117,7 @@ pub struct ServeConfig {
     /// The largest frame accepted. Default: [`hopper_protocol::MAX_FRAME`] (2 MiB).
     pub max_frame: usize,
     /// Most jobs claimed in one statement. Default: 1,000, what a runtime claims at once
-    /// (W7 with 4 remote workers, alternated: 33,323 / 31,676 / 31,324 jobs/s against 27,216 /
-    /// 28,807 / 24,948 at 500).
+    /// (W7 drains about a fifth faster than with 500; docs/benchmarks.md).
     pub claim_batch: usize,
     /// Longest wait between claims of a queue without a notification. Default: 1 s.
     pub poll_interval: Duration,

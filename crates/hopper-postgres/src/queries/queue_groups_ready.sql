@@ -9,8 +9,8 @@
 -- WHERE available AND group_key IS NOT NULL: each step is one index probe "first
 -- group_key > the previous one", so listing n groups costs n probes however many jobs each
 -- group has. (OFFSET 0 keeps each step's subquery from being pulled up and evaluated
--- twice.) This walk used to run inside every fair claim (2 probes per group per claim);
--- now it runs a few times a second per process.
+-- twice.) It runs a few times a second per process, not inside every fair claim, where it
+-- would cost 2 probes per group per claim.
 WITH RECURSIVE ring(g, n, first) AS (
     SELECT s.g, 1, s.g
     FROM (SELECT coalesce(

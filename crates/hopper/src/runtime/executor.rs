@@ -28,8 +28,8 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
     let (queue, kind) = (job.queue.clone(), job.kind.clone());
     let last_attempt = job.counted_attempt >= job.max_attempts;
     // Boxed: the attempt's future is large (the handler's, the log's, the lease's), and
-    // unboxed it was copied whole at each step of its construction (memmove was 18% of
-    // W3's CPU, against 9% before the scopes).
+    // unboxed it is copied whole at each step of its construction (memmove, twice the
+    // share of W3's CPU; docs/benchmarks.md).
     let attempt = Box::pin(attempt(&shared, job, started));
     let (outcome, expect_lost) = middleware::within(&scopes, attempt)
         .instrument(span.clone())
