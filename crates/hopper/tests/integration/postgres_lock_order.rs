@@ -4,6 +4,10 @@
 //! in job id order, whatever order its caller gave, so two such statements over the same
 //! rows queue behind each other instead of deadlocking (seen in W7 before: "extending
 //! leases failed … deadlock detected", each time a second's wait and a retry).
+//!
+//! And a lease extension never waits on a row another transaction holds: it would stop
+//! every other lease of the runtime from being renewed, and the rescuer would take those
+//! jobs back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,5 +67,81 @@ async fn extending_and_finishing_the_same_leases_at_once_never_deadlocks() -> an
             assert_eq!(result, FinishResult::Recorded(JobState::Completed));
         }
     }
+    Ok(())
+}
+
+/// The lease expiry of job `id`, read on `sql`.
+async fn expiry(
+    sql: &tokio_postgres::Client,
+    schema: &str,
+    id: hopper::JobId,
+) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    let row = sql
+        .query_one(
+            &format!("SELECT lease_expires_at FROM {schema}.jobs WHERE id = $1"),
+            &[&id],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+#[tokio::test]
+async fn a_lease_held_by_another_transaction_does_not_stop_the_others() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    let jobs: Vec<_> = (0..3).map(|_| job("k", "q")).collect();
+    h.backend.job_insert_many(&jobs).await?;
+    let leases: Vec<_> = h.claim("q", 3).await?.iter().map(|j| j.lease).collect();
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    let (sql, holder) = (
+        crate::support::connect(db.url()).await?,
+        crate::support::connect(db.url()).await?,
+    );
+    let schema = db.schema();
+    let held = leases[1].job_id;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {schema}.jobs WHERE id = '{held}' FOR UPDATE"
+        ))
+        .await?;
+    let before = expiry(&sql, schema, leases[0].job_id).await?;
+    // Later leases, and one of a job that is not there: that one is lost.
+    h.clock.advance(chrono::Duration::seconds(10));
+    let mut asked = leases.clone();
+    let stale = hopper_core::Lease {
+        job_id: uuid::Uuid::now_v7(),
+        attempt: 1,
+    };
+    asked.push(stale);
+    let extend = JobExtendManyParams {
+        leases: asked,
+        by: Duration::from_secs(60),
+    };
+    let lost = tokio::time::timeout(Duration::from_secs(5), h.backend.job_extend_many(&extend))
+        .await
+        .map_err(|_| anyhow::anyhow!("the extension waited on the held row"))??;
+    assert_eq!(
+        lost,
+        [stale],
+        "the held lease is not lost, the stale one is"
+    );
+    assert!(expiry(&sql, schema, leases[0].job_id).await? > before);
+    assert!(expiry(&sql, schema, leases[2].job_id).await? > before);
+    assert_eq!(
+        expiry(&sql, schema, held).await?,
+        before,
+        "not extended while held"
+    );
+
+    holder.batch_execute("COMMIT").await?;
+    h.clock.advance(chrono::Duration::seconds(10));
+    let extend = JobExtendManyParams {
+        leases: leases.clone(),
+        by: Duration::from_secs(60),
+    };
+    assert!(h.backend.job_extend_many(&extend).await?.is_empty());
+    assert!(
+        expiry(&sql, schema, held).await? > before,
+        "extended once free"
+    );
     Ok(())
 }
