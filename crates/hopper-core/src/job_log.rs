@@ -279,7 +279,7 @@ fn cut_message(message: &mut String) {
 /// The error of an append that [`LogStore::job_log_append`] returned as held by another
 /// transaction: transient, so that its writer sends it again.
 pub fn held_elsewhere() -> Error {
-    Error::Database("the attempt's log or its job is held by another transaction".into())
+    Error::Database("the attempt's job is held by another transaction".into())
 }
 
 /// Storing and reading per-job logs: a capability of the backends that keep them
@@ -291,7 +291,7 @@ pub trait LogStore: Send + Sync {
     /// of a job that no longer exists are dropped without error.
     ///
     /// Returns the attempts whose lines were not stored because another transaction holds
-    /// their rows right now (their job being deleted or locked, their log locked): the
+    /// their job row right now (being deleted, or selected `FOR UPDATE`): the
     /// store does not wait for it, so that one held row does not stall the lines of every
     /// other attempt stored with them. Every other append was stored. Send those again
     /// later, as after a transient error.

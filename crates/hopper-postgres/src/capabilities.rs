@@ -150,22 +150,34 @@ impl LogStore for PgBackend {
         let dropped: Vec<i64> = merged.iter().map(|m| m.dropped).collect();
         let bound = i32::try_from(MAX_ATTEMPT_LOG_BYTES).unwrap_or(i32::MAX);
         let client = self.client().await?;
-        let held = self
-            .text(&self.inner.queries.job_log_append)
+        // Prepared once per connection: every attempt that logs stores at least once, and
+        // planning the statement anew each time cost more than running it.
+        let stored = self
+            .prepare(&client, &self.inner.queries.job_log_append)
+            .await?
             .query(
                 &**client,
                 &[&ids, &attempts, &lines, &bytes, &dropped, &bound],
             )
             .await
             .map_err(map_pg)?;
-        held.iter()
-            .map(|r| {
-                Ok(Lease {
-                    job_id: r.try_get(0).map_err(Error::database)?,
-                    attempt: r.try_get(1).map_err(Error::database)?,
-                })
-            })
-            .collect()
+        if stored.len() == merged.len() {
+            return Ok(Vec::new());
+        }
+        // Some were not stored: their job is held elsewhere, or gone. Which is which.
+        let stored = leases(&stored)?;
+        let (ids, attempts): (Vec<JobId>, Vec<i32>) = merged
+            .iter()
+            .map(|m| m.lease)
+            .filter(|lease| !stored.contains(lease))
+            .map(|lease| (lease.job_id, lease.attempt))
+            .unzip();
+        let held = self
+            .text(&self.inner.queries.job_attempts_exist)
+            .query(&**client, &[&ids, &attempts])
+            .await
+            .map_err(map_pg)?;
+        leases(&held)
     }
 
     async fn job_logs_page(&self, job: JobId, after: i32, limit: u32) -> Result<Vec<AttemptLog>> {
@@ -187,4 +199,16 @@ impl LogStore for PgBackend {
             })
             .collect()
     }
+}
+
+/// The leases of `rows` whose first two columns are a job id and an attempt.
+fn leases(rows: &[tokio_postgres::Row]) -> Result<Vec<Lease>> {
+    rows.iter()
+        .map(|r| {
+            Ok(Lease {
+                job_id: r.try_get(0).map_err(Error::database)?,
+                attempt: r.try_get(1).map_err(Error::database)?,
+            })
+        })
+        .collect()
 }

@@ -116,6 +116,7 @@ queries!(
         TIMESTAMPTZ,
         TIMESTAMPTZ
     ),
+    job_attempts_exist(UUID_ARRAY, INT4_ARRAY),
     job_cancel(UUID, TIMESTAMPTZ),
     job_claim(
         TEXT,

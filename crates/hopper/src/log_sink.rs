@@ -6,7 +6,7 @@
 //! lines. One attempt's stores run one after the other, so its lines are stored in order.
 //!
 //! A store that fails for a transient reason (the connection lost, a serialization failure,
-//! a stale prepared statement, the attempt's rows held by another transaction) is tried again with the same lines, with backoff, within
+//! a stale prepared statement, the attempt's job held by another transaction) is tried again with the same lines, with backoff, within
 //! [`STORE_TIMEOUT`] in all; lines logged meanwhile wait for the next store, so the order
 //! holds. A store refused for good, or still failing at the bound, is given up (logged, with
 //! the number of lines lost). Storage is at least once: a retry after a store whose commit
@@ -160,7 +160,7 @@ async fn store_retrying(store: &dyn LogStore, lease: Lease, lines: Vec<LogLine>,
         tries += 1;
         let error = match tokio::time::timeout_at(deadline, store.job_log_append(&append)).await {
             Ok(Ok(held)) if held.is_empty() => return,
-            // Its rows held by another transaction: the store did not wait for it.
+            // Its job held by another transaction: the store did not wait for it.
             Ok(Ok(_)) => held_elsewhere(),
             Ok(Err(e)) => e,
             Err(_) => {

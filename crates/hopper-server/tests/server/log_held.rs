@@ -1,11 +1,12 @@
-//! A row held by another transaction (a job locked or being deleted, a log row locked or
-//! being pruned) does not stall the server's one log writer: the request whose attempt it
-//! is gets a transient error at once, while the others stored with it are acknowledged;
-//! sent again once the row is free, it is stored.
+//! A job row held by another transaction (selected FOR UPDATE, being deleted) does not
+//! stall the server's one log writer: the request whose attempt it is gets a transient
+//! error at once, while the others stored with it are acknowledged; sent again once the
+//! row is free, it is stored.
 //!
-//! Both requests go in one batch: the test holds the log table in SHARE mode while the
-//! peer sends them (so the first store waits and both queue), and a heartbeat answered
-//! after them says they reached the server.
+//! With the job selected FOR UPDATE, both requests go in one batch: the test holds the log
+//! table in SHARE mode while the peer sends them (so the first store waits and both
+//! queue), and a heartbeat answered after them says they reached the server. (Not with
+//! the DELETE: its cascade to the log table waits for that lock.)
 
 use std::time::Duration;
 
@@ -14,30 +15,34 @@ use ciborium::Value;
 use hopper::JobId;
 use hopper::testing::TestDatabase;
 
-/// Sends `log` requests 2 (for `held`) and 3 (for `free`) in one batch, and returns their
-/// replies by request number.
+/// Sends `log` requests 2 (for `held`) and 3 (for `free`), in one batch when `batched`,
+/// and returns their replies by request number.
 async fn log_both(
     db: &TestDatabase,
     peer: &mut RawPeer,
-    held: JobId,
-    free: JobId,
+    (held, free): (JobId, JobId),
     round: usize,
+    batched: bool,
 ) -> anyhow::Result<[Value; 2]> {
     let table = sql(db).await?;
-    table
-        .batch_execute(&format!(
-            "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
-            db.schema()
-        ))
-        .await?;
+    if batched {
+        table
+            .batch_execute(&format!(
+                "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
+                db.schema()
+            ))
+            .await?;
+    }
     peer.send(&log_request(2, held, &format!("held {round}")))
         .await;
     peer.send(&log_request(3, free, &format!("free {round}")))
         .await;
-    peer.send(&map(vec![("type", text("heartbeat")), ("req", int(1))]))
-        .await;
-    peer.recv_type("heartbeat_ack").await;
-    table.batch_execute("COMMIT").await?;
+    if batched {
+        peer.send(&map(vec![("type", text("heartbeat")), ("req", int(1))]))
+            .await;
+        peer.recv_type("heartbeat_ack").await;
+        table.batch_execute("COMMIT").await?;
+    }
     let (a, b) = (peer.recv().await, peer.recv().await);
     let req = |v: &Value| field(v, "req").and_then(Value::as_integer).map(i128::from);
     Ok(if req(&a) == Some(2) { [a, b] } else { [b, a] })
@@ -83,26 +88,33 @@ async fn a_held_row_costs_only_its_own_attempt_a_try() -> anyhow::Result<()> {
     assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
     let s = db.schema();
     let holder = sql(&db).await?;
-    // First the job's row, held as a DELETE holds it (its first line would need the
-    // foreign key's lock on it); then the other job's log row (a prune deleting it, say).
+    // First one job's row held as `SELECT … FOR UPDATE` holds it, then the other's as an
+    // uncommitted DELETE does (rolled back: the job stays).
     let rounds = [
-        ("jobs", "id", jobs[0], jobs[1]),
-        ("job_logs", "job_id", jobs[1], jobs[0]),
+        (
+            format!("SELECT 1 FROM {s}.jobs WHERE id = '{}' FOR UPDATE", jobs[0]),
+            jobs[0],
+            jobs[1],
+            "COMMIT",
+        ),
+        (
+            format!("DELETE FROM {s}.jobs WHERE id = '{}'", jobs[1]),
+            jobs[1],
+            jobs[0],
+            "ROLLBACK",
+        ),
     ];
-    for (round, (table, column, held_id, free_id)) in rounds.into_iter().enumerate() {
-        holder
-            .batch_execute(&format!(
-                "BEGIN; SELECT 1 FROM {s}.{table} WHERE {column} = '{held_id}' FOR UPDATE"
-            ))
-            .await?;
-        let [held, free] = log_both(&db, &mut peer, held_id, free_id, round).await?;
+    for (round, (hold, held_id, free_id, end)) in rounds.into_iter().enumerate() {
+        holder.batch_execute(&format!("BEGIN; {hold}")).await?;
+        let pair = (held_id, free_id);
+        let [held, free] = log_both(&db, &mut peer, pair, round, round == 0).await?;
         assert_held(&held);
         assert_eq!(text_of(&free, "result"), "recorded", "{free:?}");
         let lines = stored(&db, free_id).await?;
         assert_eq!(lines.last(), Some(&format!("free {round}")), "{lines:?}");
         let lines = stored(&db, held_id).await?;
         assert!(!lines.contains(&format!("held {round}")), "{lines:?}");
-        holder.batch_execute("COMMIT").await?;
+        holder.batch_execute(end).await?;
     }
 
     // Free again: sent again, stored after what was stored before.
