@@ -291,10 +291,10 @@ pub trait LogStore: Send + Sync {
     /// of a job that no longer exists are dropped without error.
     ///
     /// Returns the attempts whose lines were not stored because another transaction holds
-    /// their job row right now (being deleted, or selected `FOR UPDATE`): the
-    /// store does not wait for it, so that one held row does not stall the lines of every
-    /// other attempt stored with them. Every other append was stored. Send those again
-    /// later, as after a transient error.
+    /// their job row right now (being deleted, or selected `FOR UPDATE`): the store does
+    /// not wait for it, so that one held row does not stall the lines of every other
+    /// attempt stored with them. Every other append was stored. Send those again later, as
+    /// after a transient error.
     async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>>;
 
     /// The logs of the attempts of a job after attempt `after`, oldest attempt first, at

@@ -6,11 +6,12 @@
 //! lines. One attempt's stores run one after the other, so its lines are stored in order.
 //!
 //! A store that fails for a transient reason (the connection lost, a serialization failure,
-//! a stale prepared statement, the attempt's job held by another transaction) is tried again with the same lines, with backoff, within
-//! [`STORE_TIMEOUT`] in all; lines logged meanwhile wait for the next store, so the order
-//! holds. A store refused for good, or still failing at the bound, is given up (logged, with
-//! the number of lines lost). Storage is at least once: a retry after a store whose commit
-//! was not acknowledged (the connection lost at that moment) stores its lines twice.
+//! a stale prepared statement, the attempt's job held by another transaction) is tried
+//! again with the same lines, with backoff, within [`STORE_TIMEOUT`] in all; lines logged
+//! meanwhile wait for the next store, so the order holds. A store refused for good, or
+//! still failing at the bound, is given up (logged, with the number of lines lost).
+//! Storage is at least once: a retry after a store whose commit was not acknowledged (the
+//! connection lost at that moment) stores its lines twice.
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -14,6 +14,10 @@
 -- `nodes` and tries one lock per registered holder, and with no vanished node it writes
 -- nothing (docs/reliability.md measures it).
 -- Index for the release: jobs_running_idx (the running jobs only).
+-- A job row another transaction holds (a `SELECT … FOR UPDATE` or an uncommitted change
+-- left open) is skipped, not waited for: every node runs this check, and waiting would
+-- stop each one's rescuer. The skipped job keeps its lease, and the rescue of expired
+-- leases takes it back once it is free.
 -- $1 dead after (ms), $2 now, $3 vanished.
 WITH dead AS (
     DELETE FROM hopper.nodes
@@ -25,6 +29,14 @@ WITH dead AS (
                                    - make_interval(secs => $1::bigint / 1000.0)
           END
     RETURNING id
+),
+free AS (
+    SELECT k.id
+    FROM hopper.jobs AS k, dead
+    WHERE k.state = 'running'
+      AND k.node_id = dead.id
+    ORDER BY k.id
+    FOR NO KEY UPDATE OF k SKIP LOCKED
 ),
 released AS (
     UPDATE hopper.jobs AS j
@@ -42,9 +54,7 @@ released AS (
             'node', j.node_id,
             'duration_ms', NULL),
         lease_expires_at = NULL
-    FROM dead
-    WHERE j.state = 'running'
-      AND j.node_id = dead.id
+    WHERE j.id = ANY (ARRAY(SELECT f.id FROM free AS f))
     RETURNING j.queue, j.state
 ),
 woken AS (

@@ -1,7 +1,7 @@
 //! One peer whose requests wait on a lock does not take the server's whole pool: with a
 //! pool of 4, a peer executes one request at a time (docs/protocol.md, §8), so another
 //! peer's `status` is answered and a worker gets and finishes a job (a claim and an outcome
-//! batch) while the stuck peer's `extend`s wait; once the lock goes, they are all answered,
+//! batch) while the stuck peer's `cancel`s wait; once the lock goes, they are all answered,
 //! in the order they were sent.
 //!
 //! And a crowd of such peers, one per connection of the pool, still leaves the server's
@@ -9,8 +9,9 @@
 //! on three of the four. And a peer whose session ends has its requests still waiting in
 //! its line dropped, not run.
 //!
-//! The `extend`s wait on a row lock that the test holds on their job (`SELECT … FOR UPDATE`
-//! in a transaction of its own), as they would behind a user's transaction.
+//! The `cancel`s wait on a row lock that the test holds on their job (`SELECT … FOR UPDATE`
+//! in a transaction of its own), as they would behind a user's transaction. (Not lease
+//! extensions: those skip a held row rather than wait on it.)
 
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use hopper_server::ServerHandle;
 /// The server's pool.
 const POOL: usize = 4;
 
-/// The stuck peer's `extend`s: twice the pool, which they would all take without a bound.
+/// The stuck peer's `cancel`s: twice the pool, which they would all take without a bound.
 const STUCK: i64 = 8;
 
 /// A peer that said hello as `role`, its hello's other fields `extra`.
@@ -43,15 +44,25 @@ fn status(req: i64, id: &str) -> Value {
     ])
 }
 
-/// An `extend` of attempt 1 of `id` by a minute.
-fn extend(req: i64, id: JobId) -> Value {
+/// A `cancel` of `id`.
+fn cancel(req: i64, id: JobId) -> Value {
     map(vec![
-        ("type", text("extend")),
+        ("type", text("cancel")),
         ("req", int(req)),
         ("id", text(&id.to_string())),
-        ("attempt", int(1)),
-        ("by_ms", int(60_000)),
     ])
+}
+
+/// `reply` answers request `req`: the cancelled job if `first`, else the conflict of a job
+/// already cancelled.
+fn assert_cancelled(reply: &Value, req: i64, first: bool) {
+    assert_eq!(field(reply, "req"), Some(&int(req)), "{reply:?}");
+    if first {
+        assert_eq!(text_of(reply, "type"), "job", "{reply:?}");
+    } else {
+        assert_eq!(text_of(reply, "type"), "error", "{reply:?}");
+        assert_eq!(text_of(reply, "code"), "conflict", "{reply:?}");
+    }
 }
 
 /// How many connections of `app` wait on a lock.
@@ -148,9 +159,9 @@ async fn a_peer_stuck_on_a_lock_leaves_the_pool_to_the_others() -> anyhow::Resul
     let mut worker = peer(endpoint, "worker", vec![kinds, ("concurrency", int(1))]).await;
 
     for req in 1..=STUCK {
-        stuck.send(&extend(req, locked)).await;
+        stuck.send(&cancel(req, locked)).await;
     }
-    // Answered after the `extend`s reached the server, before any of them.
+    // Answered after the `cancel`s reached the server, before any of them.
     all_received(&mut stuck).await;
     until_waiting_on_a_lock(&db, &app, 1).await?;
 
@@ -168,9 +179,7 @@ async fn a_peer_stuck_on_a_lock_leaves_the_pool_to_the_others() -> anyhow::Resul
     lock.batch_execute("COMMIT").await?;
     for req in 1..=STUCK {
         let reply = stuck.recv().await;
-        assert_eq!(text_of(&reply, "type"), "ack", "{reply:?}");
-        assert_eq!(field(&reply, "req"), Some(&int(req)), "{reply:?}");
-        assert_eq!(text_of(&reply, "result"), "recorded", "{reply:?}");
+        assert_cancelled(&reply, req, req == 1);
     }
     server.shutdown().await;
     Ok(())
@@ -188,10 +197,10 @@ async fn a_crowd_of_stuck_peers_leaves_the_claims_their_connection() -> anyhow::
         crowd.push(peer(endpoint, "worker", vec![queues]).await);
     }
 
-    // One `extend` each: each peer's line lets it execute, so only the bound on all peers
+    // One `cancel` each: each peer's line lets it execute, so only the bound on all peers
     // together keeps the last one from taking the last connection.
     for stuck in crowd.iter_mut() {
-        stuck.send(&extend(1, locked)).await;
+        stuck.send(&cancel(1, locked)).await;
         all_received(stuck).await;
     }
     until_waiting_on_a_lock(&db, &app, 3).await?;
@@ -204,28 +213,16 @@ async fn a_crowd_of_stuck_peers_leaves_the_claims_their_connection() -> anyhow::
     );
 
     lock.batch_execute("COMMIT").await?;
+    let mut cancelled = 0;
     for stuck in crowd.iter_mut() {
         let reply = stuck.recv().await;
-        assert_eq!(text_of(&reply, "type"), "ack", "{reply:?}");
-        assert_eq!(text_of(&reply, "result"), "recorded", "{reply:?}");
+        let first = text_of(&reply, "type") == "job";
+        cancelled += usize::from(first);
+        assert_cancelled(&reply, 1, first);
     }
+    assert_eq!(cancelled, 1, "one cancel did it, the others found it done");
     server.shutdown().await;
     Ok(())
-}
-
-/// The lease expiry of job `id`, as text.
-async fn lease_of(db: &TestDatabase, id: JobId) -> anyhow::Result<Option<String>> {
-    let row = sql(db)
-        .await?
-        .query_one(
-            &format!(
-                "SELECT lease_expires_at::text FROM {}.jobs WHERE id = $1",
-                db.schema()
-            ),
-            &[&id],
-        )
-        .await?;
-    Ok(row.get(0))
 }
 
 /// Waits (10 s at most) until job `id` holds an error mentioning `what`.
@@ -251,11 +248,11 @@ async fn until_error(db: &TestDatabase, id: &str, what: &str) -> anyhow::Result<
 
 /// A peer whose session ends has its requests still waiting in its line dropped, not run.
 /// With a pool of 2, peers' requests execute one at a time, in the order they reach the
-/// connection: the gone peer's `extend` of the locked job executes, its `extend` of the
+/// connection: the gone peer's `cancel` of the locked job executes, its `cancel` of the
 /// other job waits in its line, and another peer's `status` waits for the connection.
 /// Once the gone peer's held order comes back failed ("connection closed": its session
-/// ended) the lock goes; had the waiting `extend` been kept, it would take the connection
-/// after that `status` and before the next one, and move the other job's lease.
+/// ended) the lock goes; had the waiting `cancel` been kept, it would take the connection
+/// after that `status` and before the next one, and cancel the other job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_peer_has_its_waiting_requests_dropped() -> anyhow::Result<()> {
     let (db, app, server, [locked, other], lock) = stuck_setup(2).await?;
@@ -267,10 +264,8 @@ async fn a_gone_peer_has_its_waiting_requests_dropped() -> anyhow::Result<()> {
         .job_insert(&NewJob::new("held", serde_json::json!({})))
         .await?;
     let (held, _) = order(&mut gone).await;
-    let lease = lease_of(&db, other).await?;
-
-    gone.send(&extend(1, locked)).await;
-    gone.send(&extend(2, other)).await;
+    gone.send(&cancel(1, locked)).await;
+    gone.send(&cancel(2, other)).await;
     all_received(&mut gone).await;
     until_waiting_on_a_lock(&db, &app, 1).await?;
     reader.send(&status(1, &other.to_string())).await;
@@ -282,11 +277,11 @@ async fn a_gone_peer_has_its_waiting_requests_dropped() -> anyhow::Result<()> {
     assert_eq!(text_of(&reply, "type"), "job", "{reply:?}");
     reader.send(&status(2, &other.to_string())).await;
     let reply = reader.recv().await;
-    assert_eq!(text_of(&reply, "type"), "job", "{reply:?}");
+    let job = field(&reply, "job").cloned().unwrap_or(Value::Null);
     assert_eq!(
-        lease_of(&db, other).await?,
-        lease,
-        "the gone peer's waiting extend was not run"
+        text_of(&job, "state"),
+        "running",
+        "the gone peer's waiting cancel was not run: {reply:?}"
     );
     server.shutdown().await;
     Ok(())

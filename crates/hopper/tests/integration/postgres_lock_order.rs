@@ -5,9 +5,10 @@
 //! rows queue behind each other instead of deadlocking (seen in W7 before: "extending
 //! leases failed … deadlock detected", each time a second's wait and a retry).
 //!
-//! And a lease extension never waits on a row another transaction holds: it would stop
-//! every other lease of the runtime from being renewed, and the rescuer would take those
-//! jobs back.
+//! And neither a lease extension nor the release of a dead node's jobs waits on a row
+//! another transaction holds: the one would stop every other lease of the runtime from
+//! being renewed (and the rescuer would take those jobs back), the other every node's
+//! rescuer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use hopper::TestClock;
 use hopper::testing::TestDatabase;
 use hopper_conformance::{Harness, completed, job};
-use hopper_core::backend::{Finish, JobExtendManyParams};
+use hopper_core::backend::{Finish, JobExtendManyParams, NodeReleaseDeadParams};
 use hopper_core::{FinishResult, JobState};
 
 async fn postgres() -> anyhow::Result<Harness> {
@@ -143,5 +144,49 @@ async fn a_lease_held_by_another_transaction_does_not_stop_the_others() -> anyho
         expiry(&sql, schema, held).await? > before,
         "extended once free"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_dead_nodes_job_held_elsewhere_does_not_stop_its_release() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    let dead = hopper_conformance::node_info("dead");
+    h.backend.node_heartbeat(&dead).await?;
+    let jobs: Vec<_> = (0..2).map(|_| job("k", "q")).collect();
+    h.backend.job_insert_many(&jobs).await?;
+    let claimed = h
+        .claim_as(dead.id, "q", 2, Duration::from_secs(600))
+        .await?;
+    assert_eq!(claimed.len(), 2);
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    let holder = crate::support::connect(db.url()).await?;
+    let (held, free) = (claimed[0].lease.job_id, claimed[1].lease.job_id);
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{held}' FOR UPDATE",
+            db.schema()
+        ))
+        .await?;
+
+    h.advance(Duration::from_secs(40));
+    h.backend.node_heartbeat(&h.node).await?;
+    let silent = NodeReleaseDeadParams {
+        dead_after: Duration::from_secs(30),
+    };
+    let released = tokio::time::timeout(
+        Duration::from_secs(5),
+        h.maintenance().node_release_dead(&silent),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("the release waited on the held row"))??;
+    assert_eq!(released, 1, "the job that is free");
+    assert_eq!(h.get(free).await?.state, JobState::Available);
+    assert_eq!(h.get(held).await?.state, JobState::Running);
+
+    // Once free, its expired lease takes it back.
+    holder.batch_execute("COMMIT").await?;
+    h.advance(Duration::from_secs(600));
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
+    assert_eq!(h.get(held).await?.state, JobState::Available);
     Ok(())
 }
