@@ -24,8 +24,11 @@ async fn log_both(
     round: usize,
     batched: bool,
 ) -> anyhow::Result<[Value; 2]> {
-    let table = sql(db).await?;
-    if batched {
+    let table = match batched {
+        true => Some(sql(db).await?),
+        false => None,
+    };
+    if let Some(table) = &table {
         table
             .batch_execute(&format!(
                 "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
@@ -37,7 +40,7 @@ async fn log_both(
         .await;
     peer.send(&log_request(3, free, &format!("free {round}")))
         .await;
-    if batched {
+    if let Some(table) = &table {
         peer.send(&map(vec![("type", text("heartbeat")), ("req", int(1))]))
             .await;
         peer.recv_type("heartbeat_ack").await;
