@@ -134,13 +134,13 @@ impl Backend for PgBackend {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        // With a generic plan, as the outcomes (hot.rs, `finish_pooled`, says why); failed
+        // With a generic plan, as the outcomes (outcomes.rs, `finish_pooled`, says why); failed
         // or cancelled between its SET and RESET, the connection leaves the pool.
         let client = TxConnection::new(self.client().await?);
         let statement = self
             .prepare(&client, &self.inner.queries.job_extend_many)
             .await?;
-        // In job id order, as the outcomes (hot.rs, `Split::new`): the update locks its
+        // In job id order, as the outcomes (outcomes.rs, `Split::new`): the update locks its
         // rows in that order, so it and a batch of outcomes over the same rows never wait
         // for each other in a cycle.
         let mut in_order: Vec<&Lease> = leases.iter().collect();

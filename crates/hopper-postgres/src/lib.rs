@@ -23,6 +23,7 @@ mod hot;
 mod listen;
 mod liveness;
 mod migrate;
+mod outcomes;
 mod poison;
 mod pooled;
 mod prune;

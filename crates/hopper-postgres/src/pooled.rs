@@ -69,14 +69,25 @@ pub(crate) async fn generic_plan<T>(
     pooler: Pooler,
     work: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
 ) -> Result<T> {
-    let (before, after) = generic_plan_brackets(pooler);
+    bracketed(client, generic_plan_brackets(pooler), work)
+        .await?
+        .map_err(map_pg)
+}
+
+/// Runs `work` on `client` between `before` and `after` (simple statements: settings and
+/// their undoing), the three pipelined in one round trip. A bracket's error is returned;
+/// `work`'s output, errors included, is the caller's to read.
+pub(crate) async fn bracketed<T>(
+    client: &TxConnection,
+    (before, after): (&str, &str),
+    work: impl Future<Output = T>,
+) -> Result<T> {
     let (on, done, off) = tokio::join!(
         client.batch_execute(before),
         work,
         client.batch_execute(after),
     );
     on.map_err(map_pg)?;
-    let done = done.map_err(map_pg)?;
     off.map_err(map_pg)?;
     Ok(done)
 }

@@ -544,7 +544,7 @@ impl PgBackend {
 
 /// Sent before a fair claim of a queue without limits, and [`GENERIC_PLAN_OFF`] after it
 /// in the same pipeline: the claim runs with a generic plan. The runtime's outcomes and
-/// lease extensions are sent the same way (hot.rs, `finish_pooled`, says why).
+/// lease extensions are sent the same way (outcomes.rs, `finish_pooled`, says why).
 ///
 /// Left to itself, PostgreSQL plans these statements anew for every execution (their
 /// custom plans look cheaper than the generic one), and planning the fair claim's

@@ -223,6 +223,7 @@ queries!(
     job_logs(UUID, INT4, INT8),
     job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),
+    job_lock_running(UUID_ARRAY, INT4_ARRAY),
     job_notify_queues(TEXT_ARRAY),
     job_promote_scheduled(TIMESTAMPTZ),
     job_prune(INT8, INT8, INT8, TIMESTAMPTZ),

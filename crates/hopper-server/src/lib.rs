@@ -34,6 +34,7 @@ mod in_flight;
 mod keys;
 mod liveness;
 mod log_writer;
+mod outcome_writer;
 mod roster;
 mod server;
 mod tasks;

@@ -31,7 +31,8 @@ use crate::in_flight::{
     executing_per_peer,
 };
 use crate::log_writer::{self, LogItem};
-use crate::tasks::{self, FinishItem, ReplyTo};
+use crate::outcome_writer::{self, FinishItem, ReplyTo};
+use crate::tasks;
 use crate::{ServeConfig, ServeError, ServerHandle};
 
 mod hello;
@@ -238,7 +239,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
             let events = events_tx.clone();
             move || {
                 let (backend, items) = (backend.clone(), finish_rx.clone());
-                tasks::finish(backend, items, out_tx.clone(), events.clone(), 3)
+                outcome_writer::finish(backend, items, out_tx.clone(), events.clone(), 3)
             }
         }),
         tokio::spawn(run(core, events_rx, stop.clone())),

@@ -9,6 +9,10 @@
 //! [`crate::metrics::OUTCOMES_REFUSED_TOTAL`], every other is written. A refused outcome
 //! leaves its job leased; the lease expires and the job runs again (at-least-once).
 //!
+//! An outcome whose job row another transaction holds comes back
+//! [`FinishResult::Held`] (nothing written, the lease standing): the writer keeps it in a
+//! [`Deferred`] and goes on with the others, writing it again when [`Deferred::due`].
+//!
 //! The statements of one batch commit one by one (one per kind of outcome), so the other
 //! kinds of a refused batch may have landed already; written again alone they read as
 //! [`FinishResult::LeaseLost`], though their outcome is recorded.
@@ -19,6 +23,68 @@ use hopper_core::{Backend, Backoff, Error, Finish, FinishResult, Outcome, Result
 
 /// The delays between the writes of a batch that failed for a transient reason.
 const WRITE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+
+/// The delays before outcomes answered [`FinishResult::Held`] are written again: 100 ms,
+/// doubling to 5 s while any stays held.
+const HELD_RETRY: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+
+/// Entries to write again later: those a write answered [`FinishResult::Held`] (or what
+/// carries them: a pending outcome, a request waiting for its acknowledgement). A writer
+/// keeps them here, goes on with the others, and takes them back when [`Deferred::due`].
+#[derive(Debug)]
+pub struct Deferred<T> {
+    items: Vec<T>,
+    at: Option<tokio::time::Instant>,
+    backoff: Backoff,
+}
+
+impl<T> Default for Deferred<T> {
+    fn default() -> Self {
+        Deferred {
+            items: Vec::new(),
+            at: None,
+            backoff: HELD_RETRY,
+        }
+    }
+}
+
+impl<T> Deferred<T> {
+    /// Keeps `held`, the entries of one write that were answered held, for a later try. A
+    /// write with none held, while none is kept, starts the delays again from the first.
+    pub fn defer(&mut self, held: Vec<T>) {
+        if held.is_empty() {
+            if self.items.is_empty() {
+                self.backoff.reset();
+            }
+            return;
+        }
+        if self.at.is_none() {
+            let delay = self.backoff.next_delay();
+            tracing::warn!(outcomes = held.len() + self.items.len(), retry_in = ?delay, "outcomes not written yet: another transaction holds their jobs' rows");
+            self.at = Some(tokio::time::Instant::now() + delay);
+        }
+        self.items.extend(held);
+    }
+
+    /// Resolves when the kept entries are due for another try; never while none is kept.
+    pub async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Takes the kept entries, to write them again.
+    pub fn take(&mut self) -> Vec<T> {
+        self.at = None;
+        std::mem::take(&mut self.items)
+    }
+
+    /// True when no entry is kept.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
 
 /// Writes `finishes`, one result per entry in order. Transient failures are retried with
 /// backoff (50 ms doubling to 5 s) until they pass; permanent ones are isolated to their

@@ -124,6 +124,10 @@ pub enum FinishResult {
     Recorded(JobState),
     /// The lease was no longer current; nothing was changed.
     LeaseLost,
+    /// Not written: another transaction holds the job's row (an open `SELECT … FOR
+    /// UPDATE`, an admin's change left uncommitted), and the backend does not wait for it.
+    /// Nothing was changed and the lease stands: write the same outcome again later.
+    Held,
 }
 
 /// Parameters of [`Backend::job_list`].

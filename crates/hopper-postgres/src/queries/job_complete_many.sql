@@ -10,7 +10,7 @@
 -- batch of 1,000 with 3,000 jobs running. As text, only the primary key fits.
 -- Locks: rows are locked in the order of the input, which the caller sorts by id, as it
 -- does for the lease extensions; two statements over the same rows then never deadlock. The
--- runtime's batches run with a generic plan (hot.rs, `finish_pooled`): a custom plan,
+-- runtime's batches run with a generic plan (outcomes.rs, `finish_pooled`): a custom plan,
 -- knowing the batch is 1,000 rows, hashed a sequential scan of the whole table instead.
 UPDATE hopper.jobs AS j
 SET state = 'completed',

@@ -8,7 +8,7 @@ use hopper_protocol::{Completed, ErrorCode, Failed, FinishResult, OutcomeItem, R
 
 use super::{Core, PeerId, hex};
 use crate::convert;
-use crate::tasks::ReplyTo;
+use crate::outcome_writer::ReplyTo;
 
 impl Core {
     /// Frees the worker's credit for every outcome now and queues the writes. An outcome

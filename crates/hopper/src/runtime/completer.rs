@@ -7,11 +7,15 @@
 //! leased, and if the process dies first, the lease expires and the job runs again
 //! (at-least-once). An outcome the database refuses for good (a data exception) is
 //! isolated from its batch and skipped, so it cannot wedge the others
-//! ([`crate::outcomes`]); its job runs again when its lease expires.
+//! ([`crate::outcomes`]); its job runs again when its lease expires. An outcome whose job row
+//! another transaction holds is kept aside ([`Deferred`]) and written again once free,
+//! while the others go on.
 
 use std::sync::Arc;
 
 use hopper_core::{Backend, Finish, FinishResult, JobState};
+
+use crate::outcomes::Deferred;
 use tokio::sync::{Mutex, Notify, mpsc};
 
 /// One outcome to write. `expect_lost` marks a job already completed in the handler's own
@@ -22,7 +26,7 @@ pub(crate) struct Pending {
     pub expect_lost: bool,
 }
 
-/// Runs until every sender is dropped and the channel is drained.
+/// Runs until every sender is dropped, the channel is drained and no held outcome is left.
 ///
 /// `scheduled` is notified whenever an outcome put a job back in `scheduled` (a retry after
 /// a backoff, a snooze), so the promoter can wake in time for a short backoff.
@@ -36,31 +40,50 @@ pub(crate) async fn run(
 ) {
     let mut rx = rx.lock().await;
     let mut buffer: Vec<Pending> = Vec::with_capacity(batch);
-    while let Some(first) = rx.recv().await {
-        buffer.push(first);
+    let mut held: Deferred<Pending> = Deferred::default();
+    loop {
+        tokio::select! {
+            next = rx.recv() => match next {
+                Some(first) => buffer.push(first),
+                None => break,
+            },
+            () = held.due() => buffer.extend(held.take()),
+        }
         while buffer.len() < batch {
             match rx.try_recv() {
                 Ok(p) => buffer.push(p),
                 Err(_) => break,
             }
         }
-        if write(&*backend, &buffer).await {
-            scheduled.notify_one();
-        }
-        buffer.clear();
+        write(&*backend, &mut buffer, &mut held, &scheduled).await;
+    }
+    // Every sender is gone: the runtime is stopping. Held outcomes are written once free;
+    // the shutdown gives up on them after its bound (their jobs then run again).
+    while !held.is_empty() {
+        held.due().await;
+        buffer.extend(held.take());
+        write(&*backend, &mut buffer, &mut held, &scheduled).await;
     }
 }
 
-/// Writes one batch ([`crate::outcomes::write_isolating`]: transient failures retried
-/// until they pass, a permanently refused outcome isolated and skipped). True if any job
-/// went back to `scheduled`.
-async fn write(backend: &dyn Backend, pending: &[Pending]) -> bool {
+/// Writes the batch `pending` and empties it ([`crate::outcomes::write_isolating`]:
+/// transient failures retried until they pass, a permanently refused outcome isolated and
+/// skipped). Outcomes whose job row is held go to `held`; `scheduled` is notified if any
+/// job went back to `scheduled`.
+async fn write(
+    backend: &dyn Backend,
+    pending: &mut Vec<Pending>,
+    held: &mut Deferred<Pending>,
+    scheduled: &Notify,
+) {
     let finishes: Vec<Finish> = pending.iter().map(|p| p.finish.clone()).collect();
     let results = crate::outcomes::write_isolating(backend, &finishes).await;
-    let mut scheduled = false;
-    for (p, result) in pending.iter().zip(results) {
+    let mut went_back = false;
+    let mut still_held = Vec::new();
+    for (p, result) in pending.drain(..).zip(results) {
         match result {
-            Ok(FinishResult::Recorded(JobState::Scheduled)) => scheduled = true,
+            Ok(FinishResult::Recorded(JobState::Scheduled)) => went_back = true,
+            Ok(FinishResult::Held) => still_held.push(p),
             Ok(FinishResult::LeaseLost) if !p.expect_lost => {
                 tracing::warn!(
                     job_id = %p.finish.lease.job_id,
@@ -72,5 +95,8 @@ async fn write(backend: &dyn Backend, pending: &[Pending]) -> bool {
             Ok(_) | Err(_) => {}
         }
     }
-    scheduled
+    held.defer(still_held);
+    if went_back {
+        scheduled.notify_one();
+    }
 }

@@ -175,6 +175,7 @@ pub(crate) async fn run_claimed(
         .ok_or_else(|| Error::NotFound(format!("job {} after its run", lease.job_id)))?;
     let outcome = match answer {
         None => JobOutcome::Cancelled,
+        Some((_, Some(FinishResult::Held))) => return Err(hopper_core::job_log::held_elsewhere()),
         Some((_, Some(FinishResult::LeaseLost))) => match record.state {
             JobState::Cancelled => JobOutcome::Cancelled,
             // Completed inside the handler's own transaction (`JobContext::complete_in`).

@@ -8,16 +8,25 @@
 //! And neither a lease extension nor the release of a dead node's jobs waits on a row
 //! another transaction holds: the one would stop every other lease of the runtime from
 //! being renewed (and the rescuer would take those jobs back), the other every node's
-//! rescuer.
+//! rescuer. A batch of outcomes waits at most a moment for one: the held job's outcome is
+//! answered held, the others are written, and the runtime's completer writes the held one
+//! once the row is free while it goes on with the rest.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use hopper::TestClock;
 use hopper::testing::TestDatabase;
-use hopper_conformance::{Harness, completed, job};
+use hopper::{Client, NewJob, Runtime, Workers};
+use hopper_conformance::{Harness, completed, job, retry};
 use hopper_core::backend::{Finish, JobExtendManyParams, NodeReleaseDeadParams};
-use hopper_core::{FinishResult, JobState};
+use hopper_core::{FinishResult, JobState, Outcome};
+use tokio::sync::Notify;
+
+use crate::support::{FnWorker, config, wait_for};
+
+job_kind!(Gated, "gated");
+job_kind!(Quick, "quick");
 
 async fn postgres() -> anyhow::Result<Harness> {
     let clock = TestClock::new(hopper_conformance::t0());
@@ -188,5 +197,137 @@ async fn a_dead_nodes_job_held_elsewhere_does_not_stop_its_release() -> anyhow::
     h.advance(Duration::from_secs(600));
     assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
     assert_eq!(h.get(held).await?.state, JobState::Available);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_outcome_whose_row_is_held_does_not_stop_its_batch() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    outcomes_around_held_rows(&h, db).await
+}
+
+/// Four outcomes, one of each statement's kinds and two of them (a completion, a failure)
+/// for jobs whose rows another transaction holds: the batch comes back at once, the held
+/// two answered held and left running, the others written; once the rows are free the
+/// held ones are written. Shared with the PgBouncer harness, where the three statements
+/// share one transaction.
+pub(crate) async fn outcomes_around_held_rows(
+    h: &Harness,
+    db: &TestDatabase,
+) -> anyhow::Result<()> {
+    let jobs: Vec<_> = (0..4).map(|_| job("k", "held")).collect();
+    h.backend.job_insert_many(&jobs).await?;
+    let leases: Vec<_> = h.claim("held", 4).await?.iter().map(|j| j.lease).collect();
+    assert_eq!(leases.len(), 4);
+    let outcomes = [
+        completed(),
+        completed(),
+        retry("later", Duration::from_secs(60)),
+        Outcome::Snoozed {
+            retry_in: Duration::from_secs(60),
+        },
+    ];
+    let finishes: Vec<Finish> = leases
+        .iter()
+        .zip(outcomes)
+        .map(|(&lease, outcome)| Finish { lease, outcome })
+        .collect();
+    let held = [leases[0].job_id, leases[2].job_id];
+    let holder = crate::support::connect(db.url()).await?;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.jobs WHERE id IN ('{}', '{}') FOR UPDATE",
+            db.schema(),
+            held[0],
+            held[1]
+        ))
+        .await?;
+    let results =
+        tokio::time::timeout(Duration::from_secs(5), h.backend.job_finish_many(&finishes))
+            .await
+            .map_err(|_| anyhow::anyhow!("the outcomes waited on the held rows"))??;
+    assert_eq!(
+        results,
+        [
+            FinishResult::Held,
+            FinishResult::Recorded(JobState::Completed),
+            FinishResult::Held,
+            FinishResult::Recorded(JobState::Scheduled),
+        ]
+    );
+    for id in held {
+        assert_eq!(h.get(id).await?.state, JobState::Running, "held: unchanged");
+    }
+
+    holder.batch_execute("COMMIT").await?;
+    let again = [finishes[0].clone(), finishes[2].clone()];
+    assert_eq!(
+        h.backend.job_finish_many(&again).await?,
+        [
+            FinishResult::Recorded(JobState::Completed),
+            FinishResult::Recorded(JobState::Scheduled),
+        ]
+    );
+    Ok(())
+}
+
+/// A runtime whose job's row another transaction holds when its outcome is written: the
+/// jobs after it complete meanwhile (the completer does not wait on the row), and the held
+/// one once the row is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_jobs_outcome_waits_alone_in_the_runtime() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    let gated = client
+        .insert(NewJob::of(&Gated { n: 0 })?.with_queue("held"))
+        .await?;
+    let (reached, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let mut workers = Workers::new();
+    workers.register(FnWorker::new({
+        let (reached, go) = (reached.clone(), go.clone());
+        move |_, _: Gated| {
+            let (reached, go) = (reached.clone(), go.clone());
+            async move {
+                reached.notify_one();
+                go.notified().await;
+                Ok(())
+            }
+        }
+    }));
+    workers.register(FnWorker::new(|_, _: Quick| async { Ok(()) }));
+    let handle = Runtime::new(db.backend(), workers, config("held", 4))
+        .start()
+        .await?;
+    reached.notified().await;
+    let holder = crate::support::connect(db.url()).await?;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{gated}' FOR UPDATE",
+            db.schema()
+        ))
+        .await?;
+    // The gated job ends and its outcome meets the held row; the next ones must not wait.
+    go.notify_one();
+    let quick: Vec<NewJob> = (1..=5)
+        .map(|n| NewJob::of(&Quick { n }).map(|j| j.with_queue("held")))
+        .collect::<Result<_, _>>()?;
+    client.insert_many(&quick).await?;
+    wait_for(&db, "held", Duration::from_secs(10), |s| s.completed == 5)
+        .await
+        .map_err(|e| anyhow::anyhow!("the other outcomes waited on the held row: {e}"))?;
+    let record = db
+        .backend()
+        .job_get(&hopper_core::backend::JobGetParams { id: gated })
+        .await?;
+    assert_eq!(
+        record.map(|r| r.state),
+        Some(JobState::Running),
+        "held: not written yet"
+    );
+
+    holder.batch_execute("COMMIT").await?;
+    wait_for(&db, "held", Duration::from_secs(10), |s| s.completed == 6).await?;
+    handle.shutdown().await;
     Ok(())
 }

@@ -42,6 +42,18 @@ async fn through_pgbouncer() -> anyhow::Result<Harness> {
 
 conformance_suite!(through_pgbouncer);
 
+/// Behind the pooler the three outcome statements share a transaction, which a row-lock
+/// timeout rolls back whole: every kind goes the way around held rows.
+#[tokio::test]
+async fn an_outcome_whose_row_is_held_does_not_stop_its_batch_through_pgbouncer()
+-> anyhow::Result<()> {
+    let h = through_pgbouncer().await?;
+    let (_, db) = h
+        .store::<(PgBouncer, TestDatabase)>()
+        .expect("a PgBouncer harness");
+    crate::postgres_lock_order::outcomes_around_held_rows(&h, db).await
+}
+
 #[tokio::test]
 async fn migrations_run_through_pgbouncer() -> anyhow::Result<()> {
     let bouncer = strict_bouncer(2)?;
