@@ -304,7 +304,9 @@ async fn tick(
 /// Enqueues the ticks of `advance` (of an entry enqueuing `job`) inside a
 /// `hopper.periodic` span, through the enqueue side of the runtime's middleware (which
 /// stores the span's trace context in each job's meta, with the OpenTelemetry one).
-/// Answers whether this node enqueued them (false: another node did).
+/// Answers whether this node enqueued them (false: another node did, or another
+/// transaction holds the entry's row, which is not waited for: the loop looks again within
+/// [`MAX_SLEEP`]).
 async fn enqueue(
     store: &dyn SchedulingStore,
     mut advance: CronAdvance,

@@ -10,7 +10,8 @@
 //! being renewed (and the rescuer would take those jobs back), the other every node's
 //! rescuer. A batch of outcomes waits at most a moment for one: the held job's outcome is
 //! answered held, the others are written, and the runtime's completer writes the held one
-//! once the row is free while it goes on with the rest.
+//! once the row is free while it goes on with the rest. Advancing a periodic job skips an
+//! entry whose row is held, so the other entries' ticks are enqueued.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,7 @@ use hopper::testing::TestDatabase;
 use hopper::{Client, NewJob, Runtime, Workers};
 use hopper_conformance::{Harness, completed, job, retry};
 use hopper_core::backend::{Finish, JobExtendManyParams, NodeReleaseDeadParams};
-use hopper_core::{FinishResult, JobState, Outcome};
+use hopper_core::{CronAdvance, CronEntry, FinishResult, JobState, Outcome, Priority};
 use tokio::sync::Notify;
 
 use crate::support::{FnWorker, config, wait_for};
@@ -329,5 +330,67 @@ async fn a_held_jobs_outcome_waits_alone_in_the_runtime() -> anyhow::Result<()> 
     holder.batch_execute("COMMIT").await?;
     wait_for(&db, "held", Duration::from_secs(10), |s| s.completed == 6).await?;
     handle.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_held_periodic_entry_does_not_stop_the_others() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    let store = h.scheduling().expect("PostgreSQL schedules");
+    let tick = hopper_conformance::t0() + hopper_conformance::secs(60);
+    let entry = |name: &str| CronEntry {
+        name: name.into(),
+        schedule: "* * * * *".into(),
+        timezone: "UTC".into(),
+        queue: "cron".into(),
+        kind: "tick".into(),
+        args: serde_json::json!({}),
+        priority: Priority::NORMAL,
+        max_attempts: 3,
+        timeout_ms: 60_000,
+        catch_up: false,
+        next_run_at: tick,
+        last_run_at: None,
+        last_job_id: None,
+    };
+    store.cron_register(&[entry("held"), entry("free")]).await?;
+    let advance = |name: &str| CronAdvance {
+        name: name.into(),
+        expected_next_run_at: tick,
+        next_run_at: tick + hopper_conformance::secs(60),
+        jobs: vec![(
+            tick,
+            NewJob::new("tick", serde_json::json!({})).with_queue("cron"),
+        )],
+    };
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    let holder = crate::support::connect(db.url()).await?;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.cron_jobs WHERE name = 'held' FOR UPDATE",
+            db.schema()
+        ))
+        .await?;
+    let moved = tokio::time::timeout(Duration::from_secs(5), store.cron_advance(&advance("held")))
+        .await
+        .map_err(|_| anyhow::anyhow!("the advance waited on the held row"))??;
+    assert!(!moved, "held: not advanced now");
+    assert!(store.cron_advance(&advance("free")).await?);
+
+    holder.batch_execute("COMMIT").await?;
+    assert!(
+        store.cron_advance(&advance("held")).await?,
+        "advanced once free"
+    );
+    assert!(
+        !store.cron_advance(&advance("held")).await?,
+        "and once only"
+    );
+    let listed = h.backend.cron_list().await?;
+    assert!(
+        listed
+            .iter()
+            .all(|e| e.next_run_at == tick + hopper_conformance::secs(60))
+    );
     Ok(())
 }
