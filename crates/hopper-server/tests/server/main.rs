@@ -26,5 +26,6 @@ mod pool_share;
 mod prefetch;
 mod remote_job_logs;
 mod remote_meta_logs;
+mod request_timeout;
 mod security;
 mod session;

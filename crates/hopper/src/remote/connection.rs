@@ -249,8 +249,14 @@ async fn serve(
                 if last_heard.elapsed() > heartbeat * 3 {
                     break "the server went silent";
                 }
+                // Requests past their time are answered so, not dropped: a dropped reply
+                // reads as the client shutting down.
                 let now = Instant::now();
-                pending.retain(|_, (deadline, _)| *deadline > now);
+                for (_, (_, reply)) in pending.extract_if(|_, (deadline, _)| *deadline <= now) {
+                    let _ = reply.send(Err(unavailable(format!(
+                        "no reply from the hopper server within {timeout:?}"
+                    ))));
+                }
                 let leases = shared.held_leases();
                 let beat = Request::Heartbeat { req: shared.next_req(), leases };
                 if send(link, &beat).is_err() {

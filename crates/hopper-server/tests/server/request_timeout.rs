@@ -1,0 +1,41 @@
+//! A request the server does not answer in time (an admin's cancel of a job whose row an
+//! open transaction holds) fails in the Rust client with an error that says so, not as if
+//! the client had shut down: the client's heartbeat, which clears requests past their
+//! time, dropped them without a word, and the caller read "shut down".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::*;
+use hopper::testing::TestDatabase;
+use hopper::{Client, NewJob, RemoteBackend, RemoteOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_its_time_says_so() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    // Heartbeats every 100 ms: one comes between the request's time and the caller's own
+    // bound, a second later.
+    let server = start(config(&db, Duration::from_millis(100)).await).await;
+    let job = NewJob::new("held", serde_json::json!({}));
+    db.backend().job_insert(&job).await?;
+    let holder = sql(&db).await?;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{}' FOR UPDATE",
+            db.schema(),
+            job.id
+        ))
+        .await?;
+    let mut options = RemoteOptions::from_url(&format!("{}?token={TOKEN}", server.endpoint()))?;
+    options.request_timeout = Duration::from_millis(500);
+    let client = Client::new(Arc::new(RemoteBackend::connect(options).await?));
+    let err = client
+        .cancel(job.id)
+        .await
+        .expect_err("the cancel waits on the held row");
+    let said = err.with_causes();
+    assert!(said.contains("no reply from the hopper server"), "{said}");
+    assert!(err.is_transient(), "{said}");
+    holder.batch_execute("COMMIT").await?;
+    Ok(())
+}
