@@ -10,13 +10,18 @@
 //! `--curve` turns it on for loopback.
 //!
 //! With `--http ADDR` it also serves the HTTP API, the dashboard and `/metrics`
-//! ([`crate::http`]); with `--http` and no `--listen`, it serves HTTP only.
+//! ([`crate::http`]); with `--http` and no `--listen`, it serves HTTP only. On PostgreSQL
+//! the HTTP side has database connections of its own (`--http-pool-size`), so HTTP
+//! requests that wait (on a lock an open transaction holds, behind a slow search) never
+//! take the connections the workers' claims and outcomes need.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use hopper::backend::Backend;
 use hopper::{Health, PgOptions};
 use hopper_server::{Auth, ServeConfig, Server, ServerKeys};
 
@@ -59,6 +64,11 @@ pub struct ServeArgs {
     /// on all but a quarter (the rest is kept for claims and outcomes).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub pool_size: u16,
+    /// Database connections of the HTTP API and dashboard (with --http, on PostgreSQL),
+    /// apart from --pool-size: HTTP requests waiting on a lock or a slow search wait on
+    /// these, never on the workers'.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub http_pool_size: u16,
     /// The node id the server's leases are held under. Default: derived from the host,
     /// the schema and the listen endpoint, so a restart keeps its in-flight jobs.
     #[arg(long)]
@@ -81,6 +91,25 @@ pub struct ServeArgs {
 
 /// The ZeroMQ endpoint when none is given and HTTP is not asked for.
 pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7010";
+
+/// The HTTP side's backend: on PostgreSQL a pool of `pool_size` connections of its own
+/// (see the module docs), otherwise `shared` (SQLite has one writer and no row locks to
+/// wait on).
+async fn http_backend(
+    url: &str,
+    options: &PgOptions,
+    pool_size: u16,
+    shared: Arc<dyn Backend>,
+) -> anyhow::Result<Arc<dyn Backend>> {
+    if url.starts_with("sqlite:") {
+        return Ok(shared);
+    }
+    let options = options.clone().with_pool_size(usize::from(pool_size));
+    let backend = hopper::connect(url, crate::connect_options(options))
+        .await
+        .context("opening the HTTP API's database connections")?;
+    Ok(backend)
+}
 
 fn duration(what: &str, text: &str) -> anyhow::Result<Duration> {
     hopper_cli::duration::parse_duration(&format!("--{what}"), text)
@@ -160,7 +189,13 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     }
     // One health for the process: the ZeroMQ server's tasks and the HTTP server's.
     let health = server.as_ref().map_or_else(Health::new, |s| s.health());
-    let http = crate::http::start(&args.http, backend, prometheus, &health).await?;
+    let http = match args.http.http {
+        Some(_) => {
+            let backend = http_backend(url, &options, args.http_pool_size, backend).await?;
+            crate::http::start(&args.http, backend, prometheus, &health).await?
+        }
+        None => None,
+    };
     tokio::select! {
         _ = hopper::shutdown_signal() => tracing::info!("signal received; stopping"),
         failure = health.failed() => tracing::error!(%failure, "unhealthy; stopping"),

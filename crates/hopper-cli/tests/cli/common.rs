@@ -98,3 +98,33 @@ pub fn serve_endpoint(line: &str) -> anyhow::Result<String> {
     anyhow::ensure!(endpoint.starts_with("tcp://"), "no endpoint in {line:?}");
     Ok(endpoint)
 }
+
+/// `hopper serve --listen tcp://127.0.0.1:0 --insecure-no-auth --http 127.0.0.1:0
+/// --http-open` on `db`, with `more` arguments, once it says where it listens: the
+/// process, its ZeroMQ endpoint and its HTTP address (`host:port`).
+pub fn serve_open_http(
+    db: &TestDatabase,
+    more: &[&str],
+) -> anyhow::Result<(Hopper, String, String)> {
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--insecure-no-auth",
+        "--http",
+        "127.0.0.1:0",
+        "--http-open",
+    ];
+    args.extend_from_slice(more);
+    let serve = Hopper::start(db, "", &args)?;
+    let endpoint = serve_endpoint(&serve.line_with("listening on", Duration::from_secs(30))?)?;
+    let line = serve.line_with("HTTP API on http://", Duration::from_secs(30))?;
+    let addr = line
+        .split("HTTP API on http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(!addr.is_empty(), "no HTTP address in {line:?}");
+    Ok((serve, endpoint, addr))
+}

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::common::Hopper;
+use crate::common::serve_open_http;
 use hopper::testing::TestDatabase;
 
 /// `GET /health` on `addr`: the status code and the body.
@@ -56,27 +56,7 @@ fn health_until(
 #[tokio::test]
 async fn a_task_that_keeps_failing_makes_serve_unhealthy_and_exit() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
-    let mut serve = Hopper::start(
-        &db,
-        "",
-        &[
-            "serve",
-            "--listen",
-            "tcp://127.0.0.1:0",
-            "--insecure-no-auth",
-            "--http",
-            "127.0.0.1:0",
-            "--http-open",
-        ],
-    )?;
-    let line = serve.line_with("HTTP API on http://", Duration::from_secs(30))?;
-    let addr = line
-        .split("HTTP API on http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_default()
-        .to_owned();
-    anyhow::ensure!(!addr.is_empty(), "no HTTP address in {line:?}");
+    let (mut serve, _, addr) = serve_open_http(&db, &[])?;
 
     let (code, body) = health(&addr)?;
     assert_eq!(code, 200, "{body}");

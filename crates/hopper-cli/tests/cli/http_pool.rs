@@ -1,0 +1,108 @@
+//! `hopper serve` with both the ZeroMQ server and the HTTP API: HTTP requests that wait on
+//! a lock another transaction holds (an admin's cancels of a job an application holds
+//! `FOR UPDATE`) wait on the HTTP API's own connections, so a client's submit through the
+//! ZeroMQ server still goes through. With one pool for both, the cancels took every
+//! connection and the submit waited for the holder.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::common::serve_open_http;
+use hopper::testing::TestDatabase;
+use hopper::{NewJob, RemoteBackend, RemoteOptions};
+
+/// `POST /api/v1/jobs/{id}/cancel` on `addr`, answered once the lock lets it: the status
+/// line.
+fn cancel(addr: &str, id: hopper::JobId) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "POST /api/v1/jobs/{id}/cancel HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response.lines().next().unwrap_or_default().to_owned())
+}
+
+/// How many sessions of the test's database wait for a lock.
+async fn waiting(sql: &tokio_postgres::Client) -> anyhow::Result<i64> {
+    let row = sql
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_stuck_on_a_lock_leave_the_workers_connections() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (_serve, endpoint, addr) = serve_open_http(&db, &["--pool-size", "2"])?;
+
+    let held = NewJob::new("held", serde_json::json!({}));
+    db.backend().job_insert(&held).await?;
+    let (holder, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{}' FOR UPDATE",
+            db.schema(),
+            held.id
+        ))
+        .await?;
+    let cancels: Vec<_> = (0..4)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || cancel(&addr, held.id))
+        })
+        .collect();
+    // Two of them wait on the row (as many as there are connections to wait on). Read on
+    // a connection of its own: inside the holder's transaction the view would not change.
+    let (watcher, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let started = Instant::now();
+    while waiting(&watcher).await? < 2 {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "the cancels never reached the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut options = RemoteOptions::from_url(&endpoint)?;
+    options.request_timeout = Duration::from_secs(5);
+    let remote = RemoteBackend::connect(options).await?;
+    let submitted = NewJob::new("free", serde_json::json!({}));
+    hopper::Client::new(std::sync::Arc::new(remote))
+        .insert(submitted.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("the submit waited behind the HTTP requests: {e}"))?;
+
+    holder.batch_execute("COMMIT").await?;
+    // One cancels the job; the others find it cancelled.
+    let mut statuses = Vec::new();
+    for cancel in cancels {
+        let status = cancel
+            .join()
+            .map_err(|_| anyhow::anyhow!("a cancel panicked"))??;
+        statuses.push(
+            status
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    statuses.sort();
+    assert_eq!(statuses, ["200", "409", "409", "409"]);
+    let stored = db
+        .backend()
+        .job_get(&hopper::backend::JobGetParams { id: submitted.id })
+        .await?;
+    assert!(stored.is_some(), "the submitted job is stored");
+    Ok(())
+}
