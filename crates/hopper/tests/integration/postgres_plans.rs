@@ -1,6 +1,7 @@
-//! The statements that run on every claim read indexes, never the whole table: each is
-//! planned (EXPLAIN EXECUTE of the statement as hopper sends it, custom plan) over a table
-//! whose statistics know it holds thousands of jobs, and its plan must not scan the table.
+//! The statements that run on every claim, and those over many jobs by id, read indexes,
+//! never the whole table: each is planned (EXPLAIN EXECUTE of the statement as hopper sends
+//! it: a custom plan, or the generic one where hopper forces it) over a table whose
+//! statistics know it holds thousands of jobs, and its plan must not scan the table.
 //! A sequential scan there costs the backlog's size on every call (8.8 ms on 20,000 jobs
 //! for the fair claim's ring when its stragglers lookup lost the index's queue hash).
 
@@ -127,6 +128,63 @@ async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()>
             "{what} scans the whole job table:\n{plan}"
         );
         assert!(plan.contains("Index"), "{what} reads no index:\n{plan}");
+    }
+    Ok(())
+}
+
+/// The statements that lock many running jobs by id, as they run (with a generic plan),
+/// probe the primary key per id: the lease renewal, and the way around held rows of a
+/// batch of outcomes (`job_lock_running.sql`). A scan there would read the whole table on
+/// every heartbeat, and on every outcome batch that met a held row.
+#[tokio::test]
+async fn the_statements_over_many_jobs_by_id_probe_the_primary_key() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let sql = filled(&db).await?;
+    let queries = Queries::new(db.schema());
+    let running = sql
+        .query(
+            &format!(
+                "UPDATE {}.jobs SET state = 'running', attempt = 1 \
+                 WHERE id IN (SELECT id FROM {}.jobs WHERE queue = 'other' LIMIT 300) \
+                 RETURNING id::text",
+                db.schema(),
+                db.schema()
+            ),
+            &[],
+        )
+        .await?;
+    let ids: Vec<String> = running
+        .iter()
+        .map(|r| format!("'{}'", r.get::<_, String>(0)))
+        .collect();
+    let ids = format!("ARRAY[{}]::uuid[]", ids.join(", "));
+    let attempts = format!("array_fill(1, ARRAY[{}])", running.len());
+    sql.batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await?;
+    let statements = [
+        (
+            "the way around held rows (job_lock_running.sql)",
+            &queries.job_lock_running,
+            "uuid[], integer[]",
+            format!("{ids}, {attempts}"),
+        ),
+        (
+            "the lease renewal (job_extend_many.sql)",
+            &queries.job_extend_many,
+            "uuid[], integer[], bigint, timestamptz",
+            format!("{ids}, {attempts}, 30000, NULL"),
+        ),
+    ];
+    for (i, (what, statement, types, args)) in statements.iter().enumerate() {
+        let plan = plan(&sql, &format!("by_id_{i}"), &statement.sql, types, args).await?;
+        assert!(
+            !plan.contains("Seq Scan on jobs"),
+            "{what} scans the whole job table:\n{plan}"
+        );
+        assert!(
+            plan.contains("jobs_pkey"),
+            "{what} does not probe the primary key:\n{plan}"
+        );
     }
     Ok(())
 }
