@@ -6,7 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::serve_open_http;
 use hopper::testing::TestDatabase;
@@ -24,18 +24,6 @@ fn cancel(addr: &str, id: hopper::JobId) -> anyhow::Result<String> {
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
     Ok(response.lines().next().unwrap_or_default().to_owned())
-}
-
-/// How many sessions of the test's database wait for a lock.
-async fn waiting(sql: &tokio_postgres::Client) -> anyhow::Result<i64> {
-    let row = sql
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            &[],
-        )
-        .await?;
-    Ok(row.try_get(0)?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,18 +48,8 @@ async fn http_requests_stuck_on_a_lock_leave_the_workers_connections() -> anyhow
             std::thread::spawn(move || cancel(&addr, held.id))
         })
         .collect();
-    // Two of them wait on the row (as many as there are connections to wait on). Read on
-    // a connection of its own: inside the holder's transaction the view would not change.
-    let (watcher, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    let started = Instant::now();
-    while waiting(&watcher).await? < 2 {
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(10),
-            "the cancels never reached the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Two of them wait on the row (as many as there are connections to wait on).
+    db.wait_for_lock_waits(2, Duration::from_secs(10)).await?;
 
     let mut options = RemoteOptions::from_url(&endpoint)?;
     options.request_timeout = Duration::from_secs(5);

@@ -1,8 +1,11 @@
 //! Real database failures for tests: the log stores of a [`TestDatabase`] fail with a
 //! SQLSTATE of the test's choice (`fail_log_stores.sql`), so that what stores job logs
-//! (the runtime, `hopper serve`) is tested against the errors PostgreSQL really sends.
+//! (the runtime, `hopper serve`) is tested against the errors PostgreSQL really sends; and
+//! a wait for statements to reach a lock the test holds.
 
-use hopper_core::Result;
+use std::time::{Duration, Instant};
+
+use hopper_core::{Error, Result};
 
 use super::TestDatabase;
 use crate::map_pg;
@@ -46,6 +49,36 @@ impl TestDatabase {
             .await
             .map_err(map_pg)?;
         Ok(row.get(0))
+    }
+
+    /// Waits until at least `sessions` sessions of this database wait for a lock
+    /// (`pg_stat_activity`), for at most `limit`: the sign that the statements a test set
+    /// off have reached a row or table it holds in a transaction of its own. Read on a
+    /// connection of its own (inside the holder's transaction the view would not change),
+    /// every 5 ms. [`Error::Timeout`] when they do not within `limit`.
+    pub async fn wait_for_lock_waits(&self, sessions: i64, limit: Duration) -> Result<()> {
+        let client = self.sql().await?;
+        let started = Instant::now();
+        loop {
+            let row = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .map_err(map_pg)?;
+            let waiting: i64 = row.get(0);
+            if waiting >= sessions {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                return Err(Error::Timeout(format!(
+                    "{waiting} sessions wait for a lock, not {sessions}, after {limit:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// A connection of the test's own, with this schema first in its `search_path`.
