@@ -563,8 +563,15 @@ pub(super) const GENERIC_PLAN_ON: &str = "SET plan_cache_mode = force_generic_pl
 pub(super) const GENERIC_PLAN_OFF: &str = "RESET plan_cache_mode";
 
 /// Opens the claim transaction of a limited queue: a generic plan ([`GENERIC_PLAN_ON`]),
-/// kept to the transaction by `SET LOCAL`, and a commit that does not wait for its WAL
-/// flush.
+/// kept to the transaction by `SET LOCAL`, a commit that does not wait for its WAL flush,
+/// and a wait of at most 2 s for the queue's settings row.
+///
+/// The claimers of a limited queue take turns on that row, each holding it for a claim
+/// (milliseconds). Another transaction holding it longer (an admin's change left
+/// uncommitted) must not stop the claimer for good: `hopper serve` claims for one queue at a
+/// time, so every queue's dispatch would wait with it. Past the bound the claim fails
+/// (transient, SQLSTATE 55P03) and is tried again later; the other queues are claimed
+/// meanwhile.
 ///
 /// The transaction holds the queue's settings row (`queue_lock.sql`) until it ends; with a
 /// synchronous commit, through the flush, so that the claims of a limited queue, on every
@@ -573,7 +580,8 @@ pub(super) const GENERIC_PLAN_OFF: &str = "RESET plan_cache_mode";
 /// made durable before its jobs are handed out by `job_claim_flush.sql`, a synchronous
 /// commit sent behind it on the same connection (see there why that is enough).
 const LIMITED_CLAIM: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
-                             SET LOCAL synchronous_commit = off";
+                             SET LOCAL synchronous_commit = off; \
+                             SET LOCAL lock_timeout = '2s'";
 
 /// COMMIT, then `handoff` passed (the settings row is free: the next claim may lock it).
 pub(super) async fn commit_and_pass(

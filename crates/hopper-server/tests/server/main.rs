@@ -24,6 +24,7 @@ mod log_held;
 mod outcome_held;
 mod pool_share;
 mod prefetch;
+mod queue_held;
 mod remote_job_logs;
 mod remote_meta_logs;
 mod request_timeout;
