@@ -13,7 +13,9 @@
 //! ([`crate::http`]); with `--http` and no `--listen`, it serves HTTP only. On PostgreSQL
 //! the HTTP side has database connections of its own (`--http-pool-size`), so HTTP
 //! requests that wait (on a lock an open transaction holds, behind a slow search) never
-//! take the connections the workers' claims and outcomes need.
+//! take the connections the workers' claims and outcomes need; and its statements wait at
+//! most `--http-lock-timeout` for a lock, so a held row costs an HTTP request an error,
+//! not the HTTP API.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -69,6 +71,11 @@ pub struct ServeArgs {
     /// these, never on the workers'.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub http_pool_size: u16,
+    /// The longest an HTTP request waits for a lock another transaction holds (a job's or
+    /// a queue's row), past which it is answered 503 (e.g. 5s, 500ms). Not applied behind a
+    /// transaction pooler (--pooler transaction).
+    #[arg(long, default_value = "5s")]
+    pub http_lock_timeout: String,
     /// The node id the server's leases are held under. Default: derived from the host,
     /// the schema and the listen endpoint, so a restart keeps its in-flight jobs.
     #[arg(long)]
@@ -92,19 +99,22 @@ pub struct ServeArgs {
 /// The ZeroMQ endpoint when none is given and HTTP is not asked for.
 pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7010";
 
-/// The HTTP side's backend: on PostgreSQL a pool of `pool_size` connections of its own
-/// (see the module docs), otherwise `shared` (SQLite has one writer and no row locks to
-/// wait on).
+/// The HTTP side's backend: on PostgreSQL a pool of `size` connections of its own (see
+/// the module docs) whose statements wait at most `lock_timeout` for a lock, otherwise
+/// `shared` (SQLite has one writer and no row locks to wait on).
 async fn http_backend(
     url: &str,
     options: &PgOptions,
-    pool_size: u16,
+    (size, lock_timeout): (u16, Duration),
     shared: Arc<dyn Backend>,
 ) -> anyhow::Result<Arc<dyn Backend>> {
     if url.starts_with("sqlite:") {
         return Ok(shared);
     }
-    let options = options.clone().with_pool_size(usize::from(pool_size));
+    let options = options
+        .clone()
+        .with_pool_size(usize::from(size))
+        .with_lock_timeout(lock_timeout);
     let backend = hopper::connect(url, crate::connect_options(options))
         .await
         .context("opening the HTTP API's database connections")?;
@@ -191,7 +201,9 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     let health = server.as_ref().map_or_else(Health::new, |s| s.health());
     let http = match args.http.http {
         Some(_) => {
-            let backend = http_backend(url, &options, args.http_pool_size, backend).await?;
+            let lock = duration("http-lock-timeout", &args.http_lock_timeout)?;
+            let pool = (args.http_pool_size, lock);
+            let backend = http_backend(url, &options, pool, backend).await?;
             crate::http::start(&args.http, backend, prometheus, &health).await?
         }
         None => None,

@@ -68,12 +68,25 @@ impl Error {
         matches!(self, Error::Database(_))
     }
 
+    /// True when the call gave up waiting for a lock another transaction held (the cause is
+    /// a [`LockNotGranted`]): transient, and worth saying so to whoever asked.
+    pub fn is_lock_not_granted(&self) -> bool {
+        matches!(self, Error::Database(e) if e.downcast_ref::<LockNotGranted>().is_some())
+    }
+
     /// The error with the chain of its causes, for logs: a database error says what the
     /// database said ("database: db error: ERROR: …"), not only "db error".
     pub fn with_causes(&self) -> String {
         with_causes(self)
     }
 }
+
+/// The cause of a transient [`Error::Database`] when a statement gave up waiting for a lock
+/// another transaction held (a row an open transaction locked, a table being altered),
+/// past the bound set for it: the same call may succeed once the lock is free.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LockNotGranted(pub String);
 
 /// Any error with the chain of its causes, each left out when the text already says it
 /// (an HTTP client's "error sending request" then says why: the refused certificate).

@@ -1,6 +1,7 @@
 //! Mapping PostgreSQL errors to hopper's.
 
 use hopper_core::Error;
+use hopper_core::error::LockNotGranted;
 use tokio_postgres::error::SqlState;
 
 /// Turns a driver error into hopper's error: constraint violations and data exceptions
@@ -70,6 +71,12 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
     // constraint): the data is not as the statement assumed.
     if code.starts_with("23") {
         return Some(Error::Conflict(message.to_owned()));
+    }
+    if is(&SqlState::LOCK_NOT_AVAILABLE) {
+        return Some(Error::database(LockNotGranted(format!(
+            "{message} (SQLSTATE {code}): another transaction holds a lock this statement \
+             needed; it may succeed once that is free"
+        ))));
     }
     if is_transient_state(code) {
         return None;

@@ -80,6 +80,12 @@ pub struct PgOptions {
     /// the LISTEN connection of wake-ups and cancellations. Used with
     /// [`Pooler::Transaction`] (without one, workers poll); otherwise the main URL serves.
     pub direct_url: Option<String>,
+    /// The longest any statement of the pool waits for a lock (PostgreSQL's
+    /// `lock_timeout`, set on each connection as it opens), past which it fails as a
+    /// transient error; `None` (the default): the server's setting. Not applied behind a
+    /// transaction pooler ([`Pooler::Transaction`]), where a session setting would not last.
+    /// `hopper serve` bounds its HTTP API's connections so.
+    pub lock_timeout: Option<std::time::Duration>,
 }
 
 impl Default for PgOptions {
@@ -90,6 +96,7 @@ impl Default for PgOptions {
             clock: Arc::new(SystemClock),
             pooler: Pooler::None,
             direct_url: None,
+            lock_timeout: None,
         }
     }
 }
@@ -125,6 +132,15 @@ impl PgOptions {
             ..self
         }
     }
+
+    /// With every statement of the pool waiting at most `lock_timeout` for a lock (see
+    /// [`PgOptions::lock_timeout`]).
+    pub fn with_lock_timeout(self, lock_timeout: std::time::Duration) -> Self {
+        PgOptions {
+            lock_timeout: Some(lock_timeout),
+            ..self
+        }
+    }
 }
 
 /// The PostgreSQL backend. Cheap to clone; clones share the pool.
@@ -140,6 +156,9 @@ struct Inner {
     connect: PgConnectOptions,
     /// How statements are sent (`statement.rs`).
     pooler: Pooler,
+    /// What follows the outcome statements' first try (`outcomes.rs`): their settings
+    /// undone, back to the pool's own lock bound if it has one.
+    outcomes_after: String,
     /// Where the LISTEN connection goes: the main URL, the direct one behind a transaction
     /// pooler, or nowhere (behind a transaction pooler with no direct URL: polling).
     listen: Option<PgConnectOptions>,
@@ -178,7 +197,16 @@ impl PgBackend {
             (Pooler::Transaction, Some(direct)) => Some(PgConnectOptions::parse(direct)?),
             (Pooler::Transaction, None) => None,
         };
-        let pool = connect.pool(options.pool_size)?;
+        let lock_timeout = match options.pooler {
+            Pooler::None => options
+                .lock_timeout
+                .map(|t| format!("{}ms", t.as_millis().max(1))),
+            Pooler::Transaction => None,
+        };
+        let setup = lock_timeout
+            .as_ref()
+            .map(|t| format!("SET lock_timeout = '{t}'"));
+        let pool = connect.pool_with_setup(options.pool_size, setup)?;
         // Fail now, with the reason in words, if the database cannot be reached.
         drop(pool.get().await.map_err(|e| connect.pool_error(e))?);
         let (local_wake, _) = tokio::sync::broadcast::channel(256);
@@ -187,6 +215,7 @@ impl PgBackend {
                 pool,
                 connect,
                 pooler: options.pooler,
+                outcomes_after: outcomes::after_first_try(options.pooler, lock_timeout.as_deref()),
                 listen,
                 queries: Queries::new(&options.schema),
                 schema: options.schema,

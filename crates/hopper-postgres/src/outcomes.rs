@@ -37,21 +37,28 @@ macro_rules! lock_wait {
     };
 }
 
-/// What is sent around the first try: a generic plan ([`PgBackend::finish_pooled`] says
-/// why) and row-lock waits bounded (`lock_wait!`); session settings undone after, or
-/// behind a transaction pooler `SET LOCAL` in a transaction (pooled.rs,
-/// `generic_plan_brackets`).
-fn first_try_brackets(pooler: Pooler) -> (&'static str, &'static str) {
+/// What is sent before the first try: a generic plan ([`PgBackend::finish_pooled`] says
+/// why) and row-lock waits bounded (`lock_wait!`); a session setting, or behind a
+/// transaction pooler `SET LOCAL` in a transaction (pooled.rs, `generic_plan_brackets`).
+fn before_first_try(pooler: Pooler) -> &'static str {
     match pooler {
-        Pooler::None => (
-            concat!(
-                "SET plan_cache_mode = force_generic_plan; SET lock_timeout = '",
-                lock_wait!(),
-                "'"
-            ),
-            "RESET plan_cache_mode; RESET lock_timeout",
+        Pooler::None => concat!(
+            "SET plan_cache_mode = force_generic_plan; SET lock_timeout = '",
+            lock_wait!(),
+            "'"
         ),
-        Pooler::Transaction => (AROUND_HELD_BEGIN, "COMMIT"),
+        Pooler::Transaction => AROUND_HELD_BEGIN,
+    }
+}
+
+/// What is sent after the first try: the session settings undone (the lock bound back to
+/// `pool_lock_timeout`, the pool's own, when it has one: [`crate::PgOptions::lock_timeout`]),
+/// or behind a transaction pooler the transaction's end.
+pub(crate) fn after_first_try(pooler: Pooler, pool_lock_timeout: Option<&str>) -> String {
+    match (pooler, pool_lock_timeout) {
+        (Pooler::None, None) => "RESET plan_cache_mode; RESET lock_timeout".to_owned(),
+        (Pooler::None, Some(t)) => format!("RESET plan_cache_mode; SET lock_timeout = '{t}'"),
+        (Pooler::Transaction, _) => "COMMIT".to_owned(),
     }
 }
 
@@ -182,7 +189,8 @@ impl PgBackend {
         let s = Split::new(finishes.iter());
         let ready = self.ready(&client, &s).await?;
         let work = run_split(&client, ready, &s, &now);
-        let answers = bracketed(&client, first_try_brackets(pooler), work).await?;
+        let brackets = (before_first_try(pooler), self.inner.outcomes_after.as_str());
+        let answers = bracketed(&client, brackets, work).await?;
         let timed_out = answers
             .iter()
             .any(|a| a.as_ref().is_err_and(lock_not_available));

@@ -105,6 +105,15 @@ impl From<hopper::Error> for ApiError {
                 "unavailable",
                 "shutting down",
             ),
+            E::Database(_) if e.is_lock_not_granted() => {
+                tracing::warn!(error = %e, "API request gave up waiting for a lock");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "another transaction holds a lock this request needs (a job's or a \
+                     queue's row, say); try again once it is released",
+                )
+            }
             E::Database(_) => {
                 // The driver's message may name hosts, users or statements: keep it in the
                 // log, give the caller only what it needs.

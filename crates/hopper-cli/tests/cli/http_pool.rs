@@ -2,7 +2,8 @@
 //! a lock another transaction holds (an admin's cancels of a job an application holds
 //! `FOR UPDATE`) wait on the HTTP API's own connections, so a client's submit through the
 //! ZeroMQ server still goes through. With one pool for both, the cancels took every
-//! connection and the submit waited for the holder.
+//! connection and the submit waited for the holder. And they wait at most
+//! `--http-lock-timeout`, answered 503 with the reason, while the API serves the rest.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -15,15 +16,38 @@ use hopper::{NewJob, RemoteBackend, RemoteOptions};
 /// `POST /api/v1/jobs/{id}/cancel` on `addr`, answered once the lock lets it: the status
 /// line.
 fn cancel(addr: &str, id: hopper::JobId) -> anyhow::Result<String> {
+    let path = format!("/api/v1/jobs/{id}/cancel");
+    let response = request(addr, "POST", &path)?;
+    Ok(response.lines().next().unwrap_or_default().to_owned())
+}
+
+/// `METHOD path` on `addr` with no body: the whole response.
+fn request(addr: &str, method: &str, path: &str) -> anyhow::Result<String> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(60)))?;
     write!(
         stream,
-        "POST /api/v1/jobs/{id}/cancel HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
-    Ok(response.lines().next().unwrap_or_default().to_owned())
+    Ok(response)
+}
+
+/// A new job, and a connection whose open transaction holds its row (`FOR UPDATE`).
+async fn held_job(db: &TestDatabase) -> anyhow::Result<(hopper::JobId, tokio_postgres::Client)> {
+    let job = NewJob::new("held", serde_json::json!({}));
+    db.backend().job_insert(&job).await?;
+    let (holder, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{}' FOR UPDATE",
+            db.schema(),
+            job.id
+        ))
+        .await?;
+    Ok((job.id, holder))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -31,21 +55,11 @@ async fn http_requests_stuck_on_a_lock_leave_the_workers_connections() -> anyhow
     let db = TestDatabase::new().await?;
     let (_serve, endpoint, addr) = serve_open_http(&db, &["--pool-size", "2"])?;
 
-    let held = NewJob::new("held", serde_json::json!({}));
-    db.backend().job_insert(&held).await?;
-    let (holder, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    holder
-        .batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{}' FOR UPDATE",
-            db.schema(),
-            held.id
-        ))
-        .await?;
+    let (held, holder) = held_job(&db).await?;
     let cancels: Vec<_> = (0..4)
         .map(|_| {
             let addr = addr.clone();
-            std::thread::spawn(move || cancel(&addr, held.id))
+            std::thread::spawn(move || cancel(&addr, held))
         })
         .collect();
     // Two of them wait on the row (as many as there are connections to wait on).
@@ -82,5 +96,27 @@ async fn http_requests_stuck_on_a_lock_leave_the_workers_connections() -> anyhow
         .job_get(&hopper::backend::JobGetParams { id: submitted.id })
         .await?;
     assert!(stored.is_some(), "the submitted job is stored");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_request_waits_for_a_held_row_at_most_its_bound() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let bound = ["--http-pool-size", "1", "--http-lock-timeout", "300ms"];
+    let (_serve, _, addr) = serve_open_http(&db, &bound)?;
+    let (held, holder) = held_job(&db).await?;
+    let path = format!("/api/v1/jobs/{}/cancel", held);
+    let to = addr.clone();
+    let response = tokio::task::spawn_blocking(move || request(&to, "POST", &path)).await??;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(
+        response.contains("another transaction holds a lock"),
+        "{response}"
+    );
+    // The one connection is free again: the API serves the rest, the row still held.
+    let response =
+        tokio::task::spawn_blocking(move || request(&addr, "GET", "/api/v1/queues")).await??;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    holder.batch_execute("COMMIT").await?;
     Ok(())
 }

@@ -26,7 +26,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Hook, HookError, Manager, ManagerConfig, Pool, RecyclingMethod};
 use hopper_core::{Error, Result};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, Connection, Socket};
@@ -135,6 +135,12 @@ impl PgConnectOptions {
     /// connection that broke (the server went away, a failover) is found broken when it
     /// is next taken and replaced by a fresh one, which goes through the host list again.
     pub fn pool(&self, size: usize) -> Result<Pool> {
+        self.pool_with_setup(size, None)
+    }
+
+    /// [`PgConnectOptions::pool`], each connection running `setup` (session settings) once
+    /// it is made, before its first use.
+    pub(crate) fn pool_with_setup(&self, size: usize, setup: Option<String>) -> Result<Pool> {
         let manager = Manager::from_config(
             self.config.clone(),
             self.tls.clone(),
@@ -142,10 +148,20 @@ impl PgConnectOptions {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        Pool::builder(manager)
-            .max_size(size.max(1))
-            .build()
-            .map_err(Error::database)
+        let mut builder = Pool::builder(manager).max_size(size.max(1));
+        if let Some(setup) = setup {
+            let setup = std::sync::Arc::new(setup);
+            builder = builder.post_create(Hook::async_fn(move |client, _| {
+                let setup = setup.clone();
+                Box::pin(async move {
+                    client
+                        .batch_execute(&setup)
+                        .await
+                        .map_err(HookError::Backend)
+                })
+            }));
+        }
+        builder.build().map_err(Error::database)
     }
 
     /// Turns a failure to connect into hopper's error ([`Error::Database`], which says

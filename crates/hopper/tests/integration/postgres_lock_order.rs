@@ -20,7 +20,7 @@ use hopper::TestClock;
 use hopper::testing::TestDatabase;
 use hopper::{Client, NewJob, Runtime, Workers};
 use hopper_conformance::{Harness, completed, job, retry};
-use hopper_core::backend::{Finish, JobExtendManyParams, NodeReleaseDeadParams};
+use hopper_core::backend::{Backend, Finish, JobExtendManyParams, NodeReleaseDeadParams};
 use hopper_core::{CronAdvance, CronEntry, FinishResult, JobState, Outcome, Priority};
 use tokio::sync::Notify;
 
@@ -392,5 +392,44 @@ async fn a_held_periodic_entry_does_not_stop_the_others() -> anyhow::Result<()> 
             .iter()
             .all(|e| e.next_run_at == tick + hopper_conformance::secs(60))
     );
+    Ok(())
+}
+
+/// A pool given a lock bound of its own (`PgOptions::lock_timeout`, as `hopper serve`'s
+/// HTTP connections have) keeps it after a batch of outcomes, whose statements bound their
+/// waits to 100 ms around themselves: the setting is put back, not reset to the server's.
+#[tokio::test]
+async fn a_pools_lock_bound_outlasts_the_outcome_statements() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let options = hopper::PgOptions::default()
+        .with_schema(db.schema())
+        .with_pool_size(1)
+        .with_lock_timeout(Duration::from_millis(300));
+    let backend = hopper::PgBackend::connect(db.url(), options).await?;
+    let shown = || async {
+        let conn = backend.pool().get().await?;
+        let row = conn.query_one("SHOW lock_timeout", &[]).await?;
+        anyhow::Ok(row.try_get::<_, String>(0)?)
+    };
+    assert_eq!(shown().await?, "300ms", "set as the connection opens");
+    backend.job_insert(&job("k", "bound")).await?;
+    let claimed = backend
+        .job_claim(&hopper_core::ClaimParams {
+            queue: "bound".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: 1,
+            lease: Duration::from_secs(60),
+            kinds: None,
+        })
+        .await?;
+    let finish = Finish {
+        lease: claimed[0].lease,
+        outcome: completed(),
+    };
+    assert_eq!(
+        backend.job_finish_many(&[finish]).await?,
+        [FinishResult::Recorded(JobState::Completed)]
+    );
+    assert_eq!(shown().await?, "300ms", "put back after the outcomes");
     Ok(())
 }
