@@ -24,6 +24,12 @@ pub struct Cli {
     #[arg(long, env = "HOPPER_DIRECT_URL", global = true, hide_env_values = true)]
     pub direct_url: Option<String>,
 
+    /// The longest the admin commands (enqueue, jobs, stats, queues, cron) wait for a lock
+    /// another transaction holds (a job's or a queue's row), past which they fail saying so
+    /// (e.g. 5s, 500ms). Not applied behind a transaction pooler.
+    #[arg(long, env = "HOPPER_LOCK_TIMEOUT", default_value = "5s", global = true)]
+    pub lock_timeout: String,
+
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,

@@ -112,6 +112,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .with_schema(schema)
         .with_pooler(cli.pooler);
     pg.direct_url = cli.direct_url.clone();
+    // The admin commands wait for a held lock only so long: an admin's cancel of a job an
+    // application holds says why it cannot go on, rather than hanging.
+    let lock_timeout = admin::parse_duration("--lock-timeout", &cli.lock_timeout)?;
+    let admin_pg = pg.clone().with_lock_timeout(lock_timeout);
+    let open_admin = |url| open(url, admin_pg.clone());
     let open = |url| open(url, pg.clone());
     // The long-running commands wait for a database that is starting or restarting.
     let open_patiently = |url| {
@@ -128,22 +133,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Enqueue(args) => {
             // Bad input is refused before connecting, so it never writes anything.
             let job = admin::new_job(&args)?;
-            admin::enqueue(&open(url).await?, job, json).await
+            admin::enqueue(&open_admin(url).await?, job, json).await
         }
         Command::Jobs(cmd) => {
             let action = admin::JobsAction::parse(cmd)?;
-            admin::jobs(&open(url).await?, action, json).await
+            admin::jobs(&open_admin(url).await?, action, json).await
         }
         Command::Stats(args) if args.watch => {
             let interval = admin::parse_duration("--interval", &args.interval)?;
             watch::run(&open_patiently(url).await?, interval, json).await
         }
-        Command::Stats(_) => admin::stats(&open(url).await?, json).await,
+        Command::Stats(_) => admin::stats(&open_admin(url).await?, json).await,
         Command::Queues(cmd) => {
             let action = queues::QueuesAction::parse(cmd)?;
-            queues::queues(&open(url).await?, action, json).await
+            queues::queues(&open_admin(url).await?, action, json).await
         }
-        Command::Cron(cmd) => queues::cron(&open(url).await?, cmd, json).await,
+        Command::Cron(cmd) => queues::cron(&open_admin(url).await?, cmd, json).await,
         Command::Demo(args) => demo::run(open(url).await?, args, json).await,
         Command::Bench(args) => bench::run(open_patiently(url).await?, args, json).await,
         Command::Serve(args) => serve::run(url, pg.clone(), args).await,

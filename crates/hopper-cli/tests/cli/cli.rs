@@ -682,3 +682,45 @@ fn no_database_url_means_embedded_sqlite() {
     assert_eq!(summary["completed"], 22, "{stdout}");
     assert_eq!(summary["failed"], 2, "{stdout}");
 }
+
+/// An admin command that meets a row another transaction holds waits for it at most
+/// `--lock-timeout`, then fails saying so, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_command_waits_for_a_held_row_at_most_its_bound() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let job = hopper::NewJob::new("held", serde_json::json!({}));
+    db.backend().job_insert(&job).await?;
+    let hold = db.hold_job(job.id).await?;
+    let id = job.id.to_string();
+    let args = ["--lock-timeout", "300ms", "jobs", "cancel", &id];
+    // Killed past 20 s, so that a command that waits on the row fails the test rather
+    // than hanging it.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .env("HOPPER_SCHEMA", db.schema())
+        .env_remove("HOPPER_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let started = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            anyhow::bail!("the command waited on the held row");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output()?;
+    let run = Run {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    run.fails_with("another transaction holds a lock");
+    hold.release().await?;
+    let all = all_jobs(&db).await;
+    assert_eq!(all[0].state, JobState::Available, "nothing changed");
+    Ok(())
+}

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::common::serve_open_http;
-use hopper::testing::TestDatabase;
+use hopper::testing::{RowHold, TestDatabase};
 use hopper::{NewJob, RemoteBackend, RemoteOptions};
 
 /// `POST /api/v1/jobs/{id}/cancel` on `addr`, answered once the lock lets it: the status
@@ -34,20 +34,11 @@ fn request(addr: &str, method: &str, path: &str) -> anyhow::Result<String> {
     Ok(response)
 }
 
-/// A new job, and a connection whose open transaction holds its row (`FOR UPDATE`).
-async fn held_job(db: &TestDatabase) -> anyhow::Result<(hopper::JobId, tokio_postgres::Client)> {
+/// A new job whose row an open transaction holds.
+async fn held_job(db: &TestDatabase) -> anyhow::Result<(hopper::JobId, RowHold)> {
     let job = NewJob::new("held", serde_json::json!({}));
     db.backend().job_insert(&job).await?;
-    let (holder, conn) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    holder
-        .batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{}' FOR UPDATE",
-            db.schema(),
-            job.id
-        ))
-        .await?;
-    Ok((job.id, holder))
+    Ok((job.id, db.hold_job(job.id).await?))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +65,7 @@ async fn http_requests_stuck_on_a_lock_leave_the_workers_connections() -> anyhow
         .await
         .map_err(|e| anyhow::anyhow!("the submit waited behind the HTTP requests: {e}"))?;
 
-    holder.batch_execute("COMMIT").await?;
+    holder.release().await?;
     // One cancels the job; the others find it cancelled.
     let mut statuses = Vec::new();
     for cancel in cancels {
@@ -117,6 +108,6 @@ async fn an_http_request_waits_for_a_held_row_at_most_its_bound() -> anyhow::Res
     let response =
         tokio::task::spawn_blocking(move || request(&addr, "GET", "/api/v1/queues")).await??;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    holder.batch_execute("COMMIT").await?;
+    holder.release().await?;
     Ok(())
 }

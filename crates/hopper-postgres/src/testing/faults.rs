@@ -81,6 +81,20 @@ impl TestDatabase {
         }
     }
 
+    /// Holds the row of job `id` as an application's open transaction would
+    /// (`SELECT … FOR UPDATE`), until [`RowHold::release`] commits it (dropped, the
+    /// connection closes and the hold ends with it).
+    pub async fn hold_job(&self, id: hopper_core::JobId) -> Result<RowHold> {
+        let client = self.sql().await?;
+        client
+            .batch_execute(&format!(
+                "BEGIN; SELECT 1 FROM jobs WHERE id = '{id}' FOR UPDATE"
+            ))
+            .await
+            .map_err(map_pg)?;
+        Ok(RowHold { client })
+    }
+
     /// A connection of the test's own, with this schema first in its `search_path`.
     async fn sql(&self) -> Result<tokio_postgres::Client> {
         let (client, conn) = crate::PgConnectOptions::parse(self.url())?
@@ -93,5 +107,17 @@ impl TestDatabase {
             .await
             .map_err(map_pg)?;
         Ok(client)
+    }
+}
+
+/// A row held by an open transaction of a test ([`TestDatabase::hold_job`]).
+pub struct RowHold {
+    client: tokio_postgres::Client,
+}
+
+impl RowHold {
+    /// Ends the hold: the transaction commits.
+    pub async fn release(&self) -> Result<()> {
+        self.client.batch_execute("COMMIT").await.map_err(map_pg)
     }
 }

@@ -16,4 +16,5 @@ mod pgbouncer;
 
 pub use cluster::{ClusterError, StopMode, TestCluster};
 pub use database::{TestDatabase, database_url, drop_schema};
+pub use faults::RowHold;
 pub use pgbouncer::{PgBouncer, PgBouncerConfig};

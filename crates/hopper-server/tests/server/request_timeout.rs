@@ -18,14 +18,7 @@ async fn a_request_past_its_time_says_so() -> anyhow::Result<()> {
     let server = start(config(&db, Duration::from_millis(100)).await).await;
     let job = NewJob::new("held", serde_json::json!({}));
     db.backend().job_insert(&job).await?;
-    let holder = sql(&db).await?;
-    holder
-        .batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{}' FOR UPDATE",
-            db.schema(),
-            job.id
-        ))
-        .await?;
+    let hold = db.hold_job(job.id).await?;
     let mut options = RemoteOptions::from_url(&format!("{}?token={TOKEN}", server.endpoint()))?;
     options.request_timeout = Duration::from_millis(500);
     let client = Client::new(Arc::new(RemoteBackend::connect(options).await?));
@@ -36,6 +29,6 @@ async fn a_request_past_its_time_says_so() -> anyhow::Result<()> {
     let said = err.with_causes();
     assert!(said.contains("no reply from the hopper server"), "{said}");
     assert!(err.is_transient(), "{said}");
-    holder.batch_execute("COMMIT").await?;
+    hold.release().await?;
     Ok(())
 }

@@ -28,8 +28,8 @@ mod run_one;
 pub use expect::ExpectedJob;
 #[cfg(feature = "postgres")]
 pub use hopper_postgres::testing::{
-    ClusterError, PgBouncer, PgBouncerConfig, StopMode, TestCluster, TestDatabase, database_url,
-    drop_schema,
+    ClusterError, PgBouncer, PgBouncerConfig, RowHold, StopMode, TestCluster, TestDatabase,
+    database_url, drop_schema,
 };
 pub use inline::InlineClient;
 pub use require::{
