@@ -97,6 +97,9 @@ impl RawPeer {
         let socket = context().socket(zmq::DEALER).expect("a socket");
         socket.set_linger(0).expect("linger");
         socket.set_rcvtimeo(10_000).expect("a receive timeout");
+        // A send waits only while no connection is up (the server refused or dropped it,
+        // and the socket is reconnecting): never for ever.
+        socket.set_sndtimeo(10_000).expect("a send timeout");
         if let Some(key) = server_key {
             let mine = zmq::CurveKeyPair::new().expect("a key pair");
             socket
@@ -115,13 +118,23 @@ impl RawPeer {
         }
     }
 
-    /// Sends raw bytes as one frame (queued until the connection is up).
+    /// Sends raw bytes as one frame (queued until the connection is up; failing if no
+    /// connection is up within the timeout, [`RawPeer::set_timeout`]).
     pub async fn send_bytes(&mut self, bytes: Vec<u8>) {
-        self.socket
-            .as_ref()
-            .expect("the socket")
-            .send(bytes, 0)
-            .expect("sends");
+        assert!(
+            self.try_send_bytes(bytes),
+            "no connection to the server to send on"
+        );
+    }
+
+    /// Sends raw bytes as one frame; false when no connection came up to send on within
+    /// the timeout (the server refused it).
+    pub fn try_send_bytes(&mut self, bytes: Vec<u8>) -> bool {
+        match self.socket.as_ref().expect("the socket").send(bytes, 0) {
+            Ok(()) => true,
+            Err(zmq::Error::EAGAIN) => false,
+            Err(e) => panic!("sending: {e}"),
+        }
     }
 
     /// Sends a CBOR value.
@@ -131,14 +144,13 @@ impl RawPeer {
         self.send_bytes(bytes).await;
     }
 
-    /// How long [`RawPeer::try_recv_bytes`] waits (10 s unless set).
+    /// How long [`RawPeer::try_recv_bytes`] waits, and a send for a connection (10 s unless
+    /// set).
     pub fn set_timeout(&mut self, timeout: Duration) {
         let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        self.socket
-            .as_ref()
-            .expect("the socket")
-            .set_rcvtimeo(ms)
-            .expect("a receive timeout");
+        let socket = self.socket.as_ref().expect("the socket");
+        socket.set_rcvtimeo(ms).expect("a receive timeout");
+        socket.set_sndtimeo(ms).expect("a send timeout");
     }
 
     /// Receives one frame, or `None` after the timeout.
