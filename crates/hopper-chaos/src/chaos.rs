@@ -1,13 +1,13 @@
 //! `hopper-chaos chaos`: jobs enqueued at a steady rate and run by direct worker processes
 //! (on the database) and remote ones (through `hopper serve`, behind a faulty proxy), while
-//! every 2–5 s one of them or the server is SIGKILLed and started again, and PostgreSQL is
-//! restarted once. Then every job must be completed exactly once as the queue sees it, and
+//! every 2–5 s one of them or the server is SIGKILLed and started again, PostgreSQL is
+//! restarted once, and an application keeps holding running jobs' rows (`holder.rs`). Then every job must be completed exactly once as the queue sees it, and
 //! every extra run explained by a superseded lease (`report.rs`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -220,7 +220,18 @@ async fn run_in(
         plan.rate,
         enqueued.clone(),
     ));
-    let outcome = drive(db, plan, args, &mut processes, &enqueued, &proxy_stats).await;
+    let (holding, holds) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU64::new(0)));
+    let holder = tokio::spawn(crate::holder::run(
+        db.url.clone(),
+        holding.clone(),
+        holds.clone(),
+    ));
+    let faults = Running {
+        processes: &mut processes,
+        holding: &holding,
+    };
+    let outcome = drive(db, plan, args, faults, &enqueued, &proxy_stats).await;
+    holder.abort();
     for p in &mut processes {
         p.kill().await;
     }
@@ -228,12 +239,13 @@ async fn run_in(
     enqueuer.abort();
     let tally = outcome?;
     println!(
-        "faults: {} SIGKILLs ({} of the server), {} PostgreSQL restarts, {} exits nobody asked for; \
-         proxy: {} connections, {} dropped, {} stalled",
+        "faults: {} SIGKILLs ({} of the server), {} PostgreSQL restarts, {} exits nobody asked for, \
+         {} holds of running rows; proxy: {} connections, {} dropped, {} stalled",
         tally.kills,
         tally.server_kills,
         tally.pg_restarts,
         tally.unexpected_exits,
+        holds.load(Ordering::Relaxed),
         proxy_stats.connections.load(Ordering::Relaxed),
         proxy_stats.drops.load(Ordering::Relaxed),
         proxy_stats.stalls.load(Ordering::Relaxed),
@@ -242,15 +254,23 @@ async fn run_in(
     Report::read(&client).await
 }
 
+/// What the chaos loop acts on: the processes it kills, and the row holder it stops when
+/// the chaos is over.
+struct Running<'a> {
+    processes: &'a mut [Managed],
+    holding: &'a AtomicBool,
+}
+
 /// The chaos loop, then the quiet drain.
 async fn drive(
     db: &RunDatabase,
     plan: &Plan,
     args: &ChaosArgs,
-    processes: &mut [Managed],
+    running: Running<'_>,
     enqueued: &AtomicU64,
     proxy_stats: &ProxyStats,
 ) -> anyhow::Result<Tally> {
+    let Running { processes, holding } = running;
     let pool = crate::db::pool(&db.url, 1)?;
     let mut tally = Tally::default();
     let started = Instant::now();
@@ -296,6 +316,7 @@ async fn drive(
                     && !pg_busy;
                 if tail_over {
                     chaos_over_at = Some(now);
+                    holding.store(false, Ordering::Relaxed);
                     println!("{:>5.0}s chaos over; draining", secs(started));
                 }
                 !tail_over

@@ -13,6 +13,7 @@
 mod chaos;
 mod db;
 mod enqueue;
+mod holder;
 mod load;
 mod pinned;
 mod processes;
