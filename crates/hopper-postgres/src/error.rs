@@ -34,6 +34,13 @@ pub(crate) fn is_stale_statement(code: &str, message: &str, routine: Option<&str
                 || message == "cached plan must not change result type"))
 }
 
+/// True when the statement gave up waiting for a lock another transaction held (SQLSTATE
+/// 55P03, past `lock_timeout`): mapped to a [`LockNotGranted`] cause, and read before
+/// mapping where a caller goes around the held rows (`outcomes.rs`).
+pub(crate) fn lock_not_granted(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
+}
+
 /// [`is_stale_statement`] for a tokio-postgres error.
 pub(crate) fn stale_statement(e: &tokio_postgres::Error) -> bool {
     e.as_db_error()

@@ -9,20 +9,19 @@
 //! lock (`lock_wait!`). A statement that timed out is written again the way around held rows
 //! ([`PgBackend::write_around_held`]): one transaction locks the rows, skipping the held
 //! ones (`job_lock_running.sql`), and writes the others; a held row's outcome is answered
-//! [`FinishResult::Held`], for the caller to write again later. Skipping held rows on every
-//! batch instead cost W3 7.5% (a row lock, its WAL record and a second probe per job:
-//! docs/benchmarks.md, session 15), so it is only the second try.
+//! [`FinishResult::Held`], for the caller to write again later. Skipping held rows is the
+//! second try only because it costs every job a row lock, its WAL record and a second
+//! probe of the primary key (figures in docs/benchmarks.md).
 
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use hopper_core::{Error, Finish, FinishResult, JobId, JobState, Lease, Outcome, Result};
 use tokio_postgres::Row;
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use crate::PgBackend;
-use crate::error::map_pg;
+use crate::error::{lock_not_granted, map_pg};
 use crate::hot::millis;
 use crate::pooled::{TxConnection, bracketed};
 use crate::statement::{Pooler, Query, Ready, driver};
@@ -193,7 +192,7 @@ impl PgBackend {
         let answers = bracketed(&client, brackets, work).await?;
         let timed_out = answers
             .iter()
-            .any(|a| a.as_ref().is_err_and(lock_not_available));
+            .any(|a| a.as_ref().is_err_and(lock_not_granted));
         let mut recorded: HashMap<Key, JobState> = HashMap::new();
         let mut again: Vec<&Finish> = Vec::new();
         for (kind, answer) in Kind::ALL.into_iter().zip(answers) {
@@ -206,7 +205,7 @@ impl PgBackend {
                 Ok(rows) => record(kind, &rows, &mut recorded)?,
                 // Each statement is its own transaction: only the one that timed out goes
                 // again (the others are written).
-                Err(e) if lock_not_available(&e) => {
+                Err(e) if lock_not_granted(&e) => {
                     again.extend(finishes.iter().filter(|f| Kind::of(&f.outcome) == kind));
                 }
                 Err(e) => return Err(map_pg(e)),
@@ -337,11 +336,6 @@ async fn run_split(
         query_if(client, snoozed, &snoozed_args),
     );
     [done, failed, snoozed]
-}
-
-/// True when a statement gave up waiting for a lock (`lock_wait!`).
-fn lock_not_available(e: &tokio_postgres::Error) -> bool {
-    e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
 }
 
 /// Reads the rows one statement returned into `recorded`, keyed by lease: one batch may
