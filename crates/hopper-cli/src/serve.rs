@@ -72,7 +72,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub http_pool_size: u16,
     /// The longest an HTTP request waits for a lock another transaction holds (a job's or
-    /// a queue's row), past which it is answered 503 (e.g. 5s, 500ms). Not applied behind a
+    /// a queue's row), past which it is answered 503 (e.g. 5s, 500ms; 0s: the server's own
+    /// setting). Not applied behind a
     /// transaction pooler (--pooler transaction).
     #[arg(long, default_value = "5s")]
     pub http_lock_timeout: String,

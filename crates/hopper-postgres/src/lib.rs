@@ -82,8 +82,9 @@ pub struct PgOptions {
     pub direct_url: Option<String>,
     /// The longest any statement of the pool waits for a lock (PostgreSQL's
     /// `lock_timeout`, set on each connection as it opens), past which it fails as a
-    /// transient error; `None` (the default): the server's setting. Not applied behind a
-    /// transaction pooler ([`Pooler::Transaction`]), where a session setting would not last.
+    /// transient error; `None` (the default) or zero: the server's setting. Past 24 days,
+    /// PostgreSQL's most, it is that. Not applied behind a transaction pooler
+    /// ([`Pooler::Transaction`]), where a session setting would not last.
     /// `hopper serve` bounds its HTTP API's connections so.
     pub lock_timeout: Option<std::time::Duration>,
 }
@@ -143,6 +144,19 @@ impl PgOptions {
     }
 }
 
+/// The `lock_timeout` a pool's connections are given ([`PgOptions::lock_timeout`]), as
+/// PostgreSQL reads it: none behind a transaction pooler or for zero, at least 1 ms, at most
+/// what the setting holds (`i32::MAX` ms).
+fn lock_timeout_setting(pooler: Pooler, bound: Option<std::time::Duration>) -> Option<String> {
+    match (pooler, bound) {
+        (Pooler::None, Some(t)) if !t.is_zero() => Some(format!(
+            "{}ms",
+            t.as_millis().clamp(1, i32::MAX.unsigned_abs().into())
+        )),
+        _ => None,
+    }
+}
+
 /// The PostgreSQL backend. Cheap to clone; clones share the pool.
 #[derive(Debug, Clone)]
 pub struct PgBackend {
@@ -197,12 +211,7 @@ impl PgBackend {
             (Pooler::Transaction, Some(direct)) => Some(PgConnectOptions::parse(direct)?),
             (Pooler::Transaction, None) => None,
         };
-        let lock_timeout = match options.pooler {
-            Pooler::None => options
-                .lock_timeout
-                .map(|t| format!("{}ms", t.as_millis().max(1))),
-            Pooler::Transaction => None,
-        };
+        let lock_timeout = lock_timeout_setting(options.pooler, options.lock_timeout);
         let setup = lock_timeout
             .as_ref()
             .map(|t| format!("SET lock_timeout = '{t}'"));
@@ -503,5 +512,30 @@ impl PgBackend {
 
     async fn client(&self) -> Result<deadpool_postgres::Object> {
         self.inner.pool.get().await.map_err(error::map_pool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_pools_lock_bound_is_a_setting_postgresql_takes() {
+        let set = |bound| lock_timeout_setting(Pooler::None, bound);
+        assert_eq!(set(None), None);
+        assert_eq!(set(Some(Duration::ZERO)), None, "zero: the server's own");
+        assert_eq!(set(Some(Duration::from_micros(10))), Some("1ms".into()));
+        assert_eq!(
+            set(Some(Duration::from_millis(1500))),
+            Some("1500ms".into())
+        );
+        assert_eq!(
+            set(Some(Duration::MAX)),
+            Some(format!("{}ms", i32::MAX)),
+            "past PostgreSQL's most, its most"
+        );
+        let behind_pooler = lock_timeout_setting(Pooler::Transaction, Some(Duration::from_secs(5)));
+        assert_eq!(behind_pooler, None);
     }
 }
