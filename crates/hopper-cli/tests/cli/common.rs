@@ -3,7 +3,8 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -127,4 +128,23 @@ pub fn serve_open_http(
         .to_owned();
     anyhow::ensure!(!addr.is_empty(), "no HTTP address in {line:?}");
     Ok((serve, endpoint, addr))
+}
+
+/// `METHOD path` on `addr` with no body, its answer read within `read_timeout`: the whole
+/// response (status line, headers, body).
+pub fn http_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    read_timeout: Duration,
+) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(read_timeout))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
 }

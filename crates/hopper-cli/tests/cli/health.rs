@@ -3,23 +3,14 @@
 //! test's own schema, the promoter fails at each run, the supervisor gives up after its
 //! failure budget, `/health` answers 503 naming the task, and the process exits non-zero.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::common::serve_open_http;
+use crate::common::{http_request, serve_open_http};
 use hopper::testing::TestDatabase;
 
 /// `GET /health` on `addr`: the status code and the body.
 fn health(addr: &str) -> anyhow::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
+    let response = http_request(addr, "GET", "/health", Duration::from_secs(5))?;
     let code = response
         .split_whitespace()
         .nth(1)

@@ -1,15 +1,13 @@
 //! `hopper serve` with both the ZeroMQ server and the HTTP API: HTTP requests that wait on
 //! a lock another transaction holds (an admin's cancels of a job an application holds
 //! `FOR UPDATE`) wait on the HTTP API's own connections, so a client's submit through the
-//! ZeroMQ server still goes through. With one pool for both, the cancels took every
-//! connection and the submit waited for the holder. And they wait at most
+//! ZeroMQ server still goes through (with one pool for both, the cancels would take every
+//! connection and the submit would wait for the holder). And they wait at most
 //! `--http-lock-timeout`, answered 503 with the reason, while the API serves the rest.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::common::serve_open_http;
+use crate::common::{http_request, serve_open_http};
 use hopper::testing::{RowHold, TestDatabase};
 use hopper::{NewJob, RemoteBackend, RemoteOptions};
 
@@ -17,21 +15,8 @@ use hopper::{NewJob, RemoteBackend, RemoteOptions};
 /// line.
 fn cancel(addr: &str, id: hopper::JobId) -> anyhow::Result<String> {
     let path = format!("/api/v1/jobs/{id}/cancel");
-    let response = request(addr, "POST", &path)?;
+    let response = http_request(addr, "POST", &path, Duration::from_secs(60))?;
     Ok(response.lines().next().unwrap_or_default().to_owned())
-}
-
-/// `METHOD path` on `addr` with no body: the whole response.
-fn request(addr: &str, method: &str, path: &str) -> anyhow::Result<String> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response)
 }
 
 /// A new job whose row an open transaction holds.
@@ -98,15 +83,20 @@ async fn an_http_request_waits_for_a_held_row_at_most_its_bound() -> anyhow::Res
     let (held, holder) = held_job(&db).await?;
     let path = format!("/api/v1/jobs/{}/cancel", held);
     let to = addr.clone();
-    let response = tokio::task::spawn_blocking(move || request(&to, "POST", &path)).await??;
+    let response = tokio::task::spawn_blocking(move || {
+        http_request(&to, "POST", &path, Duration::from_secs(60))
+    })
+    .await??;
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
     assert!(
         response.contains("another transaction holds a lock"),
         "{response}"
     );
     // The one connection is free again: the API serves the rest, the row still held.
-    let response =
-        tokio::task::spawn_blocking(move || request(&addr, "GET", "/api/v1/queues")).await??;
+    let response = tokio::task::spawn_blocking(move || {
+        http_request(&addr, "GET", "/api/v1/queues", Duration::from_secs(60))
+    })
+    .await??;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     holder.release().await?;
     Ok(())

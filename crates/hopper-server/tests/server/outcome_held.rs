@@ -2,9 +2,9 @@
 //! outcome writers: the held job's outcome waits alone, written and acknowledged once the
 //! row is free, while the others are written and acknowledged meanwhile.
 //!
-//! The server writes with three writers. Without the way around held rows, each held
-//! outcome took one writer for as long as the hold lasted, so four rounds of a held
-//! outcome then a free one left the fourth round's free outcome without a writer.
+//! The server writes with three writers: a writer that waited on a held row would be taken
+//! for as long as the hold lasts, so four rounds of a held outcome then a free one would
+//! leave the fourth round's free outcome without a writer.
 
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! A limited queue's settings row held by another transaction (an admin's change left
 //! uncommitted) does not stop the server's dispatch: the server claims for one queue at a
-//! time, and the limited queue's claim, which locks that row, now waits for it at most 2 s
-//! and fails (to be tried again), so the other queues are claimed and their jobs handed out.
-//! Without the bound the claim waited as long as the holder, and so did every queue.
+//! time, and the limited queue's claim, which locks that row, waits for it at most 2 s and
+//! fails (to be tried again), so the other queues are claimed and their jobs handed out;
+//! a claim waiting as long as the holder would stop every queue.
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! A request the server does not answer in time (an admin's cancel of a job whose row an
 //! open transaction holds) fails in the Rust client with an error that says so, not as if
-//! the client had shut down: the client's heartbeat, which clears requests past their
-//! time, dropped them without a word, and the caller read "shut down".
+//! the client had shut down (the client's heartbeat clears requests past their time, and
+//! must answer them rather than drop them).
 
 use std::sync::Arc;
 use std::time::Duration;

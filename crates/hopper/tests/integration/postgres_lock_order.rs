@@ -301,13 +301,7 @@ async fn a_held_jobs_outcome_waits_alone_in_the_runtime() -> anyhow::Result<()> 
         .start()
         .await?;
     reached.notified().await;
-    let holder = crate::support::connect(db.url()).await?;
-    holder
-        .batch_execute(&format!(
-            "BEGIN; SELECT 1 FROM {}.jobs WHERE id = '{gated}' FOR UPDATE",
-            db.schema()
-        ))
-        .await?;
+    let hold = db.hold_job(gated).await?;
     // The gated job ends and its outcome meets the held row; the next ones must not wait.
     go.notify_one();
     let quick: Vec<NewJob> = (1..=5)
@@ -327,7 +321,7 @@ async fn a_held_jobs_outcome_waits_alone_in_the_runtime() -> anyhow::Result<()> 
         "held: not written yet"
     );
 
-    holder.batch_execute("COMMIT").await?;
+    hold.release().await?;
     wait_for(&db, "held", Duration::from_secs(10), |s| s.completed == 6).await?;
     handle.shutdown().await;
     Ok(())
