@@ -206,6 +206,13 @@ CREATE TABLE hopper.cron_jobs (
 );
 
 
+CREATE TABLE hopper.held_leases (
+    job_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+
 CREATE TABLE hopper.job_logs (
     job_id uuid NOT NULL,
     attempt integer NOT NULL,
@@ -336,6 +343,10 @@ CREATE VIEW hopper.queue_view AS
 
 ALTER TABLE ONLY hopper.cron_jobs
     ADD CONSTRAINT cron_jobs_pkey PRIMARY KEY (name);
+
+
+ALTER TABLE ONLY hopper.held_leases
+    ADD CONSTRAINT held_leases_pkey PRIMARY KEY (job_id);
 
 
 ALTER TABLE ONLY hopper.job_logs

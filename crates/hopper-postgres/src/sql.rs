@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "job_logs",
         include_str!("../migrations/0010_job_logs.sql"),
     ),
+    (
+        11,
+        "held_leases",
+        include_str!("../migrations/0011_held_leases.sql"),
+    ),
 ];
 
 macro_rules! queries {

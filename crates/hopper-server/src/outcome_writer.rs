@@ -5,7 +5,8 @@
 //! A write that fails because the database is unreachable is retried with backoff, never
 //! dropped; an outcome refused for good is isolated from its batch and answered with its
 //! error ([`hopper::outcomes`]). An outcome whose job row another transaction holds is kept
-//! aside ([`Deferred`]) with its request, written again once free and only then
+//! aside ([`Deferred`]) with its request, its lease renewed meanwhile
+//! ([`hopper::outcomes::renew_held`]), written again once free and only then
 //! acknowledged, while the rest go on; the loop hears of every lease written
 //! ([`Event::Written`]), so a second outcome for a held one is still refused meanwhile.
 
@@ -47,13 +48,14 @@ const HELD_AT_STOP: Duration = Duration::from_secs(30);
 /// Writes outcomes in batches and acknowledges each (see the module docs). `writers`
 /// batches are written at once, so one slow round trip does not hold up the rest. The
 /// channel is shared so that a run restarted by its supervisor takes it over; a run ends
-/// when the channel is closed and drained.
+/// when the channel is closed and drained. Held outcomes' leases are renewed by `lease`.
 pub(crate) async fn finish(
     backend: Arc<dyn Backend>,
     items: Arc<tokio::sync::Mutex<mpsc::Receiver<FinishItem>>>,
     out: mpsc::Sender<(PeerId, Reply)>,
     events: mpsc::Sender<Event>,
     writers: usize,
+    lease: Duration,
 ) {
     let mut tasks = Vec::new();
     for _ in 0..writers.max(1) {
@@ -62,6 +64,7 @@ pub(crate) async fn finish(
             out: out.clone(),
             events: events.clone(),
             held: Deferred::default(),
+            lease,
         };
         tasks.push(tokio::spawn(writer.run(items.clone())));
     }
@@ -77,6 +80,8 @@ struct Writer {
     events: mpsc::Sender<Event>,
     /// Outcomes whose job rows were held, with their requests.
     held: Deferred<FinishItem>,
+    /// What the leases of held outcomes are renewed by.
+    lease: Duration,
 }
 
 impl Writer {
@@ -132,8 +137,13 @@ impl Writer {
                 let _ = self.out.send(reply).await;
             }
         }
+        let leases = held
+            .iter()
+            .flat_map(|i| i.finishes.iter().map(|f| f.lease))
+            .collect();
         self.held.defer(held);
         let _ = self.events.send(Event::Written(written)).await;
+        hopper::outcomes::renew_held(&*self.backend, leases, self.lease).await;
     }
 }
 

@@ -236,10 +236,11 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         }),
         supervised("outcome_writer", &health, &stop, {
             let (backend, finish_rx) = (backend.clone(), Arc::new(Mutex::new(finish_rx)));
-            let events = events_tx.clone();
+            let (events, lease) = (events_tx.clone(), config.lease);
             move || {
                 let (backend, items) = (backend.clone(), finish_rx.clone());
-                outcome_writer::finish(backend, items, out_tx.clone(), events.clone(), 3)
+                let (out, events) = (out_tx.clone(), events.clone());
+                outcome_writer::finish(backend, items, out, events, 3, lease)
             }
         }),
         tokio::spawn(run(core, events_rx, stop.clone())),

@@ -12,6 +12,8 @@
 //! An outcome whose job row another transaction holds comes back
 //! [`FinishResult::Held`] (nothing written, the lease standing): the writer keeps it in a
 //! [`Deferred`] and goes on with the others, writing it again when [`Deferred::due`].
+//! Meanwhile its lease is renewed at each try ([`renew_held`]): a hold that outlasts the
+//! lease must not let the rescuer take back a job whose outcome is only waiting.
 //!
 //! The statements of one batch commit one by one (one per kind of outcome), so the other
 //! kinds of a refused batch may have landed already; written again alone they read as
@@ -19,7 +21,8 @@
 
 use std::time::Duration;
 
-use hopper_core::{Backend, Backoff, Error, Finish, FinishResult, Outcome, Result, limits};
+use hopper_core::backend::JobExtendManyParams;
+use hopper_core::{Backend, Backoff, Error, Finish, FinishResult, Lease, Outcome, Result, limits};
 
 /// The delays between the writes of a batch that failed for a transient reason.
 const WRITE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
@@ -83,6 +86,22 @@ impl<T> Deferred<T> {
     /// True when no entry is kept.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+}
+
+/// Renews by `by` the leases of outcomes kept aside as held, after a write answered them
+/// held again. Their rows are still held, so PostgreSQL notes the renewal beside the row
+/// (`held_leases`) and its rescuer leaves those jobs alone until the note expires; a row
+/// freed meanwhile is renewed in place. A failure is logged and left to the next try (the
+/// outcome is written once the row is free either way); leases found lost need nothing:
+/// their outcomes will be answered lost.
+pub async fn renew_held(backend: &dyn Backend, leases: Vec<Lease>, by: Duration) {
+    if leases.is_empty() {
+        return;
+    }
+    let params = JobExtendManyParams { leases, by };
+    if let Err(e) = crate::spans::extend_leases(backend, &params).await {
+        tracing::warn!(error = %e, jobs = params.leases.len(), "renewing the leases of held outcomes failed; trying again with them");
     }
 }
 

@@ -1,13 +1,14 @@
 -- Heartbeat: moves the leases still held to $3 ms from now. Returns the ids kept: those
--- extended, and those another transaction holds right now, which are not extended this
--- time but not lost either. $1 ids, $2 attempts, $3 lease (ms), $4 now.
+-- extended, and those another transaction holds right now, whose rows are not extended
+-- this time (the renewal is noted in held_leases) but which are not lost either. $1 ids, $2 attempts, $3 lease (ms), $4 now.
 --
 -- Never waits on another transaction's row lock: one runtime (or `hopper serve`) extends
 -- every lease it holds in this one statement, so a job row held by an open transaction (a
 -- `SELECT … FOR UPDATE`, an admin's `UPDATE` left uncommitted) would stop every other
 -- lease from being renewed until it commits, and the rescuer would take those jobs back
 -- and run them twice. The rows are locked first with SKIP LOCKED; a held row is left
--- alone (the rescuer skips it too) and is extended by a later heartbeat.
+-- alone, and its renewal is noted in held_leases instead (no lock on the job row), which
+-- keeps the rescuer off the job until the note expires, however long the hold lasts.
 --
 -- Index: jobs_pkey, one probe per input row to lock it (and to find the held ones); the
 -- update then takes the locked ids as one array, `id = ANY`, as job_claim.sql does.
@@ -35,12 +36,23 @@ extended AS (
     SET lease_expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => $3::bigint / 1000.0)
     WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked AS l))
     RETURNING j.id
+),
+held AS (
+    SELECT h.id, h.attempt
+    FROM hopper.jobs AS h, lease AS f
+    WHERE h.id = f.id
+      AND h.attempt = f.attempt
+      AND h.state::text = 'running'
+      AND h.id NOT IN (SELECT l.id FROM locked AS l)
+),
+noted AS (
+    INSERT INTO hopper.held_leases AS n (job_id, attempt, expires_at)
+    SELECT h.id, h.attempt,
+           coalesce($4::timestamptz, now()) + make_interval(secs => $3::bigint / 1000.0)
+    FROM held AS h
+    ON CONFLICT (job_id) DO UPDATE
+    SET attempt = excluded.attempt, expires_at = excluded.expires_at
 )
 SELECT e.id FROM extended AS e
 UNION ALL
-SELECT h.id
-FROM hopper.jobs AS h, lease AS f
-WHERE h.id = f.id
-  AND h.attempt = f.attempt
-  AND h.state::text = 'running'
-  AND h.id NOT IN (SELECT l.id FROM locked AS l)
+SELECT h.id FROM held AS h

@@ -1,15 +1,29 @@
 -- Takes back jobs whose lease expired: the worker vanished or hung. The attempt counts as
 -- failed (reason recorded); the job runs again at once, or is dead-lettered if that was its
 -- last attempt. Index: jobs_running_idx (lease_expires_at) WHERE running.
+-- A job whose row another transaction held at its last renewal has that renewal in
+-- held_leases (job_extend_many.sql): left alone while the note is current. Notes past
+-- their time are deleted here (the table holds only the few rows held at a renewal).
 -- $1 now.
 WITH expired AS (
-    SELECT id
-    FROM hopper.jobs
-    WHERE state = 'running'
-      AND lease_expires_at < coalesce($1::timestamptz, now())
-    ORDER BY lease_expires_at
+    SELECT j.id
+    FROM hopper.jobs AS j
+    WHERE j.state = 'running'
+      AND j.lease_expires_at < coalesce($1::timestamptz, now())
+      AND NOT EXISTS (
+          SELECT 1
+          FROM hopper.held_leases AS n
+          WHERE n.job_id = j.id
+            AND n.attempt = j.attempt
+            AND n.expires_at >= coalesce($1::timestamptz, now())
+      )
+    ORDER BY j.lease_expires_at
     LIMIT 1000
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
+),
+forgotten AS (
+    DELETE FROM hopper.held_leases
+    WHERE expires_at < coalesce($1::timestamptz, now())
 ),
 rescued AS (
     UPDATE hopper.jobs AS j

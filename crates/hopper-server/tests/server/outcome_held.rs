@@ -1,6 +1,7 @@
 //! A job row held by another transaction (selected FOR UPDATE) does not stall the server's
 //! outcome writers: the held job's outcome waits alone, written and acknowledged once the
-//! row is free, while the others are written and acknowledged meanwhile.
+//! row is free, while the others are written and acknowledged meanwhile; its lease is
+//! renewed as it waits (noted beside the held row), so the rescuer does not take it back.
 //!
 //! The server writes with three writers: a writer that waited on a held row would be taken
 //! for as long as the hold lasts, so four rounds of a held outcome then a free one would
@@ -136,6 +137,44 @@ async fn a_held_rows_outcome_waits_alone() -> anyhow::Result<()> {
     for id in jobs {
         assert_eq!(state(&reader, &db, id).await, "completed");
     }
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_outcomes_lease_is_renewed_while_it_waits() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(30)).await).await;
+    let job = attempts(&db, 1).await?[0];
+    let mut peer = RawPeer::connect(server.endpoint()).await;
+    let extra = vec![("queues", Value::Array(vec![text("elsewhere")]))];
+    let welcome = peer.hello("worker", TOKEN, extra).await;
+    assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+    let hold = db.hold_job(job).await?;
+    peer.send(&completed(1, job)).await;
+    // The row cannot take the renewal while held: it is noted beside it, for the rescuer.
+    let reader = sql(&db).await?;
+    let noted = format!(
+        "SELECT count(*) FROM {}.held_leases WHERE job_id = $1 AND expires_at > now()",
+        db.schema()
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while reader.query_one(&noted, &[&job]).await?.get::<_, i64>(0) == 0 {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the held outcome's lease was not renewed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(state(&reader, &db, job).await, "running", "held");
+    hold.release().await?;
+    let ack = peer.recv().await;
+    assert_eq!(
+        (req(&ack), text_of(&ack, "result")),
+        (Some(1), "recorded"),
+        "{ack:?}"
+    );
+    assert_eq!(state(&reader, &db, job).await, "completed");
     server.shutdown().await;
     Ok(())
 }

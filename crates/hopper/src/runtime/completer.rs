@@ -9,9 +9,10 @@
 //! isolated from its batch and skipped, so it cannot wedge the others
 //! ([`crate::outcomes`]); its job runs again when its lease expires. An outcome whose job row
 //! another transaction holds is kept aside ([`Deferred`]) and written again once free,
-//! while the others go on.
+//! while the others go on; its lease is renewed meanwhile ([`crate::outcomes::renew_held`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use hopper_core::{Backend, Finish, FinishResult, JobState};
 
@@ -31,11 +32,12 @@ pub(crate) struct Pending {
 /// `scheduled` is notified whenever an outcome put a job back in `scheduled` (a retry after
 /// a backoff, a snooze), so the promoter can wake in time for a short backoff.
 /// The channel is shared so that a run restarted by its supervisor takes it over; a run
-/// holds it for its whole life.
+/// holds it for its whole life. Held outcomes' leases are renewed by `lease` at each try.
 pub(crate) async fn run(
     backend: Arc<dyn Backend>,
     rx: Arc<Mutex<mpsc::Receiver<Pending>>>,
     batch: usize,
+    lease: Duration,
     scheduled: Arc<Notify>,
 ) {
     let mut rx = rx.lock().await;
@@ -55,25 +57,26 @@ pub(crate) async fn run(
                 Err(_) => break,
             }
         }
-        write(&*backend, &mut buffer, &mut held, &scheduled).await;
+        write(&*backend, &mut buffer, &mut held, lease, &scheduled).await;
     }
     // Every sender is gone: the runtime is stopping. Held outcomes are written once free;
     // the shutdown gives up on them after its bound (their jobs then run again).
     while !held.is_empty() {
         held.due().await;
         buffer.extend(held.take());
-        write(&*backend, &mut buffer, &mut held, &scheduled).await;
+        write(&*backend, &mut buffer, &mut held, lease, &scheduled).await;
     }
 }
 
 /// Writes the batch `pending` and empties it ([`crate::outcomes::write_isolating`]:
 /// transient failures retried until they pass, a permanently refused outcome isolated and
-/// skipped). Outcomes whose job row is held go to `held`; `scheduled` is notified if any
-/// job went back to `scheduled`.
+/// skipped). Outcomes whose job row is held go to `held`, their leases renewed by
+/// `lease`; `scheduled` is notified if any job went back to `scheduled`.
 async fn write(
     backend: &dyn Backend,
     pending: &mut Vec<Pending>,
     held: &mut Deferred<Pending>,
+    lease: Duration,
     scheduled: &Notify,
 ) {
     let finishes: Vec<Finish> = pending.iter().map(|p| p.finish.clone()).collect();
@@ -95,7 +98,9 @@ async fn write(
             Ok(_) | Err(_) => {}
         }
     }
+    let leases: Vec<_> = still_held.iter().map(|p| p.finish.lease).collect();
     held.defer(still_held);
+    crate::outcomes::renew_held(backend, leases, lease).await;
     if went_back {
         scheduled.notify_one();
     }

@@ -217,13 +217,14 @@ impl Runtime {
         // that; it takes the channel back from the run that failed.
         let completer_rx = Arc::new(tokio::sync::Mutex::new(completer_rx));
         let (backend, batch) = (self.backend, shared.config.complete_batch.max(1));
-        let promote = shared.promote.clone();
+        let (lease, promote) = (shared.config.lease, shared.promote.clone());
         let completer = supervise("completer", &health, policy, CancellationToken::new(), {
             move || {
                 completer::run(
                     backend.clone(),
                     completer_rx.clone(),
                     batch,
+                    lease,
                     promote.clone(),
                 )
             }

@@ -10,8 +10,10 @@
 //! being renewed (and the rescuer would take those jobs back), the other every node's
 //! rescuer. A batch of outcomes waits at most a moment for one: the held job's outcome is
 //! answered held, the others are written, and the runtime's completer writes the held one
-//! once the row is free while it goes on with the rest. Advancing a periodic job skips an
-//! entry whose row is held, so the other entries' ticks are enqueued.
+//! once the row is free while it goes on with the rest. A hold that outlasts the lease does
+//! not let the rescuer take back the job (running, or its outcome waiting): the renewals
+//! the row could not take are noted beside it. Advancing a periodic job skips an entry
+//! whose row is held, so the other entries' ticks are enqueued.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,6 +160,46 @@ async fn a_lease_held_by_another_transaction_does_not_stop_the_others() -> anyho
 }
 
 #[tokio::test]
+async fn a_hold_that_outlasts_the_lease_does_not_let_the_rescuer_in() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    h.backend.job_insert_many(&[job("k", "q")]).await?;
+    let lease = h.claim("q", 1).await?[0].lease;
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    let hold = db.hold_job(lease.job_id).await?;
+    let extend = JobExtendManyParams {
+        leases: vec![lease],
+        by: Duration::from_secs(30),
+    };
+    // Renewed every 10 s while the row stays held past the claim's 30 s lease: each
+    // renewal is kept (not lost), though the row itself cannot take it.
+    for _ in 0..4 {
+        h.clock.advance(chrono::Duration::seconds(10));
+        assert!(h.backend.job_extend_many(&extend).await?.is_empty());
+    }
+    hold.release().await?;
+    assert_eq!(
+        h.maintenance().job_rescue_expired().await?,
+        0,
+        "the row's lease expired during the hold, but the job was renewed meanwhile"
+    );
+    // Renewed no more (its worker gone): taken back once the last renewal expires.
+    h.clock.advance(chrono::Duration::seconds(29));
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 0);
+    h.clock.advance(chrono::Duration::seconds(2));
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
+    let sql = crate::support::connect(db.url()).await?;
+    let notes: i64 = sql
+        .query_one(
+            &format!("SELECT count(*) FROM {}.held_leases", db.schema()),
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(notes, 0, "the rescuer deletes the notes past their time");
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_dead_nodes_job_held_elsewhere_does_not_stop_its_release() -> anyhow::Result<()> {
     let h = postgres().await?;
     let dead = hopper_conformance::node_info("dead");
@@ -283,19 +325,7 @@ async fn a_held_jobs_outcome_waits_alone_in_the_runtime() -> anyhow::Result<()> 
     let gated = client
         .insert(NewJob::of(&Gated { n: 0 })?.with_queue("held"))
         .await?;
-    let (reached, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let mut workers = Workers::new();
-    workers.register(FnWorker::new({
-        let (reached, go) = (reached.clone(), go.clone());
-        move |_, _: Gated| {
-            let (reached, go) = (reached.clone(), go.clone());
-            async move {
-                reached.notify_one();
-                go.notified().await;
-                Ok(())
-            }
-        }
-    }));
+    let (mut workers, reached, go) = gated_workers();
     workers.register(FnWorker::new(|_, _: Quick| async { Ok(()) }));
     let handle = Runtime::new(db.backend(), workers, config("held", 4))
         .start()
@@ -323,6 +353,87 @@ async fn a_held_jobs_outcome_waits_alone_in_the_runtime() -> anyhow::Result<()> 
 
     hold.release().await?;
     wait_for(&db, "held", Duration::from_secs(10), |s| s.completed == 6).await?;
+    handle.shutdown().await;
+    Ok(())
+}
+
+/// Workers whose `Gated` handler says it started (`reached`), then returns when told (`go`).
+fn gated_workers() -> (Workers, Arc<Notify>, Arc<Notify>) {
+    let (reached, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let mut workers = Workers::new();
+    workers.register(FnWorker::new({
+        let (reached, go) = (reached.clone(), go.clone());
+        move |_, _: Gated| {
+            let (reached, go) = (reached.clone(), go.clone());
+            async move {
+                reached.notify_one();
+                go.notified().await;
+                Ok(())
+            }
+        }
+    }));
+    (workers, reached, go)
+}
+
+/// The latest renewal noted for job `id` while its row was held, if any.
+async fn noted(
+    sql: &tokio_postgres::Client,
+    schema: &str,
+    id: hopper::JobId,
+) -> anyhow::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    let row = sql
+        .query_opt(
+            &format!("SELECT expires_at FROM {schema}.held_leases WHERE job_id = $1"),
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_outcome_that_outlasts_its_lease_is_not_run_again() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    let gated = Client::new(db.backend())
+        .insert(NewJob::of(&Gated { n: 0 })?.with_queue("held"))
+        .await?;
+    let (workers, reached, go) = gated_workers();
+    let lease = Duration::from_secs(30);
+    let handle = Runtime::new(db.backend(), workers, config("held", 1).with_lease(lease))
+        .start()
+        .await?;
+    reached.notified().await;
+    let hold = db.hold_job(gated).await?;
+    go.notify_one();
+    // The row's lease runs out while it is held and the outcome waits: the completer's
+    // renewals at each try are noted beside the row.
+    h.clock.advance(chrono::Duration::seconds(40));
+    let now = hopper_conformance::t0() + chrono::Duration::seconds(40);
+    let renewed_after = now + chrono::Duration::seconds(29);
+    let sql = crate::support::connect(db.url()).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while noted(&sql, db.schema(), gated).await? < Some(renewed_after) {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the held outcome's lease was not renewed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(expiry(&sql, db.schema(), gated).await? < now);
+
+    hold.release().await?;
+    assert_eq!(
+        h.maintenance().job_rescue_expired().await?,
+        0,
+        "the job whose outcome waited on the held row was taken back"
+    );
+    wait_for(db, "held", Duration::from_secs(10), |s| s.completed == 1).await?;
+    let record = db
+        .backend()
+        .job_get(&hopper_core::backend::JobGetParams { id: gated })
+        .await?
+        .expect("the job");
+    assert_eq!((record.attempt, record.errors.len()), (1, 0), "run once");
     handle.shutdown().await;
     Ok(())
 }
