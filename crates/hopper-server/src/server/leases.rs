@@ -1,0 +1,171 @@
+//! Leases through the server: a worker's `heartbeat` extends every lease it lists in one
+//! statement (those another peer holds are answered lost), adopts the leases of an earlier
+//! run of this server and takes back orders that never reached it; `extend` moves one
+//! lease (`docs/protocol.md`).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use hopper_core::backend::{Finish, JobExtendManyParams};
+use hopper_core::{JobId, Lease, Outcome, Result};
+use hopper_protocol::{FinishResult, LeaseRef, Reply};
+use tokio::time::Instant;
+
+use super::{Core, Event, Held, PeerId, hex};
+use crate::convert;
+
+impl Core {
+    /// Extends one lease in the database and acknowledges it.
+    pub(super) fn extend(&self, peer: PeerId, req: u64, lease: Lease, by: Duration) {
+        let backend = self.backend.clone();
+        self.spawn_reply(peer, req, async move {
+            let lost = backend
+                .job_extend_many(&JobExtendManyParams {
+                    leases: vec![lease],
+                    by,
+                })
+                .await?;
+            let result = if lost.is_empty() {
+                FinishResult::Recorded
+            } else {
+                FinishResult::LeaseLost
+            };
+            Ok(Reply::Ack { req, result })
+        });
+    }
+
+    /// A worker's heartbeat: keeps the leases it lists that are its own (in one
+    /// `job_extend_many`, answered by [`Event::HeartbeatDone`]), adopts those of an earlier
+    /// run of this server, and takes back orders it never got.
+    pub(super) fn on_heartbeat(
+        &mut self,
+        peer: PeerId,
+        req: u64,
+        leases: Vec<LeaseRef>,
+        now: Instant,
+    ) {
+        // Generous, so an order merely slow to arrive on a loaded machine is not taken back.
+        let stale_after = (self.config.heartbeat * 3).max(Duration::from_secs(5));
+        // Leases another connected peer holds are not this peer's to keep alive: lost.
+        let (leases, foreign): (Vec<LeaseRef>, Vec<LeaseRef>) = leases
+            .into_iter()
+            .partition(|l| self.held_elsewhere(&peer, l.id).is_none());
+        if !foreign.is_empty() {
+            tracing::warn!(peer = %hex(&peer), jobs = foreign.len(), "refused a heartbeat for jobs leased to another peer");
+        }
+        // Inherited: leases of an earlier run of this server (its map starts empty), known
+        // while they are pending and only if this run never claimed, saw or had them
+        // reported. A lease this run sent is listed until its outcome's ack arrives, after
+        // the outcome freed its slot: holding it again would take a slot of the worker's
+        // credit (a claimed job then put back) until it went stale.
+        let inherited: HashSet<JobId> = match &self.seen {
+            Some(seen) => leases
+                .iter()
+                .filter(|l| !seen.contains(&l.id))
+                .map(|l| l.id)
+                .collect(),
+            None => HashSet::new(),
+        };
+        for l in &leases {
+            self.saw(l.id);
+        }
+        if !self.peers.contains(&peer) {
+            return;
+        }
+        // Adopt what the worker holds of an earlier run ...
+        let listed: HashSet<JobId> = leases.iter().map(|l| l.id).collect();
+        for l in &leases {
+            if let Some(held) = self.peers.held_mut(&peer, &l.id) {
+                held.attempt = l.attempt;
+            } else if inherited.contains(&l.id) {
+                let held = Held {
+                    attempt: l.attempt,
+                    counted_attempt: 1,
+                    sent_at: now,
+                    deadline: None,
+                };
+                self.peers.hold(&peer, l.id, held);
+            }
+        }
+        // ... and take back orders it never got (sent to a connection that died).
+        let unknown: Vec<JobId> = self
+            .peers
+            .get(&peer)
+            .map(|p| {
+                p.held()
+                    .iter()
+                    .filter(|(id, h)| {
+                        !listed.contains(id) && now.duration_since(h.sent_at) > stale_after
+                    })
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let unknown: Vec<(JobId, Held)> = unknown
+            .into_iter()
+            .filter_map(|id| Some((id, self.peers.release(&peer, &id)?)))
+            .collect();
+        for (id, h) in unknown {
+            tracing::info!(job_id = %id, "an order never reached its worker; releasing it");
+            let lease = Lease {
+                job_id: id,
+                attempt: h.attempt,
+            };
+            self.queue_own_finish(Finish {
+                lease,
+                outcome: Outcome::Released,
+            });
+        }
+        if leases.is_empty() {
+            return self.reply(&peer, Reply::HeartbeatAck { req, lost: foreign });
+        }
+        let as_lease = |l: &LeaseRef| Lease {
+            job_id: l.id,
+            attempt: l.attempt,
+        };
+        let extend = JobExtendManyParams {
+            leases: leases.iter().map(as_lease).collect(),
+            by: self.config.lease,
+        };
+        let foreign: Vec<Lease> = foreign.iter().map(as_lease).collect();
+        let backend = self.backend.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let lost = backend.job_extend_many(&extend).await.map(|mut lost| {
+                lost.extend(foreign);
+                lost
+            });
+            let _ = events.send(Event::HeartbeatDone { peer, req, lost }).await;
+        });
+    }
+
+    /// Answers a heartbeat once its leases are extended, releasing those it lost.
+    pub(super) fn on_heartbeat_done(&mut self, peer: PeerId, req: u64, lost: Result<Vec<Lease>>) {
+        match lost {
+            Ok(lost) => {
+                for l in &lost {
+                    let same = self.peers.get(&peer).is_some_and(|p| {
+                        p.held()
+                            .get(&l.job_id)
+                            .is_some_and(|h| h.attempt == l.attempt)
+                    });
+                    if same {
+                        self.peers.release(&peer, &l.job_id);
+                    }
+                }
+                let lost = lost
+                    .iter()
+                    .map(|l| LeaseRef {
+                        id: l.job_id,
+                        attempt: l.attempt,
+                    })
+                    .collect();
+                self.reply(&peer, Reply::HeartbeatAck { req, lost });
+            }
+            Err(e) => {
+                tracing::warn!(error = %convert::detail(&e), "extending leases failed");
+                self.reply(&peer, Reply::failure(Some(req), &e));
+            }
+        }
+    }
+}
