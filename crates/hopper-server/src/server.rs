@@ -212,6 +212,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
             backend: backend.clone(),
             node: node_rx,
             fenced,
+            row: hopper::maintenance::NodeRow::new(),
         }),
         HeartbeatConfig::new(config.heartbeat),
     ));

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hopper::maintenance::{Beat, OnWakeup};
+use hopper::maintenance::{Beat, NodeRow, OnWakeup};
 use hopper_core::Wakeup;
 use hopper_core::backend::{Backend, NodeInfo};
 use tokio::sync::{mpsc, watch};
@@ -60,6 +60,8 @@ pub(crate) struct NodeBeat {
     pub node: watch::Receiver<NodeInfo>,
     /// Set while the server has lost its liveness lock (`liveness.rs`).
     pub fenced: Arc<AtomicBool>,
+    /// The server's node row, never waited on for long.
+    pub row: NodeRow,
 }
 
 #[async_trait::async_trait]
@@ -70,6 +72,6 @@ impl Beat for NodeBeat {
             return Ok(());
         }
         let node = self.node.borrow().clone();
-        self.backend.node_heartbeat(&node).await
+        self.row.refresh(&self.backend, &node).await
     }
 }

@@ -17,10 +17,14 @@
 -- A job row another transaction holds (a `SELECT … FOR UPDATE` or an uncommitted change
 -- left open) is skipped, not waited for: every node runs this check, and waiting would
 -- stop each one's rescuer. The skipped job keeps its lease, and the rescue of expired
--- leases takes it back once it is free.
+-- leases takes it back once it is free. A held node row is skipped too: a row held past
+-- the silent bound looks silent (its node cannot write its heartbeat), and deleting it
+-- would wait on the holder. Its node's heartbeat is queued on the row first, and writes
+-- it as soon as it is free (node_heartbeat.sql).
 -- $1 dead after (ms), $2 now, $3 vanished.
-WITH dead AS (
-    DELETE FROM hopper.nodes
+WITH found AS (
+    SELECT id
+    FROM hopper.nodes
     WHERE CASE WHEN $3::boolean
                THEN liveness_key IS NOT NULL
                     AND liveness_epoch = pg_postmaster_start_time()
@@ -28,7 +32,13 @@ WITH dead AS (
                ELSE heartbeat_at < coalesce($2::timestamptz, now())
                                    - make_interval(secs => $1::bigint / 1000.0)
           END
-    RETURNING id
+    FOR UPDATE SKIP LOCKED
+),
+dead AS (
+    DELETE FROM hopper.nodes AS n
+    USING found AS f
+    WHERE n.id = f.id
+    RETURNING n.id
 ),
 free AS (
     SELECT k.id

@@ -4,6 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use hopper_core::{Backend, Error, NodeInfo};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Service, ride_out, tick};
@@ -80,4 +83,60 @@ impl Service for Heartbeat {
             Ok(())
         })
     }
+}
+
+/// How long a beat waits for its node row's write before it goes on without it.
+const NODE_ROW_WAIT: Duration = Duration::from_secs(1);
+
+/// A node's row, refreshed at each beat ([`Backend::node_heartbeat`]) without the beat
+/// waiting on it for more than a second: another transaction may hold the row (an admin's
+/// `SELECT … FOR UPDATE` on `nodes`, a change left uncommitted), and a beat stuck behind it
+/// would stop renewing the node's leases, so its running jobs would be taken back and run
+/// twice. A write that does not finish in time goes on by itself, queued on the row, and no
+/// other starts until it ends; the next beat after it reports its error, if any.
+#[derive(Debug, Default)]
+pub struct NodeRow {
+    waiting: Mutex<Option<JoinHandle<crate::Result<()>>>>,
+}
+
+impl NodeRow {
+    /// A node row with no write under way.
+    pub fn new() -> Self {
+        NodeRow::default()
+    }
+
+    /// Writes `node`'s row on `backend`, or leaves the write under way after a second
+    /// (then `Ok`). While an earlier write still waits, starts none. An error is that of
+    /// this write, or of the earlier one that ended since the last call.
+    pub async fn refresh(&self, backend: &Arc<dyn Backend>, node: &NodeInfo) -> crate::Result<()> {
+        let mut waiting = self.waiting.lock().await;
+        if let Some(write) = waiting.take() {
+            if !write.is_finished() {
+                *waiting = Some(write);
+                tracing::debug!("the node's row is still held by another transaction");
+                return Ok(());
+            }
+            tracing::info!("the node heartbeat that waited on its row has ended");
+            joined(write.await)?;
+        }
+        let (backend, node) = (backend.clone(), node.clone());
+        let mut write = tokio::spawn(async move { backend.node_heartbeat(&node).await });
+        match tokio::time::timeout(NODE_ROW_WAIT, &mut write).await {
+            Ok(done) => joined(done),
+            Err(_) => {
+                tracing::warn!(
+                    "the node's row did not take its heartbeat within {NODE_ROW_WAIT:?} (another transaction may hold it); it waits for it while the leases are renewed"
+                );
+                *waiting = Some(write);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The result of a node row's write, from its task.
+fn joined(
+    done: std::result::Result<crate::Result<()>, tokio::task::JoinError>,
+) -> crate::Result<()> {
+    done.map_err(|e| Error::Refused(format!("the node heartbeat's task failed: {e}")))?
 }

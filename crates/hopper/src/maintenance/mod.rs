@@ -42,7 +42,7 @@ use hopper_core::backend::{Backend, MaintenanceStore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use heartbeat::{Beat, Heartbeat, HeartbeatConfig};
+pub use heartbeat::{Beat, Heartbeat, HeartbeatConfig, NodeRow};
 pub use housekeeping::{Housekeeping, Pruner, Vacuumer};
 pub use listener::{Listener, OnWakeup};
 pub use promoter::{Promoter, PromoterConfig};

@@ -236,7 +236,10 @@ impl Runtime {
             Arc::new(services::NodeWakeups(shared.clone())),
         ));
         services.start(Heartbeat::new(
-            Arc::new(services::NodeBeat(shared.clone())),
+            Arc::new(services::NodeBeat {
+                shared: shared.clone(),
+                row: crate::maintenance::NodeRow::new(),
+            }),
             HeartbeatConfig::new(config.effective_heartbeat()),
         ));
         let backend = &shared.backend;

@@ -17,20 +17,24 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::context::StopReason;
-use crate::maintenance::{Beat, OnWakeup, Service};
+use crate::maintenance::{Beat, NodeRow, OnWakeup, Service};
 
-/// The runtime's heartbeat: the node row, then the leases due for renewal.
-pub(crate) struct NodeBeat(pub(crate) Arc<Shared>);
+/// The runtime's heartbeat: the node row (never waited on for long: [`NodeRow`]), then the
+/// leases due for renewal.
+pub(crate) struct NodeBeat {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) row: NodeRow,
+}
 
 #[async_trait::async_trait]
 impl Beat for NodeBeat {
     async fn beat(&self) -> crate::Result<()> {
-        let shared = &self.0;
+        let shared = &self.shared;
         // A fenced node does not say it is alive: it may have been released.
         if shared.fenced.load(Ordering::Acquire) {
             return Ok(());
         }
-        shared.backend.node_heartbeat(&shared.node).await?;
+        self.row.refresh(&shared.backend, &shared.node).await?;
         let due: Vec<_> = shared.running_due_for_renewal(shared.config.effective_heartbeat());
         renew(shared, &due).await
     }

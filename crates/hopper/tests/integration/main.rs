@@ -18,6 +18,7 @@ mod middleware;
 mod postgres_claim_cursor;
 mod postgres_conformance;
 mod postgres_failover;
+mod postgres_held_nodes;
 mod postgres_lock_order;
 mod postgres_migrations;
 mod postgres_pgbouncer;

@@ -20,15 +20,15 @@ use std::time::Duration;
 
 use hopper::TestClock;
 use hopper::testing::TestDatabase;
-use hopper::{Client, NewJob, Runtime, Workers};
+use hopper::{Client, NewJob, Runtime};
 use hopper_conformance::{Harness, completed, job, retry};
-use hopper_core::backend::{Backend, Finish, JobExtendManyParams, NodeReleaseDeadParams};
+use hopper_core::backend::{Backend, Finish, JobExtendManyParams};
 use hopper_core::{CronAdvance, CronEntry, FinishResult, JobState, Outcome, Priority};
-use tokio::sync::Notify;
 
-use crate::support::{FnWorker, config, wait_for};
+use crate::support::{
+    FnWorker, config, gated_workers, insert_gated, release_silent_nodes, wait_for,
+};
 
-job_kind!(Gated, "gated");
 job_kind!(Quick, "quick");
 
 async fn postgres() -> anyhow::Result<Harness> {
@@ -222,15 +222,7 @@ async fn a_dead_nodes_job_held_elsewhere_does_not_stop_its_release() -> anyhow::
 
     h.advance(Duration::from_secs(40));
     h.backend.node_heartbeat(&h.node).await?;
-    let silent = NodeReleaseDeadParams {
-        dead_after: Duration::from_secs(30),
-    };
-    let released = tokio::time::timeout(
-        Duration::from_secs(5),
-        h.maintenance().node_release_dead(&silent),
-    )
-    .await
-    .map_err(|_| anyhow::anyhow!("the release waited on the held row"))??;
+    let released = release_silent_nodes(&h).await?;
     assert_eq!(released, 1, "the job that is free");
     assert_eq!(h.get(free).await?.state, JobState::Available);
     assert_eq!(h.get(held).await?.state, JobState::Running);
@@ -322,9 +314,7 @@ pub(crate) async fn outcomes_around_held_rows(
 async fn a_held_jobs_outcome_waits_alone_in_the_runtime() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let client = Client::new(db.backend());
-    let gated = client
-        .insert(NewJob::of(&Gated { n: 0 })?.with_queue("held"))
-        .await?;
+    let gated = insert_gated(&db, "held").await?;
     let (mut workers, reached, go) = gated_workers();
     workers.register(FnWorker::new(|_, _: Quick| async { Ok(()) }));
     let handle = Runtime::new(db.backend(), workers, config("held", 4))
@@ -357,24 +347,6 @@ async fn a_held_jobs_outcome_waits_alone_in_the_runtime() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Workers whose `Gated` handler says it started (`reached`), then returns when told (`go`).
-fn gated_workers() -> (Workers, Arc<Notify>, Arc<Notify>) {
-    let (reached, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let mut workers = Workers::new();
-    workers.register(FnWorker::new({
-        let (reached, go) = (reached.clone(), go.clone());
-        move |_, _: Gated| {
-            let (reached, go) = (reached.clone(), go.clone());
-            async move {
-                reached.notify_one();
-                go.notified().await;
-                Ok(())
-            }
-        }
-    }));
-    (workers, reached, go)
-}
-
 /// The latest renewal noted for job `id` while its row was held, if any.
 async fn noted(
     sql: &tokio_postgres::Client,
@@ -394,9 +366,7 @@ async fn noted(
 async fn a_held_outcome_that_outlasts_its_lease_is_not_run_again() -> anyhow::Result<()> {
     let h = postgres().await?;
     let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
-    let gated = Client::new(db.backend())
-        .insert(NewJob::of(&Gated { n: 0 })?.with_queue("held"))
-        .await?;
+    let gated = insert_gated(db, "held").await?;
     let (workers, reached, go) = gated_workers();
     let lease = Duration::from_secs(30);
     let handle = Runtime::new(db.backend(), workers, config("held", 1).with_lease(lease))

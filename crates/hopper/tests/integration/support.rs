@@ -13,8 +13,9 @@ use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
     JobArgs, JobContext, JobError, PgBackend, PgOptions, QueueStats, RuntimeConfig, SystemClock,
-    Worker,
+    Worker, Workers,
 };
+use tokio::sync::Notify;
 use tokio_postgres::NoTls;
 
 /// A plain connection of the test's own (for transactions and raw SQL).
@@ -97,6 +98,32 @@ macro_rules! job_kind {
     };
 }
 
+job_kind!(Gated, "gated");
+
+/// Enqueues one `Gated` job on `queue` of `db`.
+pub async fn insert_gated(db: &TestDatabase, queue: &str) -> anyhow::Result<hopper::JobId> {
+    let job = hopper::NewJob::of(&Gated { n: 0 })?.with_queue(queue);
+    Ok(hopper::Client::new(db.backend()).insert(job).await?)
+}
+
+/// Workers whose `Gated` handler says it started (`reached`), then returns when told (`go`).
+pub fn gated_workers() -> (Workers, Arc<Notify>, Arc<Notify>) {
+    let (reached, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let mut workers = Workers::new();
+    workers.register(FnWorker::new({
+        let (reached, go) = (reached.clone(), go.clone());
+        move |_, _: Gated| {
+            let (reached, go) = (reached.clone(), go.clone());
+            async move {
+                reached.notify_one();
+                go.notified().await;
+                Ok(())
+            }
+        }
+    }));
+    (workers, reached, go)
+}
+
 type Handler<A> = dyn Fn(JobContext, A) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync;
 
 /// A worker whose `process` is a closure, with a settable timeout and a fixed backoff.
@@ -150,4 +177,19 @@ impl<A: JobArgs> Worker for FnWorker<A> {
     fn backoff(&self, _attempt: i32) -> Duration {
         self.backoff
     }
+}
+
+/// Releases the nodes of `h` silent for 30 s, as every node's rescuer does; an error if
+/// that waits 5 s (on a row another transaction holds).
+pub async fn release_silent_nodes(h: &hopper_conformance::Harness) -> anyhow::Result<u64> {
+    let silent = hopper_core::backend::NodeReleaseDeadParams {
+        dead_after: Duration::from_secs(30),
+    };
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        h.maintenance().node_release_dead(&silent),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("the release of silent nodes waited on a held row"))?
+    .map_err(anyhow::Error::from)
 }

@@ -1,0 +1,154 @@
+//! A node's row in `nodes` held by another transaction (an admin's `SELECT … FOR UPDATE` or
+//! change left open) stops nothing but that row's own write: the node's heartbeat waits for
+//! it on the side while its leases are renewed, the release of silent nodes skips it rather
+//! than wait (every node's rescuer runs that release), and once the row is free the node's
+//! waiting heartbeat writes it with the time of the write, so a hold longer than the
+//! silent-node bound does not get a live node's jobs released.
+
+use std::time::Duration;
+
+use hopper::testing::TestDatabase;
+use hopper::{Runtime, TestClock};
+use hopper_conformance::Harness;
+use hopper_core::JobState;
+use hopper_core::backend::NodeReleaseDeadParams;
+
+use crate::support::{
+    config, connect, gated_workers, insert_gated, release_silent_nodes, wait_for,
+};
+
+async fn postgres() -> anyhow::Result<Harness> {
+    let clock = TestClock::new(hopper_conformance::t0());
+    let db = TestDatabase::with_clock(std::sync::Arc::new(clock.clone())).await?;
+    Harness::new(db.backend(), clock, db).await
+}
+
+/// Opens a transaction on `url` holding every row of `schema`'s `nodes`.
+async fn hold_nodes(url: &str, schema: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let holder = connect(url).await?;
+    holder
+        .batch_execute(&format!("BEGIN; SELECT 1 FROM {schema}.nodes FOR UPDATE"))
+        .await?;
+    Ok(holder)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_node_row_does_not_stop_the_lease_renewals() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    let gated = insert_gated(db, "held").await?;
+    let (workers, reached, go) = gated_workers();
+    // Leases of 1 s, renewed every 200 ms or so.
+    let config = config("held", 1).with_lease(Duration::from_secs(1));
+    let handle = Runtime::new(db.backend(), workers, config).start().await?;
+    reached.notified().await;
+    let holder = hold_nodes(db.url(), db.schema()).await?;
+    db.wait_for_lock_waits(1, Duration::from_secs(10))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    // The node's heartbeat now waits on its row; the renewals must go on.
+    h.clock.advance(chrono::Duration::milliseconds(500));
+    let renewed = hopper_conformance::t0() + chrono::Duration::milliseconds(1500);
+    let sql = connect(db.url()).await?;
+    let expiry = format!(
+        "SELECT lease_expires_at FROM {}.jobs WHERE id = $1",
+        db.schema()
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let at: chrono::DateTime<chrono::Utc> = sql.query_one(&expiry, &[&gated]).await?.get(0);
+        if at >= renewed {
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no lease renewed while the node's row was held"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.batch_execute("COMMIT").await?;
+    go.notify_one();
+    wait_for(db, "held", Duration::from_secs(10), |s| s.completed == 1).await?;
+    handle.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_release_of_silent_nodes_skips_a_held_node_row() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    let silent = hopper_conformance::node_info("silent");
+    h.backend.node_heartbeat(&silent).await?;
+    h.backend
+        .job_insert_many(&[hopper_conformance::job("k", "q")])
+        .await?;
+    let claimed = h
+        .claim_as(silent.id, "q", 1, Duration::from_secs(600))
+        .await?;
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    let holder = hold_nodes(db.url(), db.schema()).await?;
+    h.advance(Duration::from_secs(40));
+    assert_eq!(
+        release_silent_nodes(&h).await?,
+        0,
+        "the held node is left alone"
+    );
+    assert_eq!(
+        h.get(claimed[0].lease.job_id).await?.state,
+        JobState::Running
+    );
+
+    holder.batch_execute("COMMIT").await?;
+    assert_eq!(release_silent_nodes(&h).await?, 1);
+    assert_eq!(
+        h.get(claimed[0].lease.job_id).await?.state,
+        JobState::Available
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_row_was_held_past_the_silent_bound_keeps_its_jobs() -> anyhow::Result<()> {
+    // The database's own clock: the heartbeat that waited writes the time it writes.
+    let db = TestDatabase::new().await?;
+    let gated = insert_gated(&db, "held").await?;
+    let (workers, reached, go) = gated_workers();
+    // Silent after 1 s; the runtime's own rescuer checks every 100 ms.
+    let config = config("held", 1).with_node_dead_after(Duration::from_secs(1));
+    let handle = Runtime::new(db.backend(), workers, config).start().await?;
+    reached.notified().await;
+    let holder = hold_nodes(db.url(), db.schema()).await?;
+    // Held until the row looks silent (its heartbeat older than the bound).
+    let sql = connect(db.url()).await?;
+    let age = format!(
+        "SELECT extract(epoch FROM clock_timestamp() - max(heartbeat_at))::float8 FROM {}.nodes",
+        db.schema()
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sql.query_one(&age, &[]).await?.get::<_, f64>(0) < 1.5 {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the row never aged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder.batch_execute("COMMIT").await?;
+    // The rescuer's checks go on every 100 ms; the waiting heartbeat must have won.
+    let release = NodeReleaseDeadParams {
+        dead_after: Duration::from_secs(1),
+    };
+    let maintenance = db.backend();
+    let store = maintenance.maintenance().expect("PostgreSQL maintains");
+    assert_eq!(store.node_release_dead(&release).await?, 0);
+    go.notify_one();
+    wait_for(&db, "held", Duration::from_secs(10), |s| s.completed == 1).await?;
+    let record = db
+        .backend()
+        .job_get(&hopper_core::backend::JobGetParams { id: gated })
+        .await?
+        .expect("the job");
+    assert_eq!(
+        (record.attempt, record.errors.len()),
+        (1, 0),
+        "run once: {:?}",
+        record.errors
+    );
+    handle.shutdown().await;
+    Ok(())
+}
