@@ -11,11 +11,12 @@
 //!
 //! With `--http ADDR` it also serves the HTTP API, the dashboard and `/metrics`
 //! ([`crate::http`]); with `--http` and no `--listen`, it serves HTTP only. On PostgreSQL
-//! the HTTP side has database connections of its own (`--http-pool-size`), so HTTP
-//! requests that wait (on a lock an open transaction holds, behind a slow search) never
-//! take the connections the workers' claims and outcomes need; and its statements wait at
-//! most `--http-lock-timeout` for a lock, so a held row costs an HTTP request an error,
-//! not the HTTP API.
+//! operators' requests (the HTTP side, and over ZeroMQ those that change or list jobs and
+//! queues) have database connections of their own (`--admin-pool-size`), so requests that
+//! wait (on a lock an open transaction holds, behind a slow search) never take the
+//! connections the workers' claims and outcomes need; and their statements wait at most
+//! `--admin-lock-timeout` for a lock, so a held row costs such a request an error, not the
+//! server.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,17 +67,18 @@ pub struct ServeArgs {
     /// on all but a quarter (the rest is kept for claims and outcomes).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub pool_size: u16,
-    /// Database connections of the HTTP API and dashboard (with --http, on PostgreSQL),
-    /// apart from --pool-size: HTTP requests waiting on a lock or a slow search wait on
-    /// these, never on the workers'.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub http_pool_size: u16,
-    /// The longest an HTTP request waits for a lock another transaction holds (a job's or
-    /// a queue's row), past which it is answered 503 (e.g. 5s, 500ms; 0s: the server's own
-    /// setting). Not applied behind a
-    /// transaction pooler (--pooler transaction).
-    #[arg(long, default_value = "5s")]
-    pub http_lock_timeout: String,
+    /// Database connections of operators' requests (on PostgreSQL), apart from --pool-size:
+    /// the HTTP API and dashboard, and the ZeroMQ requests that change or list jobs and
+    /// queues (cancel, retry, delete, list_jobs, update_queue, ...). Such requests waiting
+    /// on a lock or a slow search wait on these, never on the workers'.
+    #[arg(long, alias = "http-pool-size", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub admin_pool_size: u16,
+    /// The longest an operator's request (see --admin-pool-size) waits for a lock another
+    /// transaction holds (a job's or a queue's row), past which it is answered 503 over HTTP,
+    /// a transient error over ZeroMQ (e.g. 5s, 500ms; 0s: the server's own setting). Not
+    /// applied behind a transaction pooler (--pooler transaction).
+    #[arg(long, alias = "http-lock-timeout", default_value = "5s")]
+    pub admin_lock_timeout: String,
     /// The node id the server's leases are held under. Default: derived from the host,
     /// the schema and the listen endpoint, so a restart keeps its in-flight jobs.
     #[arg(long)]
@@ -100,10 +102,11 @@ pub struct ServeArgs {
 /// The ZeroMQ endpoint when none is given and HTTP is not asked for.
 pub const DEFAULT_LISTEN: &str = "tcp://127.0.0.1:7010";
 
-/// The HTTP side's backend: on PostgreSQL a pool of `size` connections of its own (see
-/// the module docs) whose statements wait at most `lock_timeout` for a lock, otherwise
-/// `shared` (SQLite has one writer and no row locks to wait on).
-async fn http_backend(
+/// The backend of operators' requests (HTTP, and ZeroMQ's admin requests): on PostgreSQL
+/// a pool of `size` connections of its own (see the module docs) whose statements wait at
+/// most `lock_timeout` for a lock, otherwise `shared` (SQLite has one writer and no row
+/// locks to wait on).
+async fn admin_backend(
     url: &str,
     options: &PgOptions,
     (size, lock_timeout): (u16, Duration),
@@ -118,7 +121,7 @@ async fn http_backend(
         .with_lock_timeout(lock_timeout);
     let backend = hopper::connect(url, crate::connect_options(options))
         .await
-        .context("opening the HTTP API's database connections")?;
+        .context("opening the database connections of operators' requests")?;
     Ok(backend)
 }
 
@@ -165,9 +168,13 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     // The recorder goes in before the server starts, so its metrics are all recorded.
     let prometheus = crate::http::install_metrics(&args.http)?;
     let _gauges = crate::telemetry::queue_gauges(&backend);
+    let lock = duration("admin-lock-timeout", &args.admin_lock_timeout)?;
+    let pool = (args.admin_pool_size, lock);
+    let admin = admin_backend(url, &options, pool, backend.clone()).await?;
     let mut server = None;
     if let (Some(listen), Some(auth)) = (listen, auth) {
         let mut config = ServeConfig::new(backend.clone(), listen.clone(), auth);
+        config.admin = Some(admin.clone());
         config.node_id = args.node_id.unwrap_or_else(|| {
             hopper_server::stable_node_id(&[&hopper::maintenance::host_name(), schema, &listen])
         });
@@ -201,12 +208,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     // One health for the process: the ZeroMQ server's tasks and the HTTP server's.
     let health = server.as_ref().map_or_else(Health::new, |s| s.health());
     let http = match args.http.http {
-        Some(_) => {
-            let lock = duration("http-lock-timeout", &args.http_lock_timeout)?;
-            let pool = (args.http_pool_size, lock);
-            let backend = http_backend(url, &options, pool, backend).await?;
-            crate::http::start(&args.http, backend, prometheus, &health).await?
-        }
+        Some(_) => crate::http::start(&args.http, admin, prometheus, &health).await?,
         None => None,
     };
     tokio::select! {

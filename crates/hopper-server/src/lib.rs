@@ -81,6 +81,15 @@ pub enum ServeError {
 pub struct ServeConfig {
     /// The storage backend (a PostgreSQL pool of a few connections).
     pub backend: Arc<dyn Backend>,
+    /// The backend of the requests that change or list jobs and queues for an operator
+    /// (`cancel`, `retry`, `delete`, `retry_failed`, `clear`, `update_queue`, `list_jobs`,
+    /// `queue_stats`, `list_queues`, `list_cron`): on PostgreSQL, a pool of its own whose
+    /// statements wait a bounded time for a lock ([`hopper::PgOptions::lock_timeout`];
+    /// `hopper serve` gives it the pool of `--admin-pool-size` and `--admin-lock-timeout`,
+    /// which its HTTP API uses too). A cancel of a job whose row another transaction holds
+    /// is then answered with a transient error after the bound, instead of waiting as long
+    /// as the holder with one of `backend`'s connections. Default: none, they run on `backend`.
+    pub admin: Option<Arc<dyn Backend>>,
     /// The connections in `backend`'s pool (what `hopper serve --pool-size` sets): the
     /// requests of one peer execute on at most a quarter of them at once, at least one (and
     /// those of all peers on all but a quarter, kept for the claims and outcome batches), so
@@ -147,6 +156,7 @@ impl ServeConfig {
         let listen = listen.into();
         ServeConfig {
             backend,
+            admin: None,
             pool_size: 8,
             node_id: stable_node_id(&[&hopper::maintenance::host_name(), &listen]),
             node_name: format!("hopper serve {listen}"),

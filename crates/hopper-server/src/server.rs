@@ -480,13 +480,16 @@ impl Core {
                     None => Err(hopper_core::Error::NotFound(format!("job {id}"))),
                 }
             }),
-            Request::Cancel { req, id } => self.spawn_reply(peer, req, async move {
-                let job = backend.job_cancel(&JobCancelParams { id }).await?;
-                Ok(Reply::Job {
-                    req,
-                    job: JobInfo::from(job),
+            Request::Cancel { req, id } => {
+                let admin = self.admin_backend();
+                self.spawn_reply(peer, req, async move {
+                    let job = admin.job_cancel(&JobCancelParams { id }).await?;
+                    Ok(Reply::Job {
+                        req,
+                        job: JobInfo::from(job),
+                    })
                 })
-            }),
+            }
             single @ (Request::Completed { .. }
             | Request::Failed { .. }
             | Request::Snoozed { .. }
@@ -571,11 +574,21 @@ impl Core {
                 );
             }
             // Every other request is an admin request.
-            admin => {
-                let req = admin.req();
-                self.spawn_reply(peer, req, crate::admin::handle(backend, admin));
+            request => {
+                let req = request.req();
+                let admin = self.admin_backend();
+                self.spawn_reply(peer, req, crate::admin::handle(admin, request));
             }
         }
+    }
+
+    /// Where operators' requests run: [`ServeConfig::admin`], apart from the workers' pool,
+    /// or the server's backend.
+    fn admin_backend(&self) -> Arc<dyn Backend> {
+        self.config
+            .admin
+            .clone()
+            .unwrap_or_else(|| self.backend.clone())
     }
 
     /// Runs `work` in a task, once it is its turn among `peer`'s requests, and sends its

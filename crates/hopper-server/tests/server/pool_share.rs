@@ -286,3 +286,41 @@ async fn a_gone_peer_has_its_waiting_requests_dropped() -> anyhow::Result<()> {
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_pool_answers_a_cancel_of_a_held_job_after_its_bound() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let mut config = config(&db, Duration::from_secs(30)).await;
+    let options = hopper::PgOptions::default()
+        .with_schema(db.schema())
+        .with_pool_size(2)
+        .with_lock_timeout(Duration::from_millis(500));
+    config.admin = Some(std::sync::Arc::new(
+        hopper::PgBackend::connect(db.url(), options).await?,
+    ));
+    let server = start(config).await;
+    let new = NewJob::new("held", serde_json::json!({}));
+    let job = new.id;
+    db.backend().job_insert(&new).await?;
+    let hold = db.hold_job(job).await?;
+    let mut client = peer(server.endpoint(), "client", vec![]).await;
+    client.send(&cancel(1, job)).await;
+    // Within the receive timeout (10 s): the admin pool's bound, not the holder's time.
+    let reply = client.recv().await;
+    assert_eq!(text_of(&reply, "type"), "error", "{reply:?}");
+    assert_eq!(text_of(&reply, "code"), "internal", "{reply:?}");
+    assert_eq!(
+        field(&reply, "transient"),
+        Some(&Value::Bool(true)),
+        "{reply:?}"
+    );
+    assert!(
+        text_of(&reply, "message").contains("lock timeout"),
+        "{reply:?}"
+    );
+    hold.release().await?;
+    client.send(&cancel(2, job)).await;
+    assert_cancelled(&client.recv().await, 2, true);
+    server.shutdown().await;
+    Ok(())
+}
