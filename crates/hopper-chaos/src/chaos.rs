@@ -17,6 +17,7 @@ use hopper::{PgBackend, PgOptions};
 use tokio::time::Instant;
 
 use crate::db::RunDatabase;
+use crate::holder::Holds;
 use crate::processes::Managed;
 use crate::proxy::{self, Faults, ProxyStats};
 use crate::report::Report;
@@ -220,7 +221,7 @@ async fn run_in(
         plan.rate,
         enqueued.clone(),
     ));
-    let (holding, holds) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicU64::new(0)));
+    let (holding, holds) = (Arc::new(AtomicBool::new(true)), Arc::new(Holds::default()));
     let holder = tokio::spawn(crate::holder::run(
         db.url.clone(),
         holding.clone(),
@@ -240,12 +241,13 @@ async fn run_in(
     let tally = outcome?;
     println!(
         "faults: {} SIGKILLs ({} of the server), {} PostgreSQL restarts, {} exits nobody asked for, \
-         {} holds of running rows; proxy: {} connections, {} dropped, {} stalled",
+         {} holds of running rows, {} of node rows; proxy: {} connections, {} dropped, {} stalled",
         tally.kills,
         tally.server_kills,
         tally.pg_restarts,
         tally.unexpected_exits,
-        holds.load(Ordering::Relaxed),
+        holds.jobs.load(Ordering::Relaxed),
+        holds.nodes.load(Ordering::Relaxed),
         proxy_stats.connections.load(Ordering::Relaxed),
         proxy_stats.drops.load(Ordering::Relaxed),
         proxy_stats.stalls.load(Ordering::Relaxed),
