@@ -365,15 +365,7 @@ impl RuntimeHandle {
             Some(keeper) => keeper.await.ok().flatten(),
             None => None,
         };
-        if let Err(e) = shared
-            .backend
-            .node_deregister(&NodeDeregisterParams {
-                node: shared.node.id,
-            })
-            .await
-        {
-            tracing::warn!(error = %e, "deregistering the node failed");
-        }
+        deregister(&shared.backend, shared.node.id).await;
         // The completer ends when the last sender (in `shared`) is gone and it has drained.
         drop(shared);
         if tokio::time::timeout(Duration::from_secs(30), self.completer)
@@ -386,6 +378,31 @@ impl RuntimeHandle {
         }
         drop(hold);
         tracing::info!("runtime stopped");
+    }
+}
+
+/// How long a stopping runtime waits for its node row's deletion.
+const DEREGISTER_WAIT: Duration = Duration::from_secs(5);
+
+/// Deletes the node's row, waiting for it at most [`DEREGISTER_WAIT`]: another transaction
+/// may hold the row (an admin's `SELECT … FOR UPDATE` on `nodes`), and the stop must not
+/// wait as long as the holder. Past the bound the deletion goes on by itself, queued on
+/// the row, and the other nodes would forget the node anyway once its liveness lock is
+/// free (`node_release_dead.sql`).
+async fn deregister(backend: &Arc<dyn Backend>, node: Uuid) {
+    let backend = backend.clone();
+    let mut deletion = tokio::spawn(async move {
+        backend
+            .node_deregister(&NodeDeregisterParams { node })
+            .await
+    });
+    match tokio::time::timeout(DEREGISTER_WAIT, &mut deletion).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "deregistering the node failed"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "deregistering the node failed"),
+        Err(_) => tracing::warn!(
+            "the node's row was not deleted within {DEREGISTER_WAIT:?} (another transaction may hold it); stopping without waiting for it"
+        ),
     }
 }
 

@@ -3,7 +3,8 @@
 //! it on the side while its leases are renewed, the release of silent nodes skips it rather
 //! than wait (every node's rescuer runs that release), and once the row is free the node's
 //! waiting heartbeat writes it with the time of the write, so a hold longer than the
-//! silent-node bound does not get a live node's jobs released.
+//! silent-node bound does not get a live node's jobs released. A stopping runtime waits
+//! for its row's deletion at most 5 s.
 
 use std::time::Duration;
 
@@ -150,5 +151,32 @@ async fn a_node_whose_row_was_held_past_the_silent_bound_keeps_its_jobs() -> any
         record.errors
     );
     handle.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_node_row_does_not_stop_a_runtime_from_stopping() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (workers, _reached, _go) = gated_workers();
+    let handle = Runtime::new(db.backend(), workers, config("held", 1))
+        .start()
+        .await?;
+    let holder = hold_nodes(db.url(), db.schema()).await?;
+    // The deletion of its row waits on the holder; the stop must not.
+    tokio::time::timeout(Duration::from_secs(15), handle.shutdown())
+        .await
+        .map_err(|_| anyhow::anyhow!("the runtime's stop waited on its held node row"))?;
+    holder.batch_execute("COMMIT").await?;
+    // The deletion, left queued on the row, ends once it is free.
+    let sql = connect(db.url()).await?;
+    let count = format!("SELECT count(*) FROM {}.nodes", db.schema());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sql.query_one(&count, &[]).await?.get::<_, i64>(0) > 0 {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the node's row was never deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     Ok(())
 }
