@@ -3,7 +3,8 @@
 -- names a lock that was held. A session lock outlives a failed statement: the caller
 -- closes the connection if this fails. No row comes back if the lock is held elsewhere
 -- (by the node's own earlier session not yet ended, or by a release of this node in
--- progress, node_release_vanished.sql).
+-- progress, node_release_vanished.sql). A row another transaction holds is waited for,
+-- and then written with the time of the write, as node_heartbeat.sql says why.
 -- $1 id, $2 name, $3 queues, $4 concurrency, $5 now.
 WITH lock AS (
     SELECT key, pg_try_advisory_lock(key) AS held
@@ -16,7 +17,7 @@ SELECT $1, $2, $3, $4, coalesce($5::timestamptz, now()), coalesce($5::timestampt
 FROM lock
 WHERE held
 ON CONFLICT (id) DO UPDATE
-SET heartbeat_at = excluded.heartbeat_at,
+SET heartbeat_at = coalesce($5::timestamptz, clock_timestamp()),
     queues = excluded.queues,
     concurrency = excluded.concurrency,
     liveness_key = excluded.liveness_key,

@@ -3,8 +3,9 @@
 //! it on the side while its leases are renewed, the release of silent nodes skips it rather
 //! than wait (every node's rescuer runs that release), and once the row is free the node's
 //! waiting heartbeat writes it with the time of the write, so a hold longer than the
-//! silent-node bound does not get a live node's jobs released. A stopping runtime waits
-//! for its row's deletion at most 5 s.
+//! silent-node bound does not get a live node's jobs released (nor does the write of a
+//! node taking its liveness lock again). A stopping runtime waits for its row's deletion
+//! at most 5 s.
 
 use std::time::Duration;
 
@@ -178,5 +179,51 @@ async fn a_held_node_row_does_not_stop_a_runtime_from_stopping() -> anyhow::Resu
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(())
+}
+
+/// How long ago (s) the row of `node` says it was alive, read on `sql`.
+async fn silent_for(
+    sql: &tokio_postgres::Client,
+    schema: &str,
+    node: uuid::Uuid,
+) -> anyhow::Result<f64> {
+    let age = format!(
+        "SELECT extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 FROM {schema}.nodes WHERE id = $1"
+    );
+    Ok(sql.query_one(&age, &[&node]).await?.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_taking_its_lock_through_a_held_row_writes_the_time_it_writes() -> anyhow::Result<()>
+{
+    // The database's own clock, as in production.
+    let db = TestDatabase::new().await?;
+    let node = hopper_conformance::node_info("retaking");
+    db.backend().node_heartbeat(&node).await?;
+    let holder = hold_nodes(db.url(), db.schema()).await?;
+    // Taking its lock again (after its lock session ended), the node waits on its row.
+    let (backend, id) = (db.backend(), node.id);
+    let hold = tokio::spawn(async move {
+        let liveness = backend.node_liveness().expect("PostgreSQL tracks liveness");
+        liveness.node_hold(&node).await
+    });
+    db.wait_for_lock_waits(1, Duration::from_secs(10))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let sql = connect(db.url()).await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while silent_for(&sql, db.schema(), id).await? < 1.5 {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the row never aged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder.batch_execute("COMMIT").await?;
+    let _lock = hold.await??;
+    // Written once free, with that moment: not silent for the wait it went through.
+    let silent = silent_for(&sql, db.schema(), id).await?;
+    assert!(
+        silent < 1.0,
+        "the row says the node was last alive {silent:.1} s ago"
+    );
     Ok(())
 }
