@@ -120,7 +120,14 @@ impl NodeRow {
             joined(write.await)?;
         }
         let (backend, node) = (backend.clone(), node.clone());
-        let mut write = tokio::spawn(async move { backend.node_heartbeat(&node).await });
+        let mut write = tokio::spawn(async move {
+            let written = backend.node_heartbeat(&node).await;
+            // Said here too: a write left waiting may end after the node stopped beating.
+            if let Err(e) = &written {
+                tracing::debug!(error = %e, "the node heartbeat failed");
+            }
+            written
+        });
         match tokio::time::timeout(NODE_ROW_WAIT, &mut write).await {
             Ok(done) => joined(done),
             Err(_) => {

@@ -391,18 +391,20 @@ const DEREGISTER_WAIT: Duration = Duration::from_secs(5);
 /// free (`node_release_dead.sql`).
 async fn deregister(backend: &Arc<dyn Backend>, node: Uuid) {
     let backend = backend.clone();
-    let mut deletion = tokio::spawn(async move {
-        backend
-            .node_deregister(&NodeDeregisterParams { node })
-            .await
+    // The task says how it ended itself: it may end after the runtime stopped.
+    let deletion = tokio::spawn(async move {
+        let params = NodeDeregisterParams { node };
+        if let Err(e) = backend.node_deregister(&params).await {
+            tracing::warn!(error = %e, "deregistering the node failed");
+        }
     });
-    match tokio::time::timeout(DEREGISTER_WAIT, &mut deletion).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "deregistering the node failed"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "deregistering the node failed"),
-        Err(_) => tracing::warn!(
+    if tokio::time::timeout(DEREGISTER_WAIT, deletion)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
             "the node's row was not deleted within {DEREGISTER_WAIT:?} (another transaction may hold it); stopping without waiting for it"
-        ),
+        );
     }
 }
 
