@@ -1,6 +1,7 @@
 -- Heartbeat: moves the leases still held to $3 ms from now. Returns the ids kept: those
 -- extended, and those another transaction holds right now, whose rows are not extended
--- this time (the renewal is noted in held_leases) but which are not lost either. $1 ids, $2 attempts, $3 lease (ms), $4 now.
+-- this time (the renewal is noted in held_leases) but which are not lost either.
+-- $1 ids, $2 attempts, $3 lease (ms), $4 now.
 --
 -- Never waits on another transaction's row lock: one runtime (or `hopper serve`) extends
 -- every lease it holds in this one statement, so a job row held by an open transaction (a
