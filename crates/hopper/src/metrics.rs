@@ -19,6 +19,7 @@
 //! | [`JOBS`] | gauge | queue, state | by `hopper-web` at scrape time |
 //! | [`QUEUE_OLDEST_AVAILABLE_SECONDS`] | gauge | queue | by `hopper-web` at scrape time |
 //! | [`OUTCOMES_REFUSED_TOTAL`] | counter | | by [`crate::outcomes`], an outcome refused for a permanent reason |
+//! | [`OUTCOMES_HELD_TOTAL`] | counter | | by [`crate::outcomes`], an outcome write answered held (its job row held by another transaction) |
 //! | [`TASK_FAILURES_TOTAL`] | counter | task | by [`crate::supervise`], a background task panicked or failed |
 
 use std::collections::HashMap;
@@ -62,6 +63,18 @@ pub const TASK_FAILURES_TOTAL: &str = "hopper_task_failures_total";
 /// reason, or because a delay was over the bound (see [`crate::outcomes`]). Their jobs run
 /// again once their lease expires.
 pub const OUTCOMES_REFUSED_TOTAL: &str = "hopper_outcomes_refused_total";
+
+/// Counter: outcome writes answered held: another transaction held the job's row (a
+/// `SELECT … FOR UPDATE`, a change left uncommitted), so the outcome was kept aside to be
+/// written again once the row is free, its lease renewed meanwhile (see
+/// [`crate::outcomes`]). Each try counts: a hold of a few seconds counts an outcome a few
+/// times. Anything but zero means some application or operator keeps job rows locked.
+pub const OUTCOMES_HELD_TOTAL: &str = "hopper_outcomes_held_total";
+
+/// Counts `n` outcome writes answered held.
+pub(crate) fn outcomes_held(n: usize) {
+    metrics::counter!(OUTCOMES_HELD_TOTAL).increment(u64::try_from(n).unwrap_or(u64::MAX));
+}
 
 /// Counts one refused outcome.
 pub(crate) fn outcome_refused() {

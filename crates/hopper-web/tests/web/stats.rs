@@ -136,6 +136,30 @@ async fn metrics_show_queue_gauges() -> anyhow::Result<()> {
 
 struct Sometimes;
 
+/// A worker whose handler says it started (`reached`), then returns when told (`go`).
+#[derive(Clone, Default)]
+struct Gate {
+    reached: std::sync::Arc<tokio::sync::Notify>,
+    go: std::sync::Arc<tokio::sync::Notify>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Gated {}
+
+impl hopper::JobArgs for Gated {
+    const KIND: &'static str = "gated";
+}
+
+#[async_trait::async_trait]
+impl Worker for Gate {
+    type Args = Gated;
+    async fn process(&self, _ctx: &JobContext, _args: Gated) -> Result<(), JobError> {
+        self.reached.notify_one();
+        self.go.notified().await;
+        Ok(())
+    }
+}
+
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Flip {
     fail: bool,
@@ -158,7 +182,7 @@ impl Worker for Sometimes {
 }
 
 /// The runtime's counters and histograms, recorded through the `metrics` facade, appear on
-/// `/metrics` once the recorder is installed. (The only test that installs it: the recorder
+/// `/metrics` once the recorder is installed, the count of held outcomes among them. (The only test that installs it: the recorder
 /// is global to the process. Its queue is its own, so other tests cannot disturb its counts.)
 #[tokio::test]
 async fn metrics_show_runtime_counters_and_histograms() -> anyhow::Result<()> {
@@ -178,23 +202,50 @@ async fn metrics_show_runtime_counters_and_histograms() -> anyhow::Result<()> {
         .await?;
     assert_eq!(answer.status, StatusCode::CREATED);
 
+    // And one job whose row the test holds when its handler ends: its outcome is held.
+    let gate = Gate::default();
+    let gated = hopper::NewJob::of(&Gated {})?.with_queue("metered_held");
+    let gated_id = gated.id;
+    hopper::Client::new(web.backend()).insert(gated).await?;
+
     let mut workers = Workers::new();
     workers.register(Sometimes);
+    workers.register(gate.clone());
     let runtime = Runtime::new(
         web.backend(),
         workers,
-        RuntimeConfig::default().with_queues(["metered"]),
+        RuntimeConfig::default().with_queues(["metered", "metered_held"]),
     )
     .start()
     .await?;
+    gate.reached.notified().await;
+    let hold = web.db.hold_job(gated_id).await?;
+    gate.go.notify_one();
+    let held = "hopper_outcomes_held_total";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !web.get("/metrics").await?.text.contains(held) {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no held outcome counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    hold.release().await?;
     let waited = web
         .db
         .wait_for("metered", Duration::from_secs(30), |s| {
             s.completed == 4 && s.failed == 1
         })
         .await;
+    let gated_done = web
+        .db
+        .wait_for("metered_held", Duration::from_secs(30), |s| {
+            s.completed == 1
+        })
+        .await;
     runtime.shutdown().await;
     waited.map_err(anyhow::Error::msg)?;
+    gated_done.map_err(anyhow::Error::msg)?;
 
     let page = web.get("/metrics").await?.text;
     let has = |line: &str| page.lines().any(|l| l == line);
