@@ -16,7 +16,7 @@ use hopper_core::JobState;
 use hopper_core::backend::NodeReleaseDeadParams;
 
 use crate::support::{
-    config, connect, gated_workers, insert_gated, release_silent_nodes, wait_for,
+    config, connect, eventually, gated_workers, insert_gated, release_silent_nodes, wait_for,
 };
 
 async fn postgres() -> anyhow::Result<Harness> {
@@ -56,18 +56,12 @@ async fn a_held_node_row_does_not_stop_the_lease_renewals() -> anyhow::Result<()
         "SELECT lease_expires_at FROM {}.jobs WHERE id = $1",
         db.schema()
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = "no lease renewed while the node's row was held";
+    eventually(Duration::from_secs(10), what, || async {
         let at: chrono::DateTime<chrono::Utc> = sql.query_one(&expiry, &[&gated]).await?.get(0);
-        if at >= renewed {
-            break;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no lease renewed while the node's row was held"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        Ok(at >= renewed)
+    })
+    .await?;
     holder.batch_execute("COMMIT").await?;
     go.notify_one();
     wait_for(db, "held", Duration::from_secs(10), |s| s.completed == 1).await?;
@@ -121,15 +115,7 @@ async fn a_node_whose_row_was_held_past_the_silent_bound_keeps_its_jobs() -> any
     let holder = hold_nodes(db.url(), db.schema()).await?;
     // Held until the row looks silent (its heartbeat older than the bound).
     let sql = connect(db.url()).await?;
-    let age = format!(
-        "SELECT extract(epoch FROM clock_timestamp() - max(heartbeat_at))::float8 FROM {}.nodes",
-        db.schema()
-    );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while sql.query_one(&age, &[]).await?.get::<_, f64>(0) < 1.5 {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the row never aged");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_silent(&sql, db.schema(), handle.node_id()).await?;
     holder.batch_execute("COMMIT").await?;
     // The rescuer's checks go on every 100 ms; the waiting heartbeat must have won.
     let release = NodeReleaseDeadParams {
@@ -171,15 +157,26 @@ async fn a_held_node_row_does_not_stop_a_runtime_from_stopping() -> anyhow::Resu
     // The deletion, left queued on the row, ends once it is free.
     let sql = connect(db.url()).await?;
     let count = format!("SELECT count(*) FROM {}.nodes", db.schema());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while sql.query_one(&count, &[]).await?.get::<_, i64>(0) > 0 {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the node's row was never deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the node's row was never deleted",
+        || async { Ok(sql.query_one(&count, &[]).await?.get::<_, i64>(0) == 0) },
+    )
+    .await?;
     Ok(())
+}
+
+/// Waits until the row of `node` says it was last alive 1.5 s ago or more: past the 1 s
+/// silent bound of the tests.
+async fn until_silent(
+    sql: &tokio_postgres::Client,
+    schema: &str,
+    node: uuid::Uuid,
+) -> anyhow::Result<()> {
+    eventually(Duration::from_secs(10), "the row never aged", || async {
+        Ok(silent_for(sql, schema, node).await? >= 1.5)
+    })
+    .await
 }
 
 /// How long ago (s) the row of `node` says it was alive, read on `sql`.
@@ -212,11 +209,7 @@ async fn a_node_taking_its_lock_through_a_held_row_writes_the_time_it_writes() -
         .await
         .map_err(anyhow::Error::msg)?;
     let sql = connect(db.url()).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while silent_for(&sql, db.schema(), id).await? < 1.5 {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the row never aged");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_silent(&sql, db.schema(), id).await?;
     holder.batch_execute("COMMIT").await?;
     let _lock = hold.await??;
     // Written once free, with that moment: not silent for the wait it went through.

@@ -26,7 +26,7 @@ use hopper_core::backend::{Backend, Finish, JobExtendManyParams};
 use hopper_core::{CronAdvance, CronEntry, FinishResult, JobState, Outcome, Priority};
 
 use crate::support::{
-    FnWorker, config, gated_workers, insert_gated, release_silent_nodes, wait_for,
+    FnWorker, config, eventually, gated_workers, insert_gated, release_silent_nodes, wait_for,
 };
 
 job_kind!(Quick, "quick");
@@ -381,14 +381,11 @@ async fn a_held_outcome_that_outlasts_its_lease_is_not_run_again() -> anyhow::Re
     let now = hopper_conformance::t0() + chrono::Duration::seconds(40);
     let renewed_after = now + chrono::Duration::seconds(29);
     let sql = crate::support::connect(db.url()).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while noted(&sql, db.schema(), gated).await? < Some(renewed_after) {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the held outcome's lease was not renewed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = "the held outcome's lease was not renewed";
+    eventually(Duration::from_secs(15), what, || async {
+        Ok(noted(&sql, db.schema(), gated).await? >= Some(renewed_after))
+    })
+    .await?;
     assert!(expiry(&sql, db.schema(), gated).await? < now);
 
     hold.release().await?;

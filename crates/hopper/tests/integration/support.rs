@@ -193,3 +193,18 @@ pub async fn release_silent_nodes(h: &hopper_conformance::Harness) -> anyhow::Re
     .map_err(|_| anyhow::anyhow!("the release of silent nodes waited on a held row"))?
     .map_err(anyhow::Error::from)
 }
+
+/// Checks `done` every 20 ms until it says true; an error saying `what` if it has not
+/// within `limit`. For conditions only the database shows (a lease moved, a row aged).
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut done: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !done().await? {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
