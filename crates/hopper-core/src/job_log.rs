@@ -294,8 +294,22 @@ pub trait LogStore: Send + Sync {
     /// their job row right now (being deleted, or selected `FOR UPDATE`): the store does
     /// not wait for it, so that one held row does not stall the lines of every other
     /// attempt stored with them. Every other append was stored. Send those again later, as
-    /// after a transient error.
+    /// after a transient error. (A row of the attempt's log held by another transaction
+    /// may be waited for: a writer of many callers' lines calls
+    /// [`LogStore::job_log_append_shared`].)
     async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>>;
+
+    /// [`LogStore::job_log_append`] for a writer that stores the lines of many callers
+    /// one batch after another (`hopper serve`'s log writer): it waits on no row another
+    /// transaction holds for more than a moment, the attempt's log row included, since
+    /// every caller's lines would wait with it. An attempt whose log row is held is
+    /// returned as held, as one whose job row is. Bounding that wait costs a store more
+    /// (on PostgreSQL two settings sent around it), which a writer of one attempt's lines
+    /// at a time, stalling only itself, need not pay. By default the same as
+    /// [`LogStore::job_log_append`] (a store without row locks).
+    async fn job_log_append_shared(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>> {
+        self.job_log_append(appends).await
+    }
 
     /// The logs of the attempts of a job after attempt `after`, oldest attempt first, at
     /// most `limit` of them (none: empty): one page of [`LogStore::job_logs`].

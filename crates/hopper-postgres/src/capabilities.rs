@@ -1,18 +1,13 @@
 //! The capabilities [`PgBackend`] offers beyond [`hopper_core::Backend`]: the leader's
-//! maintenance, unique inserts and periodic jobs, per-minute statistics.
+//! maintenance, unique inserts and periodic jobs, per-minute statistics (per-job logs:
+//! `logs.rs`).
 
 use async_trait::async_trait;
 use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
     MaintenanceStore, MinuteStats, NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
-use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, Result};
-
-use hopper_core::JobId;
-use hopper_core::job_log::{
-    AttemptLog, JobLogAppend, LogLine, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends,
-};
-use tokio_postgres::types::Json;
+use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
 
 use crate::PgBackend;
 use crate::error::map_pg;
@@ -134,81 +129,4 @@ impl StatsStore for PgBackend {
             })
             .collect()
     }
-}
-
-#[async_trait]
-impl LogStore for PgBackend {
-    async fn job_log_append(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>> {
-        let merged = merge_appends(appends);
-        if merged.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<JobId> = merged.iter().map(|m| m.lease.job_id).collect();
-        let attempts: Vec<i32> = merged.iter().map(|m| m.lease.attempt).collect();
-        let lines: Vec<Json<&Vec<LogLine>>> = merged.iter().map(|m| Json(&m.lines)).collect();
-        let bytes: Vec<i32> = merged.iter().map(|m| m.bytes).collect();
-        let dropped: Vec<i64> = merged.iter().map(|m| m.dropped).collect();
-        let bound = i32::try_from(MAX_ATTEMPT_LOG_BYTES).unwrap_or(i32::MAX);
-        let client = self.client().await?;
-        // Prepared once per connection: every attempt that logs stores at least once, and
-        // planning the statement anew each time cost more than running it.
-        let stored = self
-            .prepare(&client, &self.inner.queries.job_log_append)
-            .await?
-            .query(
-                &**client,
-                &[&ids, &attempts, &lines, &bytes, &dropped, &bound],
-            )
-            .await
-            .map_err(map_pg)?;
-        if stored.len() == merged.len() {
-            return Ok(Vec::new());
-        }
-        // Some were not stored: their job is held elsewhere, or gone. Which is which.
-        let stored = leases(&stored)?;
-        let (ids, attempts): (Vec<JobId>, Vec<i32>) = merged
-            .iter()
-            .map(|m| m.lease)
-            .filter(|lease| !stored.contains(lease))
-            .map(|lease| (lease.job_id, lease.attempt))
-            .unzip();
-        let held = self
-            .text(&self.inner.queries.job_attempts_exist)
-            .query(&**client, &[&ids, &attempts])
-            .await
-            .map_err(map_pg)?;
-        leases(&held)
-    }
-
-    async fn job_logs_page(&self, job: JobId, after: i32, limit: u32) -> Result<Vec<AttemptLog>> {
-        let client = self.client().await?;
-        let limit = i64::from(limit);
-        let rows = self
-            .text(&self.inner.queries.job_logs)
-            .query(&**client, &[&job, &after, &limit])
-            .await
-            .map_err(map_pg)?;
-        rows.iter()
-            .map(|r| {
-                let lines: serde_json::Value = r.try_get(1).map_err(Error::database)?;
-                Ok(AttemptLog {
-                    attempt: r.try_get(0).map_err(Error::database)?,
-                    lines: serde_json::from_value(lines)?,
-                    dropped: r.try_get(2).map_err(Error::database)?,
-                })
-            })
-            .collect()
-    }
-}
-
-/// The leases of `rows` whose first two columns are a job id and an attempt.
-fn leases(rows: &[tokio_postgres::Row]) -> Result<Vec<Lease>> {
-    rows.iter()
-        .map(|r| {
-            Ok(Lease {
-                job_id: r.try_get(0).map_err(Error::database)?,
-                attempt: r.try_get(1).map_err(Error::database)?,
-            })
-        })
-        .collect()
 }

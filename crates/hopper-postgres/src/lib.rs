@@ -22,6 +22,7 @@ mod error;
 mod hot;
 mod listen;
 mod liveness;
+mod logs;
 mod migrate;
 mod outcomes;
 mod poison;
@@ -173,6 +174,10 @@ struct Inner {
     /// What follows the outcome statements' first try (`outcomes.rs`): their settings
     /// undone, back to the pool's own lock bound if it has one.
     outcomes_after: String,
+    /// The connection kept for the stores of shared log writers, with their lock bound
+    /// (`logs.rs`); `None` behind a transaction pooler, where the bound is sent around
+    /// each store. A pool of one, opened at the first such store.
+    shared_writer: Option<deadpool_postgres::Pool>,
     /// Where the LISTEN connection goes: the main URL, the direct one behind a transaction
     /// pooler, or nowhere (behind a transaction pooler with no direct URL: polling).
     listen: Option<PgConnectOptions>,
@@ -216,6 +221,12 @@ impl PgBackend {
             .as_ref()
             .map(|t| format!("SET lock_timeout = '{t}'"));
         let pool = connect.pool_with_setup(options.pool_size, setup)?;
+        let shared_writer = match options.pooler {
+            Pooler::None => {
+                Some(connect.pool_with_setup(1, Some(logs::SHARED_WRITER_SETUP.to_owned()))?)
+            }
+            Pooler::Transaction => None,
+        };
         // Fail now, with the reason in words, if the database cannot be reached.
         drop(pool.get().await.map_err(|e| connect.pool_error(e))?);
         let (local_wake, _) = tokio::sync::broadcast::channel(256);
@@ -225,6 +236,7 @@ impl PgBackend {
                 connect,
                 pooler: options.pooler,
                 outcomes_after: outcomes::after_first_try(options.pooler, lock_timeout.as_deref()),
+                shared_writer,
                 listen,
                 queries: Queries::new(&options.schema),
                 schema: options.schema,

@@ -225,6 +225,14 @@ queries!(
         INT8_ARRAY,
         INT4
     ),
+    job_log_append_around_held(
+        UUID_ARRAY,
+        INT4_ARRAY,
+        JSONB_ARRAY,
+        INT4_ARRAY,
+        INT8_ARRAY,
+        INT4
+    ),
     job_logs(UUID, INT4, INT8),
     job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),

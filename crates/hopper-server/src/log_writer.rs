@@ -39,9 +39,10 @@ const LOG_BATCH: usize = 256;
 /// Stores `log` requests: takes what waits (at most [`LOG_BATCH`]), stores it with one
 /// `job_log_append` call, whose one statement writes each attempt's row once however many
 /// requests carried its lines, then acknowledges each request, or answers it with its
-/// error ([`store_isolating`]); a request whose attempt's job row another transaction
-/// holds is answered as transient rather than waited for, so that one held row does not
-/// stall every worker's logs. One writer, taking requests in the order they came, so an
+/// error ([`store_isolating`]); a request whose attempt's job row or log row another
+/// transaction holds is answered as transient rather than waited for
+/// (`LogStore::job_log_append_shared`), so that one held row does not stall every
+/// worker's logs. One writer, taking requests in the order they came, so an
 /// attempt's lines are stored in the order they were sent. The channel is shared so that a
 /// run restarted by its supervisor takes it over.
 pub(crate) async fn store_logs(
@@ -93,7 +94,7 @@ async fn store_isolating(store: &dyn LogStore, appends: &[JobLogAppend]) -> Vec<
             continue;
         }
         let requests = group.len();
-        match store.job_log_append(&appends[group.clone()]).await {
+        match store.job_log_append_shared(&appends[group.clone()]).await {
             Ok(held) if held.is_empty() => group.for_each(|i| results[i] = Some(Ok(()))),
             Ok(held) => {
                 // Not waited for: those requests are answered as transient and sent again,

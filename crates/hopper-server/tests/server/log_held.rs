@@ -1,12 +1,12 @@
-//! A job row held by another transaction (selected FOR UPDATE, being deleted) does not
-//! stall the server's one log writer: the request whose attempt it is gets a transient
-//! error at once, while the others stored with it are acknowledged; sent again once the
-//! row is free, it is stored.
+//! A job row or a log row held by another transaction (selected FOR UPDATE, being
+//! deleted) does not stall the server's one log writer: the request whose attempt it is
+//! gets a transient error at once, while the others stored with it are acknowledged; sent
+//! again once the row is free, it is stored.
 //!
-//! With the job selected FOR UPDATE, both requests go in one batch: the test holds the log
+//! With a row selected FOR UPDATE, both requests go in one batch: the test holds the log
 //! table in SHARE mode while the peer sends them (so the first store waits and both
-//! queue), and a heartbeat answered after them says they reached the server. (Not with
-//! the DELETE: its cascade to the log table waits for that lock.)
+//! queue), and a heartbeat answered after them says they reached the server. (Not with a
+//! DELETE: it waits for that lock itself.)
 
 use std::time::Duration;
 
@@ -92,7 +92,8 @@ async fn a_held_row_costs_only_its_own_attempt_a_try() -> anyhow::Result<()> {
     let s = db.schema();
     let holder = sql(&db).await?;
     // First one job's row held as `SELECT … FOR UPDATE` holds it, then the other's as an
-    // uncommitted DELETE does (rolled back: the job stays).
+    // uncommitted DELETE does (rolled back: the job stays); then the same with the log rows
+    // the first two rounds stored, which an insert of the same attempt would wait on.
     let rounds = [
         (
             format!("SELECT 1 FROM {s}.jobs WHERE id = '{}' FOR UPDATE", jobs[0]),
@@ -106,11 +107,27 @@ async fn a_held_row_costs_only_its_own_attempt_a_try() -> anyhow::Result<()> {
             jobs[0],
             "ROLLBACK",
         ),
+        (
+            format!(
+                "SELECT 1 FROM {s}.job_logs WHERE job_id = '{}' FOR UPDATE",
+                jobs[0]
+            ),
+            jobs[0],
+            jobs[1],
+            "COMMIT",
+        ),
+        (
+            format!("DELETE FROM {s}.job_logs WHERE job_id = '{}'", jobs[1]),
+            jobs[1],
+            jobs[0],
+            "ROLLBACK",
+        ),
     ];
     for (round, (hold, held_id, free_id, end)) in rounds.into_iter().enumerate() {
         holder.batch_execute(&format!("BEGIN; {hold}")).await?;
         let pair = (held_id, free_id);
-        let [held, free] = log_both(&db, &mut peer, pair, round, round == 0).await?;
+        let batched = hold.ends_with("FOR UPDATE");
+        let [held, free] = log_both(&db, &mut peer, pair, round, batched).await?;
         assert_held(&held);
         assert_eq!(text_of(&free, "result"), "recorded", "{free:?}");
         let lines = stored(&db, free_id).await?;
@@ -124,7 +141,8 @@ async fn a_held_row_costs_only_its_own_attempt_a_try() -> anyhow::Result<()> {
     peer.send(&log_request(4, jobs[1], "again")).await;
     let again = peer.recv().await;
     assert_eq!(text_of(&again, "result"), "recorded", "{again:?}");
-    assert_eq!(stored(&db, jobs[1]).await?, ["free 0", "again"]);
+    assert_eq!(stored(&db, jobs[1]).await?, ["free 0", "free 2", "again"]);
+    assert_eq!(stored(&db, jobs[0]).await?, ["free 1", "free 3"]);
     server.shutdown().await;
     Ok(())
 }

@@ -13,7 +13,9 @@
 //! once the row is free while it goes on with the rest. A hold that outlasts the lease does
 //! not let the rescuer take back the job (running, or its outcome waiting): the renewals
 //! the row could not take are noted beside it. Advancing a periodic job skips an entry
-//! whose row is held, so the other entries' ticks are enqueued.
+//! whose row is held, so the other entries' ticks are enqueued. A shared log writer's
+//! store skips a held log row, and a runtime's store given up while it waits on one does
+//! not leave its connection to the next statement.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -503,5 +505,157 @@ async fn a_pools_lock_bound_outlasts_the_outcome_statements() -> anyhow::Result<
         [FinishResult::Recorded(JobState::Completed)]
     );
     assert_eq!(shown().await?, "300ms", "put back after the outcomes");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_shared_log_store_does_not_wait_on_a_held_log_row() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    log_stores_around_held_rows(&h, db).await
+}
+
+/// Three attempts with a line stored each; then another transaction holds the log row of
+/// the first (`SELECT … FOR UPDATE`) and deletes the second's (uncommitted). A shared
+/// writer's store of a line for each comes back at once: the two held ones answered held,
+/// nothing of theirs changed, the third stored; once the rows are free the held ones are
+/// stored after their first lines. Shared with the PgBouncer harness, where the bound is
+/// sent around the store in a transaction of its own.
+pub(crate) async fn log_stores_around_held_rows(
+    h: &Harness,
+    db: &TestDatabase,
+) -> anyhow::Result<()> {
+    use hopper_core::job_log::{JobLogAppend, LogLevel, LogLine};
+    let jobs: Vec<_> = (0..3).map(|_| job("k", "logged")).collect();
+    h.backend.job_insert_many(&jobs).await?;
+    let leases: Vec<_> = h
+        .claim("logged", 3)
+        .await?
+        .iter()
+        .map(|j| j.lease)
+        .collect();
+    assert_eq!(leases.len(), 3);
+    let store = h.backend.logs().expect("PostgreSQL keeps logs");
+    let appends = |message: &str, leases: &[hopper_core::Lease]| -> Vec<JobLogAppend> {
+        leases
+            .iter()
+            .map(|&lease| JobLogAppend {
+                lease,
+                lines: vec![LogLine {
+                    at: chrono::Utc::now(),
+                    level: LogLevel::Info,
+                    message: message.to_owned(),
+                    fields: serde_json::Map::new(),
+                }],
+                dropped: 0,
+            })
+            .collect()
+    };
+    assert!(
+        store
+            .job_log_append(&appends("first", &leases))
+            .await?
+            .is_empty()
+    );
+
+    let holder = crate::support::connect(db.url()).await?;
+    let s = db.schema();
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {s}.job_logs WHERE job_id = '{}' FOR UPDATE; \
+             DELETE FROM {s}.job_logs WHERE job_id = '{}'",
+            leases[0].job_id, leases[1].job_id
+        ))
+        .await?;
+    let held = tokio::time::timeout(
+        Duration::from_secs(5),
+        store.job_log_append_shared(&appends("second", &leases)),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("the store waited on the held log rows"))??;
+    assert_eq!(sorted(held), sorted(leases[..2].to_vec()));
+    let messages = |logs: Vec<hopper_core::job_log::AttemptLog>| -> Vec<String> {
+        logs.into_iter()
+            .flat_map(|log| log.lines.into_iter().map(|line| line.message))
+            .collect()
+    };
+    assert_eq!(
+        messages(store.job_logs(leases[2].job_id).await?),
+        ["first", "second"]
+    );
+
+    holder.batch_execute("ROLLBACK").await?;
+    let again = store
+        .job_log_append_shared(&appends("second", &leases[..2]))
+        .await?;
+    assert!(again.is_empty(), "stored once free: {again:?}");
+    for lease in &leases {
+        assert_eq!(
+            messages(store.job_logs(lease.job_id).await?),
+            ["first", "second"],
+            "{lease:?}"
+        );
+    }
+    Ok(())
+}
+
+fn sorted(mut leases: Vec<hopper_core::Lease>) -> Vec<hopper_core::Lease> {
+    leases.sort_by_key(|l| l.job_id);
+    leases
+}
+
+/// A runtime's log store waits on its own held log row (only that attempt's store waits),
+/// and the runtime gives it up at its bound: the connection it waited on does not go back
+/// to the pool, where the next statement would queue behind the wait. A pool of one, so
+/// the next statement needs a connection anew.
+#[tokio::test]
+async fn a_log_store_given_up_while_it_waits_does_not_keep_its_connection() -> anyhow::Result<()> {
+    use hopper_core::job_log::{JobLogAppend, LogLevel, LogLine};
+    let db = TestDatabase::new().await?;
+    let options = hopper::PgOptions::default()
+        .with_schema(db.schema())
+        .with_pool_size(1);
+    let backend = hopper::PgBackend::connect(db.url(), options).await?;
+    backend.job_insert_many(&[job("k", "logged")]).await?;
+    let claimed = backend
+        .job_claim(&hopper_core::backend::ClaimParams {
+            queue: "logged".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: 1,
+            lease: Duration::from_secs(600),
+            kinds: None,
+        })
+        .await?;
+    let lease = claimed[0].lease;
+    let append = [JobLogAppend {
+        lease,
+        lines: vec![LogLine {
+            at: chrono::Utc::now(),
+            level: LogLevel::Info,
+            message: "line".into(),
+            fields: serde_json::Map::new(),
+        }],
+        dropped: 0,
+    }];
+    let store = backend.logs().expect("PostgreSQL keeps logs");
+    store.job_log_append(&append).await?;
+    let holder = crate::support::connect(db.url()).await?;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM {}.job_logs WHERE job_id = '{}' FOR UPDATE",
+            db.schema(),
+            lease.job_id
+        ))
+        .await?;
+    let waited = tokio::time::timeout(Duration::from_millis(300), store.job_log_append(&append));
+    assert!(waited.await.is_err(), "the store waits on its own held row");
+    let next = tokio::time::timeout(
+        Duration::from_secs(5),
+        backend.job_get(&hopper_core::backend::JobGetParams { id: lease.job_id }),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("the next statement queued behind the abandoned store"))??;
+    assert_eq!(next.map(|j| j.state), Some(JobState::Running));
+    holder.batch_execute("COMMIT").await?;
     Ok(())
 }

@@ -54,6 +54,18 @@ async fn an_outcome_whose_row_is_held_does_not_stop_its_batch_through_pgbouncer(
     crate::postgres_lock_order::outcomes_around_held_rows(&h, db).await
 }
 
+/// Behind the pooler a shared writer's log store sends its lock bound around itself, in a
+/// transaction of its own.
+#[tokio::test]
+async fn a_shared_log_store_does_not_wait_on_a_held_log_row_through_pgbouncer() -> anyhow::Result<()>
+{
+    let h = through_pgbouncer().await?;
+    let (_, db) = h
+        .store::<(PgBouncer, TestDatabase)>()
+        .expect("a PgBouncer harness");
+    crate::postgres_lock_order::log_stores_around_held_rows(&h, db).await
+}
+
 #[tokio::test]
 async fn migrations_run_through_pgbouncer() -> anyhow::Result<()> {
     let bouncer = strict_bouncer(2)?;
