@@ -185,7 +185,10 @@ async fn the_default_prefetch_follows_the_pace_of_the_jobs() -> anyhow::Result<(
         .await
         .map_err(anyhow::Error::msg)?;
 
-    // Two long jobs take both slots; behind them, a full batch (100) waits on hand.
+    // Two long jobs take both slots; behind them, what the slots start in 10 ms at the pace
+    // of the quick jobs waits on hand: a full batch (100) where a no-op job takes under
+    // 0.2 ms, fewer on a machine so loaded that it takes longer (0.37 ms seen with the
+    // whole suite running: 54), but far above the floor of slow jobs (4).
     for n in [1000, 1001] {
         insert(&client, n, 60_000).await?;
     }
@@ -197,11 +200,11 @@ async fn the_default_prefetch_follows_the_pace_of_the_jobs() -> anyhow::Result<(
         .collect::<Result<_, _>>()?;
     client.insert_many(&rest).await?;
     let stats = db
-        .wait_for(QUEUE, Duration::from_secs(10), |s| s.running == 102)
+        .wait_for(QUEUE, Duration::from_secs(10), |s| s.running >= 2 + 40)
         .await
         .map_err(anyhow::Error::msg)?;
-    assert_eq!(
-        stats.available, 200,
+    assert!(
+        stats.running <= 102 && stats.available + stats.running == 302,
         "no more than a batch on hand: {stats:?}"
     );
     handle.shutdown().await;
