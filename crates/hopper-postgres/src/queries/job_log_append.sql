@@ -12,10 +12,11 @@
 -- and outcomes take FOR NO KEY UPDATE, which does not conflict with it), and the entries
 -- of a held job are not stored. Returns the (job, attempt) of each entry stored; the
 -- caller tells a held job from one that is gone. A log row locked by another transaction
--- (an operator's DELETE, UPDATE or SELECT FOR UPDATE on job_logs) is waited for, at most
--- the lock bound the caller sets around this statement; past it the caller stores with
--- job_log_append_around_held.sql, which skips such rows too but costs more to plan and
--- run.
+-- (an operator's DELETE, UPDATE or SELECT FOR UPDATE on job_logs) is waited for: by a
+-- runtime's store, whose entries are one attempt's, as long as it waits; by a shared
+-- writer's (hopper serve's) at most 100 ms, the lock_timeout of its connection, past which
+-- it stores with job_log_append_around_held.sql, which skips such rows too but costs more
+-- to plan and run (logs.rs).
 --
 -- Index: jobs_pkey for the lock, one probe per entry; job_logs_pkey (job_id, attempt)
 -- for the conflict.
