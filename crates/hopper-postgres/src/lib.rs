@@ -178,6 +178,8 @@ struct Inner {
     /// (`logs.rs`); `None` behind a transaction pooler, where the bound is sent around
     /// each store. A pool of one, opened at the first such store.
     shared_writer: Option<deadpool_postgres::Pool>,
+    /// What opens a shared log writer's second try (`logs.rs`, `around_held_begin`).
+    logs_around_held: String,
     /// Where the LISTEN connection goes: the main URL, the direct one behind a transaction
     /// pooler, or nowhere (behind a transaction pooler with no direct URL: polling).
     listen: Option<PgConnectOptions>,
@@ -237,6 +239,7 @@ impl PgBackend {
                 pooler: options.pooler,
                 outcomes_after: outcomes::after_first_try(options.pooler, lock_timeout.as_deref()),
                 shared_writer,
+                logs_around_held: logs::around_held_begin(lock_timeout.as_deref()),
                 listen,
                 queries: Queries::new(&options.schema),
                 schema: options.schema,

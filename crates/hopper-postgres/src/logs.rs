@@ -7,8 +7,8 @@
 //! row either: it waits at most 100 ms (PostgreSQL's `lock_timeout`), then stores the same
 //! entries with a statement that skips held log rows too
 //! (`job_log_append_around_held.sql`), which costs more to plan and run and so is only the
-//! second try. Either way an attempt whose row is held is left out, and the caller sends it
-//! again later.
+//! second try, and waits, as stores did before, only on a lock of the whole table. Either
+//! way an attempt whose row is held is left out, and the caller sends it again later.
 //!
 //! The bound is a session setting of a connection kept for shared writers (a pool of one,
 //! opened at their first store), so that a store pays nothing for it: sent around each
@@ -97,20 +97,29 @@ impl PgBackend {
         // the connection is closed: put back, it would hold its next user behind the wait,
         // or inside the store's transaction.
         let client = TxConnection::new(object);
-        // Prepared once per connection: every attempt that logs stores at least once.
-        let statement = self
+        // Prepared once per connection: every attempt that logs stores at least once. The
+        // first preparation on a connection waits on a lock of the table too (an `ALTER
+        // TABLE`, a `LOCK TABLE`), within the same bound.
+        let prepared = self
+            .inner
+            .pooler
             .prepare(&client, &self.inner.queries.job_log_append)
-            .await?;
-        let first = statement.query(&***client, &args);
-        let first = match bracket {
-            true => bracketed(&client, (LOCK_BOUND_LOCAL, "COMMIT"), first).await?,
-            false => first.await,
+            .await;
+        let first = match prepared {
+            Ok(statement) => {
+                let run = statement.query(&***client, &args);
+                match bracket {
+                    true => bracketed(&client, (LOCK_BOUND_LOCAL, "COMMIT"), run).await?,
+                    false => run.await,
+                }
+            }
+            Err(e) => Err(e),
         };
         let stored = match first {
             Ok(rows) => rows,
             // Past the bound, or the pool's own (`PgOptions::lock_timeout`).
             Err(e) if lock_not_granted(&e) => {
-                self.append_around_held(&client, &args, bracket).await?
+                self.append_around_held(&client, &args, bounded).await?
             }
             Err(e) => return Err(map_pg(e)),
         };
@@ -138,20 +147,23 @@ impl PgBackend {
 
     /// The second try of a store whose first timed out on a row lock: the statement that
     /// skips held log rows, sent as text (planned at each run: how best to find the log
-    /// rows depends on the size of `job_logs`, which a cached plan would not follow), with
-    /// the same bound, the connection's or sent around it when `bracket` (a table lock,
-    /// such as an `ALTER TABLE` running, is not skipped: the store then fails as a
-    /// transient error). One step after the other, as a statement sent as text is
-    /// prepared first.
+    /// rows depends on the size of `job_logs`, which a cached plan would not follow). A
+    /// shared writer's runs in a transaction whose lock bound is the pool's own (none
+    /// unless [`crate::PgOptions::lock_timeout`] sets one), not the 100 ms of the first
+    /// try: it skips held rows, so what it may still wait for is a lock on the table (an
+    /// `ALTER TABLE`, a `LOCK TABLE`), which stalls every store alike, and waiting for it
+    /// keeps their lines where failing would have the workers give them up after their
+    /// retries. A runtime's store runs under the pool's bound as it is. One step after the
+    /// other, as a statement sent as text is prepared first.
     async fn append_around_held(
         &self,
         client: &TxConnection,
         args: &Args<'_>,
-        bracket: bool,
+        shared: bool,
     ) -> Result<Vec<Row>> {
-        if bracket {
+        if shared {
             client
-                .batch_execute(LOCK_BOUND_LOCAL)
+                .batch_execute(&self.inner.logs_around_held)
                 .await
                 .map_err(map_pg)?;
         }
@@ -160,11 +172,20 @@ impl PgBackend {
             .query(&****client, args)
             .await
             .map_err(map_pg)?;
-        if bracket {
+        if shared {
             client.batch_execute("COMMIT").await.map_err(map_pg)?;
         }
         Ok(rows)
     }
+}
+
+/// What opens the transaction of a shared writer's second try: the lock bound of the
+/// pool (`pool_lock_timeout`, [`crate::PgOptions::lock_timeout`]), or none.
+pub(crate) fn around_held_begin(pool_lock_timeout: Option<&str>) -> String {
+    format!(
+        "BEGIN; SET LOCAL lock_timeout = '{}'",
+        pool_lock_timeout.unwrap_or("0")
+    )
 }
 
 /// The leases of `rows` whose first two columns are a job id and an attempt.
