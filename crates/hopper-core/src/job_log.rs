@@ -303,10 +303,11 @@ pub trait LogStore: Send + Sync {
     /// one batch after another (`hopper serve`'s log writer): it waits on no row another
     /// transaction holds for more than a moment, the attempt's log row included, since
     /// every caller's lines would wait with it. An attempt whose log row is held is
-    /// returned as held, as one whose job row is. Bounding that wait costs a store more
-    /// (on PostgreSQL two settings sent around it), which a writer of one attempt's lines
-    /// at a time, stalling only itself, need not pay. By default the same as
-    /// [`LogStore::job_log_append`] (a store without row locks).
+    /// returned as held, as one whose job row is. Bounding that wait costs more (on
+    /// PostgreSQL a connection of its own, or behind a transaction pooler settings sent
+    /// around each store), which a writer of one attempt's lines at a time, stalling only
+    /// itself, need not pay. By default the same as [`LogStore::job_log_append`] (a store
+    /// without row locks).
     async fn job_log_append_shared(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>> {
         self.job_log_append(appends).await
     }

@@ -11,6 +11,18 @@
 //! the handler's transaction ([`PgBackend::complete_in`]). With the `sqlx` feature, the
 //! same on a sqlx connection or transaction ([`PgBackend::sqlx`]).
 
+/// How long a statement that can go around held rows waits for a row lock first (the
+/// outcomes, `outcomes.rs`; a shared log writer's store, `logs.rs`): PostgreSQL's
+/// `lock_timeout`, a literal for the settings their `concat!` builds. The locks they meet
+/// in normal work (a cancel, a rescue, another statement over the same rows) last a
+/// statement, milliseconds; a wait past this is another transaction holding the row, and
+/// costs only the second try, which skips it.
+macro_rules! lock_wait {
+    () => {
+        "100ms"
+    };
+}
+
 mod backend;
 mod capabilities;
 mod conn;

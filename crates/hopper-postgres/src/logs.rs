@@ -4,7 +4,7 @@
 //! A store does not wait on a job row another transaction holds: the statement skips it
 //! (`job_log_append.sql`). A shared writer's store ([`LogStore::job_log_append_shared`],
 //! `hopper serve`'s one writer of every remote worker's lines) does not wait long on a log
-//! row either: it waits at most 100 ms (PostgreSQL's `lock_timeout`), then stores the same
+//! row either: it waits at most 100 ms (`lock_wait!`, as the outcomes), then stores the same
 //! entries with a statement that skips held log rows too
 //! (`job_log_append_around_held.sql`), which costs more to plan and run and so is only the
 //! second try, and waits, as stores did before, only on a lock of the whole table. Either
@@ -32,13 +32,14 @@ use crate::pooled::{TxConnection, bracketed};
 use crate::statement::Args;
 
 /// The setup of the connection kept for shared writers: a bound on each wait for a row
-/// lock, past which a store goes around the held rows (hopper locks a log row only for the
-/// moment of a store, so a longer wait is another transaction holding it).
-pub(crate) const SHARED_WRITER_SETUP: &str = "SET lock_timeout = '100ms'";
+/// lock (`lock_wait!`), past which a store goes around the held rows (hopper locks a log
+/// row only for the moment of a store, so a longer wait is another transaction holding
+/// it).
+pub(crate) const SHARED_WRITER_SETUP: &str = concat!("SET lock_timeout = '", lock_wait!(), "'");
 
 /// What is sent before a shared writer's store behind a transaction pooler: the same bound,
 /// in a transaction of the store's own (ended by `COMMIT`, a rollback if the store failed).
-const LOCK_BOUND_LOCAL: &str = "BEGIN; SET LOCAL lock_timeout = '100ms'";
+const LOCK_BOUND_LOCAL: &str = concat!("BEGIN; SET LOCAL lock_timeout = '", lock_wait!(), "'");
 
 #[async_trait]
 impl LogStore for PgBackend {

@@ -26,16 +26,6 @@ use crate::hot::millis;
 use crate::pooled::{TxConnection, bracketed};
 use crate::statement::{Pooler, Query, Ready, driver};
 
-/// How long an outcome statement waits for a row lock: PostgreSQL's `lock_timeout`, put
-/// into the settings below by `concat!`. The locks outcomes meet in normal work (a cancel,
-/// a rescue, another statement over the same rows) last a statement, milliseconds; a wait
-/// past this costs only the second try.
-macro_rules! lock_wait {
-    () => {
-        "100ms"
-    };
-}
-
 /// What is sent before the first try: a generic plan ([`PgBackend::finish_pooled`] says
 /// why) and row-lock waits bounded (`lock_wait!`); a session setting, or behind a
 /// transaction pooler `SET LOCAL` in a transaction (pooled.rs, `generic_plan_brackets`).

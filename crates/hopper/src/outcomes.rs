@@ -90,11 +90,12 @@ impl<T> Deferred<T> {
 }
 
 /// Renews by `by` the leases of outcomes kept aside as held, after a write answered them
-/// held again, and counts them ([`crate::metrics::OUTCOMES_HELD_TOTAL`]). Their rows are still held, so PostgreSQL notes the renewal beside the row
-/// (`held_leases`) and its rescuer leaves those jobs alone until the note expires; a row
-/// freed meanwhile is renewed in place. A failure is logged and left to the next try (the
-/// outcome is written once the row is free either way); leases found lost need nothing:
-/// their outcomes will be answered lost.
+/// held again, and counts them ([`crate::metrics::OUTCOMES_HELD_TOTAL`]). Their rows are
+/// still held, so PostgreSQL notes the renewal beside the row (`held_leases`) and its
+/// rescuer leaves those jobs alone until the note expires; a row freed meanwhile is renewed
+/// in place. A failure is logged and left to the next try (the outcome is written once the
+/// row is free either way); leases found lost need nothing: their outcomes will be answered
+/// lost.
 pub async fn renew_held(backend: &dyn Backend, leases: Vec<Lease>, by: Duration) {
     if leases.is_empty() {
         return;

@@ -182,8 +182,9 @@ impl Worker for Sometimes {
 }
 
 /// The runtime's counters and histograms, recorded through the `metrics` facade, appear on
-/// `/metrics` once the recorder is installed, the count of held outcomes among them. (The only test that installs it: the recorder
-/// is global to the process. Its queue is its own, so other tests cannot disturb its counts.)
+/// `/metrics` once the recorder is installed, the count of held outcomes among them. (The
+/// only test that installs it: the recorder is global to the process. Its queues are its
+/// own, so other tests cannot disturb its counts.)
 #[tokio::test]
 async fn metrics_show_runtime_counters_and_histograms() -> anyhow::Result<()> {
     let handle = hopper_web::metrics::install_recorder()?;
