@@ -45,6 +45,11 @@ pub const LOG_FLUSH_BYTES: usize = 16 * 1024;
 /// The longest message kept of one line, in bytes; a longer one is cut and ends with `…`.
 pub const MAX_LOG_MESSAGE_BYTES: usize = 4 * 1024;
 
+/// How long a writer of one attempt's lines keeps trying a store of them that fails for a
+/// transient reason, from its first try, before it gives those lines up (5 s): the
+/// default of [`LogStore::job_log_store_window`].
+pub const LOG_STORE_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How much a log line matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -310,6 +315,16 @@ pub trait LogStore: Send + Sync {
     /// without row locks).
     async fn job_log_append_shared(&self, appends: &[JobLogAppend]) -> Result<Vec<Lease>> {
         self.job_log_append(appends).await
+    }
+
+    /// How long a writer of one attempt's lines keeps trying one store of them (its tries
+    /// after transient failures included) before it gives the lines up, from the first
+    /// try. The attempt's outcome waits for its last store, so a store that stays away
+    /// must not hold it until the lease runs out: by default [`LOG_STORE_WINDOW`]. A store
+    /// whose requests may go unanswered for longer than that, and be sent again (a remote
+    /// transport, waiting a reply timeout for each), gives a window to match.
+    fn job_log_store_window(&self) -> std::time::Duration {
+        LOG_STORE_WINDOW
     }
 
     /// The logs of the attempts of a job after attempt `after`, oldest attempt first, at

@@ -6,10 +6,12 @@
 //! lines. One attempt's stores run one after the other, so its lines are stored in order.
 //!
 //! A store that fails for a transient reason (the connection lost, a serialization failure,
-//! a stale prepared statement, the attempt's job held by another transaction) is tried
-//! again with the same lines, with backoff, within [`STORE_TIMEOUT`] in all; lines logged
-//! meanwhile wait for the next store, so the order holds. A store refused for good, or
-//! still failing at the bound, is given up (logged, with the number of lines lost).
+//! a stale prepared statement, the attempt's job held by another transaction, a request
+//! to the server left without a reply) is tried again with the same lines, with backoff,
+//! within the store's window in all ([`LogStore::job_log_store_window`]: 5 s on a
+//! database, longer on the remote transport); lines logged meanwhile wait for the next
+//! store, so the order holds. A store refused for good, or still failing at the bound, is
+//! given up (logged, with the number of lines lost).
 //! Storage is at least once: a retry after a store whose commit was not acknowledged (the
 //! connection lost at that moment) stores its lines twice.
 
@@ -20,16 +22,13 @@ use hopper_core::job_log::{
     JobLogAppend, LOG_FLUSH_BYTES, LOG_FLUSH_INTERVAL, LogBuffer, LogLevel, LogLine, LogStore,
     held_elsewhere,
 };
+use hopper_core::limits::MAX_DURATION;
 use hopper_core::{Backoff, Lease};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// How long one store of an attempt's lines may take, its retries included, before they
-/// are given up.
-const STORE_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The delays between the tries of a store that failed for a transient reason: 50 ms,
-/// doubling up to 1 s (about eight tries within [`STORE_TIMEOUT`]).
+/// doubling up to 1 s (about eight tries within 5 s).
 const STORE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
 
 /// One attempt's log being written (see the module's docs).
@@ -144,9 +143,10 @@ impl LogSink {
 }
 
 /// Stores one attempt's `lines`, trying again while the store fails for a transient reason,
-/// with [`STORE_RETRY`] between tries, until [`STORE_TIMEOUT`] after the first: the job's
-/// outcome waits for the last store, and a database that stays away must not hold it until
-/// the lease runs out. Gives up (logged) on a permanent failure or at the bound.
+/// with [`STORE_RETRY`] between tries, until the store's window
+/// ([`LogStore::job_log_store_window`]) after the first: the job's outcome waits for the
+/// last store, and a store that stays away must not hold it until the lease runs out.
+/// Gives up (logged) on a permanent failure or at the bound.
 async fn store_retrying(store: &dyn LogStore, lease: Lease, lines: Vec<LogLine>, dropped: i64) {
     let count = lines.len();
     let append = [JobLogAppend {
@@ -154,7 +154,9 @@ async fn store_retrying(store: &dyn LogStore, lease: Lease, lines: Vec<LogLine>,
         lines,
         dropped,
     }];
-    let deadline = Instant::now() + STORE_TIMEOUT;
+    // Past ten years (`MAX_DURATION`), ten years: the clock cannot add any duration.
+    let window = store.job_log_store_window().min(MAX_DURATION);
+    let deadline = Instant::now() + window;
     let mut backoff = STORE_RETRY;
     let mut tries = 0u32;
     loop {
@@ -165,7 +167,7 @@ async fn store_retrying(store: &dyn LogStore, lease: Lease, lines: Vec<LogLine>,
             Ok(Ok(_)) => held_elsewhere(),
             Ok(Err(e)) => e,
             Err(_) => {
-                tracing::warn!(job_id = %lease.job_id, lines = count, tries, timeout = ?STORE_TIMEOUT, "storing the job's log timed out; these lines are lost");
+                tracing::warn!(job_id = %lease.job_id, lines = count, tries, timeout = ?window, "storing the job's log timed out; these lines are lost");
                 return;
             }
         };

@@ -1,7 +1,8 @@
 //! A `Runtime` on a `RemoteBackend`: the job's metadata reaches the handler through the
 //! server, and what the handler logs is sent as `log` requests and stored with the attempt;
 //! a store the database fails for a while (the server answers it as transient) is sent
-//! again, one it refuses for good is not.
+//! again, one it refuses for good is not, and one the server answers later than a database
+//! store's 5 s window is waited for and sent again, as the Python and Node workers do.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -148,6 +149,66 @@ async fn a_remote_runtime_gives_up_at_once_the_lines_the_database_refuses() -> a
         started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_runtime_waits_past_five_seconds_for_a_log_reply_and_sends_it_again()
+-> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(1)).await).await;
+    // The first store that runs fails (transient), so the lines are stored only if the
+    // worker is still there to send them again when its reply comes.
+    db.fail_log_stores(1, "40001").await?;
+    let table = sql(&db).await?;
+    table
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
+            db.schema()
+        ))
+        .await?;
+    let url = url(server.endpoint());
+    let client = hopper::Client::new(hopper::connect(&url, Default::default()).await?);
+    let id = client.insert(NewJob::of(&Note { lines: 3 })?).await?;
+    let backend = hopper::connect(&format!("{url}&name=w&kinds=note"), Default::default()).await?;
+    let mut workers = Workers::new();
+    workers.register(Noter {
+        meta: Arc::new(Mutex::new(Vec::new())),
+    });
+    let handle = Runtime::new(backend, workers, RuntimeConfig::default())
+        .start()
+        .await?;
+    // The server's log writer waits on the table: the request is left without a reply.
+    db.wait_for_lock_waits(1, Duration::from_secs(30)).await?;
+    // The condition under test: no reply for longer than a database store's window.
+    tokio::time::sleep(hopper::core::job_log::LOG_STORE_WINDOW + Duration::from_secs(1)).await;
+    table.batch_execute("COMMIT").await?;
+    db.wait_for("default", Duration::from_secs(60), |s| s.completed == 1)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    handle.shutdown().await;
+    server.shutdown().await;
+
+    let local = hopper::Client::new(db.backend());
+    let ran = local.job(id).await?.and_then(|job| job.duration_ms);
+    assert!(
+        ran.is_some_and(|ms| ms < 5_000),
+        "the attempt's duration is its handler's, not its log's wait: {ran:?} ms"
+    );
+    let logs = local.job_logs(id).await?;
+    let stored: Vec<String> = logs
+        .into_iter()
+        .flat_map(|l| l.lines.into_iter().map(|line| line.message))
+        .collect();
+    let expected: Vec<String> = (0..3)
+        .map(|i| format!("note {i} {}", "x".repeat(100)))
+        .collect();
+    assert_eq!(stored, expected, "every line, in order, once");
+    assert_eq!(
+        db.log_store_attempts().await?,
+        2,
+        "the failed store (answered late), then the one sent again"
     );
     Ok(())
 }

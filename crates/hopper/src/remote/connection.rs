@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hopper_core::limits::MAX_DURATION;
 use hopper_core::{ClaimedJob, Error, Lease, Result, Wakeup};
 use hopper_protocol::{ErrorCode, LeaseRef, Reply, Request, Role, VERSION, decode_reply, encode};
 use tokio::sync::{mpsc, oneshot};
@@ -209,7 +210,8 @@ async fn serve(
     let mut last_heard = Instant::now();
     let mut tick = tokio::time::interval(heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let timeout = shared.options.request_timeout;
+    // Past ten years (`MAX_DURATION`), ten years: the clock cannot add any duration.
+    let timeout = shared.options.request_timeout.min(MAX_DURATION);
     let reason = loop {
         tokio::select! {
             command = commands.recv() => {

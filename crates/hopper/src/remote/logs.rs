@@ -2,8 +2,10 @@
 //! log as `log` requests (`docs/protocol.md`), and the server stores them; `job_logs`
 //! requests read a job's logs back, a page of attempts at a time.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
-use hopper_core::job_log::{AttemptLog, JobLogAppend, LogStore, merge_appends};
+use hopper_core::job_log::{AttemptLog, JobLogAppend, LOG_STORE_WINDOW, LogStore, merge_appends};
 use hopper_core::{Error, JobId, Lease, Result};
 use hopper_protocol::{LogLineSpec, Reply, Request};
 
@@ -41,6 +43,19 @@ impl LogStore for RemoteBackend {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// The bound of the Python and Node workers, which send a `log` request up to three
+    /// times, each with [`LOG_STORE_WINDOW`] for transient errors:
+    /// 3 × (5 s + `request_timeout`) from the first send, 45 s by default. Within it a
+    /// request left without a reply within `request_timeout`, or in flight when the
+    /// connection was lost, is sent again, as is one answered with a transient error. The
+    /// server's log writer may answer late (it waits for a lock on the whole table), and a
+    /// server restarting takes longer than the 5 s a database store gets.
+    fn job_log_store_window(&self) -> Duration {
+        LOG_STORE_WINDOW
+            .saturating_add(self.options().request_timeout)
+            .saturating_mul(3)
     }
 
     /// Reads the server's pages (at most [`hopper_protocol::LOGS_PAGE`] attempts each),

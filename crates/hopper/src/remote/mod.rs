@@ -40,6 +40,7 @@ use hopper_core::backend::{
     JobRetryManyParams, JobRetryParams, JobSearchParams, NodeDeregisterParams, NodeInfo, Outcome,
     QueueStats, Wakeup, WakeupStream,
 };
+use hopper_core::limits::MAX_DURATION;
 use hopper_core::{
     CronEntry, Error, JobId, JobRecord, JobState, Lease, NewJob, QueueSettings, QueueUpdate, Result,
 };
@@ -69,8 +70,10 @@ pub struct RemoteOptions {
     /// The kinds of job this process runs; the server sends no others. Default: any kind
     /// in the runtime's queues (jobs of kinds with no registered worker then fail there).
     pub kinds: Option<Vec<String>>,
-    /// How long a request waits for its reply before failing with a transient error.
-    /// Default: 10 s.
+    /// How long a request waits for its reply before failing with a transient error (at
+    /// most ten years, `hopper::limits::MAX_DURATION`). Default: 10 s. A runtime keeps
+    /// trying a store of an attempt's log lines for 3 × (5 s + this), sending again a
+    /// request left without a reply (`LogStore::job_log_store_window`).
     pub request_timeout: Duration,
     /// The most orders a worker holds beyond its concurrency, so a slot that frees starts
     /// its next job without waiting for the server (the hello's `prefetch`). The server sends
@@ -372,7 +375,7 @@ impl RemoteBackend {
             .send(Command { request, reply: tx })
             .await
             .map_err(|_| Error::Shutdown)?;
-        let wait = self.shared.options.request_timeout + Duration::from_secs(1);
+        let wait = self.shared.options.request_timeout.min(MAX_DURATION) + Duration::from_secs(1);
         let reply = tokio::time::timeout(wait, rx)
             .await
             .map_err(|_| connection::unavailable("no reply from the hopper server"))?

@@ -112,8 +112,9 @@ async fn attempt(shared: &Shared, job: ClaimedJob, started: Instant) -> (Option<
                 shared.blocking.clone(),
             );
             // The log is stored beside the handler, as it runs; its last lines once
-            // the handler returned, before the outcome is reported.
-            let (end, ()) = tokio::join!(
+            // the handler returned, before the outcome is reported. The attempt's
+            // duration is the handler's; its slot's (the pace) includes that store.
+            let ((end, ran), ()) = tokio::join!(
                 async {
                     let end = handler::drive(
                         &*worker,
@@ -124,13 +125,13 @@ async fn attempt(shared: &Shared, job: ClaimedJob, started: Instant) -> (Option<
                         started,
                     )
                     .await;
+                    let ran = started.elapsed();
                     ctx.close_logs();
-                    end
+                    (end, ran)
                 },
                 ctx.write_logs()
             );
-            let ran = started.elapsed();
-            shared.pace.record(ran);
+            shared.pace.record(started.elapsed());
             handler::settled_outcome(
                 handler::settle(run.reason(), end),
                 &*worker,
