@@ -193,8 +193,11 @@ impl JobContext {
     }
 
     /// Extends this attempt: its timeout moves to `by` from now, and so does its lease.
-    /// Fails with [`Error::LeaseLost`] if the job is no longer this worker's.
+    /// Fails with [`Error::LeaseLost`] if the job is no longer this worker's, and with
+    /// [`Error::InvalidInput`] (changing nothing) for `by` past
+    /// [`crate::limits::MAX_DURATION`].
     pub async fn extend(&self, by: Duration) -> Result<()> {
+        let by = hopper_core::limits::check_duration("a lease extension", by)?;
         let params = JobExtendManyParams {
             leases: vec![self.job.lease],
             by,

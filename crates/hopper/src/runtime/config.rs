@@ -4,13 +4,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::{Clock, SystemClock};
+use hopper_core::limits::check_duration;
+use hopper_core::{Clock, Error, Result, SystemClock};
 
 use crate::maintenance::Housekeeping;
 
 /// How a [`crate::Runtime`] runs. Every field has a default; see [`RuntimeConfig::default`].
 /// Built from the default with the `with_*` methods (or by setting its fields);
-/// `#[non_exhaustive]`, so a new setting is not a breaking change.
+/// `#[non_exhaustive]`, so a new setting is not a breaking change. A setting the runtime
+/// cannot run with is refused when it starts ([`RuntimeConfig::check`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RuntimeConfig {
@@ -107,6 +109,84 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// The most any count of a runtime's may be (`concurrency`, the batches, `prefetch`,
+    /// `claims_in_flight`, `blocking_threads`): a million. Past it a setting is a mistake,
+    /// and the runtime's sums of them must not overflow.
+    pub const MAX_COUNT: usize = 1_000_000;
+
+    /// The shortest lease a runtime takes: renewed every third of it, at most every 10 ms.
+    pub const MIN_LEASE: Duration = Duration::from_millis(30);
+
+    /// Refuses, with an [`Error::InvalidInput`] that names the setting, what a runtime
+    /// cannot run with ([`crate::Runtime::start`] calls it): no queue, or an invalid queue
+    /// name; a duration past [`hopper_core::limits::MAX_DURATION`] (ten years); a zero
+    /// `poll_interval` or `rescue_interval` (the database queried without pause); a
+    /// `lease` under [`RuntimeConfig::MIN_LEASE`]; a `node_dead_after` under twice the
+    /// heartbeat (live nodes would be taken for dead between their beats); a count past
+    /// [`RuntimeConfig::MAX_COUNT`]. A count of zero is read as one.
+    pub fn check(&self) -> Result<()> {
+        if self.queues.is_empty() {
+            return Err(Error::InvalidInput(
+                "a runtime needs at least one queue to claim from".into(),
+            ));
+        }
+        for queue in &self.queues {
+            hopper_core::job::validate_name("queue", queue)?;
+        }
+        let durations = [
+            ("lease", self.lease),
+            ("poll_interval", self.poll_interval),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("node_dead_after", self.node_dead_after),
+            ("rescue_interval", self.rescue_interval),
+            ("shutdown_timeout", self.shutdown_timeout),
+        ];
+        for (name, duration) in durations {
+            check_duration(name, duration)?;
+        }
+        for (name, interval) in [
+            ("poll_interval", self.poll_interval),
+            ("rescue_interval", self.rescue_interval),
+        ] {
+            if interval.is_zero() {
+                return Err(Error::InvalidInput(format!(
+                    "{name} must be more than zero: the database would be queried without pause"
+                )));
+            }
+        }
+        if self.lease < Self::MIN_LEASE {
+            return Err(Error::InvalidInput(format!(
+                "a lease of {:?} is too short: at least {:?} (it is renewed every third of it, at most every 10 ms)",
+                self.lease,
+                Self::MIN_LEASE
+            )));
+        }
+        let heartbeat = self.effective_heartbeat();
+        if self.node_dead_after < heartbeat * 2 {
+            return Err(Error::InvalidInput(format!(
+                "node_dead_after of {:?} is too short: at least twice the heartbeat ({heartbeat:?}), or live nodes would be taken for dead between their beats",
+                self.node_dead_after
+            )));
+        }
+        let counts = [
+            ("concurrency", self.concurrency),
+            ("claim_batch", self.claim_batch),
+            ("prefetch", self.prefetch.unwrap_or(0)),
+            ("claims_in_flight", self.claims_in_flight),
+            ("complete_batch", self.complete_batch),
+            ("blocking_threads", self.blocking_threads),
+        ];
+        for (name, count) in counts {
+            if count > Self::MAX_COUNT {
+                return Err(Error::InvalidInput(format!(
+                    "{name} of {count} is too large: at most {}",
+                    Self::MAX_COUNT
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The weight of `queue` (1 when not listed, at least 1).
     pub(crate) fn weight(&self, queue: &str) -> u32 {
         self.queue_weights.get(queue).copied().unwrap_or(1).max(1)

@@ -169,11 +169,10 @@ impl Runtime {
     }
 
     /// Registers the node and starts claiming. Fails (with the backend's reason) if the
-    /// database cannot be reached or a queue name is invalid.
+    /// database cannot be reached, and with [`hopper_core::Error::InvalidInput`] for a
+    /// setting it cannot run with ([`RuntimeConfig::check`]).
     pub async fn start(self) -> Result<RuntimeHandle> {
-        for queue in &self.config.queues {
-            hopper_core::job::validate_name("queue", queue)?;
-        }
+        self.config.check()?;
         let concurrency = self.config.concurrency.max(1);
         let node = NodeInfo {
             id: Uuid::now_v7(),

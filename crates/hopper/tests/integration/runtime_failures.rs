@@ -144,6 +144,40 @@ async fn extend_keeps_a_job_past_its_original_timeout() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_past_the_bound_is_refused_and_changes_nothing() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (tx, rx) = oneshot::channel();
+    let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
+    let mut workers = Workers::new();
+    workers.register(FnWorker::new(move |ctx, _: Flaky| {
+        let tx = tx.clone();
+        async move {
+            let refused = ctx.extend(Duration::MAX).await;
+            if let Some(tx) = tx.lock().ok().and_then(|mut tx| tx.take()) {
+                let _ = tx.send(refused.map_err(|e| e.to_string()));
+            }
+            Ok(())
+        }
+    }));
+    let id = insert(&db, flaky(3).with_timeout(Duration::from_secs(30))).await?;
+    let handle = start(&db, workers, config(QUEUE, 2)).await;
+    wait_for(&db, QUEUE, Duration::from_secs(10), |s| s.completed == 1).await?;
+    handle.shutdown().await;
+    let refused = rx.await?;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("lease extension") && e.contains("too long")),
+        "{refused:?}"
+    );
+    let job = get(&db, id).await?;
+    assert!(job.errors.is_empty(), "{:?}", job.errors);
+    assert_eq!(job.attempt, 1);
+    assert_eq!(job.timeout_ms, 30_000, "{job:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_timeout_longer_than_the_jobs_keeps_it_leased() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let runs = Arc::new(AtomicUsize::new(0));
