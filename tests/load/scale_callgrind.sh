@@ -21,7 +21,7 @@ cat > "$out/wrap.sh" <<WRAP
 #!/bin/sh
 echo \$\$ > "$out/pid"
 exec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/cg.out.%p" \
-    "$bin" "\$@" --heartbeat 60s --lease 300s
+    "$bin" "\$@" --heartbeat 60s --lease 300s --node-dead-after 300s
 WRAP
 chmod +x "$out/wrap.sh"
 HOPPER_BIN="$out/wrap.sh" "${PYTHON:-python3}" "$here/scale_workers.py" \

@@ -11,14 +11,12 @@ pub fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
         .with_context(|| format!("{flag} {text:?} is not a duration such as 10s, 5m or 1h30m"))
 }
 
-/// Checks `hopper serve`'s `--heartbeat` and `--lease`: a heartbeat of at least 10 ms and a
-/// lease at least twice as long. Any pair is answered, however large (no overflow).
+/// Checks `hopper serve`'s `--heartbeat` and `--lease` as the server does
+/// ([`hopper_server::check_timing`]), before anything connects. Any pair is answered,
+/// however large (no overflow).
 pub fn check_serve_timing(heartbeat: Duration, lease: Duration) -> anyhow::Result<()> {
-    let twice = heartbeat.checked_mul(2);
-    if heartbeat < Duration::from_millis(10) || twice.is_none_or(|twice| lease < twice) {
-        anyhow::bail!("--heartbeat must be at least 10ms and --lease at least twice it");
-    }
-    Ok(())
+    hopper_server::check_timing(heartbeat, lease)
+        .map_err(|why| anyhow::anyhow!("--heartbeat and --lease: {why}"))
 }
 
 #[cfg(test)]

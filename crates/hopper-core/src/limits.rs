@@ -76,6 +76,34 @@ pub fn check_duration(what: &str, d: Duration) -> Result<Duration> {
     }
 }
 
+/// [`check_duration`] for the period of a loop that queries or waits (a poll, a rescue, a
+/// handshake): zero too is refused, as a loop without pause.
+pub fn check_interval(what: &str, d: Duration) -> Result<Duration> {
+    if d.is_zero() {
+        return Err(Error::InvalidInput(format!(
+            "{what} must be more than zero: a loop without pause"
+        )));
+    }
+    check_duration(what, d)
+}
+
+/// The most of any count in a runtime's or a server's settings (concurrency, batches,
+/// prefetch, pools, connections): a million. Past it a setting is a mistake, and sums of
+/// such counts must not overflow.
+pub const MAX_COUNT: usize = 1_000_000;
+
+/// Returns `n` when it is at most [`MAX_COUNT`], or an [`Error::InvalidInput`] that names
+/// `what` and the bound.
+pub fn check_count(what: &str, n: usize) -> Result<usize> {
+    if n <= MAX_COUNT {
+        Ok(n)
+    } else {
+        Err(Error::InvalidInput(format!(
+            "{what} of {n} is too large: at most {MAX_COUNT}"
+        )))
+    }
+}
+
 /// A duration given in milliseconds (the wire protocol's and the HTTP API's unit),
 /// checked against [`MAX_DURATION`].
 pub fn duration_ms(what: &str, ms: u64) -> Result<Duration> {

@@ -37,6 +37,7 @@ mod log_writer;
 mod outcome_writer;
 mod roster;
 mod server;
+mod settings;
 mod tasks;
 mod transport;
 
@@ -55,6 +56,7 @@ pub use auth::{
 };
 pub use exposure::is_loopback;
 pub use keys::{ServerKeys, check_key, default_key_path, key_path_beside};
+pub use settings::{MIN_HEARTBEAT, check_timing};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,10 +74,14 @@ pub enum ServeError {
     /// The database refused the server's registration.
     #[error(transparent)]
     Backend(#[from] hopper_core::Error),
+    /// A setting the server cannot run with ([`ServeConfig::check`]).
+    #[error("invalid server setting: {0}")]
+    Invalid(String),
 }
 
 /// How the server runs. [`ServeConfig::new`] gives the documented defaults; set the fields
-/// to change them. `#[non_exhaustive]`, so a new setting is not a breaking change.
+/// to change them. `#[non_exhaustive]`, so a new setting is not a breaking change. A setting
+/// the server cannot run with is refused when it starts ([`ServeConfig::check`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServeConfig {
@@ -194,8 +200,10 @@ pub fn stable_node_id(parts: &[&str]) -> NodeId {
 pub struct Server;
 
 impl Server {
-    /// Registers the node, binds the endpoint and starts serving in the background.
+    /// Checks the settings ([`ServeConfig::check`]), registers the node, binds the endpoint
+    /// and starts serving in the background.
     pub async fn start(config: ServeConfig) -> Result<ServerHandle, ServeError> {
+        config.check()?;
         server::start(config).await
     }
 }

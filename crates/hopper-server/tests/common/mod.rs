@@ -30,7 +30,8 @@ pub async fn server_backend(db: &TestDatabase, app: &str, pool: usize) -> Arc<dy
     Arc::new(backend)
 }
 
-/// A server config for `db` on a free loopback port, heartbeats every `heartbeat`.
+/// A server config for `db` on a free loopback port, heartbeats every `heartbeat` (the
+/// lease and the node timeout at least twice that).
 pub async fn config(db: &TestDatabase, heartbeat: Duration) -> ServeConfig {
     let backend = server_backend(db, &format!("srv_{}", db.schema()), 8).await;
     let mut config = ServeConfig::new(
@@ -40,6 +41,9 @@ pub async fn config(db: &TestDatabase, heartbeat: Duration) -> ServeConfig {
     );
     config.node_id = uuid::Uuid::now_v7();
     config.heartbeat = heartbeat;
+    // What `ServeConfig::check` asks of a long heartbeat (tests use them to keep quiet).
+    config.lease = config.lease.max(heartbeat * 2);
+    config.node_dead_after = config.node_dead_after.max(heartbeat * 2);
     config
 }
 

@@ -30,3 +30,4 @@ mod remote_meta_logs;
 mod request_timeout;
 mod security;
 mod session;
+mod settings;

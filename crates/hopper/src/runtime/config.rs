@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::limits::check_duration;
+use hopper_core::limits::{check_count, check_duration, check_interval};
 use hopper_core::{Clock, Error, Result, SystemClock};
 
 use crate::maintenance::Housekeeping;
@@ -109,11 +109,6 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// The most any count of a runtime's may be (`concurrency`, the batches, `prefetch`,
-    /// `claims_in_flight`, `blocking_threads`): a million. Past it a setting is a mistake,
-    /// and the runtime's sums of them must not overflow.
-    pub const MAX_COUNT: usize = 1_000_000;
-
     /// The shortest lease a runtime takes: renewed every third of it, at most every 10 ms.
     pub const MIN_LEASE: Duration = Duration::from_millis(30);
 
@@ -123,7 +118,7 @@ impl RuntimeConfig {
     /// `poll_interval` or `rescue_interval` (the database queried without pause); a
     /// `lease` under [`RuntimeConfig::MIN_LEASE`]; a `node_dead_after` under twice the
     /// heartbeat (live nodes would be taken for dead between their beats); a count past
-    /// [`RuntimeConfig::MAX_COUNT`]. A count of zero is read as one.
+    /// [`hopper_core::limits::MAX_COUNT`] (a million). A count of zero is read as one.
     pub fn check(&self) -> Result<()> {
         if self.queues.is_empty() {
             return Err(Error::InvalidInput(
@@ -144,16 +139,8 @@ impl RuntimeConfig {
         for (name, duration) in durations {
             check_duration(name, duration)?;
         }
-        for (name, interval) in [
-            ("poll_interval", self.poll_interval),
-            ("rescue_interval", self.rescue_interval),
-        ] {
-            if interval.is_zero() {
-                return Err(Error::InvalidInput(format!(
-                    "{name} must be more than zero: the database would be queried without pause"
-                )));
-            }
-        }
+        check_interval("poll_interval", self.poll_interval)?;
+        check_interval("rescue_interval", self.rescue_interval)?;
         if self.lease < Self::MIN_LEASE {
             return Err(Error::InvalidInput(format!(
                 "a lease of {:?} is too short: at least {:?} (it is renewed every third of it, at most every 10 ms)",
@@ -177,12 +164,7 @@ impl RuntimeConfig {
             ("blocking_threads", self.blocking_threads),
         ];
         for (name, count) in counts {
-            if count > Self::MAX_COUNT {
-                return Err(Error::InvalidInput(format!(
-                    "{name} of {count} is too large: at most {}",
-                    Self::MAX_COUNT
-                )));
-            }
+            check_count(name, count)?;
         }
         Ok(())
     }

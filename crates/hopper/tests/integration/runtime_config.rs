@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::support::{FnWorker, config, connect, wait_for};
-use hopper::limits::MAX_DURATION;
+use hopper::limits::{MAX_COUNT, MAX_DURATION};
 use hopper::testing::TestDatabase;
 use hopper::{Client, Error, NewJob, Runtime, RuntimeConfig, Workers};
 
@@ -62,7 +62,7 @@ async fn settings_a_runtime_cannot_run_with_are_refused_at_start() -> anyhow::Re
         (base().with_prefetch(usize::MAX), "prefetch of"),
         (base().with_concurrency(usize::MAX), "concurrency of"),
         (
-            base().with_claim_batch(RuntimeConfig::MAX_COUNT + 1),
+            base().with_claim_batch(MAX_COUNT + 1),
             "claim_batch of 1000001 is too large",
         ),
         (base().with_complete_batch(usize::MAX), "complete_batch of"),
@@ -97,9 +97,9 @@ async fn settings_a_runtime_cannot_run_with_are_refused_at_start() -> anyhow::Re
         .with_poll_interval(MAX_DURATION)
         .with_rescue_interval(MAX_DURATION)
         .with_shutdown_timeout(MAX_DURATION)
-        .with_prefetch(RuntimeConfig::MAX_COUNT)
-        .with_claim_batch(RuntimeConfig::MAX_COUNT)
-        .with_concurrency(RuntimeConfig::MAX_COUNT);
+        .with_prefetch(MAX_COUNT)
+        .with_claim_batch(MAX_COUNT)
+        .with_concurrency(MAX_COUNT);
     let id = Client::new(db.backend())
         .insert(NewJob::of(&Plain { n: 1 })?.with_queue(QUEUE))
         .await?;
