@@ -15,7 +15,7 @@ pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
 /// at least twice it (a worker renews it once a period), neither past ten years.
 pub fn check_timing(heartbeat: Duration, lease: Duration) -> Result<(), String> {
     for (name, duration) in [("heartbeat", heartbeat), ("lease", lease)] {
-        check_duration(name, duration).map_err(|e| e.to_string())?;
+        check_duration(name, duration).map_err(words)?;
     }
     if heartbeat < MIN_HEARTBEAT || lease < heartbeat * 2 {
         return Err(format!(
@@ -28,8 +28,8 @@ pub fn check_timing(heartbeat: Duration, lease: Duration) -> Result<(), String> 
 impl ServeConfig {
     /// Refuses, with [`ServeError::Invalid`] naming the setting, what a server cannot run
     /// with: the heartbeat and lease of [`check_timing`]; a duration past
-    /// [`hopper_core::limits::MAX_DURATION`] (ten years); a zero `poll_interval` or `handshake_timeout`; a
-    /// `node_dead_after` under twice the heartbeat; a count past
+    /// [`hopper_core::limits::MAX_DURATION`] (ten years); a zero `poll_interval` or
+    /// `handshake_timeout`; a `node_dead_after` under twice the heartbeat; a count past
     /// [`hopper_core::limits::MAX_COUNT`] (a million).
     pub fn check(&self) -> Result<(), ServeError> {
         check_timing(self.heartbeat, self.lease).map_err(ServeError::Invalid)?;
@@ -64,7 +64,15 @@ impl ServeConfig {
 
 /// A refused setting as the server's error.
 fn invalid(e: hopper_core::Error) -> ServeError {
-    ServeError::Invalid(e.to_string())
+    ServeError::Invalid(words(e))
+}
+
+/// Why a check refused a setting, in its own words (without the error kind's prefix).
+fn words(e: hopper_core::Error) -> String {
+    match e {
+        hopper_core::Error::InvalidInput(why) => why,
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]
