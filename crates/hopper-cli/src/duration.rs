@@ -12,11 +12,13 @@ pub fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 /// Checks `hopper serve`'s `--heartbeat` and `--lease` as the server does
-/// ([`hopper_server::check_timing`]), before anything connects. Any pair is answered,
-/// however large (no overflow).
+/// ([`hopper_core::limits::check_timing`]), before anything connects. Any pair is
+/// answered, however large (no overflow).
 pub fn check_serve_timing(heartbeat: Duration, lease: Duration) -> anyhow::Result<()> {
-    hopper_server::check_timing(heartbeat, lease)
-        .map_err(|why| anyhow::anyhow!("--heartbeat and --lease: {why}"))
+    hopper_core::limits::check_timing(heartbeat, lease).map_err(|e| match e {
+        hopper_core::Error::InvalidInput(why) => anyhow::anyhow!("--heartbeat and --lease: {why}"),
+        other => other.into(),
+    })
 }
 
 #[cfg(test)]

@@ -104,6 +104,23 @@ pub fn check_count(what: &str, n: usize) -> Result<usize> {
     }
 }
 
+/// The shortest heartbeat period a `hopper serve` announces (10 ms).
+pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
+
+/// Checks a server's heartbeat period and lease: a heartbeat of at least
+/// [`MIN_HEARTBEAT`], a lease at least twice it (a worker renews it once a period), neither
+/// past [`MAX_DURATION`]. Any pair is answered, however large (no overflow).
+pub fn check_timing(heartbeat: Duration, lease: Duration) -> Result<()> {
+    check_duration("heartbeat", heartbeat)?;
+    check_duration("lease", lease)?;
+    if heartbeat < MIN_HEARTBEAT || lease < heartbeat * 2 {
+        return Err(Error::InvalidInput(format!(
+            "the heartbeat must be at least {MIN_HEARTBEAT:?} and the lease at least twice it (heartbeat {heartbeat:?}, lease {lease:?})"
+        )));
+    }
+    Ok(())
+}
+
 /// A duration given in milliseconds (the wire protocol's and the HTTP API's unit),
 /// checked against [`MAX_DURATION`].
 pub fn duration_ms(what: &str, ms: u64) -> Result<Duration> {
@@ -130,6 +147,20 @@ pub fn instant_after(what: &str, from: DateTime<Utc>, d: Duration) -> Result<Dat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_timings_are_answered_however_large() {
+        let ms = Duration::from_millis;
+        assert!(check_timing(ms(10), ms(20)).is_ok());
+        assert!(check_timing(ms(9), ms(20)).is_err());
+        assert!(check_timing(ms(10), ms(19)).is_err());
+        assert!(check_timing(Duration::MAX, Duration::MAX).is_err());
+        assert!(
+            check_timing(MAX_DURATION, MAX_DURATION).is_err(),
+            "twice is past it"
+        );
+        assert!(check_timing(MAX_DURATION / 2, MAX_DURATION).is_ok());
+    }
 
     #[test]
     fn instants_outside_the_range_are_refused() {

@@ -56,7 +56,6 @@ pub use auth::{
 };
 pub use exposure::is_loopback;
 pub use keys::{ServerKeys, check_key, default_key_path, key_path_beside};
-pub use settings::{MIN_HEARTBEAT, check_timing};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

@@ -2,37 +2,18 @@
 //! before anything is registered or bound, so that no setting panics one of its tasks or
 //! makes it busy-loop. `hopper serve` checks its flags with the same rules.
 
-use std::time::Duration;
-
-use hopper_core::limits::{check_count, check_duration, check_interval};
+use hopper_core::limits::{check_count, check_duration, check_interval, check_timing};
 
 use crate::{ServeConfig, ServeError};
 
-/// The shortest heartbeat period a server announces (10 ms).
-pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
-
-/// Checks a heartbeat period and a lease: a heartbeat of at least [`MIN_HEARTBEAT`], a lease
-/// at least twice it (a worker renews it once a period), neither past ten years.
-pub fn check_timing(heartbeat: Duration, lease: Duration) -> Result<(), String> {
-    for (name, duration) in [("heartbeat", heartbeat), ("lease", lease)] {
-        check_duration(name, duration).map_err(words)?;
-    }
-    if heartbeat < MIN_HEARTBEAT || lease < heartbeat * 2 {
-        return Err(format!(
-            "the heartbeat must be at least {MIN_HEARTBEAT:?} and the lease at least twice it (heartbeat {heartbeat:?}, lease {lease:?})"
-        ));
-    }
-    Ok(())
-}
-
 impl ServeConfig {
     /// Refuses, with [`ServeError::Invalid`] naming the setting, what a server cannot run
-    /// with: the heartbeat and lease of [`check_timing`]; a duration past
-    /// [`hopper_core::limits::MAX_DURATION`] (ten years); a zero `poll_interval` or
-    /// `handshake_timeout`; a `node_dead_after` under twice the heartbeat; a count past
-    /// [`hopper_core::limits::MAX_COUNT`] (a million).
+    /// with: the heartbeat and lease of [`check_timing`] (a heartbeat of at least 10 ms, a
+    /// lease of twice that); a duration past [`hopper_core::limits::MAX_DURATION`] (ten
+    /// years); a zero `poll_interval` or `handshake_timeout`; a `node_dead_after` under
+    /// twice the heartbeat; a count past [`hopper_core::limits::MAX_COUNT`] (a million).
     pub fn check(&self) -> Result<(), ServeError> {
-        check_timing(self.heartbeat, self.lease).map_err(ServeError::Invalid)?;
+        check_timing(self.heartbeat, self.lease).map_err(invalid)?;
         let durations = [
             ("handshake_timeout", self.handshake_timeout),
             ("poll_interval", self.poll_interval),
@@ -62,35 +43,11 @@ impl ServeConfig {
     }
 }
 
-/// A refused setting as the server's error.
+/// A refused setting as the server's error, in the check's own words (without the error
+/// kind's prefix).
 fn invalid(e: hopper_core::Error) -> ServeError {
-    ServeError::Invalid(words(e))
-}
-
-/// Why a check refused a setting, in its own words (without the error kind's prefix).
-fn words(e: hopper_core::Error) -> String {
     match e {
-        hopper_core::Error::InvalidInput(why) => why,
-        other => other.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use hopper_core::limits::MAX_DURATION;
-
-    #[test]
-    fn timings_are_answered_however_large() {
-        let ms = Duration::from_millis;
-        assert!(check_timing(ms(10), ms(20)).is_ok());
-        assert!(check_timing(ms(9), ms(20)).is_err());
-        assert!(check_timing(ms(10), ms(19)).is_err());
-        assert!(check_timing(Duration::MAX, Duration::MAX).is_err());
-        assert!(
-            check_timing(MAX_DURATION, MAX_DURATION).is_err(),
-            "twice is past it"
-        );
-        assert!(check_timing(MAX_DURATION / 2, MAX_DURATION).is_ok());
+        hopper_core::Error::InvalidInput(why) => ServeError::Invalid(why),
+        other => ServeError::Invalid(other.to_string()),
     }
 }
