@@ -23,9 +23,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(d) = duration::parse_duration("--delay", text) else {
         return;
     };
-    let _ = duration::check_serve_timing(d, d);
-    let _ = duration::check_serve_timing(d, d.saturating_mul(3));
-    let _ = duration::check_serve_timing(std::time::Duration::from_secs(5), d);
+    let five = std::time::Duration::from_secs(5);
+    let _ = duration::check_serve_timing(d, d, d);
+    let _ = duration::check_serve_timing(d, d.saturating_mul(3), d.saturating_mul(2));
+    let _ = duration::check_serve_timing(five, d, five);
+    let _ = duration::check_serve_timing(five, five.saturating_mul(2), d);
     let job = NewJob::new("k", serde_json::json!({}))
         .with_delay(d)
         .with_timeout(d)

@@ -11,14 +11,23 @@ pub fn parse_duration(flag: &str, text: &str) -> anyhow::Result<Duration> {
         .with_context(|| format!("{flag} {text:?} is not a duration such as 10s, 5m or 1h30m"))
 }
 
-/// Checks `hopper serve`'s `--heartbeat` and `--lease` as the server does
-/// ([`hopper_core::limits::check_timing`]), before anything connects. Any pair is
-/// answered, however large (no overflow).
-pub fn check_serve_timing(heartbeat: Duration, lease: Duration) -> anyhow::Result<()> {
-    hopper_core::limits::check_timing(heartbeat, lease).map_err(|e| match e {
-        hopper_core::Error::InvalidInput(why) => anyhow::anyhow!("--heartbeat and --lease: {why}"),
+/// Checks `hopper serve`'s `--heartbeat`, `--lease` and `--node-dead-after` as the server
+/// does ([`hopper_core::limits::check_timing`] and
+/// [`hopper_core::limits::check_node_timeout`]), before anything connects, naming the
+/// flags. Any values are answered, however large (no overflow).
+pub fn check_serve_timing(
+    heartbeat: Duration,
+    lease: Duration,
+    node_dead_after: Duration,
+) -> anyhow::Result<()> {
+    let flags = |flags: &str, e: hopper_core::Error| match e {
+        hopper_core::Error::InvalidInput(why) => anyhow::anyhow!("{flags}: {why}"),
         other => other.into(),
-    })
+    };
+    hopper_core::limits::check_timing(heartbeat, lease)
+        .map_err(|e| flags("--heartbeat and --lease", e))?;
+    hopper_core::limits::check_node_timeout(heartbeat, node_dead_after)
+        .map_err(|e| flags("--node-dead-after and --heartbeat", e))
 }
 
 #[cfg(test)]
@@ -45,11 +54,16 @@ mod tests {
     #[test]
     fn huge_heartbeats_are_refused_not_a_panic() -> anyhow::Result<()> {
         let huge = parse_duration("--heartbeat", "300000000000y")?;
-        assert!(check_serve_timing(huge, huge).is_err());
-        assert!(check_serve_timing(Duration::MAX, Duration::MAX).is_err());
-        check_serve_timing(Duration::from_secs(5), Duration::from_secs(30))?;
-        assert!(check_serve_timing(Duration::from_millis(5), Duration::from_secs(30)).is_err());
-        assert!(check_serve_timing(Duration::from_secs(5), Duration::from_secs(9)).is_err());
+        let s = Duration::from_secs;
+        assert!(check_serve_timing(huge, huge, huge).is_err());
+        assert!(check_serve_timing(Duration::MAX, Duration::MAX, Duration::MAX).is_err());
+        check_serve_timing(s(5), s(30), s(30))?;
+        check_serve_timing(s(5), s(30), s(10))?;
+        assert!(check_serve_timing(Duration::from_millis(5), s(30), s(30)).is_err());
+        assert!(check_serve_timing(s(5), s(9), s(30)).is_err());
+        let err = check_serve_timing(s(20), s(60), s(30)).expect_err("refused");
+        assert!(err.to_string().starts_with("--node-dead-after"), "{err}");
+        assert!(check_serve_timing(s(5), s(30), Duration::MAX).is_err());
         Ok(())
     }
 }

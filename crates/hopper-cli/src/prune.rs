@@ -20,19 +20,26 @@ pub struct Prune {
 }
 
 impl Prune {
-    /// Parses the durations, refusing malformed ones.
+    /// Parses the durations, refusing malformed ones and those past ten years
+    /// ([`hopper_core::limits::MAX_DURATION`], as the runtime's `Housekeeping::check`).
     pub fn parse(args: &PruneArgs) -> anyhow::Result<Self> {
+        let duration = |flag: &str, text: &str| -> anyhow::Result<Duration> {
+            Ok(hopper_core::limits::check_duration(
+                flag,
+                parse_duration(flag, text)?,
+            )?)
+        };
         Ok(Prune {
             params: JobPruneParams {
-                completed_retention: parse_duration(
+                completed_retention: duration(
                     "--completed-older-than",
                     &args.completed_older_than,
                 )?,
-                failed_retention: parse_duration("--failed-older-than", &args.failed_older_than)?,
+                failed_retention: duration("--failed-older-than", &args.failed_older_than)?,
                 limit: args.batch,
                 dry_run: args.dry_run,
             },
-            pause: parse_duration("--pause", &args.pause)?,
+            pause: duration("--pause", &args.pause)?,
         })
     }
 
@@ -76,7 +83,7 @@ impl Prune {
                 break;
             }
             // As the runtime's pruner: the pause plus three times the statement's time.
-            tokio::time::sleep(self.pause + took * 3).await;
+            tokio::time::sleep(self.pause.saturating_add(took.saturating_mul(3))).await;
         }
         bar.finish_and_clear();
         let elapsed = started.elapsed();

@@ -137,16 +137,19 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     let heartbeat = duration("heartbeat", &args.heartbeat)?;
     let lease = duration("lease", &args.lease)?;
     let node_dead_after = duration("node-dead-after", &args.node_dead_after)?;
-    hopper_cli::duration::check_serve_timing(heartbeat, lease)?;
+    let lock = duration("admin-lock-timeout", &args.admin_lock_timeout)?;
+    // Every flag is checked before the database is opened and migrated: a refused one
+    // changes nothing. `Server::start` checks the whole `ServeConfig` again.
+    hopper_cli::duration::check_serve_timing(heartbeat, lease, node_dead_after)?;
+    hopper_core::limits::check_count("--max-connections", args.max_connections)?;
     // --http without --listen: HTTP only. Neither: ZeroMQ on the default endpoint.
     let listen = args
         .listen
         .clone()
         .or_else(|| args.http.http.is_none().then(|| DEFAULT_LISTEN.to_owned()));
-    let auth = if listen.is_some() {
-        Some(auth(&args)?)
-    } else {
-        None
+    let (auth, curve) = match &listen {
+        Some(listen) => (Some(auth(&args)?), curve_keys(&args, listen)?),
+        None => (None, None),
     };
     let Some(url) = url else {
         anyhow::bail!("no database: set DATABASE_URL or pass --database-url postgres://…");
@@ -168,7 +171,6 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     // The recorder goes in before the server starts, so its metrics are all recorded.
     let prometheus = crate::http::install_metrics(&args.http)?;
     let _gauges = crate::telemetry::queue_gauges(&backend);
-    let lock = duration("admin-lock-timeout", &args.admin_lock_timeout)?;
     let pool = (args.admin_pool_size, lock);
     let admin = admin_backend(url, &options, pool, backend.clone()).await?;
     let mut server = None;
@@ -184,7 +186,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
         config.max_connections = args.max_connections;
         config.pool_size = usize::from(args.pool_size);
         config.insecure_plaintext = args.insecure_plaintext;
-        config.curve = curve_keys(&args, &listen)?;
+        config.curve = curve;
         config.client = crate::telemetry::tracing_client(&backend);
         let public_key = config.curve.as_ref().map(|k| k.public.clone());
         let start = || async { Ok(Server::start(config.clone()).await?) };

@@ -121,6 +121,19 @@ pub fn check_timing(heartbeat: Duration, lease: Duration) -> Result<()> {
     Ok(())
 }
 
+/// Checks how long a node may stay silent before the others take it for dead against its
+/// heartbeat period: at least twice it, or a live node would be taken for dead between two
+/// of its beats. Any pair is answered, however large (no overflow).
+pub fn check_node_timeout(heartbeat: Duration, node_dead_after: Duration) -> Result<()> {
+    check_duration("node_dead_after", node_dead_after)?;
+    if node_dead_after < heartbeat.saturating_mul(2) {
+        return Err(Error::InvalidInput(format!(
+            "node_dead_after of {node_dead_after:?} is too short: at least twice the heartbeat ({heartbeat:?}), or live nodes would be taken for dead between their beats"
+        )));
+    }
+    Ok(())
+}
+
 /// A duration given in milliseconds (the wire protocol's and the HTTP API's unit),
 /// checked against [`MAX_DURATION`].
 pub fn duration_ms(what: &str, ms: u64) -> Result<Duration> {
@@ -160,6 +173,10 @@ mod tests {
             "twice is past it"
         );
         assert!(check_timing(MAX_DURATION / 2, MAX_DURATION).is_ok());
+        assert!(check_node_timeout(ms(10), ms(20)).is_ok());
+        assert!(check_node_timeout(ms(10), ms(19)).is_err());
+        assert!(check_node_timeout(Duration::MAX, MAX_DURATION).is_err());
+        assert!(check_node_timeout(ms(10), Duration::MAX).is_err());
     }
 
     #[test]

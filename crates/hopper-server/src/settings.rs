@@ -2,7 +2,9 @@
 //! before anything is registered or bound, so that no setting panics one of its tasks or
 //! makes it busy-loop. `hopper serve` checks its flags with the same rules.
 
-use hopper_core::limits::{check_count, check_duration, check_interval, check_timing};
+use hopper_core::limits::{
+    check_count, check_duration, check_interval, check_node_timeout, check_timing,
+};
 
 use crate::{ServeConfig, ServeError};
 
@@ -11,7 +13,8 @@ impl ServeConfig {
     /// with: the heartbeat and lease of [`check_timing`] (a heartbeat of at least 10 ms, a
     /// lease of twice that); a duration past [`hopper_core::limits::MAX_DURATION`] (ten
     /// years); a zero `poll_interval` or `handshake_timeout`; a `node_dead_after` under
-    /// twice the heartbeat; a count past [`hopper_core::limits::MAX_COUNT`] (a million).
+    /// twice the heartbeat; a count past [`hopper_core::limits::MAX_COUNT`] (a million);
+    /// `housekeeping` that [`hopper::maintenance::Housekeeping::check`] refuses.
     pub fn check(&self) -> Result<(), ServeError> {
         check_timing(self.heartbeat, self.lease).map_err(invalid)?;
         let durations = [
@@ -25,12 +28,7 @@ impl ServeConfig {
         }
         check_interval("poll_interval", self.poll_interval).map_err(invalid)?;
         check_interval("handshake_timeout", self.handshake_timeout).map_err(invalid)?;
-        if self.node_dead_after < self.heartbeat * 2 {
-            return Err(ServeError::Invalid(format!(
-                "node_dead_after of {:?} is too short: at least twice the heartbeat ({:?})",
-                self.node_dead_after, self.heartbeat
-            )));
-        }
+        check_node_timeout(self.heartbeat, self.node_dead_after).map_err(invalid)?;
         let counts = [
             ("pool_size", self.pool_size),
             ("max_connections", self.max_connections),
@@ -39,7 +37,7 @@ impl ServeConfig {
         for (name, count) in counts {
             check_count(name, count).map_err(invalid)?;
         }
-        Ok(())
+        self.housekeeping.check().map_err(invalid)
     }
 }
 

@@ -38,7 +38,12 @@ fn command(db: &TestDatabase, args: &[&str]) -> Command {
 }
 
 fn run(db: &TestDatabase, args: &[&str]) -> Exit {
-    let output = command(db, args).output().expect("the hopper binary runs");
+    exit_of(&mut command(db, args))
+}
+
+/// Runs `command` to its end.
+fn exit_of(command: &mut Command) -> Exit {
+    let output = command.output().expect("the hopper binary runs");
     Exit {
         code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -153,6 +158,51 @@ async fn absurd_times_and_delays_are_refused() {
         refused(&run(&db, &["enqueue", "--kind", "k", flag]), "out of range");
     }
     assert_eq!(job_count(&db).await, 0);
+    // Retentions and pauses as the runtime's pruner takes them (a retention of 300 billion
+    // years was the database's "timestamp out of range").
+    for flag in ["--completed-older-than", "--failed-older-than", "--pause"] {
+        for value in ["11years", "300000000000y"] {
+            let exit = run(&db, &["jobs", "prune", flag, value]);
+            refused(&exit, &format!("{flag} of"));
+        }
+    }
+}
+
+/// `hopper serve` flags it cannot run with are refused before the database is opened, each
+/// naming its flag: the schema given is not even created. (They were checked only once it
+/// had been migrated, or by the server at its start, naming the setting, not the flag.)
+#[tokio::test]
+async fn serve_flags_it_cannot_run_with_are_refused_before_the_database_changes() {
+    let db = TestDatabase::new().await.expect("test database");
+    let unborn = format!("{}_unborn", db.schema());
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--heartbeat", "20s", "--lease", "60s"],
+            "--node-dead-after",
+        ),
+        (&["--node-dead-after", "9s"], "--node-dead-after"),
+        (&["--heartbeat", "5ms"], "--heartbeat"),
+        (&["--lease", "11years"], "--heartbeat and --lease"),
+        (&["--admin-lock-timeout", "soon"], "--admin-lock-timeout"),
+        (&["--max-connections", "1000001"], "--max-connections"),
+    ];
+    for (flags, needle) in cases {
+        let exit = exit_of(
+            command(&db, &["serve"])
+                .args(flags)
+                .env("HOPPER_SCHEMA", &unborn),
+        );
+        refused(&exit, needle);
+    }
+    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    tokio::spawn(connection);
+    let found = client
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&unborn])
+        .await
+        .expect("looked up");
+    assert!(found.is_none(), "schema {unborn} was created");
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use hopper::limits::MAX_DURATION;
+use hopper::maintenance::Housekeeping;
 use hopper::testing::TestDatabase;
 use hopper_server::{ServeConfig, ServeError, Server};
 
@@ -59,6 +60,16 @@ async fn settings_a_server_cannot_run_with_are_refused_at_start() -> anyhow::Res
         (
             with(&|c| c.max_connections = usize::MAX),
             "max_connections of",
+        ),
+        (
+            with(&|c| {
+                c.housekeeping = Housekeeping::default().with_prune_interval(Some(Duration::ZERO))
+            }),
+            "prune_interval must be more than zero",
+        ),
+        (
+            with(&|c| c.housekeeping = Housekeeping::default().with_completed_retention(past)),
+            "completed_retention of",
         ),
     ];
     for (config, says) in cases {

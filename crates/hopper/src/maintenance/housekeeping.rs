@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use hopper_core::backend::{Backend, JobPruneParams, JobVacuumParams};
+use hopper_core::limits::{check_count, check_duration, check_interval};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -108,6 +109,27 @@ impl Housekeeping {
         }
     }
 
+    /// Refuses, with an [`hopper_core::Error::InvalidInput`] that names the setting, what
+    /// the pruner and the vacuumer cannot run with (a runtime's and a server's own checks
+    /// call it): a retention or `prune_pause` past [`hopper_core::limits::MAX_DURATION`]
+    /// (ten years); a `prune_interval` or `vacuum_interval` of zero (the database queried
+    /// without pause) or past it; a `prune_batch` past [`hopper_core::limits::MAX_COUNT`].
+    /// A `prune_batch` of zero is read as one.
+    pub fn check(&self) -> hopper_core::Result<()> {
+        check_duration("completed_retention", self.completed_retention)?;
+        check_duration("failed_retention", self.failed_retention)?;
+        check_duration("prune_pause", self.prune_pause)?;
+        if let Some(period) = self.prune_interval {
+            check_interval("prune_interval", period)?;
+        }
+        if let Some(period) = self.vacuum_interval {
+            check_interval("vacuum_interval", period)?;
+        }
+        let batch = usize::try_from(self.prune_batch).unwrap_or(usize::MAX);
+        check_count("prune_batch", batch)?;
+        Ok(())
+    }
+
     /// One pruning statement's parameters.
     pub fn prune_params(&self) -> JobPruneParams {
         JobPruneParams {
@@ -160,7 +182,10 @@ impl Pruner {
                 if !outcome.elected || outcome.total() < u64::from(params.limit) {
                     break;
                 }
-                let pause = self.config.prune_pause + started.elapsed() * 3;
+                let pause = self
+                    .config
+                    .prune_pause
+                    .saturating_add(started.elapsed().saturating_mul(3));
                 if !tick(&stop, pause).await {
                     return Ok(());
                 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper_core::limits::{check_count, check_duration, check_interval};
+use hopper_core::limits::{check_count, check_duration, check_interval, check_node_timeout};
 use hopper_core::{Clock, Error, Result, SystemClock};
 
 use crate::maintenance::Housekeeping;
@@ -118,7 +118,8 @@ impl RuntimeConfig {
     /// `poll_interval` or `rescue_interval` (the database queried without pause); a
     /// `lease` under [`RuntimeConfig::MIN_LEASE`]; a `node_dead_after` under twice the
     /// heartbeat (live nodes would be taken for dead between their beats); a count past
-    /// [`hopper_core::limits::MAX_COUNT`] (a million). A count of zero is read as one.
+    /// [`hopper_core::limits::MAX_COUNT`] (a million); `housekeeping` that
+    /// [`Housekeeping::check`] refuses. A count of zero is read as one.
     pub fn check(&self) -> Result<()> {
         if self.queues.is_empty() {
             return Err(Error::InvalidInput(
@@ -148,13 +149,7 @@ impl RuntimeConfig {
                 Self::MIN_LEASE
             )));
         }
-        let heartbeat = self.effective_heartbeat();
-        if self.node_dead_after < heartbeat * 2 {
-            return Err(Error::InvalidInput(format!(
-                "node_dead_after of {:?} is too short: at least twice the heartbeat ({heartbeat:?}), or live nodes would be taken for dead between their beats",
-                self.node_dead_after
-            )));
-        }
+        check_node_timeout(self.effective_heartbeat(), self.node_dead_after)?;
         let counts = [
             ("concurrency", self.concurrency),
             ("claim_batch", self.claim_batch),
@@ -166,7 +161,7 @@ impl RuntimeConfig {
         for (name, count) in counts {
             check_count(name, count)?;
         }
-        Ok(())
+        self.housekeeping.check()
     }
 
     /// The weight of `queue` (1 when not listed, at least 1).

@@ -1,13 +1,14 @@
 //! A runtime refuses at start, with an error that names the setting and before it registers
 //! its node, a setting it cannot run with (`RuntimeConfig::check`): some used to panic one
 //! of its tasks (a poll interval or a prefetch too large), others to claim nothing (no
-//! queue) or to query the database without pause (a zero interval). The bounds themselves
-//! run.
+//! queue) or to query the database without pause (a zero interval, the pruner's too). The
+//! bounds themselves run.
 
 use std::time::Duration;
 
 use crate::support::{FnWorker, config, connect, wait_for};
 use hopper::limits::{MAX_COUNT, MAX_DURATION};
+use hopper::maintenance::Housekeeping;
 use hopper::testing::TestDatabase;
 use hopper::{Client, Error, NewJob, Runtime, RuntimeConfig, Workers};
 
@@ -74,6 +75,32 @@ async fn settings_a_runtime_cannot_run_with_are_refused_at_start() -> anyhow::Re
             base().with_blocking_threads(usize::MAX),
             "blocking_threads of",
         ),
+        (
+            base().with_housekeeping(
+                Housekeeping::default().with_prune_interval(Some(Duration::ZERO)),
+            ),
+            "prune_interval must be more than zero",
+        ),
+        (
+            base().with_housekeeping(Housekeeping::default().with_vacuum_interval(Some(past))),
+            "vacuum_interval of",
+        ),
+        (
+            base().with_housekeeping(Housekeeping::default().with_completed_retention(past)),
+            "completed_retention of",
+        ),
+        (
+            base().with_housekeeping(Housekeeping::default().with_failed_retention(Duration::MAX)),
+            "failed_retention of",
+        ),
+        (
+            base().with_housekeeping(Housekeeping::default().with_prune_pause(past)),
+            "prune_pause of",
+        ),
+        (
+            base().with_housekeeping(Housekeeping::default().with_prune_batch(u32::MAX)),
+            "prune_batch of",
+        ),
     ];
     for (config, says) in cases {
         let err = Runtime::new(db.backend(), Workers::new(), config)
@@ -99,7 +126,14 @@ async fn settings_a_runtime_cannot_run_with_are_refused_at_start() -> anyhow::Re
         .with_shutdown_timeout(MAX_DURATION)
         .with_prefetch(MAX_COUNT)
         .with_claim_batch(MAX_COUNT)
-        .with_concurrency(MAX_COUNT);
+        .with_concurrency(MAX_COUNT)
+        .with_housekeeping(
+            Housekeeping::default()
+                .with_completed_retention(MAX_DURATION)
+                .with_failed_retention(MAX_DURATION)
+                .with_prune_interval(Some(MAX_DURATION))
+                .with_vacuum_interval(None),
+        );
     let id = Client::new(db.backend())
         .insert(NewJob::of(&Plain { n: 1 })?.with_queue(QUEUE))
         .await?;
