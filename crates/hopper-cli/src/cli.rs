@@ -26,7 +26,8 @@ pub struct Cli {
 
     /// The longest the admin commands (enqueue, jobs, stats, queues, cron) wait for a lock
     /// another transaction holds (a job's or a queue's row), past which they fail saying so
-    /// (e.g. 5s, 500ms; 0s: the server's own setting). Not applied behind a transaction pooler.
+    /// (e.g. 5s, 500ms; 0s: the server's own setting). Behind a transaction pooler, it bounds
+    /// the commands that change jobs and queues (cancel, retry, delete, clear, pause...).
     #[arg(long, env = "HOPPER_LOCK_TIMEOUT", default_value = "5s", global = true)]
     pub lock_timeout: String,
 

@@ -75,8 +75,9 @@ pub struct ServeArgs {
     pub admin_pool_size: u16,
     /// The longest an operator's request (see --admin-pool-size) waits for a lock another
     /// transaction holds (a job's or a queue's row), past which it is answered 503 over HTTP,
-    /// a transient error over ZeroMQ (e.g. 5s, 500ms; 0s: the server's own setting). Not
-    /// applied behind a transaction pooler (--pooler transaction).
+    /// a transient error over ZeroMQ (e.g. 5s, 500ms; 0s: the server's own setting). Behind
+    /// a transaction pooler (--pooler transaction), it bounds the requests that change jobs
+    /// and queues (cancel, retry, delete, clear, update_queue...).
     #[arg(long, alias = "http-lock-timeout", default_value = "5s")]
     pub admin_lock_timeout: String,
     /// The node id the server's leases are held under. Default: derived from the host,

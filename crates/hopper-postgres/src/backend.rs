@@ -163,14 +163,11 @@ impl Backend for PgBackend {
 
     async fn job_retry(&self, params: &JobRetryParams) -> Result<JobRecord> {
         let id = params.id;
-        let client = self.client().await?;
         let now = self.inner.clock.now();
+        let statement = self.text(&self.inner.queries.job_retry);
         let rows = self
-            .text(&self.inner.queries.job_retry)
-            .query(&**client, &[&id, &now])
-            .await
-            .map_err(map_pg)?;
-        drop(client);
+            .lock_bounded(async |client| statement.query(client, &[&id, &now]).await)
+            .await?;
         let job = self
             .job_get(&JobGetParams { id })
             .await?
@@ -183,14 +180,11 @@ impl Backend for PgBackend {
 
     async fn job_cancel(&self, params: &JobCancelParams) -> Result<JobRecord> {
         let id = params.id;
-        let client = self.client().await?;
         let now = self.inner.clock.now();
+        let statement = self.text(&self.inner.queries.job_cancel);
         let rows = self
-            .text(&self.inner.queries.job_cancel)
-            .query(&**client, &[&id, &now])
-            .await
-            .map_err(map_pg)?;
-        drop(client);
+            .lock_bounded(async |client| statement.query(client, &[&id, &now]).await)
+            .await?;
         let job = self
             .job_get(&JobGetParams { id })
             .await?
@@ -202,11 +196,9 @@ impl Backend for PgBackend {
     }
 
     async fn job_clear(&self, params: &JobClearParams) -> Result<u64> {
-        let client = self.client().await?;
-        self.text(&self.inner.queries.job_clear)
-            .execute(&**client, &[&params.queue])
+        let statement = self.text(&self.inner.queries.job_clear);
+        self.lock_bounded(async |client| statement.execute(client, &[&params.queue]).await)
             .await
-            .map_err(map_pg)
     }
 
     async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()> {
@@ -312,13 +304,10 @@ impl Backend for PgBackend {
 
     async fn job_delete(&self, params: &JobDeleteParams) -> Result<()> {
         let id = params.id;
-        let client = self.client().await?;
+        let statement = self.text(&self.inner.queries.job_delete);
         let rows = self
-            .text(&self.inner.queries.job_delete)
-            .query(&**client, &[&id])
-            .await
-            .map_err(map_pg)?;
-        drop(client);
+            .lock_bounded(async |client| statement.query(client, &[&id]).await)
+            .await?;
         if !rows.is_empty() {
             return Ok(());
         }
@@ -329,13 +318,13 @@ impl Backend for PgBackend {
     }
 
     async fn job_retry_many(&self, params: &JobRetryManyParams) -> Result<u64> {
-        let client = self.client().await?;
         let now = self.inner.clock.now();
+        let statement = self.text(&self.inner.queries.job_retry_many);
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&params.queue, &params.kind, &now];
         let rows = self
-            .text(&self.inner.queries.job_retry_many)
-            .query(&**client, &[&params.queue, &params.kind, &now])
-            .await
-            .map_err(map_pg)?;
+            .lock_bounded(async |client| statement.query(client, &args).await)
+            .await?;
         let mut total = 0u64;
         for row in rows {
             let n: i64 = row.try_get(0).map_err(Error::database)?;

@@ -96,9 +96,12 @@ pub struct PgOptions {
     /// The longest any statement of the pool waits for a lock (PostgreSQL's
     /// `lock_timeout`, set on each connection as it opens), past which it fails as a
     /// transient error; `None` (the default) or zero: the server's setting. Past 24 days,
-    /// PostgreSQL's most, it is that. Not applied behind a transaction pooler
-    /// ([`Pooler::Transaction`]), where a session setting would not last.
-    /// `hopper serve` bounds its HTTP API's connections so.
+    /// PostgreSQL's most, it is that. Behind a transaction pooler ([`Pooler::Transaction`]),
+    /// where a session setting would not last, it bounds the statements that change jobs
+    /// and queues on an operator's request (cancel, retry, delete, clear, queue settings),
+    /// each then sent in a transaction of its own with the bound as a `SET LOCAL`; the
+    /// others wait as the server's setting says. `hopper serve` bounds its HTTP API's
+    /// connections so, and the `hopper` CLI its admin commands'.
     pub lock_timeout: Option<std::time::Duration>,
 }
 
@@ -170,6 +173,18 @@ fn lock_timeout_setting(pooler: Pooler, bound: Option<std::time::Duration>) -> O
     }
 }
 
+/// Behind a transaction pooler, what opens the transaction of an operator's statement that
+/// takes row locks, with the pool's lock bound as a `SET LOCAL` (`pooled.rs`,
+/// `lock_bounded`): none without a bound, or directly connected, where each connection
+/// holds the bound as its own setting.
+fn local_lock_bound(pooler: Pooler, bound: Option<std::time::Duration>) -> Option<String> {
+    match pooler {
+        Pooler::None => None,
+        Pooler::Transaction => lock_timeout_setting(Pooler::None, bound)
+            .map(|t| format!("BEGIN; SET LOCAL lock_timeout = '{t}'")),
+    }
+}
+
 /// The PostgreSQL backend. Cheap to clone; clones share the pool.
 #[derive(Debug, Clone)]
 pub struct PgBackend {
@@ -192,6 +207,9 @@ struct Inner {
     shared_writer: Option<deadpool_postgres::Pool>,
     /// What opens a shared log writer's second try (`logs.rs`, `around_held_begin`).
     logs_around_held: String,
+    /// What opens the transaction of an operator's row-locking statement behind a
+    /// transaction pooler, with the pool's lock bound ([`local_lock_bound`]).
+    local_lock_bound: Option<String>,
     /// Where the LISTEN connection goes: the main URL, the direct one behind a transaction
     /// pooler, or nowhere (behind a transaction pooler with no direct URL: polling).
     listen: Option<PgConnectOptions>,
@@ -252,6 +270,7 @@ impl PgBackend {
                 outcomes_after: outcomes::after_first_try(options.pooler, lock_timeout.as_deref()),
                 shared_writer,
                 logs_around_held: logs::around_held_begin(lock_timeout.as_deref()),
+                local_lock_bound: local_lock_bound(options.pooler, options.lock_timeout),
                 listen,
                 queries: Queries::new(&options.schema),
                 schema: options.schema,
@@ -564,5 +583,15 @@ mod tests {
         );
         let behind_pooler = lock_timeout_setting(Pooler::Transaction, Some(Duration::from_secs(5)));
         assert_eq!(behind_pooler, None);
+        // There, an operator's row-locking statement carries it in its own transaction.
+        let local = |bound| local_lock_bound(Pooler::Transaction, bound);
+        assert_eq!(
+            local(Some(Duration::from_secs(5))).as_deref(),
+            Some("BEGIN; SET LOCAL lock_timeout = '5000ms'")
+        );
+        assert_eq!(local(Some(Duration::ZERO)), None);
+        assert_eq!(local(None), None);
+        let direct = local_lock_bound(Pooler::None, Some(Duration::from_secs(5)));
+        assert_eq!(direct, None, "a setting of each connection instead");
     }
 }

@@ -16,6 +16,7 @@ use std::ops::Deref;
 use deadpool_postgres::Object;
 use hopper_core::Result;
 
+use crate::PgBackend;
 use crate::error::map_pg;
 use crate::scheduling::{GENERIC_PLAN_OFF, GENERIC_PLAN_ON};
 use crate::statement::Pooler;
@@ -90,6 +91,29 @@ pub(crate) async fn bracketed<T>(
     on.map_err(map_pg)?;
     off.map_err(map_pg)?;
     Ok(done)
+}
+
+impl PgBackend {
+    /// Runs `work`, statements on one pooled connection that take row locks on an
+    /// operator's request (a cancel, a retry, a queue's settings), within the pool's lock
+    /// bound ([`crate::PgOptions::lock_timeout`]). Directly connected, the connection's own
+    /// setting bounds them and `work` runs as it is. Behind a transaction pooler, where a
+    /// session setting would not last, it runs in a transaction of its own opened with the
+    /// bound as a `SET LOCAL`, the three pipelined in one round trip; a statement that fails
+    /// makes the `COMMIT` a rollback, and a run dropped midway closes its connection.
+    pub(crate) async fn lock_bounded<T>(
+        &self,
+        work: impl AsyncFnOnce(&tokio_postgres::Client) -> std::result::Result<T, tokio_postgres::Error>,
+    ) -> Result<T> {
+        let client = self.client().await?;
+        let Some(begin) = &self.inner.local_lock_bound else {
+            return work(&**client).await.map_err(map_pg);
+        };
+        let client = TxConnection::new(client);
+        let done = bracketed(&client, (begin, "COMMIT"), work(&***client)).await?;
+        client.release();
+        done.map_err(map_pg)
+    }
 }
 
 /// What is sent before and after statements that run with a generic plan: the session

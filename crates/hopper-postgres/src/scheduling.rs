@@ -511,32 +511,28 @@ impl PgBackend {
         update: &QueueUpdate,
     ) -> Result<QueueSettings> {
         update.validate()?;
-        let client = self.client().await?;
         let max_running = update.max_running.flatten().map(as_i32);
         let per_group = update.max_running_per_group.flatten().map(as_i32);
         let rate = update.rate.flatten();
         let rate_jobs = rate.map(|r| as_i32(r.jobs));
         let rate_ms = rate.map(|r| i32::try_from(r.per.as_millis()).unwrap_or(i32::MAX));
         let rate_burst = rate.map(|r| as_i32(r.burst));
+        let args: [&(dyn ToSql + Sync); 10] = [
+            &update.queue,
+            &update.paused,
+            &update.max_running.is_some(),
+            &max_running,
+            &update.max_running_per_group.is_some(),
+            &per_group,
+            &update.rate.is_some(),
+            &rate_jobs,
+            &rate_ms,
+            &rate_burst,
+        ];
+        let statement = self.text(&self.inner.queries.queue_update);
         let row = self
-            .text(&self.inner.queries.queue_update)
-            .query_one(
-                &**client,
-                &[
-                    &update.queue,
-                    &update.paused,
-                    &update.max_running.is_some(),
-                    &max_running,
-                    &update.max_running_per_group.is_some(),
-                    &per_group,
-                    &update.rate.is_some(),
-                    &rate_jobs,
-                    &rate_ms,
-                    &rate_burst,
-                ],
-            )
-            .await
-            .map_err(map_pg)?;
+            .lock_bounded(async |client| statement.query_one(client, &args).await)
+            .await?;
         self.inner.settings.invalidate();
         queue_settings(&row)
     }

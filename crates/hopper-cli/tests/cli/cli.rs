@@ -7,8 +7,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hopper::backend::{ClaimParams, Finish, FinishResult, Outcome};
-use hopper::testing::TestDatabase;
+use hopper::backend::{ClaimParams, Finish, FinishResult, JobGetParams, Outcome};
+use hopper::testing::{PgBouncer, TestDatabase};
 use hopper::{JobListParams, JobState};
 use serde_json::Value;
 
@@ -683,22 +683,20 @@ fn no_database_url_means_embedded_sqlite() {
     assert_eq!(summary["failed"], 2, "{stdout}");
 }
 
-/// An admin command that meets a row another transaction holds waits for it at most
-/// `--lock-timeout`, then fails saying so, and changes nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_admin_command_waits_for_a_held_row_at_most_its_bound() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
-    let job = hopper::NewJob::new("held", serde_json::json!({}));
-    db.backend().job_insert(&job).await?;
-    let hold = db.hold_job(job.id).await?;
-    let id = job.id.to_string();
-    let args = ["--lock-timeout", "300ms", "jobs", "cancel", &id];
-    // Killed past 20 s, so that a command that waits on the row fails the test rather
-    // than hanging it.
+/// `hopper ARGS` on the test's schema through `url` with `pooler`, killed past 20 s so
+/// that a command that waits on a held row fails the test rather than hanging it.
+fn run_within_20s(
+    db: &TestDatabase,
+    url: &str,
+    pooler: &str,
+    args: &[&str],
+) -> anyhow::Result<Run> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
         .args(args)
-        .env("DATABASE_URL", db.url())
+        .env("DATABASE_URL", url)
         .env("HOPPER_SCHEMA", db.schema())
+        .env("HOPPER_POOLER", pooler)
+        .env_remove("HOPPER_DIRECT_URL")
         .env_remove("HOPPER_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -708,19 +706,58 @@ async fn an_admin_command_waits_for_a_held_row_at_most_its_bound() -> anyhow::Re
     while child.try_wait()?.is_none() {
         if started.elapsed() > Duration::from_secs(20) {
             let _ = child.kill();
-            anyhow::bail!("the command waited on the held row");
+            anyhow::bail!("{args:?} through {pooler:?} waited on the held row");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let output = child.wait_with_output()?;
-    let run = Run {
+    Ok(Run {
         success: output.status.success(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    };
-    run.fails_with("another transaction holds a lock");
-    hold.release().await?;
-    let all = all_jobs(&db).await;
-    assert_eq!(all[0].state, JobState::Available, "nothing changed");
+    })
+}
+
+/// An admin command that meets a row another transaction holds waits for it at most
+/// `--lock-timeout`, then fails saying so, and changes nothing; once the row is free, it
+/// does its work. Connected directly (the bound a setting of the connection) and through
+/// PgBouncer in transaction mode (the bound a `SET LOCAL` of the command's own
+/// transaction; a session setting there would not last, and the command waited for the
+/// holder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_command_waits_for_a_held_row_at_most_its_bound() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let bouncer = PgBouncer::start()?;
+    for (url, pooler) in [(db.url(), "none"), (bouncer.url(), "transaction")] {
+        let job = hopper::NewJob::new("held", serde_json::json!({}));
+        db.backend().job_insert(&job).await?;
+        let id = job.id.to_string();
+        let state = async || -> anyhow::Result<Option<JobState>> {
+            let stored = db.backend().job_get(&JobGetParams { id: job.id }).await?;
+            Ok(stored.map(|j| j.state))
+        };
+        // A cancel, then a retry of the cancelled job: each waits 300 ms on the held row,
+        // then goes through once it is free.
+        for (action, before, after) in [
+            ("cancel", JobState::Available, JobState::Cancelled),
+            ("retry", JobState::Cancelled, JobState::Available),
+        ] {
+            let args = ["--lock-timeout", "300ms", "jobs", action, &id];
+            let hold = db.hold_job(job.id).await?;
+            run_within_20s(&db, url, pooler, &args)?.fails_with("another transaction holds a lock");
+            hold.release().await?;
+            assert_eq!(
+                state().await?,
+                Some(before),
+                "{pooler} {action}: nothing changed"
+            );
+            run_within_20s(&db, url, pooler, &args)?.ok();
+            assert_eq!(
+                state().await?,
+                Some(after),
+                "{pooler} {action}: done once free"
+            );
+        }
+    }
     Ok(())
 }

@@ -3,12 +3,13 @@
 //! `FOR UPDATE`) wait on the HTTP API's own connections, so a client's submit through the
 //! ZeroMQ server still goes through (with one pool for both, the cancels would take every
 //! connection and the submit would wait for the holder). And they wait at most
-//! `--http-lock-timeout`, answered 503 with the reason, while the API serves the rest.
+//! `--http-lock-timeout`, answered 503 with the reason, while the API serves the rest,
+//! behind PgBouncer in transaction mode too.
 
 use std::time::Duration;
 
 use crate::common::{http_request, serve_open_http};
-use hopper::testing::{RowHold, TestDatabase};
+use hopper::testing::{PgBouncer, RowHold, TestDatabase};
 use hopper::{NewJob, RemoteBackend, RemoteOptions};
 
 /// `POST /api/v1/jobs/{id}/cancel` on `addr`, answered once the lock lets it: the status
@@ -75,29 +76,43 @@ async fn http_requests_stuck_on_a_lock_leave_the_workers_connections() -> anyhow
     Ok(())
 }
 
+/// Connected directly, and through PgBouncer in transaction mode (where the bound is a
+/// `SET LOCAL` of the request's own transaction, and the cancel waited for the holder).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_request_waits_for_a_held_row_at_most_its_bound() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
+    let bouncer = PgBouncer::start()?;
     let bound = ["--http-pool-size", "1", "--http-lock-timeout", "300ms"];
-    let (_serve, _, addr) = serve_open_http(&db, &bound)?;
-    let (held, holder) = held_job(&db).await?;
-    let path = format!("/api/v1/jobs/{}/cancel", held);
-    let to = addr.clone();
-    let response = tokio::task::spawn_blocking(move || {
-        http_request(&to, "POST", &path, Duration::from_secs(60))
-    })
-    .await??;
-    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
-    assert!(
-        response.contains("another transaction holds a lock"),
-        "{response}"
-    );
-    // The one connection is free again: the API serves the rest, the row still held.
-    let response = tokio::task::spawn_blocking(move || {
-        http_request(&addr, "GET", "/api/v1/queues", Duration::from_secs(60))
-    })
-    .await??;
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    holder.release().await?;
+    let behind = ["--database-url", bouncer.url(), "--pooler", "transaction"];
+    for route in [&[][..], &behind[..]] {
+        let (_serve, _, addr) = serve_open_http(&db, &[&bound[..], route].concat())?;
+        let (held, holder) = held_job(&db).await?;
+        let path = format!("/api/v1/jobs/{held}/cancel");
+        let request = |method: &'static str, path: String| {
+            let addr = addr.clone();
+            tokio::task::spawn_blocking(move || {
+                http_request(&addr, method, &path, Duration::from_secs(60))
+            })
+        };
+        let response = request("POST", path.clone()).await??;
+        assert!(
+            response.starts_with("HTTP/1.1 503"),
+            "{route:?}: {response}"
+        );
+        assert!(
+            response.contains("another transaction holds a lock"),
+            "{response}"
+        );
+        // The one connection is free again: the API serves the rest, the row still held.
+        let response = request("GET", "/api/v1/queues".to_owned()).await??;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        holder.release().await?;
+        // Free, the row is cancelled.
+        let response = request("POST", path).await??;
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "{route:?}: {response}"
+        );
+    }
     Ok(())
 }
