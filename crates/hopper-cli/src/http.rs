@@ -25,7 +25,7 @@ use clap::Args;
 use hopper::Health;
 use hopper::backend::Backend;
 use hopper::supervise::{Policy, supervise};
-use hopper_web::{AllowedHosts, AuthConfig, WebState};
+use hopper_web::{AllowedHosts, AuthConfig, ConnectionLimits, WebState};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -58,6 +58,27 @@ pub struct HttpArgs {
         requires = "http"
     )]
     pub http_host: Vec<String>,
+    /// Most HTTP connections open at once; past it, new ones wait until one closes.
+    #[arg(long, default_value_t = hopper_web::DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000), requires = "http")]
+    pub http_max_connections: u32,
+    /// Longest an HTTP connection may take to send a request's headers, and may stay idle
+    /// between two requests, before it is closed (e.g. 10s, 500ms).
+    #[arg(long, default_value = "10s", requires = "http")]
+    pub http_header_timeout: String,
+}
+
+impl HttpArgs {
+    /// The connection limits of the flags, checked: a header timeout more than zero and at
+    /// most ten years.
+    pub fn limits(&self) -> anyhow::Result<ConnectionLimits> {
+        let flag = "--http-header-timeout";
+        let timeout = hopper_cli::duration::parse_duration(flag, &self.http_header_timeout)?;
+        let timeout = hopper_core::limits::check_interval(flag, timeout)?;
+        let max = usize::try_from(self.http_max_connections).unwrap_or(usize::MAX);
+        Ok(ConnectionLimits::default()
+            .with_max_connections(max)
+            .with_header_timeout(timeout))
+    }
 }
 
 /// The running HTTP server.
@@ -103,6 +124,7 @@ pub async fn start(
     let Some(addr) = args.http else {
         return Ok(None);
     };
+    let limits = args.limits()?;
     let auth = auth(args, addr)?;
     let open = auth.is_open();
     let mut hosts = AllowedHosts::for_address(addr);
@@ -136,8 +158,8 @@ pub async fn start(
                     Some(listener) => listener,
                     None => tokio::net::TcpListener::bind(local).await?,
                 };
-                axum::serve(listener, hopper_web::router(state))
-                    .with_graceful_shutdown(stop.cancelled_owned())
+                let router = hopper_web::router(state);
+                hopper_web::serve_connections(listener, router, limits, stop.cancelled_owned())
                     .await
             }
         }

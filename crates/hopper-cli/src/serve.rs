@@ -143,6 +143,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     // changes nothing. `Server::start` checks the whole `ServeConfig` again.
     hopper_cli::duration::check_serve_timing(heartbeat, lease, node_dead_after)?;
     hopper_core::limits::check_count("--max-connections", args.max_connections)?;
+    args.http.limits()?;
     // --http without --listen: HTTP only. Neither: ZeroMQ on the default endpoint.
     let listen = args
         .listen

@@ -41,6 +41,7 @@
 
 mod api;
 pub mod auth;
+mod connections;
 pub mod cross_site;
 mod dashboard;
 mod error;
@@ -65,6 +66,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tracing::Instrument;
 
 pub use auth::{AuthConfig, Role, Secret};
+pub use connections::{
+    ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, serve_connections,
+};
 pub use cross_site::AllowedHosts;
 pub use error::{ApiError, Error, Result};
 
@@ -276,9 +280,9 @@ async fn security_headers(mut response: Response) -> Response {
     response
 }
 
-/// Serves [`router`] on `addr` until the process ends. Refuses to run without
-/// authentication on anything but a loopback address. The bound address is added to the
-/// state's [`AllowedHosts`].
+/// Serves [`router`] on `addr` until the process ends, within the default
+/// [`ConnectionLimits`]. Refuses to run without authentication on anything but a loopback
+/// address. The bound address is added to the state's [`AllowedHosts`].
 pub async fn serve(addr: SocketAddr, state: WebState) -> Result<()> {
     serve_with_shutdown(addr, state, std::future::pending()).await
 }
@@ -305,8 +309,12 @@ pub async fn serve_with_shutdown(
     }
     let _upkeep = state.prometheus().cloned().map(metrics::spawn_upkeep);
     tracing::info!(%local, "HTTP API on http://{local}/api/v1, dashboard on http://{local}/");
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    serve_connections(
+        listener,
+        router(state),
+        ConnectionLimits::default(),
+        shutdown,
+    )
+    .await?;
     Ok(())
 }

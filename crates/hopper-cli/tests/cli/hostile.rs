@@ -175,7 +175,7 @@ async fn absurd_times_and_delays_are_refused() {
 async fn serve_flags_it_cannot_run_with_are_refused_before_the_database_changes() {
     let db = TestDatabase::new().await.expect("test database");
     let unborn = format!("{}_unborn", db.schema());
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--heartbeat", "20s", "--lease", "60s"],
             "--node-dead-after",
@@ -185,6 +185,14 @@ async fn serve_flags_it_cannot_run_with_are_refused_before_the_database_changes(
         (&["--lease", "11years"], "--heartbeat and --lease"),
         (&["--admin-lock-timeout", "soon"], "--admin-lock-timeout"),
         (&["--max-connections", "1000001"], "--max-connections"),
+        (
+            &["--http", "127.0.0.1:0", "--http-header-timeout", "0s"],
+            "--http-header-timeout must be more than zero",
+        ),
+        (
+            &["--http", "127.0.0.1:0", "--http-header-timeout", "soon"],
+            "--http-header-timeout \"soon\"",
+        ),
     ];
     for (flags, needle) in cases {
         let exit = exit_of(

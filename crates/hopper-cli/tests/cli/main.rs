@@ -11,6 +11,7 @@ mod cli;
 mod db_restart;
 mod health;
 mod hostile;
+mod http_connections;
 mod http_pool;
 mod injection;
 mod kill;

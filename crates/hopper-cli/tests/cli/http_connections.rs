@@ -1,0 +1,123 @@
+//! `hopper serve --http` against peers that hold connections without using them: one that
+//! sends nothing, one that sends half a request line (slowloris), one that stays idle after
+//! its request; each is closed at `--http-header-timeout`. And at most
+//! `--http-max-connections` are open at once: a peer past it waits until one closes. (Served
+//! by `axum::serve`, none was ever closed: 15,000 idle connections held 330 MB and 15,000
+//! descriptors until the process's limit refused every new peer.)
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use crate::common::serve_open_http;
+use hopper::testing::TestDatabase;
+
+/// How long a test waits for the server to act: far past the timeouts under test, so a
+/// slow machine does not fail it, and short enough that a server that never acts does.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A connection to `addr` whose reads wait at most `wait`.
+fn connect(addr: &str, wait: Duration) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connects");
+    stream.set_read_timeout(Some(wait)).expect("read timeout");
+    stream
+}
+
+/// Reads until the server closes `stream`; false if it is still open after [`PATIENCE`].
+fn closed_by_server(stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(PATIENCE))
+        .expect("read timeout");
+    let mut sink = [0u8; 4096];
+    loop {
+        match stream.read(&mut sink) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A keep-alive `GET /api/v1/queues` on `stream`; its response's status line.
+fn get_status(stream: &mut TcpStream, addr: &str) -> std::io::Result<String> {
+    let request = format!("GET /api/v1/queues HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes())?;
+    read_status(stream)
+}
+
+/// The status line of the response coming on `stream` (empty if it closes first).
+fn read_status(stream: &mut TcpStream) -> std::io::Result<String> {
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The head and the JSON body come in one or two reads; a status line is enough.
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_http_peers_are_closed_at_the_header_timeout() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (_serve, _, addr) = serve_open_http(&db, &["--http-header-timeout", "300ms"])?;
+
+    let mut silent = connect(&addr, PATIENCE);
+    let mut slow = connect(&addr, PATIENCE);
+    slow.write_all(b"GET /api/v1/queues HTTP/1.1\r\nHost: ")?;
+    let mut idle = connect(&addr, PATIENCE);
+    let status = get_status(&mut idle, &addr)?;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+
+    assert!(
+        closed_by_server(&mut silent),
+        "a silent peer kept its connection"
+    );
+    assert!(
+        closed_by_server(&mut slow),
+        "a slow peer kept its connection"
+    );
+    assert!(
+        closed_by_server(&mut idle),
+        "an idle peer kept its connection"
+    );
+    // The server goes on serving.
+    let status = get_status(&mut connect(&addr, PATIENCE), &addr)?;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_connections_past_the_limit_wait_for_one_to_close() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let limits = [
+        "--http-max-connections",
+        "4",
+        "--http-header-timeout",
+        "60s",
+    ];
+    let (_serve, _, addr) = serve_open_http(&db, &limits)?;
+    // Four peers hold every connection, idle after a request each.
+    let mut held: Vec<TcpStream> = (0..4).map(|_| connect(&addr, PATIENCE)).collect();
+    for stream in &mut held {
+        let status = get_status(stream, &addr)?;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    }
+    // A fifth is connected by the kernel (the listen backlog) but not served...
+    let mut fifth = connect(&addr, Duration::from_millis(500));
+    match get_status(&mut fifth, &addr) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        other => panic!("served past the limit: {other:?}"),
+    }
+    // ... until one of the four leaves.
+    drop(held.pop());
+    fifth.set_read_timeout(Some(PATIENCE))?;
+    let status = read_status(&mut fifth)?;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    Ok(())
+}
