@@ -287,8 +287,8 @@ pub async fn serve(addr: SocketAddr, state: WebState) -> Result<()> {
     serve_with_shutdown(addr, state, std::future::pending()).await
 }
 
-/// Like [`serve`], stopping gracefully (in-flight requests finish) when `shutdown`
-/// completes.
+/// Like [`serve`], stopping gracefully when `shutdown` completes: no new connection is
+/// accepted, and the requests in flight finish (for at most 30 s).
 pub async fn serve_with_shutdown(
     addr: SocketAddr,
     state: WebState,
