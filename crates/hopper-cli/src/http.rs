@@ -25,7 +25,7 @@ use clap::Args;
 use hopper::Health;
 use hopper::backend::Backend;
 use hopper::supervise::{Policy, supervise};
-use hopper_web::{AllowedHosts, AuthConfig, ConnectionLimits, WebState};
+use hopper_web::{AllowedHosts, AuthConfig, ConnectionLimits, Tls, WebState};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -58,6 +58,17 @@ pub struct HttpArgs {
         requires = "http"
     )]
     pub http_host: Vec<String>,
+    /// Serve HTTPS with this PEM certificate chain (the server's certificate first), with
+    /// --http-tls-key. Needed off loopback unless --http-insecure-plaintext.
+    #[arg(long, env = "HOPPER_HTTP_TLS_CERT", requires_all = ["http", "http_tls_key"], value_name = "PEM")]
+    pub http_tls_cert: Option<PathBuf>,
+    /// The unencrypted PEM private key of --http-tls-cert.
+    #[arg(long, env = "HOPPER_HTTP_TLS_KEY", requires_all = ["http", "http_tls_cert"], value_name = "PEM")]
+    pub http_tls_key: Option<PathBuf>,
+    /// Serve plain HTTP off loopback (tokens and data in cleartext), e.g. behind a proxy on
+    /// a private network that terminates TLS.
+    #[arg(long, requires = "http", conflicts_with = "http_tls_cert")]
+    pub http_insecure_plaintext: bool,
     /// Most HTTP connections open at once; past it, new ones wait until one closes.
     #[arg(long, default_value_t = hopper_web::DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000), requires = "http")]
     pub http_max_connections: u32,
@@ -68,6 +79,26 @@ pub struct HttpArgs {
 }
 
 impl HttpArgs {
+    /// The HTTPS certificate and key of the flags, read and checked; none for plain HTTP,
+    /// which off loopback needs --http-insecure-plaintext (bearer tokens cross the network
+    /// in every request).
+    pub fn tls(&self) -> anyhow::Result<Option<Tls>> {
+        let (Some(cert), Some(key)) = (&self.http_tls_cert, &self.http_tls_key) else {
+            if let Some(addr) = self.http
+                && !addr.ip().is_loopback()
+                && !self.http_insecure_plaintext
+            {
+                anyhow::bail!(
+                    "--http {addr} is off loopback: serve HTTPS with --http-tls-cert and \
+                     --http-tls-key, or pass --http-insecure-plaintext behind a proxy that \
+                     terminates TLS (tokens would cross the network in cleartext)"
+                );
+            }
+            return Ok(None);
+        };
+        Ok(Some(Tls::from_pem_files(cert, key)?))
+    }
+
     /// The connection limits of the flags, checked: a header timeout more than zero and at
     /// most ten years.
     pub fn limits(&self) -> anyhow::Result<ConnectionLimits> {
@@ -125,6 +156,8 @@ pub async fn start(
         return Ok(None);
     };
     let limits = args.limits()?;
+    let tls = args.tls()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let auth = auth(args, addr)?;
     let open = auth.is_open();
     let mut hosts = AllowedHosts::for_address(addr);
@@ -151,7 +184,7 @@ pub async fn start(
     let task = supervise("http", health, Policy::default(), stop.clone(), {
         let stop = stop.clone();
         move || {
-            let (state, stop) = (state.clone(), stop.clone());
+            let (state, stop, tls) = (state.clone(), stop.clone(), tls.clone());
             let listener = first.lock().ok().and_then(|mut first| first.take());
             async move {
                 let listener = match listener {
@@ -159,13 +192,13 @@ pub async fn start(
                     None => tokio::net::TcpListener::bind(local).await?,
                 };
                 let router = hopper_web::router(state);
-                hopper_web::serve_connections(listener, router, limits, stop.cancelled_owned())
-                    .await
+                let stop = stop.cancelled_owned();
+                hopper_web::serve_connections(listener, router, limits, tls, stop).await
             }
         }
     });
     eprintln!(
-        "hopper serve: HTTP API on http://{local}/api/v1, dashboard on http://{local}/, metrics on http://{local}/metrics{}",
+        "hopper serve: HTTP API on {scheme}://{local}/api/v1, dashboard on {scheme}://{local}/, metrics on {scheme}://{local}/metrics{}",
         if open { " (NO authentication)" } else { "" }
     );
     Ok(Some(HttpServer {

@@ -144,6 +144,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     hopper_cli::duration::check_serve_timing(heartbeat, lease, node_dead_after)?;
     hopper_core::limits::check_count("--max-connections", args.max_connections)?;
     args.http.limits()?;
+    args.http.tls()?;
     // --http without --listen: HTTP only. Neither: ZeroMQ on the default endpoint.
     let listen = args
         .listen

@@ -24,6 +24,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::tls::Tls;
+
 /// The defaults of [`ConnectionLimits`]: 1,024 connections, 10 s for a request's headers.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
@@ -81,13 +83,16 @@ impl ConnectionLimits {
     }
 }
 
-/// Serves `router` on the connections of `listener` within `limits` until `shutdown`
-/// completes; then stops accepting, lets the requests in flight finish (at most 30 s) and
-/// returns. An accept error is logged (throttled) and the loop goes on.
+/// Serves `router` on the connections of `listener` within `limits`, over HTTPS with
+/// `tls` (its handshake also bounded by [`ConnectionLimits::header_timeout`]) or plain HTTP
+/// without, until `shutdown` completes; then stops accepting, lets the requests in flight
+/// finish (at most 30 s) and returns. An accept error is logged (throttled) and the loop
+/// goes on; a peer's failed handshake ends its connection only.
 pub async fn serve_connections(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    tls: Option<Tls>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let open = Arc::new(Semaphore::new(
@@ -109,14 +114,37 @@ pub async fn serve_connections(
             continue;
         };
         let service = TowerToHyperService::new(router.clone());
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
+        let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
+            // The connection's place, given back when the task ends, however it ends.
+            let _open = permit;
             // A peer's own failure (reset, timeout, bad request) ends its connection only.
-            if let Err(e) = connection.await {
+            let served = match tls {
+                None => {
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(connection).await
+                }
+                Some(tls) => {
+                    let handshake = tls.acceptor().accept(stream);
+                    let stream = match tokio::time::timeout(limits.header_timeout, handshake).await
+                    {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "a TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("a TLS handshake took too long");
+                            return;
+                        }
+                    };
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(connection).await
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "an HTTP connection ended");
             }
-            drop(permit);
         });
     }
     drop(listener);

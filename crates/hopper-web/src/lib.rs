@@ -47,6 +47,7 @@ mod dashboard;
 mod error;
 mod health;
 pub mod metrics;
+mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -71,6 +72,7 @@ pub use connections::{
 };
 pub use cross_site::AllowedHosts;
 pub use error::{ApiError, Error, Result};
+pub use tls::Tls;
 
 /// The default limit on a request body: 16 MiB, room for a batch of jobs (one job's
 /// arguments may be up to 1 MiB).
@@ -309,12 +311,7 @@ pub async fn serve_with_shutdown(
     }
     let _upkeep = state.prometheus().cloned().map(metrics::spawn_upkeep);
     tracing::info!(%local, "HTTP API on http://{local}/api/v1, dashboard on http://{local}/");
-    serve_connections(
-        listener,
-        router(state),
-        ConnectionLimits::default(),
-        shutdown,
-    )
-    .await?;
+    let limits = ConnectionLimits::default();
+    serve_connections(listener, router(state), limits, None, shutdown).await?;
     Ok(())
 }

@@ -120,14 +120,17 @@ pub fn serve_open_http(
     let serve = Hopper::start(db, "", &args)?;
     let endpoint = serve_endpoint(&serve.line_with("listening on", Duration::from_secs(30))?)?;
     let line = serve.line_with("HTTP API on http://", Duration::from_secs(30))?;
-    let addr = line
-        .split("HTTP API on http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_default()
-        .to_owned();
-    anyhow::ensure!(!addr.is_empty(), "no HTTP address in {line:?}");
+    let (_, addr) = http_address(&line)?;
     Ok((serve, endpoint, addr))
+}
+
+/// The scheme and the address (`host:port`) in `hopper serve`'s "HTTP API on …" line.
+pub fn http_address(line: &str) -> anyhow::Result<(String, String)> {
+    let url = line.split("HTTP API on ").nth(1).unwrap_or_default();
+    let (scheme, rest) = url.split_once("://").unwrap_or_default();
+    let addr = rest.split('/').next().unwrap_or_default();
+    anyhow::ensure!(!addr.is_empty(), "no HTTP address in {line:?}");
+    Ok((scheme.to_owned(), addr.to_owned()))
 }
 
 /// `METHOD path` on `addr` with no body, its answer read within `read_timeout`: the whole

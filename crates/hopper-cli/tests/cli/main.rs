@@ -13,6 +13,7 @@ mod health;
 mod hostile;
 mod http_connections;
 mod http_pool;
+mod http_tls;
 mod injection;
 mod kill;
 mod node_death;
