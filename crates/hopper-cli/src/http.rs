@@ -179,6 +179,9 @@ pub async fn start(
         .with_context(|| format!("binding the HTTP address {addr}"))?;
     let local = listener.local_addr()?;
     let stop = CancellationToken::new();
+    if let Some(tls) = &tls {
+        reload_on_hangup(tls.clone(), stop.clone())?;
+    }
     // A restarted serve loop binds the address again; the first uses the bound listener.
     let first = Arc::new(std::sync::Mutex::new(Some(listener)));
     let task = supervise("http", health, Policy::default(), stop.clone(), {
@@ -206,6 +209,30 @@ pub async fn start(
         task,
         _upkeep: hopper_web::metrics::spawn_upkeep(prometheus),
     }))
+}
+
+/// Reads the HTTPS certificate and key again at each SIGHUP (a renewed certificate), until
+/// `stop`: served from the next handshake on, or, if they cannot be served, the pair
+/// served before stays and the log says why.
+fn reload_on_hangup(tls: Tls, stop: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                hangup = hangups.recv() => if hangup.is_none() { return },
+            }
+            match tls.reload() {
+                Ok(()) => tracing::info!("SIGHUP: reloaded the HTTPS certificate and key"),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "SIGHUP: kept the HTTPS certificate served so far"
+                ),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// The authentication in force, from the flags, the environment or the token file.

@@ -3,25 +3,53 @@
 //! OpenSSL). Bearer tokens and basic-auth passwords cross the network in every request, so
 //! off loopback `hopper serve --http` serves HTTPS, or plain HTTP only when told to (behind
 //! a proxy that terminates TLS).
+//!
+//! Certificates are renewed under a running server (an ACME client, a secret mounted by
+//! Kubernetes): [`Tls::reload`] reads the files again and, if they hold a usable pair,
+//! serves it to the handshakes that follow; if not, it says why and keeps the pair it has.
+//! `hopper serve` calls it on `SIGHUP`.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
 use crate::{Error, Result};
 
-/// What the HTTP server presents to its clients. Cheap to clone.
+/// What the HTTP server presents to its clients. Cheap to clone; clones share the pair
+/// served, so a [`Tls::reload`] on one reaches every connection's handshake.
 #[derive(Clone)]
 pub struct Tls {
     acceptor: TlsAcceptor,
+    served: Arc<Served>,
 }
 
 impl std::fmt::Debug for Tls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tls")
+        f.debug_struct("Tls")
+            .field("files", &self.served.files)
+            .finish()
+    }
+}
+
+/// The pair each handshake is given, and the files it came from.
+#[derive(Debug)]
+struct Served {
+    provider: Arc<CryptoProvider>,
+    files: Option<(PathBuf, PathBuf)>,
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl ResolvesServerCert for Served {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // A poisoned lock still holds a whole pair: a swap cannot be seen half done.
+        let current = self.current.read().unwrap_or_else(|e| e.into_inner());
+        Some(Arc::clone(&current))
     }
 }
 
@@ -31,35 +59,91 @@ impl Tls {
     /// PKCS#1 or SEC1). A missing or unreadable file, one without a certificate or a key,
     /// or a key that is not the certificate's is refused, naming the file.
     pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Self> {
-        let refused = |path: &Path, why: &dyn std::fmt::Display| {
-            Error::Config(format!("TLS file {}: {why}", path.display()))
-        };
-        let chain = CertificateDer::pem_file_iter(cert)
-            .and_then(Iterator::collect::<std::result::Result<Vec<_>, _>>)
-            .map_err(|e| refused(cert, &e))?;
-        if chain.is_empty() {
-            return Err(refused(cert, &"no PEM certificate in it"));
-        }
-        let private = PrivateKeyDer::from_pem_file(key)
-            .map_err(|e| refused(key, &format!("{e} (an unencrypted PEM private key)")))?;
-        Self::new(chain, private)
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let pair = read_pair(&provider, cert, key)?;
+        Self::serving(provider, pair, Some((cert.to_owned(), key.to_owned())))
     }
 
     /// `chain` (the server's certificate first) with its `key`; a key that is not the
-    /// certificate's is refused.
+    /// certificate's is refused. [`Tls::reload`] has no files to read then.
     pub fn new(chain: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> Result<Self> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let pair = certified(&provider, chain, key)?;
+        Self::serving(provider, pair, None)
+    }
+
+    /// Reads the files given to [`Tls::from_pem_files`] again and serves what they hold from
+    /// the next handshake on; connections already open keep theirs. Files that cannot be
+    /// served (half written, a key of another certificate) are refused as at start, and
+    /// the pair served before stays.
+    pub fn reload(&self) -> Result<()> {
+        let Some((cert, key)) = &self.served.files else {
+            return Err(Error::Config(
+                "this TLS pair was given in memory, not read from files".into(),
+            ));
+        };
+        let pair = read_pair(&self.served.provider, cert, key)?;
+        let mut current = self
+            .served
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        *current = Arc::new(pair);
+        Ok(())
+    }
+
+    fn serving(
+        provider: Arc<CryptoProvider>,
+        pair: CertifiedKey,
+        files: Option<(PathBuf, PathBuf)>,
+    ) -> Result<Self> {
+        let served = Arc::new(Served {
+            provider: Arc::clone(&provider),
+            files,
+            current: RwLock::new(Arc::new(pair)),
+        });
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
-            .map_err(|e| Error::Config(format!("TLS certificate and key: {e}")))?;
+            .map_err(|e| Error::Config(format!("TLS: {e}")))?
+            .with_no_client_auth()
+            .with_cert_resolver(served.clone());
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Tls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
+            served,
         })
     }
 
     pub(crate) fn acceptor(&self) -> &TlsAcceptor {
         &self.acceptor
     }
+}
+
+/// The pair of the files `cert` and `key`, checked (see [`Tls::from_pem_files`]).
+fn read_pair(provider: &CryptoProvider, cert: &Path, key: &Path) -> Result<CertifiedKey> {
+    let refused = |path: &Path, why: &dyn std::fmt::Display| {
+        Error::Config(format!("TLS file {}: {why}", path.display()))
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(Iterator::collect::<std::result::Result<Vec<_>, _>>)
+        .map_err(|e| refused(cert, &e))?;
+    if chain.is_empty() {
+        return Err(refused(cert, &"no PEM certificate in it"));
+    }
+    let private = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| refused(key, &format!("{e} (an unencrypted PEM private key)")))?;
+    certified(provider, chain, private)
+}
+
+/// `chain` with `key`, refused if the key is not the first certificate's.
+fn certified(
+    provider: &CryptoProvider,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<CertifiedKey> {
+    if chain.is_empty() {
+        return Err(Error::Config("TLS: no certificate given".into()));
+    }
+    CertifiedKey::from_der(chain, key, provider)
+        .map_err(|e| Error::Config(format!("TLS certificate and key: {e}")))
 }

@@ -119,6 +119,64 @@ async fn the_http_api_serves_https_and_closes_what_is_not_tls() -> anyhow::Resul
     Ok(())
 }
 
+/// A renewed certificate is served from the next handshake after `SIGHUP`; files that
+/// cannot be served (half written) are refused then, and the pair served before stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_certificate_is_served_after_sighup() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let dir = tempfile_dir(db.schema())?;
+    let (old, new) = (identity(&dir, "old")?, identity(&dir, "new")?);
+    let (cert, key) = (dir.join("live.crt"), dir.join("live.key"));
+    let install = |id: &Identity| -> std::io::Result<()> {
+        std::fs::copy(&id.cert, &cert)?;
+        std::fs::copy(&id.key, &key).map(drop)
+    };
+    install(&old)?;
+    let args = [
+        "--http",
+        "127.0.0.1:0",
+        "--http-tls-cert",
+        path(&cert),
+        "--http-tls-key",
+        path(&key),
+    ];
+    let (serve, _, addr) = serve(&db, &args)?;
+    assert!(
+        https_get(&addr, &old.der)
+            .await?
+            .starts_with("HTTP/1.1 200")
+    );
+    let hangup = || {
+        let pid = serve.child.id().to_string();
+        Command::new("kill").args(["-HUP", &pid]).status()
+    };
+
+    std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nhalf")?;
+    anyhow::ensure!(hangup()?.success(), "kill -HUP");
+    serve.line_with("kept the HTTPS certificate", Duration::from_secs(20))?;
+    assert!(
+        https_get(&addr, &old.der)
+            .await?
+            .starts_with("HTTP/1.1 200")
+    );
+
+    install(&new)?;
+    anyhow::ensure!(hangup()?.success(), "kill -HUP");
+    serve.line_with("reloaded the HTTPS certificate", Duration::from_secs(20))?;
+    assert!(
+        https_get(&addr, &new.der)
+            .await?
+            .starts_with("HTTP/1.1 200")
+    );
+    assert!(
+        https_get(&addr, &old.der).await.is_err(),
+        "the old pair served"
+    );
+    drop(serve);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// HTTPS settings it cannot serve with, and plain HTTP off loopback, are refused before
 /// the database is opened (the schema given is not created); `--http-insecure-plaintext`
 /// serves plain HTTP off loopback.
