@@ -17,12 +17,13 @@ use std::time::Duration;
 
 use axum::Router;
 use hopper::core::log_limit::LogThrottle;
+use hopper::metrics::{HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED_TOTAL};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::tls::Tls;
 
@@ -117,7 +118,7 @@ pub async fn serve_connections(
         let (builder, watcher, tls) = (builder.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
             // The connection's place, given back when the task ends, however it ends.
-            let _open = permit;
+            let _open = Open::new(permit);
             // A peer's own failure (reset, timeout, bad request) ends its connection only.
             let served = match tls {
                 None => {
@@ -131,19 +132,24 @@ pub async fn serve_connections(
                         Ok(Ok(stream)) => stream,
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, "a TLS handshake failed");
-                            return;
+                            return closed("tls_handshake");
                         }
                         Err(_) => {
                             tracing::debug!("a TLS handshake took too long");
-                            return;
+                            return closed("tls_handshake");
                         }
                     };
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     watcher.watch(connection).await
                 }
             };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "an HTTP connection ended");
+            match served {
+                Ok(()) => closed("done"),
+                Err(e) if e.is_timeout() => closed("header_timeout"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "an HTTP connection ended");
+                    closed("error");
+                }
             }
         });
     }
@@ -157,11 +163,35 @@ pub async fn serve_connections(
     Ok(())
 }
 
+/// One open connection: its place under the limit and its count in
+/// [`HTTP_CONNECTIONS`], both given back on drop.
+struct Open {
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Open {
+    fn new(permit: OwnedSemaphorePermit) -> Self {
+        metrics::gauge!(HTTP_CONNECTIONS).increment(1.0);
+        Open { _permit: permit }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        metrics::gauge!(HTTP_CONNECTIONS).decrement(1.0);
+    }
+}
+
+/// Counts a connection ended for `reason` ([`HTTP_CONNECTIONS_CLOSED_TOTAL`]).
+fn closed(reason: &'static str) {
+    metrics::counter!(HTTP_CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
+}
+
 /// The next connection, once one may be opened; `None` after an accept error (logged).
 async fn accept(
     listener: &TcpListener,
     open: &Arc<Semaphore>,
-) -> Option<(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit)> {
+) -> Option<(tokio::net::TcpStream, OwnedSemaphorePermit)> {
     // The semaphore is never closed.
     let permit = Arc::clone(open).acquire_owned().await.ok()?;
     match listener.accept().await {

@@ -21,6 +21,8 @@
 //! | [`OUTCOMES_REFUSED_TOTAL`] | counter | | by [`crate::outcomes`], an outcome refused for a permanent reason |
 //! | [`OUTCOMES_HELD_TOTAL`] | counter | | by [`crate::outcomes`], an outcome write answered held (its job row held by another transaction) |
 //! | [`TASK_FAILURES_TOTAL`] | counter | task | by [`crate::supervise`], a background task panicked or failed |
+//! | [`HTTP_CONNECTIONS`] | gauge | | by `hopper-web`'s server, connections open now |
+//! | [`HTTP_CONNECTIONS_CLOSED_TOTAL`] | counter | reason | by `hopper-web`'s server, a connection ended |
 
 use std::collections::HashMap;
 use std::sync::{OnceLock, PoisonError, RwLock};
@@ -58,6 +60,16 @@ pub const QUEUE_OLDEST_AVAILABLE_SECONDS: &str = "hopper_queue_oldest_available_
 /// Counter: failures (panics or errors) of supervised background tasks, by task name
 /// (`promoter`, `completer`, ...). Each is logged at error level; see [`crate::supervise`].
 pub const TASK_FAILURES_TOTAL: &str = "hopper_task_failures_total";
+
+/// Gauge: connections the HTTP server (`hopper-web`, `hopper serve --http`) holds open now,
+/// a TLS handshake in progress included; at most its connection limit.
+pub const HTTP_CONNECTIONS: &str = "hopper_http_connections";
+
+/// Counter: connections the HTTP server ended, by `reason`: `done` (the peer closed it, or
+/// asked for it to be closed after a response), `header_timeout` (no request headers in
+/// time, or idle too long between requests), `tls_handshake` (a TLS handshake that failed
+/// or took too long), `error` (anything else: a reset, a malformed request).
+pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "hopper_http_connections_closed_total";
 
 /// Counter: outcomes not written because the database refused them for a permanent
 /// reason, or because a delay was over the bound (see [`crate::outcomes`]). Their jobs run

@@ -44,6 +44,16 @@ fn identity(dir: &Path, name: &str) -> anyhow::Result<Identity> {
 
 /// `GET /api/v1/queues` over TLS to `addr`, trusting `root` alone: the status line.
 async fn https_get(addr: &str, root: &CertificateDer<'static>) -> anyhow::Result<String> {
+    let answer = https_request(addr, "/api/v1/queues", root).await?;
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
+}
+
+/// `GET path` over TLS to `addr`, trusting `root` alone: the whole answer.
+async fn https_request(
+    addr: &str,
+    path: &str,
+    root: &CertificateDer<'static>,
+) -> anyhow::Result<String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(root.clone())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -57,14 +67,13 @@ async fn https_get(addr: &str, root: &CertificateDer<'static>) -> anyhow::Result
         .connect(ServerName::try_from("127.0.0.1")?, tcp)
         .await?;
     let request = format!(
-        "GET /api/v1/queues HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
     );
     tls.write_all(request.as_bytes()).await?;
     let mut answer = Vec::new();
     // A peer that closes without close_notify is an error to rustls; the answer is read.
     let _ = tls.read_to_end(&mut answer).await;
-    let answer = String::from_utf8_lossy(&answer);
-    Ok(answer.lines().next().unwrap_or_default().to_owned())
+    Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
 /// `hopper serve` with `args`, authenticated by [`TOKEN`], once it prints its address:
@@ -114,6 +123,16 @@ async fn the_http_api_serves_https_and_closes_what_is_not_tls() -> anyhow::Resul
     assert!(https_get(&addr, &other.der).await.is_err());
     let status = https_get(&addr, &id.der).await?;
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    // The plain request and the silent peer at least (the refused client's end may not be
+    // counted yet): `hopper_http_connections_closed_total{reason="tls_handshake"}`.
+    let metrics = https_request(&addr, "/metrics", &id.der).await?;
+    let failed = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"hopper_http_connections_closed_total{reason="tls_handshake"}"#)
+        })
+        .and_then(|n| n.trim().parse::<f64>().ok());
+    assert!(failed.is_some_and(|n| n >= 2.0), "{metrics}");
     drop(serve);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
