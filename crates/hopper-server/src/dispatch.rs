@@ -199,6 +199,7 @@ impl Core {
         self.enforce_timeouts(now);
         self.node
             .send_replace(tasks::node_info(&self.config, &self.peers));
+        crate::recording::peers_and_orders(&self.peers);
         // Forget queues nobody serves any more.
         let served: HashMap<&str, ()> = self
             .peers

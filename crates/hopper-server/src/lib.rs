@@ -35,6 +35,7 @@ mod keys;
 mod liveness;
 mod log_writer;
 mod outcome_writer;
+mod recording;
 mod roster;
 mod server;
 mod settings;

@@ -21,6 +21,10 @@
 //! | [`OUTCOMES_REFUSED_TOTAL`] | counter | | by [`crate::outcomes`], an outcome refused for a permanent reason |
 //! | [`OUTCOMES_HELD_TOTAL`] | counter | | by [`crate::outcomes`], an outcome write answered held (its job row held by another transaction) |
 //! | [`TASK_FAILURES_TOTAL`] | counter | task | by [`crate::supervise`], a background task panicked or failed |
+//! | [`SERVER_PEERS`] | gauge | role | by `hopper serve`, every heartbeat period |
+//! | [`SERVER_ORDERS`] | gauge | | by `hopper serve`, every heartbeat period |
+//! | [`SERVER_OUTCOMES_TOTAL`] | counter | outcome | by `hopper serve`, an outcome of a remote worker taken |
+//! | [`SERVER_HELLOS_REFUSED_TOTAL`] | counter | reason | by `hopper serve`, a hello refused |
 //! | [`HTTP_CONNECTIONS`] | gauge | | by `hopper-web`'s server, connections open now |
 //! | [`HTTP_CONNECTIONS_CLOSED_TOTAL`] | counter | reason | by `hopper-web`'s server, a connection ended |
 
@@ -60,6 +64,26 @@ pub const QUEUE_OLDEST_AVAILABLE_SECONDS: &str = "hopper_queue_oldest_available_
 /// Counter: failures (panics or errors) of supervised background tasks, by task name
 /// (`promoter`, `completer`, ...). Each is logged at error level; see [`crate::supervise`].
 pub const TASK_FAILURES_TOTAL: &str = "hopper_task_failures_total";
+
+/// Gauge: peers of `hopper serve` that said hello and are connected, by `role` (`worker`,
+/// `client`). Set every heartbeat period.
+pub const SERVER_PEERS: &str = "hopper_server_peers";
+
+/// Gauge: orders (jobs) `hopper serve` has given its connected workers and not yet had an
+/// outcome for. Set every heartbeat period.
+pub const SERVER_ORDERS: &str = "hopper_server_orders";
+
+/// Counter: outcomes `hopper serve` took from its remote workers (Rust, Python, Node) and
+/// queued for writing, by `outcome` (`completed`, `retried`, `failed`, `snoozed`,
+/// `released`). A second outcome for one lease, or one for a job another peer holds, is not
+/// counted. The only job counts of Python and Node workers, which record no metrics of
+/// their own; a Rust remote runtime also counts its attempts in its own process.
+pub const SERVER_OUTCOMES_TOTAL: &str = "hopper_server_outcomes_total";
+
+/// Counter: hellos `hopper serve` refused, by `reason` (`unauthorized`: a bad or missing
+/// token, or a client token saying hello as a worker; `invalid`: a version or registration
+/// it cannot take).
+pub const SERVER_HELLOS_REFUSED_TOTAL: &str = "hopper_server_hellos_refused_total";
 
 /// Gauge: connections the HTTP server (`hopper-web`, `hopper serve --http`) holds open now,
 /// a TLS handshake in progress included; at most its connection limit.

@@ -151,3 +151,17 @@ pub fn http_request(
     stream.read_to_string(&mut response)?;
     Ok(response)
 }
+
+/// The value of the Prometheus sample `name` (labels included) on the `/metrics` of the
+/// plain HTTP server at `addr` (opened with `--http-open`).
+pub fn metric(addr: &str, name: &str) -> anyhow::Result<Option<f64>> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok()))
+}

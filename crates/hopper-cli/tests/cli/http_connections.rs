@@ -9,7 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::common::serve_open_http;
+use crate::common::{metric, serve_open_http};
 use hopper::testing::TestDatabase;
 
 /// How long a test waits for the server to act: far past the timeouts under test, so a
@@ -89,34 +89,10 @@ async fn idle_and_slow_http_peers_are_closed_at_the_header_timeout() -> anyhow::
     // The server goes on serving, and counts what it closed.
     let status = get_status(&mut connect(&addr, PATIENCE), &addr)?;
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
-    let metrics = get_body(&addr, "/metrics")?;
-    let timed_out = sample(
-        &metrics,
-        "hopper_http_connections_closed_total{reason=\"header_timeout\"}",
-    );
-    assert_eq!(timed_out, Some(3.0), "{metrics}");
-    assert!(sample(&metrics, "hopper_http_connections").is_some_and(|n| n >= 1.0));
+    let timed_out = r#"hopper_http_connections_closed_total{reason="header_timeout"}"#;
+    assert_eq!(metric(&addr, timed_out)?, Some(3.0));
+    assert!(metric(&addr, "hopper_http_connections")?.is_some_and(|n| n >= 1.0));
     Ok(())
-}
-
-/// `GET path` on a connection of its own, closed after: the body.
-fn get_body(addr: &str, path: &str) -> std::io::Result<String> {
-    let mut stream = connect(addr, PATIENCE);
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes())?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    Ok(answer
-        .split("\r\n\r\n")
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned())
-}
-
-/// The value of the Prometheus sample `name` (with its labels) in `text`.
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

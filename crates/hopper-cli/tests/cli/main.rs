@@ -21,4 +21,5 @@ mod open_files;
 mod pgbouncer;
 mod queues;
 mod serve_curve;
+mod serve_metrics;
 mod sqlite_processes;

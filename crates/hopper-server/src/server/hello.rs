@@ -43,9 +43,11 @@ impl Core {
                 "protocol version {} is not supported; this server speaks {VERSION}",
                 hello.version
             );
+            crate::recording::hello_refused("invalid");
             return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
         }
         let refuse = |core: &mut Core, why: &str| {
+            crate::recording::hello_refused("unauthorized");
             if let Some(held_back) = core.refusals.check() {
                 let name = capped(hello.name.as_deref().unwrap_or(""));
                 tracing::warn!(peer = %hex(&peer), %name, held_back, "refused a hello: {why}");
@@ -64,6 +66,7 @@ impl Core {
             return self.reply(&peer, Reply::error(req, ErrorCode::Unauthorized, message));
         }
         if let Err(message) = check_registration(&hello) {
+            crate::recording::hello_refused("invalid");
             return self.reply(&peer, Reply::error(req, ErrorCode::Invalid, message));
         }
         let queues = hello

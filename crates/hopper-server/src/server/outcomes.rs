@@ -70,10 +70,12 @@ impl Core {
             self.peers.update(peer, |p| p.pace.record(ran));
         }
         let counted = held.map_or(1, |h| h.counted_attempt);
-        Some(Finish {
+        let finish = Finish {
             lease,
             outcome: outcome(item, counted),
-        })
+        };
+        crate::recording::outcome_taken(&finish.outcome);
+        Some(finish)
     }
 }
 
