@@ -58,6 +58,8 @@ pub enum Command {
     /// Periodic jobs registered by runtimes.
     #[command(subcommand)]
     Cron(crate::queues::CronCommand),
+    /// The registered nodes (runtimes and servers): queues, concurrency, last heartbeat.
+    Nodes,
     /// Run the demo: 500 jobs, mixed priorities, every 12th fails; prints a summary.
     Demo(DemoArgs),
     /// Run the standard benchmark workloads.

@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod demo;
 mod http;
+mod nodes;
 mod open_files;
 mod outage;
 mod output;
@@ -149,6 +150,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             queues::queues(&open_admin(url).await?, action, json).await
         }
         Command::Cron(cmd) => queues::cron(&open_admin(url).await?, cmd, json).await,
+        Command::Nodes => nodes::nodes(&open_admin(url).await?, json).await,
         Command::Demo(args) => demo::run(open(url).await?, args, json).await,
         Command::Bench(args) => bench::run(open_patiently(url).await?, args, json).await,
         Command::Serve(args) => serve::run(url, pg.clone(), args).await,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use hopper_core::backend::{NodeDeregisterParams, NodeReleaseDeadParams};
 use hopper_core::{JobId, JobState, NewJob};
 
-use crate::{Harness, job, node_info};
+use crate::{Harness, job, node_info, secs};
 
 const TEN_MINUTES: Duration = Duration::from_secs(600);
 
@@ -147,6 +147,44 @@ pub async fn heartbeating_node_keeps_its_jobs(h: &Harness) -> anyhow::Result<()>
         .await?;
     h.advance(Duration::from_secs(60));
     assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
+    Ok(())
+}
+
+/// Registered nodes are listed with what their last heartbeat wrote, by name; a node that
+/// deregistered is gone from the list.
+pub async fn registered_nodes_are_listed_as_their_last_heartbeat_left_them(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let Some(stats) = h.stats() else {
+        return Ok(());
+    };
+    let started = h.now();
+    let mut beta = node_info("beta");
+    beta.queues = vec!["mail".to_owned(), "pdf".to_owned()];
+    beta.concurrency = 12;
+    let alpha = node_info("alpha");
+    h.backend.node_heartbeat(&beta).await?;
+    h.backend.node_heartbeat(&alpha).await?;
+    h.advance(Duration::from_secs(7));
+    h.backend.node_heartbeat(&beta).await?;
+
+    let nodes = stats.node_list().await?;
+    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["alpha", "beta", h.node.name.as_str()], "by name");
+    let listed = nodes.iter().find(|n| n.id == beta.id).expect("beta listed");
+    assert_eq!(listed.queues, ["mail", "pdf"]);
+    assert_eq!(listed.concurrency, 12);
+    assert_eq!(listed.started_at, started);
+    assert_eq!(listed.heartbeat_at, started + secs(7));
+
+    h.backend
+        .node_deregister(&NodeDeregisterParams { node: beta.id })
+        .await?;
+    let nodes = stats.node_list().await?;
+    assert!(
+        nodes.iter().all(|n| n.id != beta.id),
+        "deregistered: not listed"
+    );
     Ok(())
 }
 

@@ -46,8 +46,8 @@ pub use backend::{
     JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobListParams,
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobRetryManyParams, JobRetryParams,
     JobSearchParams, JobStatsParams, JobVacuumParams, MaintenanceStore, MinuteStats,
-    NodeDeregisterParams, NodeInfo, NodeReleaseDeadParams, Outcome, QueueStats, SchedulingStore,
-    StatsStore, Wakeup, WakeupStream,
+    NodeDeregisterParams, NodeInfo, NodeRecord, NodeReleaseDeadParams, Outcome, QueueStats,
+    SchedulingStore, StatsStore, Wakeup, WakeupStream,
 };
 pub use backoff::Backoff;
 pub use clock::{Clock, SystemClock, TestClock};

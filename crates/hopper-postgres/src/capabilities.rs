@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MaintenanceStore, MinuteStats, NodeReleaseDeadParams, SchedulingStore, StatsStore,
+    MaintenanceStore, MinuteStats, NodeRecord, NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
 
@@ -125,6 +125,27 @@ impl StatsStore for PgBackend {
                     latency_p95_ms: r.try_get(4).map_err(Error::database)?,
                     duration_avg_ms: r.try_get(5).map_err(Error::database)?,
                     duration_p95_ms: r.try_get(6).map_err(Error::database)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn node_list(&self) -> Result<Vec<NodeRecord>> {
+        let client = self.client().await?;
+        let rows = self
+            .text(&self.inner.queries.node_list)
+            .query(&**client, &[])
+            .await
+            .map_err(map_pg)?;
+        rows.iter()
+            .map(|r| {
+                Ok(NodeRecord {
+                    id: r.try_get(0).map_err(Error::database)?,
+                    name: r.try_get(1).map_err(Error::database)?,
+                    queues: r.try_get(2).map_err(Error::database)?,
+                    concurrency: r.try_get(3).map_err(Error::database)?,
+                    started_at: r.try_get(4).map_err(Error::database)?,
+                    heartbeat_at: r.try_get(5).map_err(Error::database)?,
                 })
             })
             .collect()

@@ -278,6 +278,7 @@ queries!(
     node_heartbeat(UUID, TEXT, TEXT_ARRAY, INT4, TIMESTAMPTZ),
     node_hold(UUID, TEXT, TEXT_ARRAY, INT4, TIMESTAMPTZ),
     node_let_go(UUID),
+    node_list(),
     node_release_dead(INT8, TIMESTAMPTZ, BOOL),
     queue_groups_ready(TEXT, TEXT, INT4),
     queue_lock(TEXT, TIMESTAMPTZ),

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MaintenanceStore, MinuteStats, NodeReleaseDeadParams, SchedulingStore, StatsStore,
+    MaintenanceStore, MinuteStats, NodeRecord, NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, Result};
 use rusqlite::named_params;
@@ -246,6 +246,31 @@ impl StatsStore for SqliteBackend {
             })
             .await?;
         minute_stats::per_minute(&finished)
+    }
+
+    async fn node_list(&self) -> Result<Vec<NodeRecord>> {
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .read(move |conn| {
+                let mut statement = conn
+                    .prepare_cached(&inner.queries.node_list[0])
+                    .map_err(map_sqlite)?;
+                let mut found = statement.query([]).map_err(map_sqlite)?;
+                let mut nodes = Vec::new();
+                while let Some(row) = found.next().map_err(map_sqlite)? {
+                    nodes.push(NodeRecord {
+                        id: rows::uuid(&col::<String>(row, 0)?)?,
+                        name: col(row, 1)?,
+                        queues: serde_json::from_str(&col::<String>(row, 2)?)?,
+                        concurrency: rows::int(col(row, 3)?, "concurrency")?,
+                        started_at: rows::time(col(row, 4)?)?,
+                        heartbeat_at: rows::time(col(row, 5)?)?,
+                    });
+                }
+                Ok(nodes)
+            })
+            .await
     }
 }
 

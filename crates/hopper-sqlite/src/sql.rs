@@ -136,6 +136,7 @@ queries!(
     node_deregister: 1,
     node_heartbeat: 1,
     node_let_go: 2,
+    node_list: 1,
     node_lock_paths: 1,
     node_release_dead: 2,
     queue_list: 1,

@@ -293,6 +293,19 @@ impl Client {
     pub async fn stats(&self) -> Result<Vec<QueueStats>> {
         self.backend.queue_stats().await
     }
+
+    /// The registered nodes (runtimes and `hopper serve` processes) by name, with the
+    /// queues each serves and its last heartbeat; [`Error::Unsupported`] on a backend that
+    /// keeps no statistics (the remote transport).
+    pub async fn nodes(&self) -> Result<Vec<hopper_core::NodeRecord>> {
+        match self.backend.stats() {
+            Some(store) => store.node_list().await,
+            None => Err(Error::Unsupported(format!(
+                "listing nodes ({} backend)",
+                self.backend.name()
+            ))),
+        }
+    }
 }
 
 /// Counts a committed batch by queue and kind, one counter update per pair.

@@ -174,3 +174,35 @@ async fn cancel_a_running_job_and_list_cron() -> anyhow::Result<()> {
     assert!(ok && out.contains("0 3 * * *"), "{out}");
     Ok(())
 }
+
+/// `hopper nodes`: a running runtime is listed with its name, queues and concurrency, in
+/// text and in JSON; once it stopped (deregistered), no node is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_lists_the_running_runtimes() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (ok, out, _) = hopper(&db, &["nodes"]);
+    assert!(ok && out.contains("no nodes"), "{out}");
+    let config = RuntimeConfig::default()
+        .with_queues(["mail", "pdf"])
+        .with_concurrency(7)
+        .with_node_name("listed-node");
+    let handle = Runtime::new(db.backend(), Workers::new(), config)
+        .start()
+        .await?;
+    let listed = json(&db, &["--json", "nodes"]);
+    let node = &listed["nodes"][0];
+    assert_eq!(node["name"], "listed-node", "{listed}");
+    assert_eq!(node["queues"], serde_json::json!(["mail", "pdf"]));
+    assert_eq!(node["concurrency"], 7);
+    let (ok, out, _) = hopper(&db, &["nodes"]);
+    assert!(
+        ok && out.contains("listed-node") && out.contains("mail,pdf"),
+        "{out}"
+    );
+    handle.shutdown().await;
+    assert_eq!(
+        json(&db, &["--json", "nodes"]),
+        serde_json::json!({"nodes": []})
+    );
+    Ok(())
+}

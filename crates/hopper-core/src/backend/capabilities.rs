@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::params::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MinuteStats, NodeReleaseDeadParams,
+    MinuteStats, NodeRecord, NodeReleaseDeadParams,
 };
 use crate::error::Result;
 use crate::job::NewJob;
@@ -70,4 +70,7 @@ pub trait StatsStore: Send + Sync {
     /// What finished in each minute of the last `params.window`, oldest first. Minutes in
     /// which nothing finished are left out.
     async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>>;
+
+    /// The registered nodes (runtimes and servers, alive or not yet released), by name.
+    async fn node_list(&self) -> Result<Vec<NodeRecord>>;
 }

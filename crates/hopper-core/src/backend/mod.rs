@@ -42,7 +42,7 @@ pub use params::{
     JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobListParams,
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobRetryManyParams, JobRetryParams,
     JobSearchParams, JobStatsParams, JobVacuumParams, MinuteStats, NodeDeregisterParams, NodeInfo,
-    NodeReleaseDeadParams, Outcome, QueueStats, Wakeup, WakeupStream,
+    NodeRecord, NodeReleaseDeadParams, Outcome, QueueStats, Wakeup, WakeupStream,
 };
 
 use crate::error::Result;

@@ -283,6 +283,25 @@ pub struct NodeInfo {
     pub concurrency: i32,
 }
 
+/// A registered node (a runtime or a `hopper serve`), as its last heartbeat left it: what
+/// an operator lists to see which workers are alive ([`crate::backend::StatsStore::node_list`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Its unique id.
+    pub id: NodeId,
+    /// A human name (host and pid by default).
+    pub name: String,
+    /// The queues it serves.
+    pub queues: Vec<String>,
+    /// Its concurrency (for `hopper serve`, its connected workers' together).
+    pub concurrency: i32,
+    /// When it registered.
+    pub started_at: DateTime<Utc>,
+    /// When its last heartbeat was written. A node silent past its `node_dead_after` is
+    /// released by the others' rescuers and its row deleted.
+    pub heartbeat_at: DateTime<Utc>,
+}
+
 /// A signal from the backend that something changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wakeup {

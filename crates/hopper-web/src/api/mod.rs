@@ -8,6 +8,7 @@
 mod input;
 mod jobs;
 mod limits;
+mod nodes;
 mod object;
 mod queues;
 
@@ -43,6 +44,7 @@ pub(crate) fn routes() -> Router<WebState> {
         .route("/api/v1/queues/{queue}/resume", post(queues::resume))
         .route("/api/v1/queues/{queue}/limits", patch(limits::update))
         .route("/api/v1/stats", get(queues::stats))
+        .route("/api/v1/nodes", get(nodes::list))
 }
 
 /// `GET /api/v1/openapi.json` (no authentication: it describes the API, holds no data).

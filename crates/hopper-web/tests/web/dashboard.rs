@@ -90,6 +90,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/queues/{queue}/resume"),
     ("patch", "/api/v1/queues/{queue}/limits"),
     ("get", "/api/v1/stats"),
+    ("get", "/api/v1/nodes"),
     ("get", "/metrics"),
 ];
 
