@@ -77,6 +77,8 @@ def seed_sql(schema: str) -> str:
     INSERT INTO {schema}.jobs (id, queue, kind, args)
     SELECT {schema}.uuid_v7(), 'mail', 'send_email', jsonb_build_object('to', 'user' || i || '@example.com')
     FROM generate_series(1, 3) AS i;
+    INSERT INTO {schema}.nodes (id, name, queues, concurrency)
+    VALUES ({schema}.uuid_v7(), 'seeded-node', '{{mail,bench}}', 8);
     """
 
 
@@ -220,6 +222,9 @@ def test_dashboard_shows_counts_and_retries_a_failed_job(server, browser):
     for state, n in SEEDED.items():
         text_is(d, f"total-{state}", str(n))
     until(d, lambda d: d.find_element(By.CSS_SELECTOR, '#queues-body tr[data-queue="mail"]'))
+    # And the registered node, with the queues it serves.
+    node = '#nodes-body tr[data-node="seeded-node"]'
+    until(d, lambda d: "mail, bench" in d.find_element(By.CSS_SELECTOR, node).text, "the node")
     screenshot(d, "dashboard-overview.png")
 
     # The list finds jobs by metadata and shows it.

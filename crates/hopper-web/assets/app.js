@@ -227,7 +227,12 @@
 
   async function renderOverview() {
     const wantStats = Date.now() - statsAt > STATS_MS;
-    const [queues, stats] = await Promise.all([api("queues"), wantStats ? api("stats") : null]);
+    const [queues, stats, nodes] = await Promise.all([
+      api("queues"),
+      wantStats ? api("stats") : null,
+      // A backend that keeps no statistics lists no nodes: the table stays empty.
+      api("nodes").catch(() => ({ nodes: [] })),
+    ]);
     show("view-overview");
     for (const s of STATES) {
       const total = queues.queues.reduce((sum, q) => sum + q[s], 0);
@@ -283,6 +288,20 @@
     );
     $("queues-empty").hidden = queues.queues.length > 0;
     $("queue-names").replaceChildren(...queues.queues.map((q) => el("option", { value: q.queue })));
+    $("nodes-body").replaceChildren(
+      ...nodes.nodes.map((n) =>
+        el(
+          "tr",
+          { "data-node": n.name },
+          el("td", { title: n.id, text: n.name }),
+          el("td", { text: n.queues.join(", ") }),
+          el("td", { class: "num", text: fmtNumber(n.concurrency) }),
+          timeCell(n.started_at),
+          timeCell(n.heartbeat_at)
+        )
+      )
+    );
+    $("nodes-empty").hidden = nodes.nodes.length > 0;
     if (stats) {
       statsAt = Date.now();
       drawThroughput(stats);
