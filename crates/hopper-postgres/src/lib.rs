@@ -181,7 +181,7 @@ fn local_lock_bound(pooler: Pooler, bound: Option<std::time::Duration>) -> Optio
     match pooler {
         Pooler::None => None,
         Pooler::Transaction => lock_timeout_setting(Pooler::None, bound)
-            .map(|t| format!("BEGIN; SET LOCAL lock_timeout = '{t}'")),
+            .map(|t| pooled::begin_with_lock_timeout(Some(&t))),
     }
 }
 
@@ -205,7 +205,8 @@ struct Inner {
     /// (`logs.rs`); `None` behind a transaction pooler, where the bound is sent around
     /// each store. A pool of one, opened at the first such store.
     shared_writer: Option<deadpool_postgres::Pool>,
-    /// What opens a shared log writer's second try (`logs.rs`, `around_held_begin`).
+    /// What opens a shared log writer's second try (`logs.rs`), with the pool's lock bound
+    /// if it has one (`pooled::begin_with_lock_timeout`).
     logs_around_held: String,
     /// What opens the transaction of an operator's row-locking statement behind a
     /// transaction pooler, with the pool's lock bound ([`local_lock_bound`]).
@@ -269,7 +270,7 @@ impl PgBackend {
                 pooler: options.pooler,
                 outcomes_after: outcomes::after_first_try(options.pooler, lock_timeout.as_deref()),
                 shared_writer,
-                logs_around_held: logs::around_held_begin(lock_timeout.as_deref()),
+                logs_around_held: pooled::begin_with_lock_timeout(lock_timeout.as_deref()),
                 local_lock_bound: local_lock_bound(options.pooler, options.lock_timeout),
                 listen,
                 queries: Queries::new(&options.schema),

@@ -180,15 +180,6 @@ impl PgBackend {
     }
 }
 
-/// What opens the transaction of a shared writer's second try: the lock bound of the
-/// pool (`pool_lock_timeout`, [`crate::PgOptions::lock_timeout`]), or none.
-pub(crate) fn around_held_begin(pool_lock_timeout: Option<&str>) -> String {
-    format!(
-        "BEGIN; SET LOCAL lock_timeout = '{}'",
-        pool_lock_timeout.unwrap_or("0")
-    )
-}
-
 /// The leases of `rows` whose first two columns are a job id and an attempt.
 fn leases(rows: &[Row]) -> Result<Vec<Lease>> {
     rows.iter()

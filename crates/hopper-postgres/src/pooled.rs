@@ -93,6 +93,17 @@ pub(crate) async fn bracketed<T>(
     Ok(done)
 }
 
+/// What opens a transaction whose statements wait at most `lock_timeout` (PostgreSQL's
+/// literal, `5000ms`) for a lock, or, with none, as long as it takes: a shared log writer's
+/// second try, and an operator's statement behind a transaction pooler
+/// ([`PgBackend::lock_bounded`]).
+pub(crate) fn begin_with_lock_timeout(lock_timeout: Option<&str>) -> String {
+    format!(
+        "BEGIN; SET LOCAL lock_timeout = '{}'",
+        lock_timeout.unwrap_or("0")
+    )
+}
+
 impl PgBackend {
     /// Runs `work`, statements on one pooled connection that take row locks on an
     /// operator's request (a cancel, a retry, a queue's settings), within the pool's lock
