@@ -32,10 +32,10 @@ pub async fn nodes(backend: &Arc<dyn Backend>, json: bool) -> anyhow::Result<()>
         .map(|n| {
             let silent = (now - n.heartbeat_at).to_std().unwrap_or_default();
             vec![
-                n.name.clone(),
-                n.id.to_string(),
-                n.queues.join(","),
-                n.concurrency.to_string(),
+                n.info.name.clone(),
+                n.info.id.to_string(),
+                n.info.queues.join(","),
+                n.info.concurrency.to_string(),
                 n.started_at.to_rfc3339_opts(SecondsFormat::Secs, true),
                 format!("{:.1}s ago", silent.as_secs_f64()),
             ]

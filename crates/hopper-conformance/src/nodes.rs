@@ -169,11 +169,14 @@ pub async fn registered_nodes_are_listed_as_their_last_heartbeat_left_them(
     h.backend.node_heartbeat(&beta).await?;
 
     let nodes = stats.node_list().await?;
-    let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    let names: Vec<&str> = nodes.iter().map(|n| n.info.name.as_str()).collect();
     assert_eq!(names, ["alpha", "beta", h.node.name.as_str()], "by name");
-    let listed = nodes.iter().find(|n| n.id == beta.id).expect("beta listed");
-    assert_eq!(listed.queues, ["mail", "pdf"]);
-    assert_eq!(listed.concurrency, 12);
+    let listed = nodes
+        .iter()
+        .find(|n| n.info.id == beta.id)
+        .expect("beta listed");
+    assert_eq!(listed.info.queues, ["mail", "pdf"]);
+    assert_eq!(listed.info.concurrency, 12);
     assert_eq!(listed.started_at, started);
     assert_eq!(listed.heartbeat_at, started + secs(7));
 
@@ -182,7 +185,7 @@ pub async fn registered_nodes_are_listed_as_their_last_heartbeat_left_them(
         .await?;
     let nodes = stats.node_list().await?;
     assert!(
-        nodes.iter().all(|n| n.id != beta.id),
+        nodes.iter().all(|n| n.info.id != beta.id),
         "deregistered: not listed"
     );
     Ok(())

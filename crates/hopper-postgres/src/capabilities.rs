@@ -5,7 +5,8 @@
 use async_trait::async_trait;
 use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MaintenanceStore, MinuteStats, NodeRecord, NodeReleaseDeadParams, SchedulingStore, StatsStore,
+    MaintenanceStore, MinuteStats, NodeInfo, NodeRecord, NodeReleaseDeadParams, SchedulingStore,
+    StatsStore,
 };
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
 
@@ -140,10 +141,12 @@ impl StatsStore for PgBackend {
         rows.iter()
             .map(|r| {
                 Ok(NodeRecord {
-                    id: r.try_get(0).map_err(Error::database)?,
-                    name: r.try_get(1).map_err(Error::database)?,
-                    queues: r.try_get(2).map_err(Error::database)?,
-                    concurrency: r.try_get(3).map_err(Error::database)?,
+                    info: NodeInfo {
+                        id: r.try_get(0).map_err(Error::database)?,
+                        name: r.try_get(1).map_err(Error::database)?,
+                        queues: r.try_get(2).map_err(Error::database)?,
+                        concurrency: r.try_get(3).map_err(Error::database)?,
+                    },
                     started_at: r.try_get(4).map_err(Error::database)?,
                     heartbeat_at: r.try_get(5).map_err(Error::database)?,
                 })

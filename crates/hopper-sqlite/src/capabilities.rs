@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MaintenanceStore, MinuteStats, NodeRecord, NodeReleaseDeadParams, SchedulingStore, StatsStore,
+    MaintenanceStore, MinuteStats, NodeInfo, NodeRecord, NodeReleaseDeadParams, SchedulingStore,
+    StatsStore,
 };
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, Result};
 use rusqlite::named_params;
@@ -260,10 +261,12 @@ impl StatsStore for SqliteBackend {
                 let mut nodes = Vec::new();
                 while let Some(row) = found.next().map_err(map_sqlite)? {
                     nodes.push(NodeRecord {
-                        id: rows::uuid(&col::<String>(row, 0)?)?,
-                        name: col(row, 1)?,
-                        queues: serde_json::from_str(&col::<String>(row, 2)?)?,
-                        concurrency: rows::int(col(row, 3)?, "concurrency")?,
+                        info: NodeInfo {
+                            id: rows::uuid(&col::<String>(row, 0)?)?,
+                            name: col(row, 1)?,
+                            queues: serde_json::from_str(&col::<String>(row, 2)?)?,
+                            concurrency: rows::int(col(row, 3)?, "concurrency")?,
+                        },
                         started_at: rows::time(col(row, 4)?)?,
                         heartbeat_at: rows::time(col(row, 5)?)?,
                     });

@@ -287,14 +287,10 @@ pub struct NodeInfo {
 /// an operator lists to see which workers are alive ([`crate::backend::StatsStore::node_list`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeRecord {
-    /// Its unique id.
-    pub id: NodeId,
-    /// A human name (host and pid by default).
-    pub name: String,
-    /// The queues it serves.
-    pub queues: Vec<String>,
-    /// Its concurrency (for `hopper serve`, its connected workers' together).
-    pub concurrency: i32,
+    /// What it registered (and last wrote in a heartbeat): id, name, queues, concurrency
+    /// (for `hopper serve`, its connected workers' together). Flattened in JSON.
+    #[serde(flatten)]
+    pub info: NodeInfo,
     /// When it registered.
     pub started_at: DateTime<Utc>,
     /// When its last heartbeat was written. A node silent past its `node_dead_after` is
