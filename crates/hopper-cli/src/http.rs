@@ -145,9 +145,12 @@ pub fn install_metrics(args: &HttpArgs) -> anyhow::Result<Option<PrometheusHandl
     Ok(handle)
 }
 
-/// Binds and serves the HTTP side in the background when `--http` was given.
+/// Binds and serves the HTTP side in the background when `--http` was given, within
+/// `limits` and over HTTPS with `tls` ([`HttpArgs::limits`], [`HttpArgs::tls`], read and
+/// checked once, before the database is opened).
 pub async fn start(
     args: &HttpArgs,
+    (limits, tls): (ConnectionLimits, Option<Tls>),
     backend: Arc<dyn Backend>,
     prometheus: Option<PrometheusHandle>,
     health: &Health,
@@ -155,8 +158,6 @@ pub async fn start(
     let Some(addr) = args.http else {
         return Ok(None);
     };
-    let limits = args.limits()?;
-    let tls = args.tls()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let auth = auth(args, addr)?;
     let open = auth.is_open();
