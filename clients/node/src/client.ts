@@ -239,4 +239,17 @@ export class Client {
   async cron(): Promise<Record<string, unknown>[]> {
     return (await this.call("list_cron", {}))["entries"] as Record<string, unknown>[];
   }
+
+  /** The registered nodes (runtimes and servers) by name: `id`, `name`, `queues`,
+   * `concurrency`, `started_at`, `heartbeat_at`. */
+  async nodes(): Promise<Record<string, unknown>[]> {
+    return (await this.call("list_nodes", {}))["nodes"] as Record<string, unknown>[];
+  }
+
+  /** What finished in each minute of the last `minutes` (1 to 1440), oldest first
+   * (`minute`, `completed`, `failed`, latencies and durations in milliseconds); minutes
+   * in which nothing finished are left out. */
+  async jobStats(minutes = 60): Promise<Record<string, unknown>[]> {
+    return (await this.call("job_stats", { minutes }))["minutes"] as Record<string, unknown>[];
+  }
 }

@@ -76,6 +76,15 @@ test("admin requests", async () => {
     assert.equal(lifted["max_running"], null);
     assert.deepEqual((await client.queues()).map((q) => q["queue"]), ["admin"]);
     assert.deepEqual(await client.cron(), []);
+    // The server registered itself; nothing has finished yet.
+    const nodes = await client.nodes();
+    assert.equal(nodes.length, 1);
+    assert.deepEqual(Object.keys(nodes[0] ?? {}).sort(), [
+      "concurrency", "heartbeat_at", "id", "name", "queues", "started_at",
+    ]);
+    assert.deepEqual(await client.jobStats(), []);
+    await refused(client.jobStats(0), "invalid");
+    await refused(client.jobStats(1441), "invalid");
     assert.equal(await client.retryFailed({ queue: "admin" }), 0);
     assert.equal(await client.clear("admin"), 2);
   } finally {

@@ -90,6 +90,9 @@ test("outcomes: retry, snooze and permanent", async () => {
     const snoozed = await client.status(ids["snooze"] ?? "");
     assert.equal(snoozed.attempts_used, 1);
     assert.equal(snoozed.errors.length, 0);
+    const minutes = await client.jobStats(5);
+    assert.equal(minutes.reduce((n, m) => n + (m["completed"] as number), 0), 2);
+    assert.equal(minutes.reduce((n, m) => n + (m["failed"] as number), 0), 1);
   } finally {
     client.close();
   }

@@ -183,6 +183,19 @@ class Client:
         entries: List[Message] = self._call("list_cron", {})["entries"]
         return entries
 
+    def nodes(self) -> List[Message]:
+        """The registered nodes (runtimes and servers) by name, as a list of dicts: ``id``,
+        ``name``, ``queues``, ``concurrency``, ``started_at``, ``heartbeat_at``."""
+        nodes: List[Message] = self._call("list_nodes", {})["nodes"]
+        return nodes
+
+    def job_stats(self, minutes: int = 60) -> List[Message]:
+        """What finished in each minute of the last ``minutes`` (1 to 1440), oldest first,
+        as a list of dicts (``minute``, ``completed``, ``failed``, latencies and durations
+        in milliseconds); minutes in which nothing finished are left out."""
+        stats: List[Message] = self._call("job_stats", {"minutes": minutes})["minutes"]
+        return stats
+
 
 def _deadline(timeout: float) -> float:
     return time.monotonic() + timeout

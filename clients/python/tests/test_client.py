@@ -73,6 +73,15 @@ def test_admin_requests(server):
         assert lifted["paused"] and lifted["max_running"] is None
         assert [q["queue"] for q in client.queues()] == ["mail"]
         assert client.cron() == []
+        # The server registered itself; nothing has finished yet.
+        [node] = client.nodes()
+        assert set(node) == {"id", "name", "queues", "concurrency", "started_at",
+                             "heartbeat_at"}
+        assert client.job_stats() == []
+        for minutes in (0, 1441):
+            with pytest.raises(HopperError) as refused:
+                client.job_stats(minutes)
+            assert refused.value.code == "invalid" and "1 to 1440" in str(refused.value)
         assert client.retry_failed(queue="mail") == 0
         assert client.clear("mail") == 2
     assert server.counts().get("available", 0) == 0

@@ -80,6 +80,9 @@ def test_outcomes_retry_snooze_and_permanent(server):
         assert retried["state"] == "completed"
         assert "ValueError: first try fails" in retried["errors"][0]["error"]
         assert client.status(ids["snooze"])["attempts_used"] == 1
+        minutes = client.job_stats(5)
+        assert sum(m["completed"] for m in minutes) == 2
+        assert sum(m["failed"] for m in minutes) == 1
     worker.stop()
     thread.join(timeout=30)
 

@@ -1,5 +1,5 @@
 //! The payloads of the admin requests and replies: job filters, queue counts and
-//! settings, periodic jobs.
+//! settings, periodic jobs, nodes.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -164,4 +164,22 @@ pub struct CronInfo {
     /// The job of the last tick.
     #[serde(default, with = "uuid_str::option")]
     pub last_job_id: Option<Uuid>,
+}
+
+/// A registered node (a runtime or a `hopper serve`) as its last heartbeat left it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Its unique id.
+    #[serde(with = "uuid_str")]
+    pub id: Uuid,
+    /// Its name (host and pid by default).
+    pub name: String,
+    /// The queues it serves.
+    pub queues: Vec<String>,
+    /// Its concurrency (for a server, its connected workers' together).
+    pub concurrency: i32,
+    /// When it registered.
+    pub started_at: DateTime<Utc>,
+    /// When its last heartbeat was written.
+    pub heartbeat_at: DateTime<Utc>,
 }

@@ -156,8 +156,8 @@ mod tests {
     use super::*;
     use crate::messages::*;
     use crate::{
-        Completed, CronInfo, Failed, JobFilter, OutcomeItem, QueueChange, QueueCounts, QueueInfo,
-        RateInfo, Released, Snoozed,
+        Completed, CronInfo, Failed, JobFilter, NodeInfo, OutcomeItem, QueueChange, QueueCounts,
+        QueueInfo, RateInfo, Released, Snoozed,
     };
     use crate::{MAX_FRAME, VERSION};
     use serde_json::json;
@@ -330,6 +330,11 @@ mod tests {
                 },
             },
             Request::ListCron { req: 21 },
+            Request::ListNodes { req: 22 },
+            Request::JobStats {
+                req: 23,
+                minutes: 60,
+            },
         ];
         assert_eq!(requests.len(), Request::TYPES.len());
         for request in requests {
@@ -434,6 +439,25 @@ mod tests {
                     next_run_at: now,
                     last_run_at: None,
                     last_job_id: Some(id),
+                }],
+            },
+            Reply::Nodes {
+                req: 13,
+                nodes: vec![NodeInfo {
+                    id,
+                    name: "host:12".into(),
+                    queues: vec!["default".into()],
+                    concurrency: 8,
+                    started_at: now,
+                    heartbeat_at: now,
+                }],
+            },
+            Reply::Minutes {
+                req: 14,
+                minutes: vec![hopper_core::MinuteStats {
+                    minute: now,
+                    completed: 3,
+                    ..Default::default()
                 }],
             },
             Reply::Logs {

@@ -30,7 +30,7 @@ pub mod convert;
 mod messages;
 pub mod uuid_str;
 
-pub use admin::{CronInfo, JobFilter, QueueChange, QueueCounts, QueueInfo, RateInfo};
+pub use admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};
 pub use batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 pub use codec::{DecodeError, decode_reply, decode_request, encode};
 pub use messages::{
@@ -52,6 +52,10 @@ pub const MAX_FRAME: usize = 2 * 1024 * 1024;
 /// takes 9 bytes in CBOR, 4 in a JSON array): 8 attempts stay under 1.2 MiB, well within
 /// [`MAX_FRAME`], which clients may apply to replies too.
 pub const LOGS_PAGE: u32 = 8;
+
+/// The longest window a `job_stats` request may ask for: a day, in minutes (as the HTTP
+/// API's `GET /api/v1/stats`).
+pub const MAX_STATS_MINUTES: u32 = 1440;
 
 /// How often a peer should send something (a heartbeat at least) when the server does not
 /// say otherwise in its `welcome`, in milliseconds.

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::admin::{CronInfo, JobFilter, QueueChange, QueueCounts, QueueInfo};
+use crate::admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo};
 use crate::batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 use crate::uuid_str;
 
@@ -350,6 +350,19 @@ pub enum Request {
         /// The request number.
         req: u64,
     },
+    /// Admin: every registered node (runtimes and servers). Reply: `nodes`.
+    ListNodes {
+        /// The request number.
+        req: u64,
+    },
+    /// Admin: what finished in each minute of the last `minutes` (1 to
+    /// [`crate::MAX_STATS_MINUTES`]). Reply: `minutes`.
+    JobStats {
+        /// The request number.
+        req: u64,
+        /// How many minutes back from the database's "now".
+        minutes: u32,
+    },
 }
 
 impl Request {
@@ -379,12 +392,14 @@ impl Request {
             | Request::QueueStats { req }
             | Request::ListQueues { req }
             | Request::UpdateQueue { req, .. }
-            | Request::ListCron { req } => *req,
+            | Request::ListCron { req }
+            | Request::ListNodes { req }
+            | Request::JobStats { req, .. } => *req,
         }
     }
 
     /// Every `type` a request may have.
-    pub const TYPES: [&'static str; 24] = [
+    pub const TYPES: [&'static str; 26] = [
         "hello",
         "submit",
         "submit_batch",
@@ -409,6 +424,8 @@ impl Request {
         "list_queues",
         "update_queue",
         "list_cron",
+        "list_nodes",
+        "job_stats",
     ];
 }
 
@@ -689,6 +706,21 @@ pub enum Reply {
         /// Every entry, by name.
         entries: Vec<CronInfo>,
     },
+    /// Registered nodes (`list_nodes`).
+    Nodes {
+        /// The `req` of the request.
+        req: u64,
+        /// Every node, by name.
+        nodes: Vec<NodeInfo>,
+    },
+    /// What finished per minute (`job_stats`), oldest first; minutes in which nothing
+    /// finished are left out.
+    Minutes {
+        /// The `req` of the request.
+        req: u64,
+        /// One entry per minute in which a job finished.
+        minutes: Vec<hopper_core::MinuteStats>,
+    },
     /// One page of a job's logs (`job_logs`): each attempt's lines, oldest attempt first.
     Logs {
         /// The `req` of the request.
@@ -734,6 +766,8 @@ impl Reply {
             | Reply::Queues { req, .. }
             | Reply::Queue { req, .. }
             | Reply::Cron { req, .. }
+            | Reply::Nodes { req, .. }
+            | Reply::Minutes { req, .. }
             | Reply::Logs { req, .. } => Some(*req),
             Reply::Error { req, .. } => *req,
             Reply::Order { .. } | Reply::Orders { .. } | Reply::Cancel { .. } => None,
@@ -762,7 +796,7 @@ impl Reply {
     }
 
     /// Every `type` a reply may have.
-    pub const TYPES: [&'static str; 17] = [
+    pub const TYPES: [&'static str; 19] = [
         "welcome",
         "submitted",
         "job",
@@ -780,5 +814,7 @@ impl Reply {
         "queue",
         "cron",
         "logs",
+        "nodes",
+        "minutes",
     ];
 }

@@ -1,16 +1,18 @@
 //! The admin requests (`list_jobs`, `retry`, `delete`, `retry_failed`, `clear`,
-//! `queue_stats`, `list_queues`, `update_queue`, `list_cron`): each is one backend call,
+//! `queue_stats`, `list_queues`, `update_queue`, `list_cron`, `list_nodes`, `job_stats`):
+//! each is one backend call,
 //! run in a task like every other database request, and its result in wire types.
 
 use std::time::Duration;
 
 use hopper_core::backend::{JobClearParams, JobDeleteParams, JobRetryParams};
 use hopper_core::{
-    Backend, CronEntry, Error, JobListParams, JobRetryManyParams, JobSearchParams, QueueSettings,
-    QueueStats, QueueUpdate, RateLimit, Result,
+    Backend, CronEntry, Error, JobListParams, JobRetryManyParams, JobSearchParams, JobStatsParams,
+    NodeRecord, QueueSettings, QueueStats, QueueUpdate, RateLimit, Result, StatsStore,
 };
 use hopper_protocol::{
-    CronInfo, JobFilter, JobInfo, QueueChange, QueueCounts, QueueInfo, RateInfo, Reply, Request,
+    CronInfo, JobFilter, JobInfo, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo, Reply,
+    Request,
 };
 
 /// Most jobs one `list_jobs` returns.
@@ -82,12 +84,56 @@ pub(crate) async fn handle(
                 .map(cron_info)
                 .collect(),
         },
+        Request::ListNodes { req } => Reply::Nodes {
+            req,
+            nodes: stats_store(&*backend, "listing nodes")?
+                .node_list()
+                .await?
+                .into_iter()
+                .map(node_info)
+                .collect(),
+        },
+        Request::JobStats { req, minutes } => {
+            if !(1..=hopper_protocol::MAX_STATS_MINUTES).contains(&minutes) {
+                return Err(Error::InvalidInput(format!(
+                    "minutes must be from 1 to {}, got {minutes}",
+                    hopper_protocol::MAX_STATS_MINUTES
+                )));
+            }
+            let params = JobStatsParams {
+                window: Duration::from_secs(u64::from(minutes) * 60),
+            };
+            Reply::Minutes {
+                req,
+                minutes: stats_store(&*backend, "per-minute job statistics")?
+                    .job_stats_per_minute(&params)
+                    .await?,
+            }
+        }
         other => {
             return Err(Error::InvalidInput(format!(
                 "not an admin request: {other:?}"
             )));
         }
     })
+}
+
+/// The backend's statistics, or `Unsupported` naming what needed them.
+fn stats_store<'a>(backend: &'a dyn Backend, what: &str) -> Result<&'a dyn StatsStore> {
+    backend
+        .stats()
+        .ok_or_else(|| Error::Unsupported(format!("{what} ({} backend)", backend.name())))
+}
+
+fn node_info(node: NodeRecord) -> NodeInfo {
+    NodeInfo {
+        id: node.info.id,
+        name: node.info.name,
+        queues: node.info.queues,
+        concurrency: node.info.concurrency,
+        started_at: node.started_at,
+        heartbeat_at: node.heartbeat_at,
+    }
 }
 
 fn search(filter: JobFilter) -> Result<JobSearchParams> {

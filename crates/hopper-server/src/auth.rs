@@ -21,7 +21,8 @@ pub enum Access {
     /// heartbeats with leases, `extend`.
     Worker,
     /// Everything, the admin requests included (`list_jobs`, `retry`, `delete`,
-    /// `retry_failed`, `clear`, `queue_stats`, `list_queues`, `update_queue`, `list_cron`).
+    /// `retry_failed`, `clear`, `queue_stats`, `list_queues`, `update_queue`, `list_cron`,
+    /// `list_nodes`, `job_stats`).
     Admin,
 }
 

@@ -89,8 +89,9 @@ pub struct ServeConfig {
     pub backend: Arc<dyn Backend>,
     /// The backend of the requests that change or list jobs and queues for an operator
     /// (`cancel`, `retry`, `delete`, `retry_failed`, `clear`, `update_queue`, `list_jobs`,
-    /// `queue_stats`, `list_queues`, `list_cron`): on PostgreSQL, a pool of its own whose
-    /// statements wait a bounded time for a lock ([`hopper::PgOptions::lock_timeout`];
+    /// `queue_stats`, `list_queues`, `list_cron`, `list_nodes`, `job_stats`): on PostgreSQL,
+    /// a pool of its own whose statements wait a bounded time for a lock
+    /// ([`hopper::PgOptions::lock_timeout`];
     /// `hopper serve` gives it the pool of `--admin-pool-size` and `--admin-lock-timeout`,
     /// which its HTTP API uses too). A cancel of a job whose row another transaction holds
     /// is then answered with a transient error after the bound, instead of waiting as long

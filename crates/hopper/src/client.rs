@@ -296,7 +296,8 @@ impl Client {
 
     /// The registered nodes (runtimes and `hopper serve` processes) by name, with the
     /// queues each serves and its last heartbeat; [`Error::Unsupported`] on a backend that
-    /// keeps no statistics (the remote transport).
+    /// keeps no statistics. Over the remote transport, the server's database's nodes (an
+    /// admin request).
     pub async fn nodes(&self) -> Result<Vec<hopper_core::NodeRecord>> {
         match self.backend.stats() {
             Some(store) => store.node_list().await,

@@ -228,3 +228,100 @@ async fn batched_orders_and_outcomes_on_the_wire() -> anyhow::Result<()> {
     server.shutdown().await;
     Ok(())
 }
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Charge {
+    ok: bool,
+}
+
+impl hopper::JobArgs for Charge {
+    const KIND: &'static str = "charge";
+}
+
+struct Biller;
+
+#[async_trait::async_trait]
+impl hopper::Worker for Biller {
+    type Args = Charge;
+    async fn process(
+        &self,
+        _ctx: &hopper::JobContext,
+        args: Charge,
+    ) -> Result<(), hopper::JobError> {
+        if args.ok {
+            Ok(())
+        } else {
+            Err(hopper::JobError::permanent("declined"))
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_client_lists_nodes_and_statistics_per_minute() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(1)).await).await;
+    let remote = Client::new(hopper::connect(&url(server.endpoint()), Default::default()).await?);
+    let direct = Client::new(db.backend());
+
+    // A node registered directly is listed through the server as the database holds it.
+    let node = hopper::backend::NodeInfo {
+        id: uuid::Uuid::now_v7(),
+        name: "seeded-node".into(),
+        queues: vec!["mail".into(), "default".into()],
+        concurrency: 7,
+    };
+    db.backend().node_heartbeat(&node).await?;
+    let seeded = |nodes: Vec<hopper::backend::NodeRecord>| {
+        nodes.into_iter().find(|n| n.info.name == "seeded-node")
+    };
+    let listed = seeded(remote.nodes().await?).expect("the seeded node, remotely");
+    assert_eq!(listed.info, node);
+    assert_eq!(Some(listed), seeded(direct.nodes().await?));
+
+    // Two jobs completed and one failed in this minute: the same minutes either way.
+    let mut workers = hopper::Workers::new();
+    workers.register(Biller);
+    let inline = hopper::testing::InlineClient::new(db.backend(), workers);
+    for ok in [true, true, false] {
+        inline.enqueue(&Charge { ok }).await?;
+    }
+    let hour = hopper::backend::JobStatsParams {
+        window: Duration::from_secs(3600),
+    };
+    fn stats(client: &Client) -> &dyn hopper::backend::StatsStore {
+        client.backend().stats().expect("statistics")
+    }
+    let minutes = stats(&remote).job_stats_per_minute(&hour).await?;
+    let finished = minutes
+        .iter()
+        .fold((0, 0), |(c, f), m| (c + m.completed, f + m.failed));
+    assert_eq!(finished, (2, 1));
+    assert_eq!(minutes, stats(&direct).job_stats_per_minute(&hour).await?);
+
+    // Windows of no minute or of more than a day are refused, by the client and by the
+    // server alike.
+    for window in [Duration::ZERO, Duration::from_secs(86_401)] {
+        let refused = stats(&remote)
+            .job_stats_per_minute(&hopper::backend::JobStatsParams { window })
+            .await;
+        assert!(
+            matches!(&refused, Err(hopper::Error::InvalidInput(m)) if m.contains("1440")),
+            "{window:?}: {refused:?}"
+        );
+    }
+    let mut peer = RawPeer::connect(server.endpoint()).await;
+    peer.hello("client", TOKEN, vec![]).await;
+    for minutes in [0, 1441] {
+        peer.send(&map(vec![
+            ("type", text("job_stats")),
+            ("req", int(2)),
+            ("minutes", int(minutes)),
+        ]))
+        .await;
+        let refused = peer.recv_type("error").await;
+        assert_eq!(text_of(&refused, "code"), "invalid");
+        assert!(text_of(&refused, "message").contains("1 to 1440"));
+    }
+    server.shutdown().await;
+    Ok(())
+}

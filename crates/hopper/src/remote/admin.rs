@@ -1,15 +1,19 @@
 //! The admin calls of the storage seam over the server's admin requests (`list_jobs`,
 //! `retry`, `delete`, `retry_failed`, `clear`, `queue_stats`, `list_queues`,
 //! `update_queue`, `list_cron`), so a `Client` on a `tcp://` URL lists, retries, deletes
-//! and pauses as one on the database does.
+//! and pauses as one on the database does; and its statistics (`list_nodes`, `job_stats`).
 
 use std::time::Duration;
 
 use hopper_core::{
-    CronEntry, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams, Priority,
-    QueueSettings, QueueStats, QueueUpdate, RateLimit, Result,
+    CronEntry, Error, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams,
+    JobStatsParams, MinuteStats, NodeRecord, Priority, QueueSettings, QueueStats, QueueUpdate,
+    RateLimit, Result, StatsStore,
 };
-use hopper_protocol::{CronInfo, JobFilter, QueueChange, QueueInfo, RateInfo, Reply, Request};
+use hopper_protocol::{
+    CronInfo, JobFilter, MAX_STATS_MINUTES, NodeInfo, QueueChange, QueueInfo, RateInfo, Reply,
+    Request,
+};
 
 use super::{RemoteBackend, millis, unexpected};
 
@@ -94,6 +98,61 @@ impl RemoteBackend {
             Reply::Cron { entries, .. } => Ok(entries.into_iter().map(cron_entry).collect()),
             other => Err(unexpected(&other)),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl StatsStore for RemoteBackend {
+    /// The window is asked for in whole minutes (rounded up), one to a day.
+    async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>> {
+        let secs = params.window.as_secs() + u64::from(params.window.subsec_nanos() > 0);
+        let minutes = secs.div_ceil(60);
+        let minutes = u32::try_from(minutes)
+            .ok()
+            .filter(|m| (1..=MAX_STATS_MINUTES).contains(m))
+            .ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "a statistics window is from one minute to {MAX_STATS_MINUTES} minutes, got {:?}",
+                    params.window
+                ))
+            })?;
+        let reply = self.request(|req| Request::JobStats { req, minutes });
+        match reply.await.map_err(|e| predates(e, "job_stats"))? {
+            Reply::Minutes { minutes, .. } => Ok(minutes),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn node_list(&self) -> Result<Vec<NodeRecord>> {
+        let reply = self.request(|req| Request::ListNodes { req });
+        match reply.await.map_err(|e| predates(e, "list_nodes"))? {
+            Reply::Nodes { nodes, .. } => Ok(nodes.into_iter().map(node_record).collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// A server older than `request` answers `unknown_type`: that is something it cannot do
+/// (`Unsupported`), not something wrong with the request.
+fn predates(e: Error, request: &str) -> Error {
+    match e {
+        Error::InvalidInput(m) if m.starts_with("unknown_type") => Error::Unsupported(format!(
+            "this hopper serve predates the {request} request; ask the database or a newer server"
+        )),
+        e => e,
+    }
+}
+
+fn node_record(n: NodeInfo) -> NodeRecord {
+    NodeRecord {
+        info: hopper_core::NodeInfo {
+            id: n.id,
+            name: n.name,
+            queues: n.queues,
+            concurrency: n.concurrency,
+        },
+        started_at: n.started_at,
+        heartbeat_at: n.heartbeat_at,
     }
 }
 

@@ -460,6 +460,12 @@ impl Backend for RemoteBackend {
         Some(self)
     }
 
+    /// The nodes and per-minute statistics of the server's database (`list_nodes`,
+    /// `job_stats`, admin requests).
+    fn stats(&self) -> Option<&dyn hopper_core::StatsStore> {
+        Some(self)
+    }
+
     fn name(&self) -> &'static str {
         "remote"
     }
