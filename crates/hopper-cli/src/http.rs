@@ -19,6 +19,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -76,13 +77,17 @@ pub struct HttpArgs {
     /// between two requests, before it is closed (e.g. 10s, 500ms).
     #[arg(long, default_value = "10s", requires = "http")]
     pub http_header_timeout: String,
+    /// Longest an authenticated request's body may take to arrive after its headers (e.g.
+    /// 30s); a slower one is answered 408 and its connection closed.
+    #[arg(long, default_value = "30s", requires = "http")]
+    pub http_body_timeout: String,
 }
 
 impl HttpArgs {
     /// The HTTPS certificate and key of the flags, read and checked; none for plain HTTP,
     /// which off loopback needs --http-insecure-plaintext (bearer tokens cross the network
     /// in every request).
-    pub fn tls(&self) -> anyhow::Result<Option<Tls>> {
+    fn tls(&self) -> anyhow::Result<Option<Tls>> {
         let (Some(cert), Some(key)) = (&self.http_tls_cert, &self.http_tls_key) else {
             if let Some(addr) = self.http
                 && !addr.ip().is_loopback()
@@ -99,17 +104,40 @@ impl HttpArgs {
         Ok(Some(Tls::from_pem_files(cert, key)?))
     }
 
-    /// The connection limits of the flags, checked: a header timeout more than zero and at
-    /// most ten years.
-    pub fn limits(&self) -> anyhow::Result<ConnectionLimits> {
-        let flag = "--http-header-timeout";
-        let timeout = hopper_cli::duration::parse_duration(flag, &self.http_header_timeout)?;
-        let timeout = hopper_core::limits::check_interval(flag, timeout)?;
+    /// The connection limits and the body timeout of the flags, checked: timeouts more
+    /// than zero and at most ten years.
+    fn limits(&self) -> anyhow::Result<(ConnectionLimits, Duration)> {
+        let timeout = |flag: &str, value: &str| -> anyhow::Result<Duration> {
+            let timeout = hopper_cli::duration::parse_duration(flag, value)?;
+            Ok(hopper_core::limits::check_interval(flag, timeout)?)
+        };
+        let header = timeout("--http-header-timeout", &self.http_header_timeout)?;
+        let body = timeout("--http-body-timeout", &self.http_body_timeout)?;
         let max = usize::try_from(self.http_max_connections).unwrap_or(usize::MAX);
-        Ok(ConnectionLimits::default()
+        let limits = ConnectionLimits::default()
             .with_max_connections(max)
-            .with_header_timeout(timeout))
+            .with_header_timeout(header);
+        Ok((limits, body))
     }
+
+    /// Every setting of the flags that can be checked before the database is opened:
+    /// the limits and the HTTPS files, read once.
+    pub fn settings(&self) -> anyhow::Result<HttpSettings> {
+        let (limits, body_timeout) = self.limits()?;
+        Ok(HttpSettings {
+            limits,
+            body_timeout,
+            tls: self.tls()?,
+        })
+    }
+}
+
+/// The HTTP flags read and checked ([`HttpArgs::settings`]).
+#[derive(Debug)]
+pub struct HttpSettings {
+    limits: ConnectionLimits,
+    body_timeout: Duration,
+    tls: Option<Tls>,
 }
 
 /// The running HTTP server.
@@ -145,12 +173,16 @@ pub fn install_metrics(args: &HttpArgs) -> anyhow::Result<Option<PrometheusHandl
     Ok(handle)
 }
 
-/// Binds and serves the HTTP side in the background when `--http` was given, within
-/// `limits` and over HTTPS with `tls` ([`HttpArgs::limits`], [`HttpArgs::tls`], read and
-/// checked once, before the database is opened).
+/// Binds and serves the HTTP side in the background when `--http` was given, within the
+/// limits and over HTTPS as `settings` say ([`HttpArgs::settings`], read and checked once,
+/// before the database is opened).
 pub async fn start(
     args: &HttpArgs,
-    (limits, tls): (ConnectionLimits, Option<Tls>),
+    HttpSettings {
+        limits,
+        body_timeout,
+        tls,
+    }: HttpSettings,
     backend: Arc<dyn Backend>,
     prometheus: Option<PrometheusHandle>,
     health: &Health,
@@ -171,6 +203,7 @@ pub async fn start(
         hosts = hosts.with_name(name).context("--http-host")?;
     }
     let mut state = WebState::new(backend, auth)
+        .with_body_timeout(body_timeout)
         .with_allowed_hosts(hosts)
         .with_health(health.clone());
     let prometheus = prometheus.context("the metrics recorder was not installed")?;

@@ -143,7 +143,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     // changes nothing. `Server::start` checks the whole `ServeConfig` again.
     hopper_cli::duration::check_serve_timing(heartbeat, lease, node_dead_after)?;
     hopper_core::limits::check_count("--max-connections", args.max_connections)?;
-    let http_connections = (args.http.limits()?, args.http.tls()?);
+    let http = args.http.settings()?;
     // --http without --listen: HTTP only. Neither: ZeroMQ on the default endpoint.
     let listen = args
         .listen
@@ -212,9 +212,7 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     // One health for the process: the ZeroMQ server's tasks and the HTTP server's.
     let health = server.as_ref().map_or_else(Health::new, |s| s.health());
     let http = match args.http.http {
-        Some(_) => {
-            crate::http::start(&args.http, http_connections, admin, prometheus, &health).await?
-        }
+        Some(_) => crate::http::start(&args.http, http, admin, prometheus, &health).await?,
         None => None,
     };
     tokio::select! {

@@ -41,6 +41,7 @@
 
 mod api;
 pub mod auth;
+mod body;
 mod connections;
 pub mod cross_site;
 mod dashboard;
@@ -67,6 +68,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tracing::Instrument;
 
 pub use auth::{AuthConfig, Role, Secret};
+pub use body::DEFAULT_BODY_TIMEOUT;
 pub use connections::{
     ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, serve_connections,
 };
@@ -102,6 +104,7 @@ struct Inner {
     allowed_hosts: AllowedHosts,
     prometheus: Option<PrometheusHandle>,
     max_body_bytes: usize,
+    body_timeout: Duration,
     refusals: Arc<LogThrottle>,
     health: Option<hopper::Health>,
 }
@@ -114,6 +117,7 @@ impl std::fmt::Debug for WebState {
             .field("allowed_hosts", &self.inner.allowed_hosts)
             .field("prometheus", &self.inner.prometheus.is_some())
             .field("max_body_bytes", &self.inner.max_body_bytes)
+            .field("body_timeout", &self.inner.body_timeout)
             .finish()
     }
 }
@@ -130,6 +134,7 @@ impl WebState {
                 allowed_hosts: AllowedHosts::loopback(),
                 prometheus: None,
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                body_timeout: DEFAULT_BODY_TIMEOUT,
                 refusals: Arc::new(LogThrottle::per_interval(
                     REFUSALS_LOGGED,
                     REFUSALS_INTERVAL,
@@ -164,6 +169,21 @@ impl WebState {
     /// bodies are refused with 413.
     pub fn with_max_body_bytes(self, bytes: usize) -> Self {
         self.map(|inner| inner.max_body_bytes = bytes)
+    }
+
+    /// Sets how long an authenticated request's body may take to arrive, from the end of
+    /// its headers (default [`DEFAULT_BODY_TIMEOUT`]). A slower one is answered 408 and
+    /// its connection closed.
+    pub fn with_body_timeout(self, timeout: Duration) -> Self {
+        self.map(|inner| inner.body_timeout = timeout)
+    }
+
+    pub(crate) fn max_body_bytes(&self) -> usize {
+        self.inner.max_body_bytes
+    }
+
+    pub(crate) fn body_timeout(&self) -> Duration {
+        self.inner.body_timeout
     }
 
     /// The authentication in force.
@@ -216,6 +236,10 @@ impl WebState {
 pub fn router(state: WebState) -> Router {
     let protected = api::routes()
         .route("/metrics", get(metrics::scrape))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            body::read_within_deadline,
+        ))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_role,

@@ -3,7 +3,8 @@
 //! its request; each is closed at `--http-header-timeout`. And at most
 //! `--http-max-connections` are open at once: a peer past it waits until one closes. (Served
 //! by `axum::serve`, none was ever closed: 15,000 idle connections held 330 MB and 15,000
-//! descriptors until the process's limit refused every new peer.)
+//! descriptors until the process's limit refused every new peer.) A body trickled after
+//! prompt headers is cut at `--http-body-timeout`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -121,6 +122,54 @@ async fn http_connections_past_the_limit_wait_for_one_to_close() -> anyhow::Resu
     drop(held.pop());
     fifth.set_read_timeout(Some(PATIENCE))?;
     let status = read_status(&mut fifth)?;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_request_body_is_cut_at_the_body_timeout() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let timeouts = [
+        "--http-body-timeout",
+        "500ms",
+        "--http-header-timeout",
+        "60s",
+    ];
+    let (_serve, _, addr) = serve_open_http(&db, &timeouts)?;
+    let mut stream = connect(&addr, PATIENCE);
+    let head = format!(
+        "POST /api/v1/jobs HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: 4000\r\n\r\n{{\"kind\": \"slow\", \"args\": {{\"pad\": \""
+    );
+    stream.write_all(head.as_bytes())?;
+    // One byte every 100 ms: never a pause as long as the timeout, and never done.
+    let mut trickle = stream.try_clone()?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickling = std::thread::spawn({
+        let stop = stop.clone();
+        move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && trickle.write_all(b"x").is_ok()
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    });
+    let status = read_status(&mut stream);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let status = status?;
+    assert!(status.starts_with("HTTP/1.1 408"), "{status:?}");
+    assert!(
+        closed_by_server(&mut stream),
+        "the trickling peer kept its connection"
+    );
+    trickling.join().expect("the trickle thread");
+    // Nothing was enqueued, and the server goes on serving.
+    let jobs = hopper::Client::new(db.backend())
+        .jobs(&hopper::JobListParams::default())
+        .await?;
+    assert!(jobs.is_empty(), "{jobs:?}");
+    let status = get_status(&mut connect(&addr, PATIENCE), &addr)?;
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
     Ok(())
 }
