@@ -1,22 +1,15 @@
 //! The admin requests (`list_jobs`, `retry`, `delete`, `retry_failed`, `clear`,
 //! `queue_stats`, `list_queues`, `update_queue`, `list_cron`, `list_nodes`, `job_stats`):
-//! each is one backend call,
-//! run in a task like every other database request, and its result in wire types.
+//! each is one backend call, run in a task like every other database request, and its
+//! result in wire types (`hopper_protocol::convert`).
 
 use std::time::Duration;
 
 use hopper_core::backend::{JobClearParams, JobDeleteParams, JobRetryParams};
 use hopper_core::{
-    Backend, CronEntry, Error, JobListParams, JobRetryManyParams, JobSearchParams, JobStatsParams,
-    NodeRecord, QueueSettings, QueueStats, QueueUpdate, RateLimit, Result, StatsStore,
+    Backend, Error, JobRetryManyParams, JobStatsParams, QueueUpdate, Result, StatsStore,
 };
-use hopper_protocol::{
-    CronInfo, JobFilter, JobInfo, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo, Reply,
-    Request,
-};
-
-/// Most jobs one `list_jobs` returns.
-const MAX_LIST: u32 = 1000;
+use hopper_protocol::{CronInfo, JobInfo, NodeInfo, QueueCounts, QueueInfo, Reply, Request};
 
 /// Runs one admin request.
 pub(crate) async fn handle(
@@ -25,7 +18,7 @@ pub(crate) async fn handle(
 ) -> Result<Reply> {
     Ok(match request {
         Request::ListJobs { req, filter } => {
-            let jobs = backend.job_search(&search(filter)?).await?;
+            let jobs = backend.job_search(&filter.try_into()?).await?;
             Reply::Jobs {
                 req,
                 jobs: jobs.into_iter().map(JobInfo::from).collect(),
@@ -55,7 +48,7 @@ pub(crate) async fn handle(
                 .queue_stats()
                 .await?
                 .into_iter()
-                .map(counts)
+                .map(QueueCounts::from)
                 .collect(),
         },
         Request::ListQueues { req } => Reply::Queues {
@@ -64,15 +57,15 @@ pub(crate) async fn handle(
                 .queue_list()
                 .await?
                 .into_iter()
-                .map(queue_info)
+                .map(QueueInfo::from)
                 .collect(),
         },
         Request::UpdateQueue { req, update } => {
-            let update = queue_update(update);
+            let update = QueueUpdate::from(update);
             update.validate()?;
             Reply::Queue {
                 req,
-                queue: queue_info(backend.queue_update(&update).await?),
+                queue: QueueInfo::from(backend.queue_update(&update).await?),
             }
         }
         Request::ListCron { req } => Reply::Cron {
@@ -81,7 +74,7 @@ pub(crate) async fn handle(
                 .cron_list()
                 .await?
                 .into_iter()
-                .map(cron_info)
+                .map(CronInfo::from)
                 .collect(),
         },
         Request::ListNodes { req } => Reply::Nodes {
@@ -90,7 +83,7 @@ pub(crate) async fn handle(
                 .node_list()
                 .await?
                 .into_iter()
-                .map(node_info)
+                .map(NodeInfo::from)
                 .collect(),
         },
         Request::JobStats { req, minutes } => {
@@ -123,101 +116,4 @@ fn stats_store<'a>(backend: &'a dyn Backend, what: &str) -> Result<&'a dyn Stats
     backend
         .stats()
         .ok_or_else(|| Error::Unsupported(format!("{what} ({} backend)", backend.name())))
-}
-
-fn node_info(node: NodeRecord) -> NodeInfo {
-    NodeInfo {
-        id: node.info.id,
-        name: node.info.name,
-        queues: node.info.queues,
-        concurrency: node.info.concurrency,
-        started_at: node.started_at,
-        heartbeat_at: node.heartbeat_at,
-    }
-}
-
-fn search(filter: JobFilter) -> Result<JobSearchParams> {
-    let limit = filter.limit.unwrap_or(20);
-    if limit == 0 || limit > MAX_LIST {
-        return Err(Error::InvalidInput(format!(
-            "limit must be from 1 to {MAX_LIST}, got {limit}"
-        )));
-    }
-    let state = filter.state.as_deref().map(str::parse).transpose()?;
-    Ok(JobSearchParams {
-        list: JobListParams {
-            queue: filter.queue,
-            state,
-            kind: filter.kind,
-            before: filter.before,
-            limit,
-            ..JobListParams::default()
-        },
-        created_after: filter.created_after,
-        created_before: filter.created_before,
-    })
-}
-
-fn counts(s: QueueStats) -> QueueCounts {
-    QueueCounts {
-        queue: s.queue,
-        available: s.available,
-        scheduled: s.scheduled,
-        running: s.running,
-        completed: s.completed,
-        failed: s.failed,
-        cancelled: s.cancelled,
-        oldest_available_secs: s.oldest_available_secs,
-    }
-}
-
-fn queue_info(s: QueueSettings) -> QueueInfo {
-    QueueInfo {
-        queue: s.queue,
-        paused: s.paused,
-        grouped: s.grouped,
-        max_running: s.max_running,
-        max_running_per_group: s.max_running_per_group,
-        rate: s.rate.map(|r| RateInfo {
-            jobs: r.jobs,
-            per_ms: u64::try_from(r.per.as_millis()).unwrap_or(u64::MAX),
-            burst: Some(r.burst),
-        }),
-    }
-}
-
-fn queue_update(c: QueueChange) -> QueueUpdate {
-    QueueUpdate {
-        queue: c.queue,
-        paused: c.paused,
-        max_running: c.max_running,
-        max_running_per_group: c.max_running_per_group,
-        rate: c.rate.map(|r| {
-            r.map(|r| {
-                let mut limit = RateLimit::new(r.jobs, Duration::from_millis(r.per_ms));
-                if let Some(burst) = r.burst {
-                    limit.burst = burst;
-                }
-                limit
-            })
-        }),
-    }
-}
-
-fn cron_info(e: CronEntry) -> CronInfo {
-    CronInfo {
-        name: e.name,
-        schedule: e.schedule,
-        timezone: e.timezone,
-        queue: e.queue,
-        kind: e.kind,
-        args: e.args,
-        priority: e.priority.0,
-        max_attempts: e.max_attempts,
-        timeout_ms: e.timeout_ms,
-        catch_up: e.catch_up,
-        next_run_at: e.next_run_at,
-        last_run_at: e.last_run_at,
-        last_job_id: e.last_job_id,
-    }
 }

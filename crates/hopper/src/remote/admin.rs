@@ -2,24 +2,19 @@
 //! `retry`, `delete`, `retry_failed`, `clear`, `queue_stats`, `list_queues`,
 //! `update_queue`, `list_cron`), so a `Client` on a `tcp://` URL lists, retries, deletes
 //! and pauses as one on the database does; and its statistics (`list_nodes`, `job_stats`).
-
-use std::time::Duration;
+//! The payloads convert both ways in `hopper_protocol::convert`.
 
 use hopper_core::{
-    CronEntry, Error, JobId, JobListParams, JobRecord, JobRetryManyParams, JobSearchParams,
-    JobStatsParams, MinuteStats, NodeRecord, Priority, QueueSettings, QueueStats, QueueUpdate,
-    RateLimit, Result, StatsStore,
+    CronEntry, Error, JobId, JobRecord, JobRetryManyParams, JobSearchParams, JobStatsParams,
+    MinuteStats, NodeRecord, QueueSettings, QueueStats, QueueUpdate, Result, StatsStore,
 };
-use hopper_protocol::{
-    CronInfo, JobFilter, MAX_STATS_MINUTES, NodeInfo, QueueChange, QueueInfo, RateInfo, Reply,
-    Request,
-};
+use hopper_protocol::{JobFilter, MAX_STATS_MINUTES, QueueChange, Reply, Request};
 
-use super::{RemoteBackend, millis, unexpected};
+use super::{RemoteBackend, unexpected};
 
 impl RemoteBackend {
     pub(super) async fn search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
-        let filter = filter(&params.list, params);
+        let filter = JobFilter::from(params);
         match self
             .request(|req| Request::ListJobs { req, filter })
             .await?
@@ -57,45 +52,35 @@ impl RemoteBackend {
 
     pub(super) async fn stats(&self) -> Result<Vec<QueueStats>> {
         match self.request(|req| Request::QueueStats { req }).await? {
-            Reply::Stats { queues, .. } => Ok(queues
-                .into_iter()
-                .map(|q| QueueStats {
-                    queue: q.queue,
-                    available: q.available,
-                    scheduled: q.scheduled,
-                    running: q.running,
-                    completed: q.completed,
-                    failed: q.failed,
-                    cancelled: q.cancelled,
-                    oldest_available_secs: q.oldest_available_secs,
-                })
-                .collect()),
+            Reply::Stats { queues, .. } => Ok(queues.into_iter().map(QueueStats::from).collect()),
             other => Err(unexpected(&other)),
         }
     }
 
     pub(super) async fn queues(&self) -> Result<Vec<QueueSettings>> {
         match self.request(|req| Request::ListQueues { req }).await? {
-            Reply::Queues { queues, .. } => Ok(queues.into_iter().map(settings).collect()),
+            Reply::Queues { queues, .. } => {
+                Ok(queues.into_iter().map(QueueSettings::from).collect())
+            }
             other => Err(unexpected(&other)),
         }
     }
 
     pub(super) async fn update_queue(&self, update: &QueueUpdate) -> Result<QueueSettings> {
         update.validate()?;
-        let update = change(update);
+        let update = QueueChange::from(update);
         match self
             .request(|req| Request::UpdateQueue { req, update })
             .await?
         {
-            Reply::Queue { queue, .. } => Ok(settings(queue)),
+            Reply::Queue { queue, .. } => Ok(QueueSettings::from(queue)),
             other => Err(unexpected(&other)),
         }
     }
 
     pub(super) async fn cron(&self) -> Result<Vec<CronEntry>> {
         match self.request(|req| Request::ListCron { req }).await? {
-            Reply::Cron { entries, .. } => Ok(entries.into_iter().map(cron_entry).collect()),
+            Reply::Cron { entries, .. } => Ok(entries.into_iter().map(CronEntry::from).collect()),
             other => Err(unexpected(&other)),
         }
     }
@@ -126,7 +111,7 @@ impl StatsStore for RemoteBackend {
     async fn node_list(&self) -> Result<Vec<NodeRecord>> {
         let reply = self.request(|req| Request::ListNodes { req });
         match reply.await.map_err(|e| predates(e, "list_nodes"))? {
-            Reply::Nodes { nodes, .. } => Ok(nodes.into_iter().map(node_record).collect()),
+            Reply::Nodes { nodes, .. } => Ok(nodes.into_iter().map(NodeRecord::from).collect()),
             other => Err(unexpected(&other)),
         }
     }
@@ -140,83 +125,5 @@ fn predates(e: Error, request: &str) -> Error {
             "this hopper serve predates the {request} request; ask the database or a newer server"
         )),
         e => e,
-    }
-}
-
-fn node_record(n: NodeInfo) -> NodeRecord {
-    NodeRecord {
-        info: hopper_core::NodeInfo {
-            id: n.id,
-            name: n.name,
-            queues: n.queues,
-            concurrency: n.concurrency,
-        },
-        started_at: n.started_at,
-        heartbeat_at: n.heartbeat_at,
-    }
-}
-
-fn filter(list: &JobListParams, search: &JobSearchParams) -> JobFilter {
-    JobFilter {
-        queue: list.queue.clone(),
-        state: list.state.map(|s| s.as_str().to_owned()),
-        kind: list.kind.clone(),
-        before: list.before,
-        created_after: search.created_after,
-        created_before: search.created_before,
-        limit: Some(list.limit),
-    }
-}
-
-fn settings(q: QueueInfo) -> QueueSettings {
-    QueueSettings {
-        queue: q.queue,
-        paused: q.paused,
-        grouped: q.grouped,
-        max_running: q.max_running,
-        max_running_per_group: q.max_running_per_group,
-        rate: q.rate.map(rate),
-    }
-}
-
-fn rate(r: RateInfo) -> RateLimit {
-    let mut limit = RateLimit::new(r.jobs, Duration::from_millis(r.per_ms));
-    if let Some(burst) = r.burst {
-        limit.burst = burst;
-    }
-    limit
-}
-
-fn change(u: &QueueUpdate) -> QueueChange {
-    QueueChange {
-        queue: u.queue.clone(),
-        paused: u.paused,
-        max_running: u.max_running,
-        max_running_per_group: u.max_running_per_group,
-        rate: u.rate.map(|r| {
-            r.map(|r| RateInfo {
-                jobs: r.jobs,
-                per_ms: millis(r.per),
-                burst: Some(r.burst),
-            })
-        }),
-    }
-}
-
-fn cron_entry(c: CronInfo) -> CronEntry {
-    CronEntry {
-        name: c.name,
-        schedule: c.schedule,
-        timezone: c.timezone,
-        queue: c.queue,
-        kind: c.kind,
-        args: c.args,
-        priority: Priority(c.priority),
-        max_attempts: c.max_attempts,
-        timeout_ms: c.timeout_ms,
-        catch_up: c.catch_up,
-        next_run_at: c.next_run_at,
-        last_run_at: c.last_run_at,
-        last_job_id: c.last_job_id,
     }
 }

@@ -9,6 +9,16 @@
 //! | [`JobSpec`] | [`NewJob`] | both (from the wire: checked as the server accepts it) |
 //! | [`OutcomeItem`] | [`Finish`] / [`Outcome`] | both ([`OutcomeItem::into_outcome`]) |
 //! | [`ErrorCode`] | [`Error`] | core to wire |
+//!
+//! And the admin payloads, each both ways (in `admin.rs`): [`crate::JobFilter`] and
+//! `JobSearchParams` (from the wire: its limit checked, at most [`MAX_LIST_JOBS`]),
+//! [`crate::QueueCounts`] and `QueueStats`, [`crate::QueueInfo`] and `QueueSettings`,
+//! [`crate::QueueChange`] and `QueueUpdate`, [`crate::RateInfo`] and `RateLimit`,
+//! [`crate::CronInfo`] and `CronEntry`, [`crate::NodeInfo`] and `NodeRecord`.
+
+mod admin;
+
+pub use admin::MAX_LIST_JOBS;
 
 use std::time::Duration;
 

@@ -1,0 +1,368 @@
+//! The admin payloads between the wire and the storage seam, both ways: what `hopper serve`
+//! answers an operator's request with, and what the remote transport turns back into the
+//! core's types.
+
+use std::time::Duration;
+
+use hopper_core::{
+    CronEntry, Error, JobListParams, JobSearchParams, NodeRecord, Priority, QueueSettings,
+    QueueStats, QueueUpdate, RateLimit, Result,
+};
+
+use super::millis;
+use crate::admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};
+
+/// Most jobs one `list_jobs` returns.
+pub const MAX_LIST_JOBS: u32 = 1000;
+
+/// How many jobs `list_jobs` returns when its filter says nothing.
+const DEFAULT_LIST_JOBS: u32 = 20;
+
+/// A search as a `list_jobs` filter.
+impl From<&JobSearchParams> for JobFilter {
+    fn from(search: &JobSearchParams) -> Self {
+        let list = &search.list;
+        JobFilter {
+            queue: list.queue.clone(),
+            state: list.state.map(|s| s.as_str().to_owned()),
+            kind: list.kind.clone(),
+            before: list.before,
+            created_after: search.created_after,
+            created_before: search.created_before,
+            limit: Some(list.limit),
+        }
+    }
+}
+
+/// A `list_jobs` filter as a search: its limit from 1 to [`MAX_LIST_JOBS`], its state one
+/// of the job states.
+impl TryFrom<JobFilter> for JobSearchParams {
+    type Error = Error;
+
+    fn try_from(filter: JobFilter) -> Result<Self> {
+        let limit = filter.limit.unwrap_or(DEFAULT_LIST_JOBS);
+        if limit == 0 || limit > MAX_LIST_JOBS {
+            return Err(Error::InvalidInput(format!(
+                "limit must be from 1 to {MAX_LIST_JOBS}, got {limit}"
+            )));
+        }
+        let state = filter.state.as_deref().map(str::parse).transpose()?;
+        Ok(JobSearchParams {
+            list: JobListParams {
+                queue: filter.queue,
+                state,
+                kind: filter.kind,
+                before: filter.before,
+                limit,
+                ..JobListParams::default()
+            },
+            created_after: filter.created_after,
+            created_before: filter.created_before,
+        })
+    }
+}
+
+impl From<QueueStats> for QueueCounts {
+    fn from(s: QueueStats) -> Self {
+        QueueCounts {
+            queue: s.queue,
+            available: s.available,
+            scheduled: s.scheduled,
+            running: s.running,
+            completed: s.completed,
+            failed: s.failed,
+            cancelled: s.cancelled,
+            oldest_available_secs: s.oldest_available_secs,
+        }
+    }
+}
+
+impl From<QueueCounts> for QueueStats {
+    fn from(q: QueueCounts) -> Self {
+        QueueStats {
+            queue: q.queue,
+            available: q.available,
+            scheduled: q.scheduled,
+            running: q.running,
+            completed: q.completed,
+            failed: q.failed,
+            cancelled: q.cancelled,
+            oldest_available_secs: q.oldest_available_secs,
+        }
+    }
+}
+
+impl From<RateLimit> for RateInfo {
+    fn from(r: RateLimit) -> Self {
+        RateInfo {
+            jobs: r.jobs,
+            per_ms: millis(r.per),
+            burst: Some(r.burst),
+        }
+    }
+}
+
+/// A rate from the wire: without a `burst`, the core's default for its `jobs`.
+impl From<RateInfo> for RateLimit {
+    fn from(r: RateInfo) -> Self {
+        let mut limit = RateLimit::new(r.jobs, Duration::from_millis(r.per_ms));
+        if let Some(burst) = r.burst {
+            limit.burst = burst;
+        }
+        limit
+    }
+}
+
+impl From<QueueSettings> for QueueInfo {
+    fn from(s: QueueSettings) -> Self {
+        QueueInfo {
+            queue: s.queue,
+            paused: s.paused,
+            grouped: s.grouped,
+            max_running: s.max_running,
+            max_running_per_group: s.max_running_per_group,
+            rate: s.rate.map(RateInfo::from),
+        }
+    }
+}
+
+impl From<QueueInfo> for QueueSettings {
+    fn from(q: QueueInfo) -> Self {
+        QueueSettings {
+            queue: q.queue,
+            paused: q.paused,
+            grouped: q.grouped,
+            max_running: q.max_running,
+            max_running_per_group: q.max_running_per_group,
+            rate: q.rate.map(RateLimit::from),
+        }
+    }
+}
+
+impl From<&QueueUpdate> for QueueChange {
+    fn from(u: &QueueUpdate) -> Self {
+        QueueChange {
+            queue: u.queue.clone(),
+            paused: u.paused,
+            max_running: u.max_running,
+            max_running_per_group: u.max_running_per_group,
+            rate: u.rate.map(|r| r.map(RateInfo::from)),
+        }
+    }
+}
+
+/// A change from the wire, not yet checked: see [`QueueUpdate::validate`].
+impl From<QueueChange> for QueueUpdate {
+    fn from(c: QueueChange) -> Self {
+        QueueUpdate {
+            queue: c.queue,
+            paused: c.paused,
+            max_running: c.max_running,
+            max_running_per_group: c.max_running_per_group,
+            rate: c.rate.map(|r| r.map(RateLimit::from)),
+        }
+    }
+}
+
+impl From<CronEntry> for CronInfo {
+    fn from(e: CronEntry) -> Self {
+        CronInfo {
+            name: e.name,
+            schedule: e.schedule,
+            timezone: e.timezone,
+            queue: e.queue,
+            kind: e.kind,
+            args: e.args,
+            priority: e.priority.0,
+            max_attempts: e.max_attempts,
+            timeout_ms: e.timeout_ms,
+            catch_up: e.catch_up,
+            next_run_at: e.next_run_at,
+            last_run_at: e.last_run_at,
+            last_job_id: e.last_job_id,
+        }
+    }
+}
+
+impl From<CronInfo> for CronEntry {
+    fn from(c: CronInfo) -> Self {
+        CronEntry {
+            name: c.name,
+            schedule: c.schedule,
+            timezone: c.timezone,
+            queue: c.queue,
+            kind: c.kind,
+            args: c.args,
+            priority: Priority(c.priority),
+            max_attempts: c.max_attempts,
+            timeout_ms: c.timeout_ms,
+            catch_up: c.catch_up,
+            next_run_at: c.next_run_at,
+            last_run_at: c.last_run_at,
+            last_job_id: c.last_job_id,
+        }
+    }
+}
+
+impl From<NodeRecord> for NodeInfo {
+    fn from(node: NodeRecord) -> Self {
+        NodeInfo {
+            id: node.info.id,
+            name: node.info.name,
+            queues: node.info.queues,
+            concurrency: node.info.concurrency,
+            started_at: node.started_at,
+            heartbeat_at: node.heartbeat_at,
+        }
+    }
+}
+
+impl From<NodeInfo> for NodeRecord {
+    fn from(n: NodeInfo) -> Self {
+        NodeRecord {
+            info: hopper_core::NodeInfo {
+                id: n.id,
+                name: n.name,
+                queues: n.queues,
+                concurrency: n.concurrency,
+            },
+            started_at: n.started_at,
+            heartbeat_at: n.heartbeat_at,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+    use hopper_core::JobState;
+    use serde_json::json;
+
+    #[test]
+    fn every_admin_payload_comes_back_from_the_wire_as_it_left() {
+        let rate = RateLimit {
+            jobs: 100,
+            per: Duration::from_millis(1500),
+            burst: 7,
+        };
+        let settings = QueueSettings {
+            queue: "mail".into(),
+            paused: true,
+            grouped: true,
+            max_running: Some(5),
+            max_running_per_group: Some(2),
+            rate: Some(rate),
+        };
+        assert_eq!(
+            QueueSettings::from(QueueInfo::from(settings.clone())),
+            settings
+        );
+
+        let update = QueueUpdate {
+            queue: "mail".into(),
+            paused: Some(false),
+            max_running: Some(None),
+            max_running_per_group: Some(Some(3)),
+            rate: Some(Some(rate)),
+        };
+        let back = QueueUpdate::from(QueueChange::from(&update));
+        assert_eq!(
+            (
+                back.paused,
+                back.max_running,
+                back.max_running_per_group,
+                back.rate
+            ),
+            (
+                update.paused,
+                update.max_running,
+                update.max_running_per_group,
+                update.rate
+            )
+        );
+
+        let stats = QueueStats {
+            queue: "mail".into(),
+            available: 1,
+            scheduled: 2,
+            running: 3,
+            completed: 4,
+            failed: 5,
+            cancelled: 6,
+            oldest_available_secs: 7.5,
+        };
+        assert_eq!(QueueStats::from(QueueCounts::from(stats.clone())), stats);
+
+        let entry = CronEntry {
+            name: "nightly".into(),
+            schedule: "0 3 * * *".into(),
+            timezone: "Europe/Paris".into(),
+            queue: "reports".into(),
+            kind: "report".into(),
+            args: json!({"full": true}),
+            priority: Priority(-2),
+            max_attempts: 4,
+            timeout_ms: 60_000,
+            catch_up: true,
+            next_run_at: Utc::now(),
+            last_run_at: Some(Utc::now()),
+            last_job_id: Some(uuid::Uuid::now_v7()),
+        };
+        assert_eq!(CronEntry::from(CronInfo::from(entry.clone())), entry);
+
+        let node = NodeRecord {
+            info: hopper_core::NodeInfo {
+                id: uuid::Uuid::now_v7(),
+                name: "web-3:4121".into(),
+                queues: vec!["mail".into(), "pdf".into()],
+                concurrency: 16,
+            },
+            started_at: Utc::now(),
+            heartbeat_at: Utc::now(),
+        };
+        assert_eq!(NodeRecord::from(NodeInfo::from(node.clone())), node);
+
+        let search = JobSearchParams {
+            list: JobListParams {
+                queue: Some("mail".into()),
+                state: Some(JobState::Failed),
+                kind: Some("k".into()),
+                before: Some(uuid::Uuid::now_v7()),
+                limit: 50,
+                ..JobListParams::default()
+            },
+            created_after: Some(Utc::now()),
+            created_before: None,
+        };
+        let back = JobSearchParams::try_from(JobFilter::from(&search)).expect("a valid filter");
+        assert_eq!(format!("{back:?}"), format!("{search:?}"));
+    }
+
+    #[test]
+    fn a_wire_rate_without_burst_takes_the_default_and_a_filter_its_bounds() {
+        let rate = RateLimit::from(RateInfo {
+            jobs: 50,
+            per_ms: 1000,
+            burst: None,
+        });
+        assert_eq!(rate, RateLimit::new(50, Duration::from_secs(1)));
+
+        let default = JobSearchParams::try_from(JobFilter::default()).expect("valid");
+        assert_eq!(default.list.limit, 20);
+        for (limit, state) in [(Some(0), None), (Some(1001), None), (None, Some("lost"))] {
+            let filter = JobFilter {
+                limit,
+                state: state.map(str::to_owned),
+                ..JobFilter::default()
+            };
+            assert!(
+                matches!(
+                    JobSearchParams::try_from(filter),
+                    Err(Error::InvalidInput(_))
+                ),
+                "{limit:?} {state:?}"
+            );
+        }
+    }
+}
