@@ -35,11 +35,15 @@ pub const PING_PERIOD: Duration = Duration::from_secs(1);
 pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Settings of the lock session: server-side keepalives (a silent client is noticed in
-/// 10 + 3 × 5 s) and no idle timeout on PostgreSQL 14 and later (the session is idle
-/// between pings by design).
+/// 10 + 3 × 5 s), no idle timeout on PostgreSQL 14 and later (the session is idle between
+/// pings by design), and a registration that waits at most a second for the node's row
+/// when another transaction holds it (an operator's `SELECT … FOR UPDATE`): the hold then
+/// fails and is tried again with backoff, so a node retaking its lock sees its stop
+/// between tries instead of waiting for the holder.
 const SESSION_SETTINGS: &str = "SELECT set_config('tcp_keepalives_idle', '10', false), \
      set_config('tcp_keepalives_interval', '5', false), \
      set_config('tcp_keepalives_count', '3', false), \
+     set_config('lock_timeout', '1s', false), \
      (SELECT set_config('idle_session_timeout', '0', false) \
       WHERE current_setting('server_version_num')::int >= 140000)";
 

@@ -199,11 +199,21 @@ async fn a_node_taking_its_lock_through_a_held_row_writes_the_time_it_writes() -
     let node = hopper_conformance::node_info("retaking");
     db.backend().node_heartbeat(&node).await?;
     let holder = hold_nodes(db.url(), db.schema()).await?;
-    // Taking its lock again (after its lock session ended), the node waits on its row.
+    // Taking its lock again (after its lock session ended), the node waits on its row, a
+    // second at most per try, and tries again as the runtime and the server do.
     let (backend, id) = (db.backend(), node.id);
     let hold = tokio::spawn(async move {
         let liveness = backend.node_liveness().expect("PostgreSQL tracks liveness");
-        liveness.node_hold(&node).await
+        let mut refused = 0;
+        loop {
+            match liveness.node_hold(&node).await {
+                Ok(lock) => return (lock, refused),
+                Err(e) => {
+                    assert!(e.to_string().contains("lock"), "{e}");
+                    refused += 1;
+                }
+            }
+        }
     });
     db.wait_for_lock_waits(1, Duration::from_secs(10))
         .await
@@ -211,7 +221,8 @@ async fn a_node_taking_its_lock_through_a_held_row_writes_the_time_it_writes() -
     let sql = connect(db.url()).await?;
     until_silent(&sql, db.schema(), id).await?;
     holder.batch_execute("COMMIT").await?;
-    let _lock = hold.await??;
+    let (_lock, refused) = hold.await?;
+    assert!(refused >= 1, "no try gave up at its bound");
     // Written once free, with that moment: not silent for the wait it went through.
     let silent = silent_for(&sql, db.schema(), id).await?;
     assert!(

@@ -122,3 +122,92 @@ async fn a_node_whose_lock_session_ends_is_fenced_then_takes_its_lock_again() ->
     assert_eq!(holder, None, "the lock is given back");
     Ok(())
 }
+
+/// The sessions waiting on a lock that the session `pid` holds.
+async fn blocked_by(sql: &PgClient, pid: i32) -> anyhow::Result<i64> {
+    let row = sql
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+            &[&pid],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Ends `node`'s lock session while `holder` holds its row; returns once the node's
+/// registration waits on that row.
+async fn lose_lock_behind_held_row(
+    sql: &PgClient,
+    holder: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+    node: uuid::Uuid,
+) -> anyhow::Result<()> {
+    let holder_pid: i32 = holder
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await?
+        .get(0);
+    let locked = format!("SELECT 1 FROM {schema}.nodes WHERE id = $1 FOR UPDATE");
+    assert_eq!(holder.execute(&locked, &[&node]).await?, 1);
+    let session = lock_holder(sql, node)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the node holds no liveness lock"))?;
+    sql.execute("SELECT pg_terminate_backend($1)", &[&session])
+        .await?;
+    for _ in 0..1000 {
+        if blocked_by(sql, holder_pid).await? > 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("the node never waited on its held row")
+}
+
+#[tokio::test]
+async fn a_node_retaking_its_lock_while_its_row_is_held_still_stops() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let sql = connect(db.url()).await?;
+    let mut holder = connect(db.url()).await?;
+    let node = Runtime::new(db.backend(), Workers::new(), config(QUEUE, 1))
+        .start()
+        .await?;
+    let first = lock_holder(&sql, node.node_id()).await?;
+
+    // An operator holds the node's row as its lock session ends: the node takes its lock
+    // again once the row is free.
+    let held = holder.transaction().await?;
+    lose_lock_behind_held_row(&sql, &held, db.schema(), node.node_id()).await?;
+    held.rollback().await?;
+    let freed: chrono::DateTime<chrono::Utc> = sql.query_one("SELECT now()", &[]).await?.get(0);
+    // A failed try writes nothing: a row written after the hold ended is a retaken lock
+    // (or a heartbeat, which a fenced node does not send).
+    let written = format!(
+        "SELECT heartbeat_at FROM {}.nodes WHERE id = $1",
+        db.schema()
+    );
+    let mut retaken = false;
+    for _ in 0..1000 {
+        let row = sql.query_opt(&written, &[&node.node_id()]).await?;
+        let beat: Option<chrono::DateTime<chrono::Utc>> = row.map(|r| r.get(0));
+        if beat.is_some_and(|b| b > freed) {
+            retaken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let again = lock_holder(&sql, node.node_id()).await?;
+    assert!(
+        retaken && again.is_some() && again != first,
+        "never retaken: {again:?}"
+    );
+
+    // The same again, and the node is asked to stop while the row is still held: it
+    // stops, its retake giving up at its bound instead of waiting for the holder (and its
+    // deregistration waiting 5 s at most).
+    let held = holder.transaction().await?;
+    lose_lock_behind_held_row(&sql, &held, db.schema(), node.node_id()).await?;
+    tokio::time::timeout(Duration::from_secs(20), node.shutdown())
+        .await
+        .map_err(|_| anyhow::anyhow!("the shutdown waited on the held row"))?;
+    held.rollback().await?;
+    Ok(())
+}
