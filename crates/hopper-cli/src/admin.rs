@@ -18,7 +18,7 @@ use hopper::{
 use serde_json::json;
 
 use crate::cli::{EnqueueArgs, JobsCommand};
-use crate::output::outln;
+use crate::output::{outln, printable};
 
 /// `hopper migrate`: applies pending migrations and says which (`--json`: their
 /// versions and names under `applied`, empty when the schema was up to date).
@@ -348,7 +348,7 @@ fn print_logs(logs: &[hopper::AttemptLog]) -> anyhow::Result<()> {
                 "  {} {:<5} {}{fields}",
                 time(line.at),
                 line.level,
-                line.message.escape_debug()
+                printable(&line.message)
             );
         }
         if log.dropped > 0 {
@@ -364,6 +364,7 @@ fn print_logs(logs: &[hopper::AttemptLog]) -> anyhow::Result<()> {
 
 fn print_job(j: &JobRecord) -> anyhow::Result<()> {
     let field = |name: &str, value: String| -> std::io::Result<()> {
+        let value = printable(&value);
         crate::output::write_stdout(format_args!("{name:<14}{value}\n"))
     };
     let optional = |t: Option<DateTime<Utc>>| t.map_or_else(|| "-".to_owned(), time);
@@ -421,12 +422,16 @@ fn print_job(j: &JobRecord) -> anyhow::Result<()> {
 }
 
 /// Prints `rows` under `headers`, each column as wide as its widest cell, every line
-/// starting with `indent`.
+/// starting with `indent`; the cells [`printable`].
 pub(crate) fn print_table(
     indent: &str,
     headers: &[&str],
     rows: Vec<Vec<String>>,
 ) -> anyhow::Result<()> {
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|row| row.iter().map(|c| printable(c).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {

@@ -49,7 +49,7 @@ async fn main() -> ExitCode {
                 let _ =
                     output::write_stdout(format_args!("{}\n", output::error_json(&e, &message)));
             } else {
-                eprintln!("error: {message}");
+                eprintln!("error: {}", output::printable(&message));
             }
             ExitCode::FAILURE
         }

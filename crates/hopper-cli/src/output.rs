@@ -9,9 +9,13 @@
 //!   `seq 1000 | head -1`.
 //! - **Colour only on a terminal**: log lines on stderr are coloured when stderr is a
 //!   terminal and `NO_COLOR` is unset or empty (<https://no-color.org>).
+//! - **Stored text is printed inert**: what others wrote (a handler's error, a log line, a
+//!   node's name) goes through [`printable`] in tables and text output, so it cannot move
+//!   the cursor, recolour or retitle an operator's terminal, or break a table's rows.
 //! - **Errors as JSON under `--json`**: `{"error": {"code": …, "message": …}}` on stdout
 //!   (see [`error_json`]), so a script reading stdout always gets JSON.
 
+use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
 
 /// The exit status after stdout was closed by the reader: 128 + `SIGPIPE` (13).
@@ -38,6 +42,32 @@ pub fn write_stdout(args: std::fmt::Arguments<'_>) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_fmt(args)?;
     stdout.flush()
+}
+
+/// `text` with its control characters (escape sequences, newlines, tabs, C1 codes) and
+/// bidirectional overrides written as Rust escapes (`\u{1b}`, `\n`, `\u{202e}`); unchanged,
+/// and not copied, when it has none. JSON output needs none of this: its strings escape
+/// control characters themselves.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let inert = |c: char| !(c.is_control() || is_bidi_control(c));
+    if text.chars().all(inert) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if inert(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The characters that reorder how the text around them is shown (embeddings, overrides,
+/// isolates): printed raw, they make a line read other than what it holds.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// True when `e` comes from writing to a pipe whose reader is gone.
@@ -71,4 +101,19 @@ pub fn error_json(e: &anyhow::Error, message: &str) -> serde_json::Value {
             _ => "error",
         });
     serde_json::json!({ "error": { "code": code, "message": message } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_and_bidi_overrides_are_printed_as_escapes() {
+        assert!(matches!(printable("smtp said no: café"), Cow::Borrowed(_)));
+        assert_eq!(
+            printable("\u{1b}]0;owned\u{7}\u{1b}[2Jline\nnext\ttab\u{85}"),
+            "\\u{1b}]0;owned\\u{7}\\u{1b}[2Jline\\nnext\\ttab\\u{85}"
+        );
+        assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed");
+    }
 }

@@ -374,6 +374,79 @@ async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Text that others stored (a handler's error, a log line, a node's name) with terminal
+/// escape sequences, tabs and a bidirectional override is printed with those as escapes:
+/// an operator's terminal is not cleared, retitled or recoloured, and rows stay rows.
+#[tokio::test]
+async fn stored_text_is_printed_inert() {
+    use hopper::core::job_log::{JobLogAppend, LogLevel, LogLine};
+    const HOSTILE: &str = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{1b}[31mred\ttab\rback\u{202e}desrever";
+    const SHOWN: &str =
+        "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{1b}[31mred\\ttab\\rback\\u{202e}desrever";
+    let db = TestDatabase::new().await.expect("test database");
+    let id = hopper(&db, &["enqueue", "--kind", "k", "--max-attempts", "1"])
+        .ok()
+        .trim()
+        .to_owned();
+    let backend = db.backend();
+    let claimed = backend
+        .job_claim(&ClaimParams {
+            queue: "default".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: 1,
+            lease: Duration::from_secs(60),
+            kinds: None,
+        })
+        .await
+        .expect("claim");
+    let store = backend.logs().expect("PostgreSQL keeps logs");
+    store
+        .job_log_append(&[JobLogAppend {
+            lease: claimed[0].lease,
+            lines: vec![LogLine {
+                at: chrono::Utc::now(),
+                level: LogLevel::Info,
+                message: HOSTILE.into(),
+                fields: serde_json::Map::new(),
+            }],
+            dropped: 0,
+        }])
+        .await
+        .expect("append");
+    backend
+        .job_finish_many(&[Finish {
+            lease: claimed[0].lease,
+            outcome: Outcome::Retry {
+                error: HOSTILE.to_owned(),
+                retry_in: Duration::ZERO,
+                duration_ms: 1,
+            },
+        }])
+        .await
+        .expect("finish");
+    backend
+        .node_heartbeat(&hopper::backend::NodeInfo {
+            id: uuid::Uuid::now_v7(),
+            name: HOSTILE.to_owned(),
+            queues: vec!["default".into()],
+            concurrency: 1,
+        })
+        .await
+        .expect("a node");
+
+    let inert = |c: char| c == '\n' || !(c.is_control() || ('\u{202a}'..='\u{2069}').contains(&c));
+    for args in [vec!["jobs", "show", id.as_str()], vec!["nodes"]] {
+        let text = hopper(&db, &args).ok();
+        assert!(text.chars().all(inert), "{args:?} printed raw: {text:?}");
+        // Shown twice on the job's page (its log line and its error), once among nodes.
+        let times = if args[0] == "jobs" { 2 } else { 1 };
+        assert_eq!(text.matches(SHOWN).count(), times, "{args:?}: {text}");
+    }
+    // JSON keeps the text as it is stored (its strings escape control characters).
+    let json = hopper(&db, &["jobs", "show", &id, "--json"]).json();
+    assert_eq!(json["errors"][0]["error"], HOSTILE);
+}
+
 /// Starts `hopper serve` on `db`'s schema on a free loopback port, its token in `dir`;
 /// returns it (killed when dropped) and the URL, with the admin token it generated, to
 /// reach it.
