@@ -122,7 +122,17 @@ impl PgBackend {
             Err(e) if lock_not_granted(&e) => {
                 self.append_around_held(&client, &args, bounded).await?
             }
-            Err(e) => return Err(map_pg(e)),
+            Err(e) => {
+                // The database answered the statement with an error (a trigger, a
+                // constraint): the exchange is over and, outside a bracket's transaction,
+                // the session is as it was. Put back, not closed: a writer whose stores
+                // are refused one after the other would otherwise open a connection for
+                // each (20 ms apiece with TLS).
+                if !bracket && e.as_db_error().is_some() {
+                    client.release();
+                }
+                return Err(map_pg(e));
+            }
         };
         if stored.len() == merged.len() {
             client.release();
