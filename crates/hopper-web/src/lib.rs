@@ -48,6 +48,7 @@ mod dashboard;
 mod error;
 mod health;
 pub mod metrics;
+mod readings;
 mod tls;
 
 use std::future::Future;
@@ -74,6 +75,7 @@ pub use connections::{
 };
 pub use cross_site::AllowedHosts;
 pub use error::{ApiError, Error, Result};
+pub use readings::StatsReuse;
 pub use tls::Tls;
 
 /// The default limit on a request body: 16 MiB, room for a batch of jobs (one job's
@@ -105,6 +107,7 @@ struct Inner {
     prometheus: Option<PrometheusHandle>,
     max_body_bytes: usize,
     body_timeout: Duration,
+    readings: readings::Readings,
     refusals: Arc<LogThrottle>,
     health: Option<hopper::Health>,
 }
@@ -118,6 +121,7 @@ impl std::fmt::Debug for WebState {
             .field("prometheus", &self.inner.prometheus.is_some())
             .field("max_body_bytes", &self.inner.max_body_bytes)
             .field("body_timeout", &self.inner.body_timeout)
+            .field("stats_reuse", &self.inner.readings.reuse())
             .finish()
     }
 }
@@ -135,6 +139,7 @@ impl WebState {
                 prometheus: None,
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                 body_timeout: DEFAULT_BODY_TIMEOUT,
+                readings: readings::Readings::default(),
                 refusals: Arc::new(LogThrottle::per_interval(
                     REFUSALS_LOGGED,
                     REFUSALS_INTERVAL,
@@ -176,6 +181,24 @@ impl WebState {
     /// its connection closed.
     pub fn with_body_timeout(self, timeout: Duration) -> Self {
         self.map(|inner| inner.body_timeout = timeout)
+    }
+
+    /// Sets when the whole-table readings (counts by queue and state, what finished per
+    /// minute) are served again instead of taken anew (default [`StatsReuse::default`]: a
+    /// reading that took 50 ms or more, for ten times as long as it took, a minute at
+    /// most). Requests that arrive while one is taken share it either way.
+    pub fn with_stats_reuse(self, reuse: StatsReuse) -> Self {
+        self.map(|inner| inner.readings = readings::Readings::with_reuse(reuse))
+    }
+
+    pub(crate) fn readings(&self) -> &readings::Readings {
+        &self.inner.readings
+    }
+
+    /// The counts by queue and state, through the shared readings.
+    pub(crate) async fn queue_stats(&self) -> hopper::Result<Vec<hopper::QueueStats>> {
+        let read = self.backend().queue_stats();
+        self.inner.readings.queues(read).await
     }
 
     pub(crate) fn max_body_bytes(&self) -> usize {

@@ -83,7 +83,7 @@ pub fn spawn_upkeep(handle: PrometheusHandle) -> Upkeep {
 
 /// `GET /metrics`.
 pub(crate) async fn scrape(State(state): State<WebState>) -> Result<Response, ApiError> {
-    let stats = state.backend().queue_stats().await?;
+    let stats = state.queue_stats().await?;
     let mut page = render_queue_gauges(&stats);
     if let Some(handle) = state.prometheus() {
         page.push_str(&handle.render());

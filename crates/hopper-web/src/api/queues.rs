@@ -35,7 +35,7 @@ pub(crate) struct QueueView {
 pub(crate) async fn list(
     State(state): State<WebState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let stats = state.backend().queue_stats().await?;
+    let stats = state.queue_stats().await?;
     let settings = match state.backend().queue_list().await {
         Ok(settings) => settings,
         Err(Error::Unsupported(_)) => Vec::new(),
@@ -165,7 +165,7 @@ pub(crate) async fn stats(
                 ))
             })?,
     };
-    let queues = state.backend().queue_stats().await?;
+    let queues = state.queue_stats().await?;
     let totals = totals(&queues);
     let now = Utc::now();
     let params = JobStatsParams {
@@ -173,7 +173,14 @@ pub(crate) async fn stats(
     };
     let backend = state.backend();
     let stats = match backend.stats() {
-        Some(store) => store.job_stats_per_minute(&params).await.map(Some),
+        Some(store) => {
+            let read = store.job_stats_per_minute(&params);
+            state
+                .readings()
+                .minutes(window_minutes, read)
+                .await
+                .map(Some)
+        }
         None => Ok(None),
     };
     let (summary, minutes, activity_error) = match stats {

@@ -316,3 +316,40 @@ async fn nodes_are_listed_with_their_queues_and_last_heartbeat() -> anyhow::Resu
     assert_eq!(web.get("/api/v1/nodes").await?.json, json!({"nodes": []}));
     Ok(())
 }
+
+/// With readings reused however cheap (a factor large enough that the test never outlives
+/// one), `/api/v1/queues`, `/api/v1/stats` and `/metrics` serve one reading of the counts:
+/// a job enqueued after it shows in none of them. With the default reuse, a cheap reading
+/// is never reused and each request sees the job at once.
+#[tokio::test]
+async fn the_whole_table_readings_are_shared_and_reused_only_as_told() -> anyhow::Result<()> {
+    let mut web = Web::new().await?;
+    let reuse = hopper_web::StatsReuse {
+        above: Duration::ZERO,
+        factor: u32::MAX,
+        at_most: Duration::from_secs(3600),
+    };
+    let auth = hopper_web::AuthConfig::tokens([crate::common::ADMIN], [crate::common::READ])?;
+    let reusing =
+        hopper_web::router(hopper_web::WebState::new(web.backend(), auth).with_stats_reuse(reuse));
+    let live = std::mem::replace(&mut web.router, reusing);
+
+    web.enqueue(json!({"kind": "k", "queue": "alpha"})).await?;
+    let available = |answer: &Value| answer["queues"][0]["available"].clone();
+    assert_eq!(available(&web.get("/api/v1/queues").await?.json), 1);
+    web.enqueue(json!({"kind": "k", "queue": "alpha"})).await?;
+    assert_eq!(available(&web.get("/api/v1/queues").await?.json), 1);
+    let stats = web.get("/api/v1/stats").await?.json;
+    assert_eq!(stats["totals"]["available"], 1, "{stats}");
+    let metrics = web.get("/metrics").await?.text;
+    assert!(
+        metrics.contains(r#"hopper_jobs{queue="alpha",state="available"} 1"#),
+        "{metrics}"
+    );
+
+    web.router = live;
+    assert_eq!(available(&web.get("/api/v1/queues").await?.json), 2);
+    web.enqueue(json!({"kind": "k", "queue": "alpha"})).await?;
+    assert_eq!(available(&web.get("/api/v1/queues").await?.json), 3);
+    Ok(())
+}
