@@ -304,14 +304,18 @@ async fn enqueue_meta_and_traceparent_show_and_filter() {
     );
 }
 
-#[tokio::test]
-async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
-    use hopper::core::job_log::{JobLogAppend, LogLevel, LogLine};
-    let db = TestDatabase::new().await.expect("test database");
-    let id = hopper(&db, &["enqueue", "--kind", "k"])
-        .ok()
-        .trim()
-        .to_owned();
+/// Claims the one job of the default queue and stores one log line for its attempt, with
+/// `dropped` lines said to be left out; the attempt's lease.
+async fn claim_and_log(
+    db: &TestDatabase,
+    (level, message, fields): (
+        hopper::core::job_log::LogLevel,
+        &str,
+        serde_json::Map<String, Value>,
+    ),
+    dropped: i64,
+) -> hopper::core::Lease {
+    use hopper::core::job_log::{JobLogAppend, LogLine};
     let backend = db.backend();
     let claimed = backend
         .job_claim(&ClaimParams {
@@ -323,20 +327,35 @@ async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
         })
         .await
         .expect("claim");
+    let lease = claimed[0].lease;
     let store = backend.logs().expect("PostgreSQL keeps logs");
     store
         .job_log_append(&[JobLogAppend {
-            lease: claimed[0].lease,
+            lease,
             lines: vec![LogLine {
                 at: chrono::Utc::now(),
-                level: LogLevel::Warn,
-                message: "line one\nwith a newline".into(),
-                fields: serde_json::from_value(serde_json::json!({"rows": 3})).expect("a map"),
+                level,
+                message: message.into(),
+                fields,
             }],
-            dropped: 9,
+            dropped,
         }])
         .await
         .expect("append");
+    lease
+}
+
+#[tokio::test]
+async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
+    use hopper::core::job_log::LogLevel;
+    let db = TestDatabase::new().await.expect("test database");
+    let id = hopper(&db, &["enqueue", "--kind", "k"])
+        .ok()
+        .trim()
+        .to_owned();
+    let fields = serde_json::from_value(serde_json::json!({"rows": 3})).expect("a map");
+    let line = (LogLevel::Warn, "line one\nwith a newline", fields);
+    claim_and_log(&db, line, 9).await;
     let text = hopper(&db, &["jobs", "show", &id]).ok();
     assert!(text.contains("log of attempt 1:"), "{text}");
     assert!(
@@ -379,7 +398,7 @@ async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
 /// an operator's terminal is not cleared, retitled or recoloured, and rows stay rows.
 #[tokio::test]
 async fn stored_text_is_printed_inert() {
-    use hopper::core::job_log::{JobLogAppend, LogLevel, LogLine};
+    use hopper::core::job_log::LogLevel;
     const HOSTILE: &str = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{1b}[31mred\ttab\rback\u{202e}desrever";
     const SHOWN: &str =
         "\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{1b}[31mred\\ttab\\rback\\u{202e}desrever";
@@ -389,33 +408,10 @@ async fn stored_text_is_printed_inert() {
         .trim()
         .to_owned();
     let backend = db.backend();
-    let claimed = backend
-        .job_claim(&ClaimParams {
-            queue: "default".into(),
-            node: uuid::Uuid::now_v7(),
-            limit: 1,
-            lease: Duration::from_secs(60),
-            kinds: None,
-        })
-        .await
-        .expect("claim");
-    let store = backend.logs().expect("PostgreSQL keeps logs");
-    store
-        .job_log_append(&[JobLogAppend {
-            lease: claimed[0].lease,
-            lines: vec![LogLine {
-                at: chrono::Utc::now(),
-                level: LogLevel::Info,
-                message: HOSTILE.into(),
-                fields: serde_json::Map::new(),
-            }],
-            dropped: 0,
-        }])
-        .await
-        .expect("append");
+    let lease = claim_and_log(&db, (LogLevel::Info, HOSTILE, serde_json::Map::new()), 0).await;
     backend
         .job_finish_many(&[Finish {
-            lease: claimed[0].lease,
+            lease,
             outcome: Outcome::Retry {
                 error: HOSTILE.to_owned(),
                 retry_in: Duration::ZERO,
