@@ -10,7 +10,7 @@ use hopper_core::{
 };
 use hopper_protocol::{JobFilter, MAX_STATS_MINUTES, QueueChange, Reply, Request};
 
-use super::{RemoteBackend, unexpected};
+use super::{RemoteBackend, predates, unexpected};
 
 impl RemoteBackend {
     pub(super) async fn search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
@@ -114,16 +114,5 @@ impl StatsStore for RemoteBackend {
             Reply::Nodes { nodes, .. } => Ok(nodes.into_iter().map(NodeRecord::from).collect()),
             other => Err(unexpected(&other)),
         }
-    }
-}
-
-/// A server older than `request` answers `unknown_type`: that is something it cannot do
-/// (`Unsupported`), not something wrong with the request.
-fn predates(e: Error, request: &str) -> Error {
-    match e {
-        Error::InvalidInput(m) if m.starts_with("unknown_type") => Error::Unsupported(format!(
-            "this hopper serve predates the {request} request; ask the database or a newer server"
-        )),
-        e => e,
     }
 }

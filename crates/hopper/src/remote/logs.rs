@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hopper_core::job_log::{AttemptLog, JobLogAppend, LOG_STORE_WINDOW, LogStore, merge_appends};
-use hopper_core::{Error, JobId, Lease, Result};
+use hopper_core::{JobId, Lease, Result};
 use hopper_protocol::{LogLineSpec, Reply, Request};
 
-use super::{RemoteBackend, unexpected};
+use super::{RemoteBackend, predates, unexpected};
 
 #[async_trait]
 impl LogStore for RemoteBackend {
@@ -101,12 +101,7 @@ impl RemoteBackend {
         {
             Ok(Reply::Logs { logs, next, .. }) => Ok((logs, next)),
             Ok(other) => Err(unexpected(&other)),
-            Err(Error::InvalidInput(m)) if m.starts_with("unknown_type") => {
-                Err(Error::Unsupported(format!(
-                    "the logs of job {job} cannot be read through this hopper serve (it predates the job_logs request); read them from the database"
-                )))
-            }
-            Err(e) => Err(e),
+            Err(e) => Err(predates(e, "job_logs")),
         }
     }
 }

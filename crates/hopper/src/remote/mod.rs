@@ -451,6 +451,17 @@ fn unexpected(reply: &Reply) -> Error {
     )))
 }
 
+/// A server older than `request` answers `unknown_type`: that is something it cannot do
+/// (`Unsupported`), not something wrong with the request.
+pub(super) fn predates(e: Error, request: &str) -> Error {
+    match e {
+        Error::InvalidInput(m) if m.starts_with("unknown_type") => Error::Unsupported(format!(
+            "this hopper serve predates the {request} request; ask the database or a newer server"
+        )),
+        e => e,
+    }
+}
+
 /// The largest encoded batch sent in one `submit_batch` (the server takes 2 MiB frames).
 const BATCH_BYTES: usize = 1536 * 1024;
 
