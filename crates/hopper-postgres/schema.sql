@@ -11,6 +11,18 @@ CREATE TYPE hopper.job_state AS ENUM (
 );
 
 
+CREATE FUNCTION hopper.any_unfinished_jobs() RETURNS boolean
+    LANGUAGE sql STABLE
+    SET max_parallel_workers_per_gather TO '0'
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    AS $$
+    SELECT EXISTS (SELECT FROM hopper.jobs WHERE state = 'available')
+        OR EXISTS (SELECT FROM hopper.jobs WHERE state = 'running')
+        OR EXISTS (SELECT FROM hopper.jobs WHERE state = 'scheduled')
+$$;
+
+
 CREATE FUNCTION hopper.check_name(what text, name text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$

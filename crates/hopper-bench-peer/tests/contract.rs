@@ -70,6 +70,28 @@ fn stdout_lines(child: &mut Child) -> anyhow::Result<Lines<BufReader<ChildStdout
     Ok(BufReader::new(stdout).lines())
 }
 
+/// The adapter's description of hopper to the harness.
+const ADAPTER_JSON: &str = include_str!("../../../bench/peer/adapter.json");
+
+/// The first column of the first row of the adapter's statement `key`, run on its own
+/// connection as the harness runs it, with the schema `hopper` put to the test's.
+async fn adapter_sql<T>(db: &TestDatabase, key: &str) -> anyhow::Result<T>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    let adapter: serde_json::Value = serde_json::from_str(ADAPTER_JSON)?;
+    let sql = adapter[key]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("adapter.json has no {key}"))?
+        .replace("hopper.", &format!("{}.", db.schema()));
+    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    let connection = tokio::spawn(connection);
+    let value = client.query_one(&sql, &[]).await?.try_get(0)?;
+    drop(client);
+    connection.await??;
+    Ok(value)
+}
+
 async fn unfinished(db: &TestDatabase) -> anyhow::Result<i64> {
     let s: QueueStats = db.queue_stats(QUEUE).await?;
     Ok(s.available + s.running + s.scheduled)
@@ -85,6 +107,8 @@ async fn every_command_of_the_harness_contract() -> anyhow::Result<()> {
     assert!(elapsed(&out)? > 0.0);
     assert!(out.lines().any(|l| l.starts_with("API ")), "{out}");
     assert_eq!(db.queue_stats(QUEUE).await?.available, 250);
+    assert_eq!(adapter_sql::<i64>(&db, "remaining_sql").await?, 250);
+    assert!(adapter_sql::<bool>(&db, "any_left_sql").await?);
 
     // W3: T0 first, then the worker drains until SIGTERM, which it obeys.
     let mut worker = adapter(&db, &["worker-drain", "8"]).spawn()?;
@@ -103,6 +127,9 @@ async fn every_command_of_the_harness_contract() -> anyhow::Result<()> {
     let status = tokio::time::timeout(LIMIT, worker.wait()).await??;
     assert!(status.success(), "worker-drain after SIGTERM: {status}");
     assert_eq!(unfinished(&db).await?, 0);
+    assert!(!adapter_sql::<bool>(&db, "any_left_sql").await?);
+    assert_eq!(adapter_sql::<i64>(&db, "remaining_sql").await?, 0);
+    assert_eq!(adapter_sql::<i64>(&db, "total_sql").await?, 250);
 
     // W2: one at a time.
     let out = run(&db, &["single", "20"]).await?;

@@ -72,6 +72,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "held_leases",
         include_str!("../migrations/0011_held_leases.sql"),
     ),
+    (
+        12,
+        "any_unfinished_jobs",
+        include_str!("../migrations/0012_any_unfinished_jobs.sql"),
+    ),
 ];
 
 macro_rules! queries {

@@ -188,3 +188,72 @@ async fn the_statements_over_many_jobs_by_id_probe_the_primary_key() -> anyhow::
     }
     Ok(())
 }
+
+/// The drain polls of the public SQL API, as installed (the function's own text, run under
+/// its own settings): `any_unfinished_jobs()` stops at the first entry of the available
+/// jobs' partial index, whatever the backlog; `unfinished_jobs()` counts the three partial
+/// indexes without reading the table.
+#[tokio::test]
+async fn the_drain_polls_read_the_partial_indexes() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let mut sql = filled(&db).await?;
+    let schema = db.schema();
+    for function in ["any_unfinished_jobs", "unfinished_jobs"] {
+        let row = sql
+            .query_one(
+                "SELECT prosrc, proconfig FROM pg_proc WHERE oid = $1::text::regproc",
+                &[&format!("{schema}.{function}")],
+            )
+            .await?;
+        let (body, settings): (String, Vec<String>) = (row.get(0), row.get(1));
+        let tx = sql.transaction().await?;
+        for setting in &settings {
+            let (name, value) = setting
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("{function}: setting {setting:?}"))?;
+            tx.batch_execute(&format!("SET LOCAL {name} = '{value}'"))
+                .await?;
+        }
+        let plan = tx
+            .query(
+                &format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {body}"),
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n");
+        tx.rollback().await?;
+        assert!(
+            !plan.contains("Seq Scan") && !plan.contains("Bitmap"),
+            "{function} reads the table:\n{plan}"
+        );
+        for index in ["jobs_claim_idx", "jobs_running_idx", "jobs_scheduled_idx"] {
+            assert!(
+                plan.contains(&format!("Index Only Scan using {index}")),
+                "{function} does not read {index}:\n{plan}"
+            );
+        }
+        let available = plan
+            .lines()
+            .find(|l| l.contains("using jobs_claim_idx"))
+            .unwrap_or_default();
+        if function == "any_unfinished_jobs" {
+            assert!(
+                available.contains("actual rows=1 loops=1"),
+                "{function} read more than the first of 5,000 available jobs:\n{plan}"
+            );
+            assert!(
+                plan.contains("never executed"),
+                "{function} looked past the state that has a job:\n{plan}"
+            );
+        } else {
+            assert!(
+                available.contains("actual rows=5000 loops=1"),
+                "{function} did not count the 5,000 available jobs:\n{plan}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -547,3 +547,57 @@ async fn unfinished_jobs_counts_every_unfinished_state_of_every_queue() -> anyho
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn any_unfinished_jobs_is_true_while_one_job_is_unfinished() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let client = connect(db.url()).await?;
+    let any = || async {
+        let row = client
+            .query_one(
+                &format!("SELECT {}.any_unfinished_jobs()", db.schema()),
+                &[],
+            )
+            .await?;
+        anyhow::Ok(row.get::<_, bool>(0))
+    };
+    assert!(!any().await?, "an empty table");
+
+    let job = |n: u64| NewJob::new(FromSql::KIND, json!({ "n": n }));
+    let cancelled = job(0);
+    backend.job_insert(&cancelled).await?;
+    backend
+        .job_cancel(&JobCancelParams { id: cancelled.id })
+        .await?;
+    assert!(!any().await?, "only a cancelled job");
+
+    let scheduled = job(1).with_delay(Duration::from_secs(3600));
+    backend.job_insert(&scheduled).await?;
+    assert!(any().await?, "a scheduled job alone");
+    backend
+        .job_cancel(&JobCancelParams { id: scheduled.id })
+        .await?;
+    assert!(!any().await?, "the scheduled job cancelled");
+
+    backend.job_insert(&job(2).with_queue("other")).await?;
+    assert!(any().await?, "an available job of another queue");
+    let claimed = backend
+        .job_claim(&hopper::backend::ClaimParams {
+            queue: "other".into(),
+            node: uuid::Uuid::now_v7(),
+            limit: 1,
+            lease: Duration::from_secs(60),
+            kinds: None,
+        })
+        .await?;
+    assert_eq!(claimed.len(), 1);
+    assert!(any().await?, "a running job alone");
+
+    let mut conn = connect(db.url()).await?;
+    let tx = conn.transaction().await?;
+    db.pg().complete_in(&tx, claimed[0].lease, 1).await?;
+    tx.commit().await?;
+    assert!(!any().await?, "every job finished");
+    Ok(())
+}
