@@ -154,6 +154,7 @@ fn decode<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::*;
     use crate::messages::*;
     use crate::{
         Completed, CronInfo, Failed, JobFilter, NodeInfo, OutcomeItem, QueueChange, QueueCounts,
@@ -254,7 +255,7 @@ mod tests {
                 req: 22,
                 id,
                 attempt: 3,
-                lines: vec![crate::messages::LogLineSpec {
+                lines: vec![crate::jobs::LogLineSpec {
                     level: "warn".into(),
                     message: "retrying".into(),
                     fields: Some(json!({"try": 2})),

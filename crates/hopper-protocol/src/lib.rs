@@ -27,16 +27,15 @@ mod admin;
 mod batch;
 mod codec;
 pub mod convert;
+mod jobs;
 mod messages;
 pub mod uuid_str;
 
 pub use admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};
 pub use batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 pub use codec::{DecodeError, decode_reply, decode_request, encode};
-pub use messages::{
-    AttemptInfo, ErrorCode, FinishResult, JobInfo, JobSpec, LeaseRef, LogLineSpec, Order,
-    PriorityValue, Reply, Request, Role,
-};
+pub use jobs::{AttemptInfo, JobInfo, JobSpec, LogLineSpec, Order, PriorityValue};
+pub use messages::{ErrorCode, FinishResult, LeaseRef, Reply, Request, Role};
 
 /// The protocol version this crate speaks. A peer's `hello` names the version it speaks;
 /// the server refuses any other with an `invalid` error naming the versions it accepts.

@@ -28,7 +28,8 @@ use hopper_core::{
 };
 
 use crate::batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
-use crate::messages::{AttemptInfo, ErrorCode, JobInfo, JobSpec, Order, PriorityValue, Reply};
+use crate::jobs::{AttemptInfo, JobInfo, JobSpec, Order, PriorityValue};
+use crate::messages::{ErrorCode, Reply};
 
 /// Whole milliseconds, saturating.
 fn millis(d: Duration) -> u64 {
@@ -344,7 +345,7 @@ impl From<&Error> for ErrorCode {
 /// line without `at` is stamped `now`.
 pub fn log_append(
     lease: Lease,
-    lines: Vec<crate::messages::LogLineSpec>,
+    lines: Vec<crate::jobs::LogLineSpec>,
     dropped: u64,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<hopper_core::job_log::JobLogAppend> {
@@ -385,7 +386,7 @@ mod log_tests {
     use serde_json::json;
 
     use super::*;
-    use crate::messages::LogLineSpec;
+    use crate::jobs::LogLineSpec;
 
     fn spec(level: &str, message: &str, fields: Option<serde_json::Value>) -> LogLineSpec {
         LogLineSpec {
