@@ -12,7 +12,7 @@
 //! The order each mode gives, as `docs/ARCHITECTURE.md` states it:
 //!
 //! - **head** (the default, and whenever head claims are fast): every claim reads from the
-//!   head, in strict (priority, run_at, id) order, exactly as before this module existed;
+//!   head, in strict (priority, run_at, id) order;
 //! - **after the cursor** (entered when [`ClaimCursorConfig::slow_heads`] head claims in a
 //!   row each spent at least [`ClaimCursorConfig::slow_head`] in the database): claims read
 //!   only keys after the cursor, still in order among those; one claim every
