@@ -17,7 +17,7 @@
 
 use std::sync::Mutex;
 
-use hopper_core::{Error, JobId, JobRecord, Result};
+use hopper_core::{AttemptError, Error, JobId, JobRecord, Result};
 use tokio_postgres::Row;
 
 use crate::PgBackend;
@@ -31,6 +31,10 @@ pub(crate) struct Poisoned {
     pub id: JobId,
     /// The decode error, as its error history will show it.
     pub reason: String,
+    /// Whether its error history is known not to decode, so that the quarantine replaces it
+    /// whatever its shape: SQL can check the history's shape, not whether serde reads each
+    /// entry (an `at` that is no instant, a `node` that is no UUID).
+    pub history_unreadable: bool,
 }
 
 impl Poisoned {
@@ -40,6 +44,19 @@ impl Poisoned {
         Ok(Poisoned {
             id,
             reason: format!("the job's row could not be read, so it was failed: {error}"),
+            history_unreadable: false,
+        })
+    }
+
+    /// [`Poisoned::of`] for a row of `job_get.sql`'s columns, whose error history is read
+    /// too: if it does not decode, the quarantine replaces it, so that the row reads.
+    fn of_record(row: &Row, error: &Error) -> Result<Self> {
+        let history: Option<serde_json::Value> = row.try_get(rows::ERRORS_COLUMN).ok();
+        let readable =
+            history.is_some_and(|h| serde_json::from_value::<Vec<AttemptError>>(h).is_ok());
+        Ok(Poisoned {
+            history_unreadable: !readable,
+            ..Poisoned::of(row, 0, error)?
         })
     }
 }
@@ -76,11 +93,16 @@ impl PgBackend {
         }
         let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
         let reasons: Vec<&str> = jobs.iter().map(|j| j.reason.as_str()).collect();
+        let unreadable: Vec<JobId> = jobs
+            .iter()
+            .filter(|j| j.history_unreadable)
+            .map(|j| j.id)
+            .collect();
         let now = self.inner.clock.now();
         let client = self.client().await?;
         let moved = self
             .text(&self.inner.queries.job_quarantine)
-            .execute(&**client, &[&ids, &reasons, &now])
+            .execute(&**client, &[&ids, &reasons, &now, &unreadable])
             .await
             .map_err(map_pg)?;
         for job in jobs {
@@ -121,6 +143,7 @@ impl PgBackend {
                     reason: format!(
                         "the job's run_at {run_at} could not be read ({cause}), so it was failed"
                     ),
+                    history_unreadable: false,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -135,7 +158,7 @@ impl PgBackend {
             match rows::job_record(row) {
                 Ok(job) => jobs.push(job),
                 Err(e) => {
-                    let poisoned = Poisoned::of(row, 0, &e)?;
+                    let poisoned = Poisoned::of_record(row, &e)?;
                     self.quarantine(std::slice::from_ref(&poisoned)).await?;
                     match self.job_get_once(poisoned.id).await {
                         Ok(Some(job)) => jobs.push(job),

@@ -3,10 +3,13 @@
 use hopper_core::{AttemptError, Error, JobRecord, Priority, Result};
 use tokio_postgres::Row;
 
+/// The column of a job's error history in `job_get.sql`'s rows.
+pub const ERRORS_COLUMN: usize = 17;
+
 /// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`.
 pub fn job_record(row: &Row) -> Result<JobRecord> {
     let state: String = row.try_get(4).map_err(Error::database)?;
-    let errors: serde_json::Value = row.try_get(17).map_err(Error::database)?;
+    let errors: serde_json::Value = row.try_get(ERRORS_COLUMN).map_err(Error::database)?;
     let errors: Vec<AttemptError> = serde_json::from_value(errors)?;
     Ok(JobRecord {
         id: row.try_get(0).map_err(Error::database)?,

@@ -246,7 +246,7 @@ queries!(
     job_promote_scheduled(TIMESTAMPTZ),
     job_prune(INT8, INT8, INT8, TIMESTAMPTZ),
     job_prune_count(INT8, INT8, TIMESTAMPTZ),
-    job_quarantine(UUID_ARRAY, TEXT_ARRAY, TIMESTAMPTZ),
+    job_quarantine(UUID_ARRAY, TEXT_ARRAY, TIMESTAMPTZ, UUID_ARRAY),
     job_replace(
         UUID,
         TEXT,

@@ -2,9 +2,11 @@
 -- column from an older version, a bug) to 'failed', with the reason appended to their
 -- error history, and makes the row readable again: every instant outside the range of
 -- hopper_core::limits becomes now (NULL where the column may be NULL), an error history
--- that is not a list of attempt objects is replaced by one holding its text.
--- $1 ids, $2 reasons, $3 now. Index: jobs_pkey, one probe per id. Rare: only rows that
--- failed to decode come here.
+-- that is not a list of attempt objects, or that the caller found does not decode ($4: an
+-- entry's `at` that is no instant, a `node` that is no UUID, which SQL does not check),
+-- is replaced by one holding its text.
+-- $1 ids, $2 reasons, $3 now, $4 the ids whose history does not decode. Index: jobs_pkey,
+-- one probe per id. Rare: only rows that failed to decode come here.
 UPDATE hopper.jobs AS j
 SET state = 'failed',
     run_at = CASE WHEN j.run_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
@@ -19,7 +21,7 @@ SET state = 'failed',
     finished_at = coalesce($3::timestamptz, now()),
     lease_expires_at = NULL,
     errors = CASE
-            WHEN jsonb_typeof(j.errors) = 'array' AND NOT EXISTS (
+            WHEN j.id <> ALL ($4::uuid[]) AND jsonb_typeof(j.errors) = 'array' AND NOT EXISTS (
                 SELECT 1 FROM jsonb_array_elements(j.errors) AS e
                 WHERE jsonb_typeof(e) <> 'object'
                    OR jsonb_typeof(e -> 'attempt') IS DISTINCT FROM 'number'

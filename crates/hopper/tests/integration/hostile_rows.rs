@@ -171,6 +171,43 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
     Ok(())
 }
 
+/// An error history whose entries have the right shape but do not decode (an `at` that is
+/// no instant, a `node` that is no UUID): the first read moves the job and replaces the
+/// history, and later reads find it readable and write nothing.
+#[tokio::test]
+async fn an_unreadable_error_entry_is_replaced_once_not_at_every_read() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let entries = [
+        r#"{"attempt": 1, "at": "yesterday", "error": "e", "node": null, "duration_ms": 5}"#,
+        r#"{"attempt": 1, "at": "2026-01-01T00:00:00Z", "error": "e", "node": "<b>n</b>"}"#,
+    ];
+    for entry in entries {
+        let id = write_by_hand(&db, "q", "failed", ", errors", &format!(", '[{entry}]'")).await?;
+        let first = job(&db, id).await?;
+        assert_failed_as_unreadable(&first);
+        assert!(
+            first.errors[0].error.contains("unreadable error history"),
+            "{:?}",
+            first.errors
+        );
+        for _ in 0..3 {
+            let again = job(&db, id).await?;
+            assert_eq!(again.errors, first.errors, "a read wrote to the job");
+            assert_eq!(again.finished_at, first.finished_at);
+        }
+        let listed = db
+            .backend()
+            .job_list(&JobListParams {
+                limit: 100,
+                ..JobListParams::default()
+            })
+            .await?;
+        let listed = listed.iter().find(|j| j.id == id);
+        assert_eq!(listed.map(|j| j.errors.len()), Some(first.errors.len()));
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn per_minute_stats_survive_infinite_times() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
