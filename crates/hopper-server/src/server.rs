@@ -14,7 +14,7 @@ use hopper::maintenance::{
     Services, Vacuumer,
 };
 use hopper::supervise::{Policy, supervise};
-use hopper_core::log_limit::LogThrottle;
+use hopper_core::log_limit::{LogThrottle, capped};
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, NewJob, Result, Wakeup};
 use hopper_protocol::{
     ErrorCode, FinishResult, JobInfo, OutcomeItem, Reply, Request, decode_request,
@@ -47,6 +47,9 @@ pub(crate) use peers::{Held, Peers, Registration};
 /// Refused hellos (and requests before hello) are logged at most once per this interval,
 /// with the count held back.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// The most of a refused frame's reason a log line shows: the reason quotes what the peer
+/// sent (an unknown `type`, a field's value).
+const REFUSAL_LOG_CHARS: usize = 160;
 
 /// How often per heartbeat period the loop looks for silent peers and late orders: a peer
 /// silent for three periods is dropped within 3.2.
@@ -127,6 +130,9 @@ pub(crate) struct Core {
     pub refusals: LogThrottle,
     /// Requests refused before a hello, logged at most once per interval.
     pub early_refusals: LogThrottle,
+    /// Frames refused undecoded (not CBOR, not a request, a field out of range), logged at
+    /// most once per interval: any peer can send them, before a hello, as fast as it likes.
+    pub frame_refusals: LogThrottle,
     /// Queues to claim from again at the next poll tick: their last claim found jobs (or
     /// failed). The queues of workers that reported outcomes join them at the tick (a limit
     /// may have room again). Idle queues are not polled one by one; notifications wake them.
@@ -197,6 +203,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         writing: HashSet::new(),
         refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
+        frame_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         active: HashSet::new(),
         poll_turn: 0,
         reprobing: false,
@@ -358,7 +365,10 @@ impl Core {
         let request = match decode_request(&frame, self.config.max_frame) {
             Ok(request) => request,
             Err(e) => {
-                tracing::warn!(peer = %hex(&peer), code = %e.code, "refused a frame: {}", e.message);
+                if let Some(held_back) = self.frame_refusals.check() {
+                    let why = capped(&e.message).max_chars(REFUSAL_LOG_CHARS);
+                    tracing::warn!(peer = %hex(&peer), code = %e.code, held_back, "refused a frame: {why}");
+                }
                 self.reply(&peer, e.to_reply());
                 return;
             }

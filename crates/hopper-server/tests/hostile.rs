@@ -155,3 +155,39 @@ async fn a_flood_of_bad_hellos_leaves_others_served() -> anyhow::Result<()> {
     server.shutdown().await;
     Ok(())
 }
+
+/// Frames that do not decode, sent before any hello as fast as a peer can: answered each,
+/// logged once per interval (the rest counted), and what the peer sent shows cut short in
+/// the line, however long it was.
+#[tokio::test]
+async fn a_flood_of_undecodable_frames_costs_one_short_log_line() -> anyhow::Result<()> {
+    logs();
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let endpoint = server.endpoint().to_owned();
+    let mut flooder = RawPeer::connect(&endpoint).await;
+    let tag = format!("flood-{}", uuid::Uuid::now_v7().simple());
+    let huge = format!("{tag}{}", "Z".repeat(1 << 20));
+    let frame = |ty: &str, req: i64| map(vec![("type", text(ty)), ("req", int(req))]);
+    flooder.send(&frame(&huge, 0)).await;
+    assert_eq!(text_of(&flooder.recv().await, "code"), "unknown_type");
+    for req in 1..=200 {
+        flooder.send(&frame(&tag, req)).await;
+        flooder.send_bytes(vec![0xff]).await;
+    }
+    for _ in 0..400 {
+        let reply = flooder.recv().await;
+        assert_eq!(text_of(&reply, "type"), "error", "{reply:?}");
+    }
+
+    let lines = lines_with("refused a frame");
+    assert_eq!(lines.len(), 1, "one line for 401 refused frames: {lines:#?}");
+    assert!(lines[0].contains(&tag), "{:?}", lines[0]);
+    assert!(
+        lines[0].len() < 1_000,
+        "a 1 MiB type was logged at {} bytes",
+        lines[0].len()
+    );
+    server.shutdown().await;
+    Ok(())
+}
