@@ -82,6 +82,7 @@ pub(crate) fn start(
 ) -> Result<Bound, String> {
     let context = zmq::Context::new();
     let fail = |what: &str, e: zmq::Error| format!("{what}: {e}");
+    seed_anonymous_routing_ids();
     let router = context
         .socket(zmq::ROUTER)
         .map_err(|e| fail("creating the socket", e))?;
@@ -159,6 +160,24 @@ pub(crate) fn start(
         tokio::task::spawn_blocking(move || send(&outbox, out, &stop)),
     ];
     Ok(Bound { endpoint, tasks })
+}
+
+/// Makes the routing ids libzmq gives peers that choose none unpredictable.
+///
+/// libzmq numbers such peers `0x00` and a 32-bit counter that starts at `rand()`, which
+/// nothing in the process seeds: every server started at `0x006b8b4567`. libzmq never
+/// checks a number it hands out against the ids peers chose for themselves, and a clash
+/// aborts the process (`socket_base.cpp`, `zmq_assert`): a peer that claimed the next few
+/// numbers stopped the server as soon as anyone else connected. Seeded here, just before
+/// the ROUTER reads `rand()`, the counter starts at one of 2^32 places nobody can predict;
+/// the server never shows a routing id to peers (an unnamed peer is named `unnamed`), so
+/// an attacker must guess. docs/deployment.md gives what is left of the risk.
+#[allow(unsafe_code)]
+fn seed_anonymous_routing_ids() {
+    let seed: u32 = rand::random();
+    // SAFETY: srand only sets the state of the C library's generator, whose calls glibc
+    // serialises; no memory is handed over.
+    unsafe { libc::srand(seed) }
 }
 
 /// The ROUTER's options: limits, timeouts, keepalive, CURVE.

@@ -181,7 +181,11 @@ async fn a_flood_of_undecodable_frames_costs_one_short_log_line() -> anyhow::Res
     }
 
     let lines = lines_with("refused a frame");
-    assert_eq!(lines.len(), 1, "one line for 401 refused frames: {lines:#?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "one line for 401 refused frames: {lines:#?}"
+    );
     assert!(lines[0].contains(&tag), "{:?}", lines[0]);
     assert!(
         lines[0].len() < 1_000,

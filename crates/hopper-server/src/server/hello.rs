@@ -15,6 +15,9 @@ pub(crate) const MAX_QUEUES: usize = 100;
 /// Most kinds one worker may declare.
 pub(crate) const MAX_KINDS: usize = 1000;
 
+/// The name of a peer whose hello gives none, in error histories and logs.
+const UNNAMED: &str = "unnamed";
+
 /// Most characters of a peer's `name` kept (for logs and error histories).
 pub(crate) const MAX_NAME_CHARS: usize = 128;
 
@@ -76,7 +79,9 @@ impl Core {
         let prefetch = hello.prefetch.unwrap_or(0);
         let name = match hello.name {
             Some(name) => name.chars().take(MAX_NAME_CHARS).collect(),
-            None => hex(&peer),
+            // Not the routing id: a peer that learnt the server's next anonymous routing
+            // ids could abort it (`transport.rs`, `seed_anonymous_routing_ids`).
+            None => UNNAMED.to_owned(),
         };
         for q in &queues {
             self.hot.entry(q.clone()).or_insert(true);
