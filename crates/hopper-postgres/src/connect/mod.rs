@@ -66,7 +66,8 @@ impl PgConnectOptions {
     /// parameter or a bad value is an [`Error::InvalidInput`] that names it; nothing
     /// connects yet. Without the `tls` feature, `sslmode=disable|allow|prefer` connect in
     /// plaintext and a string that needs TLS (`sslmode=require` and up, `sslrootcert`,
-    /// `sslcert`, `sslkey`) is refused here, saying so. `application_name` defaults to `hopper` and `connect_timeout` to 5 s.
+    /// `sslcert`, `sslkey`) is refused here, saying so. `application_name` defaults to `hopper` and `connect_timeout` to 5 s,
+    /// which bounds each host's whole attempt (startup and TLS included), as in libpq.
     pub fn parse(conninfo: &str) -> Result<Self> {
         let invalid = |e: String| Error::InvalidInput(format!("database URL: {e}"));
         let (rest, params) = conninfo::split(conninfo).map_err(invalid)?;
@@ -79,7 +80,7 @@ impl PgConnectOptions {
             config.application_name("hopper");
         }
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(5));
+            config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
         let tls = settings.connector().map_err(invalid)?;
         Ok(PgConnectOptions {
@@ -114,10 +115,26 @@ impl PgConnectOptions {
     /// drives (as tokio-postgres's own `connect` does). A failure says why in one
     /// sentence (for TLS: wrong CA, wrong host name, …).
     pub async fn connect_raw(&self) -> Result<(Client, Connection<Socket, PgTlsStream>)> {
-        self.config
-            .connect(self.tls.clone())
+        let bound = self.attempt_bound();
+        tokio::time::timeout(bound, self.config.connect(self.tls.clone()))
             .await
+            .map_err(|_| Error::database(NoAnswer { within: bound }))?
             .map_err(|e| self.connect_error(e))
+    }
+
+    /// The longest one connection may take to be made, startup and TLS included: the
+    /// `connect_timeout` once per host, as libpq counts it. tokio-postgres's own
+    /// `connect_timeout` bounds only each host's TCP connect, so a server that accepted
+    /// and then never answered (a hung process, a proxy with no server behind it) held the
+    /// caller for ever.
+    fn attempt_bound(&self) -> Duration {
+        let per_host = self
+            .config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        let hosts = u32::try_from(self.config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
+        per_host.saturating_mul(hosts)
     }
 
     /// Opens one connection, driven by a spawned task until the client is dropped.
@@ -148,7 +165,10 @@ impl PgConnectOptions {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let mut builder = Pool::builder(manager).max_size(size.max(1));
+        let mut builder = Pool::builder(manager)
+            .max_size(size.max(1))
+            .create_timeout(Some(self.attempt_bound()))
+            .runtime(deadpool_postgres::Runtime::Tokio1);
         if let Some(setup) = setup {
             let setup = std::sync::Arc::new(setup);
             builder = builder.post_create(Hook::async_fn(move |client, _| {
@@ -176,9 +196,27 @@ impl PgConnectOptions {
     pub fn pool_error(&self, e: deadpool_postgres::PoolError) -> Error {
         match e {
             deadpool_postgres::PoolError::Backend(e) => self.connect_error(e),
+            deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Create) => {
+                Error::database(NoAnswer {
+                    within: self.attempt_bound(),
+                })
+            }
             other => Error::database(other),
         }
     }
+}
+
+/// How long a connection attempt waits per host when the string sets no `connect_timeout`.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection the server accepted but did not complete within the bound.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "could not connect to PostgreSQL: no answer within {within:?} (the server accepted the \
+     connection and then said nothing: a hung server, or a proxy with no server behind it)"
+)]
+pub struct NoAnswer {
+    within: Duration,
 }
 
 /// A connection that failed, with the whole reason in its message (so the driver's error,

@@ -17,6 +17,7 @@ mod maintenance_failures;
 mod middleware;
 mod postgres_claim_cursor;
 mod postgres_conformance;
+mod postgres_connect;
 mod postgres_failover;
 mod postgres_held_nodes;
 mod postgres_lock_order;
