@@ -18,6 +18,8 @@ _MAX_INT = 2**64 - 1
 #: How deep a value may nest (the server refuses a frame nesting deeper than 256 levels,
 #: the message's own maps included).
 _MAX_DEPTH = 200
+#: Past this depth, a log field's value is written as its ``str()``.
+_MAX_LOG_DEPTH = 32
 
 _JSON_TYPES = "maps with text keys, lists, text, numbers, booleans and None"
 
@@ -63,6 +65,37 @@ def _json(value: Any, path: str, depth: int) -> Any:
     raise TypeError(f"{path} is of type {_type_name(value)}, which is not JSON-compatible"
                     f" ({_JSON_TYPES});"
                     " convert it first (a datetime or UUID to a str, say)")
+
+
+def safe_str(value: Any) -> str:
+    """``str(value)``, or a placeholder when its ``__str__`` raises."""
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not make a log line raise
+        return f"<{_type_name(value)} that cannot be shown: its __str__ raised>"
+
+
+def loggable(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` that is JSON-compatible, every value that is not a JSON type (or
+    not a finite, 64-bit number) replaced by its ``str()``, every key by its ``str()``;
+    nesting past 32 levels is shown as ``str()`` too. Never raises."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value if _MIN_INT <= value <= _MAX_INT else safe_str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else safe_str(value)
+    if depth >= _MAX_LOG_DEPTH:
+        return safe_str(value)
+    try:
+        if isinstance(value, Mapping):
+            return {k if isinstance(k, str) else safe_str(k): loggable(v, depth + 1)
+                    for k, v in list(value.items())}
+        if isinstance(value, (list, tuple)):
+            return [loggable(v, depth + 1) for v in list(value)]
+    except Exception:  # noqa: BLE001 - a container that fails to iterate is shown as text
+        pass
+    return safe_str(value)
 
 
 def rfc3339(value: Any, what: str) -> str:

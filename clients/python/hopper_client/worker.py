@@ -13,9 +13,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ._connection import Connection, HopperError, Message, Unavailable, default_name
+from ._connection import (
+    Connection,
+    HopperError,
+    Message,
+    Unavailable,
+    Unencodable,
+    default_name,
+)
 from ._log_sender import LogSender
 from ._tracing import job_span
+from ._values import loggable, safe_str
 
 log = logging.getLogger("hopper_client")
 
@@ -87,19 +95,23 @@ class Job:
     def log(self, level: str, message: str, **fields: Any) -> None:
         """Writes a line to this attempt's log, kept with the job (``hopper jobs show``, the
         HTTP API, the dashboard). ``level`` is trace, debug, info, warn or error; ``fields``
-        are structured details. Never raises nor waits: lines are sent while the job runs,
-        a second after the first of them was written (or once 16 KiB of them wait), and the
-        rest just before the outcome. An attempt keeps at most 64 KiB of lines; the rest
-        are counted as dropped. Lines the server cannot store now (the database away) are
-        sent again for about 5 s, in order; stored at least once: a line may be stored
-        twice if an acknowledgement is lost."""
-        line: Message = {"level": str(level), "message": str(message)[:_MAX_MESSAGE],
+        are structured details, made JSON-compatible when the line is written: a value that
+        is not a JSON type (a datetime, a UUID, a set, NaN, any object) is written as its
+        ``str()``. Never raises (whatever the message or the fields hold) nor waits: lines
+        are sent while the job runs, a second after the first of them was written (or once
+        16 KiB of them wait), and the rest just before the outcome. An attempt keeps at most
+        64 KiB of lines; the rest are counted as dropped. Lines the server cannot store now
+        (the database away) are sent again for about 5 s, in order; stored at least once: a
+        line may be stored twice if an acknowledgement is lost."""
+        line: Message = {"level": str(level), "message": safe_str(message)[:_MAX_MESSAGE],
                          "at": datetime.now(timezone.utc).isoformat()}
         if fields:
-            line["fields"] = fields
+            # A copy, of JSON types only: what the line holds cannot fail to encode when it
+            # is sent, nor change meanwhile.
+            line["fields"] = loggable(fields)
         try:
-            size = len(json.dumps(line, default=str))
-        except (TypeError, ValueError):
+            size = len(json.dumps(line))
+        except Exception:  # noqa: BLE001 - cannot happen (loggable); never raise for a line
             line.pop("fields", None)
             size = len(json.dumps(line))
         with self._log_lock:
@@ -279,22 +291,32 @@ class Worker:
             self._send_outcome(message)
         self._logs.resend(time.monotonic())
 
-    def _send(self, message: Message) -> int:
+    def _send(self, message: Message) -> Optional[int]:
+        """Sends a message (with a fresh ``req`` unless it has one) and returns its ``req``,
+        also when it could not be sent now (no connection: the caller may send it again);
+        None when it can never be sent (it cannot be encoded, or is too large): then it is
+        logged and dropped, never raised, so that the worker's loop carries on."""
         message = dict(message)
         message.setdefault("req", self.conn.next_req())
         try:
             self.conn.send(message)
-        except HopperError as e:
+        except Unavailable as e:
             log.warning("cannot send %s: %s", message.get("type"), e)
+        except HopperError as e:  # unencodable or too large: sending it again cannot help
+            log.error("dropped a %s message that cannot be sent: %s", message.get("type"), e)
+            return None
         req: int = message["req"]
         return req
 
     def _try_send(self, message: Message) -> Optional[int]:
         """Sends a message with a fresh ``req`` and returns it; None if it could not be
-        sent."""
+        sent now. Raises :class:`Unencodable` for a message that can never be sent (the
+        log sender then gives its lines up at once, logged): nothing else."""
         message = dict(message, req=self.conn.next_req())
         try:
             self.conn.send(message)
+        except Unencodable:
+            raise
         except HopperError as e:
             log.debug("cannot send %s: %s", message.get("type"), e)
             return None
@@ -304,6 +326,10 @@ class Worker:
     def _send_outcome(self, message: Message) -> None:
         message = {k: v for k, v in message.items() if k != "req"}
         req = self._send(message)
+        if req is None:
+            # Dropped (logged): not listed in heartbeats, so the server runs the job again
+            # once its lease runs out, rather than holding it for ever.
+            return
         self._unacked[req] = (time.monotonic(), message)
 
     def _flush_outbox(self) -> None:

@@ -1,0 +1,85 @@
+"""What a handler gives the worker that the server would refuse: log fields that are not JSON,
+messages that cannot be encoded. None of them may kill the worker or lose other lines."""
+
+import datetime
+import math
+import threading
+import uuid
+
+from conftest import wait
+from hopper_client import Client, Worker
+
+
+def start_worker(server, handlers):
+    worker = Worker(server.endpoint, token=server.token, concurrency=4, handlers=handlers)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return worker, thread
+
+
+def stop(worker, thread):
+    worker.stop()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+class Unprintable:
+    def __str__(self):
+        raise RuntimeError("no str for you")
+
+
+def test_log_fields_that_are_not_json_are_written_as_text(server):
+    aware = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.timezone.utc)
+    naive = datetime.datetime(2026, 11, 28, 12, 0)
+    marker = uuid.UUID("0190f3c2-7a1e-7c3b-9d2e-5b8f1a2c3d4e")
+    returned = []
+
+    def chatty(job):
+        job.log("info", "first", rows=1)
+        returned.append(job.log("info", "odd", obj=Unprintable(), naive=naive, aware=aware,
+                                id=marker, tags={"a"}, nan=math.nan, big=2**70, raw=b"x",
+                                nested={1: [aware, (2, 3)]}))
+        job.log("info", "last")
+
+    with Client(server.endpoint, token=server.token) as client:
+        first = client.submit("chatty", {})
+        worker, thread = start_worker(server, {"chatty": chatty})
+        server.wait_for(lambda c: c.get("completed") == 1, timeout=30)
+        # The worker lives on: it runs the next job too.
+        client.submit("chatty", {})
+        server.wait_for(lambda c: c.get("completed") == 2, timeout=30)
+        assert thread.is_alive()
+        wait(lambda: len(client.job_logs(first)) == 1, what="the first job's log")
+        [log] = client.job_logs(first)
+    stop(worker, thread)
+    assert returned == [None, None]
+    assert [line["message"] for line in log["lines"]] == ["first", "odd", "last"]
+    fields = log["lines"][1]["fields"]
+    assert fields["obj"].startswith("<") and "__str__ raised" in fields["obj"]
+    assert fields["naive"] == str(naive) and fields["aware"] == str(aware)
+    assert fields["id"] == str(marker) and fields["tags"] == "{'a'}"
+    assert fields["nan"] == "nan" and fields["big"] == str(2**70) and fields["raw"] == "b'x'"
+    assert fields["nested"] == {"1": [str(aware), [2, 3]]}
+
+
+def test_a_message_that_cannot_be_encoded_is_dropped_not_raised():
+    """The worker's send paths: a value with no CBOR form is logged and dropped (an outcome
+    is then not kept for resending), and the log sender gives such lines up at once."""
+    from hopper_client._connection import Connection, Unencodable
+    from hopper_client._log_sender import LogSender
+
+    worker = Worker("tcp://127.0.0.1:1", token="t" * 16)
+    worker._conn = Connection("tcp://127.0.0.1:1", token="t" * 16)
+    assert worker._send({"type": "heartbeat", "leases": [object()]}) is None
+    worker._send_outcome({"type": "completed", "id": "x", "attempt": 1, "odd": object()})
+    assert worker._unacked == {}
+    try:
+        worker._try_send({"type": "log", "lines": [object()]})
+        raise AssertionError("an unencodable log request was sent")
+    except Unencodable as e:
+        assert e.code == "invalid" and "cannot encode log" in str(e)
+
+    sender = LogSender(worker._try_send, reply_timeout=1.0)
+    taken = [{"type": "log", "id": "x", "attempt": 1, "lines": [{"odd": object()}]}, None]
+    sender.offer(("x", 1), lambda: taken.pop(0), 0.0, last=True)
+    assert not sender.pending(), "given up at once, not sent again for 5 s"
