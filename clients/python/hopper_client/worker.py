@@ -44,6 +44,21 @@ class Permanent(Exception):
 #: A handler: runs one job; returns to complete it, raises to fail or snooze it.
 Handler = Callable[["Job"], Any]
 
+#: The log levels the server takes, by every name :meth:`Job.log` accepts (lowercased):
+#: the server's own (``warning`` is its alias of warn) and Python's critical and fatal.
+_LEVELS = {"trace": "trace", "debug": "debug", "info": "info", "warn": "warn",
+           "warning": "warn", "error": "error", "critical": "error", "fatal": "error"}
+
+
+def log_level(level: str) -> str:
+    """The server's name of a log level (any case; ``warning`` is warn, ``critical`` and
+    ``fatal`` are error), or ValueError naming the level."""
+    name = _LEVELS.get(level.lower()) if isinstance(level, str) else None
+    if name is None:
+        raise ValueError(f"unknown log level {level!r}: expected trace, debug, info, warn"
+                         " (warning) or error (critical, fatal)")
+    return name
+
 
 #: The most log one attempt sends, as JSON (the server keeps the same bound); past it,
 #: lines are counted as dropped.
@@ -94,16 +109,19 @@ class Job:
 
     def log(self, level: str, message: str, **fields: Any) -> None:
         """Writes a line to this attempt's log, kept with the job (``hopper jobs show``, the
-        HTTP API, the dashboard). ``level`` is trace, debug, info, warn or error; ``fields``
-        are structured details, made JSON-compatible when the line is written: a value that
-        is not a JSON type (a datetime, a UUID, a set, NaN, any object) is written as its
-        ``str()``. Never raises (whatever the message or the fields hold) nor waits: lines
-        are sent while the job runs, a second after the first of them was written (or once
-        16 KiB of them wait), and the rest just before the outcome. An attempt keeps at most
-        64 KiB of lines; the rest are counted as dropped. Lines the server cannot store now
-        (the database away) are sent again for about 5 s, in order; stored at least once: a
-        line may be stored twice if an acknowledgement is lost."""
-        line: Message = {"level": str(level), "message": safe_str(message)[:_MAX_MESSAGE],
+        HTTP API, the dashboard). ``level`` is trace, debug, info, warn or error, in any
+        case; Python's names are taken too: warning is warn, critical and fatal are error.
+        Any other level raises ValueError (a programming error, as with a bad level in
+        :mod:`logging`). ``fields`` are structured details, made JSON-compatible when the
+        line is written: a value that is not a JSON type (a datetime, a UUID, a set, NaN,
+        any object) is written as its ``str()``. Otherwise never raises (whatever the
+        message or the fields hold) nor waits: lines are sent while the job runs, a second
+        after the first of them was written (or once 16 KiB of them wait), and the rest just
+        before the outcome. An attempt keeps at most 64 KiB of lines; the rest are counted
+        as dropped. Lines the server cannot store now (the database away) are sent again for
+        about 5 s, in order; stored at least once: a line may be stored twice if an
+        acknowledgement is lost."""
+        line: Message = {"level": log_level(level), "message": safe_str(message)[:_MAX_MESSAGE],
                          "at": datetime.now(timezone.utc).isoformat()}
         if fields:
             # A copy, of JSON types only: what the line holds cannot fail to encode when it

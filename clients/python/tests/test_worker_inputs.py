@@ -1,5 +1,6 @@
 """What a handler gives the worker that the server would refuse: log fields that are not JSON,
-messages that cannot be encoded. None of them may kill the worker or lose other lines."""
+unknown log levels, messages that cannot be encoded. None of them may kill the worker or lose
+other lines."""
 
 import datetime
 import math
@@ -60,6 +61,31 @@ def test_log_fields_that_are_not_json_are_written_as_text(server):
     assert fields["id"] == str(marker) and fields["tags"] == "{'a'}"
     assert fields["nan"] == "nan" and fields["big"] == str(2**70) and fields["raw"] == "b'x'"
     assert fields["nested"] == {"1": [str(aware), [2, 3]]}
+
+
+def test_log_levels_are_the_servers_and_pythons_names_and_others_raise(server):
+    refused = []
+
+    def levels(job):
+        for level in ("TRACE", "debug", "Info", "warn", "WARNING", "error", "critical", "fatal"):
+            job.log(level, level)
+        for level in ("loud", "", None, 30):
+            try:
+                job.log(level, "never")
+            except ValueError as e:
+                refused.append(str(e))
+
+    with Client(server.endpoint, token=server.token) as client:
+        job_id = client.submit("levels", {})
+        worker, thread = start_worker(server, {"levels": levels})
+        server.wait_for(lambda c: c.get("completed") == 1, timeout=30)
+        wait(lambda: len(client.job_logs(job_id)) == 1, what="the log")
+        [log] = client.job_logs(job_id)
+    stop(worker, thread)
+    assert [line["level"] for line in log["lines"]] == [
+        "trace", "debug", "info", "warn", "warn", "error", "error", "error"]
+    assert len(refused) == 4
+    assert "'loud'" in refused[0] and "unknown log level" in refused[0]
 
 
 def test_a_message_that_cannot_be_encoded_is_dropped_not_raised():
