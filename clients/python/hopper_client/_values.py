@@ -123,6 +123,20 @@ def integer(value: Any, what: str, low: int, high: int) -> int:
     return value
 
 
+def seconds_ms(seconds: Any, what: str, minimum_ms: int = 0) -> int:
+    """A duration in seconds (int or float) as the protocol's milliseconds: finite, from
+    ``minimum_ms`` to ten years (the server's bound). TypeError or ValueError naming
+    ``what`` otherwise."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not of type {_type_name(seconds)}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what} must be a finite number of seconds, got {seconds}")
+    if not minimum_ms / 1000 <= seconds <= MAX_DURATION_MS / 1000:
+        raise ValueError(f"{what} must be from {minimum_ms / 1000:g} s to"
+                         f" {MAX_DURATION_MS // 1000:,} s (ten years), got {seconds} s")
+    return int(seconds * 1000)
+
+
 def optional_str(value: Optional[Any], what: str) -> Optional[str]:
     """``value`` if it is text or None; TypeError naming ``what`` otherwise."""
     if value is not None and not isinstance(value, str):

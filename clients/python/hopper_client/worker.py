@@ -23,16 +23,18 @@ from ._connection import (
 )
 from ._log_sender import LogSender
 from ._tracing import job_span
-from ._values import loggable, safe_str
+from ._values import loggable, safe_str, seconds_ms
 
 log = logging.getLogger("hopper_client")
 
 
 class Snooze(Exception):
     """Raise from a handler to run the job again after ``delay`` seconds without using an
-    attempt."""
+    attempt. ``delay`` is a finite number of seconds from 0 to ten years (the server's
+    bound): anything else raises ValueError (TypeError for what is not a number) here."""
 
     def __init__(self, delay: float) -> None:
+        seconds_ms(delay, "Snooze delay")
         super().__init__(f"snoozed for {delay} s")
         self.delay = delay
 
@@ -103,9 +105,12 @@ class Job:
 
     def extend(self, seconds: float) -> None:
         """Asks the server to extend this job's lease to ``seconds`` from now (for a job
-        longer than the lease; heartbeats already renew it while the worker lives)."""
+        longer than the lease; heartbeats already renew it while the worker lives).
+        ``seconds`` is a finite number from 0 to ten years (the server's bound): ValueError
+        (TypeError for what is not a number) otherwise."""
+        by_ms = seconds_ms(seconds, "extend seconds")
         self._worker._outbox.put({"type": "extend", "id": self.id, "attempt": self.attempt,
-                                  "by_ms": int(seconds * 1000)})
+                                  "by_ms": by_ms})
 
     def log(self, level: str, message: str, **fields: Any) -> None:
         """Writes a line to this attempt's log, kept with the job (``hopper jobs show``, the
@@ -441,8 +446,11 @@ class Worker:
             # Cancelled (or its lease lost) while held: never started, nothing to report.
             self._results.put((job, {"type": "completed"}))
             return
+        self._results.put((job, self._attempt(job, time.monotonic())))
+
+    def _attempt(self, job: Job, started: float) -> Message:
+        """Runs the job's handler; returns the outcome to report."""
         handler = self.handlers.get(job.kind or "")
-        started = time.monotonic()
         with job_span(job) as span:
             try:
                 if handler is None:
@@ -450,7 +458,15 @@ class Worker:
                 handler(job)
                 outcome: Message = {"type": "completed"}
             except Snooze as s:
-                outcome = {"type": "snoozed", "delay_ms": int(s.delay * 1000)}
+                try:
+                    # Checked again: a Snooze whose delay was changed after it was made, or
+                    # a subclass that skipped its checks, fails the attempt (counted, so it
+                    # cannot loop) rather than being refused by the server.
+                    delay_ms = seconds_ms(getattr(s, "delay", None), "Snooze delay")
+                    outcome = {"type": "snoozed", "delay_ms": delay_ms}
+                except (TypeError, ValueError) as e:
+                    outcome = {"type": "failed", "error": f"invalid Snooze: {e}",
+                               "retryable": True}
             except Permanent as e:
                 outcome = {"type": "failed", "error": str(e), "retryable": False}
             except Exception as e:  # noqa: BLE001 - any handler error fails the attempt
@@ -459,4 +475,4 @@ class Worker:
             if outcome["type"] in ("completed", "failed"):
                 outcome["duration_ms"] = int((time.monotonic() - started) * 1000)
             span.ended(outcome)
-        self._results.put((job, outcome))
+        return outcome

@@ -1,14 +1,18 @@
 """What a handler gives the worker that the server would refuse: log fields that are not JSON,
-unknown log levels, messages that cannot be encoded. None of them may kill the worker or lose
-other lines."""
+unknown log levels, messages that cannot be encoded, snoozes out of range. None of them may
+kill the worker, lose other lines, or leave a job held (and heartbeated) or looping."""
 
 import datetime
 import math
 import threading
 import uuid
 
+import pytest
+
 from conftest import wait
-from hopper_client import Client, Worker
+from hopper_client import Client, Snooze, Worker
+
+TEN_YEARS_S = 315_360_000
 
 
 def start_worker(server, handlers):
@@ -109,3 +113,35 @@ def test_a_message_that_cannot_be_encoded_is_dropped_not_raised():
     taken = [{"type": "log", "id": "x", "attempt": 1, "lines": [{"odd": object()}]}, None]
     sender.offer(("x", 1), lambda: taken.pop(0), 0.0, last=True)
     assert not sender.pending(), "given up at once, not sent again for 5 s"
+
+
+@pytest.mark.parametrize("delay", [math.inf, -math.inf, math.nan, -5, TEN_YEARS_S + 1, 1e308])
+def test_a_snooze_out_of_range_is_refused_when_made(delay):
+    with pytest.raises(ValueError, match="Snooze delay"):
+        Snooze(delay)
+
+
+def test_a_snooze_in_range_is_taken():
+    assert Snooze(0).delay == 0 and Snooze(TEN_YEARS_S).delay == TEN_YEARS_S
+    with pytest.raises(TypeError):
+        Snooze("30")
+
+
+@pytest.mark.parametrize("delay", [math.inf, math.nan, -5, TEN_YEARS_S + 1])
+def test_a_snooze_that_carries_a_bad_delay_fails_the_attempt(server, delay):
+    """A Snooze whose delay was changed after it was made: the attempt fails (counted), so
+    the job neither stays held nor loops."""
+
+    def snoozy(job):
+        snooze = Snooze(1)
+        snooze.delay = delay
+        raise snooze
+
+    with Client(server.endpoint, token=server.token) as client:
+        job_id = client.submit("snoozy", {}, max_attempts=1)
+        worker, thread = start_worker(server, {"snoozy": snoozy})
+        server.wait_for(lambda c: c.get("failed") == 1, timeout=30)
+        job = client.status(job_id)
+    stop(worker, thread)
+    assert job["attempts_used"] == 1
+    assert "invalid Snooze" in job["errors"][0]["error"]
