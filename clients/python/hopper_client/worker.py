@@ -46,6 +46,20 @@ class Permanent(Exception):
 #: A handler: runs one job; returns to complete it, raises to fail or snooze it.
 Handler = Callable[["Job"], Any]
 
+#: The longest error text an outcome carries, in characters; the rest is cut (so that the
+#: outcome always fits in a frame, and a job's history of errors stays small).
+_MAX_ERROR = 16 * 1024
+
+
+def _error_text(error: BaseException, prefix: str = "") -> str:
+    """An outcome's error text: ``prefix`` and ``str(error)`` (never raising), cut at
+    16 Ki characters."""
+    text = prefix + safe_str(error)
+    if len(text) > _MAX_ERROR:
+        text = f"{text[:_MAX_ERROR]}... ({len(text) - _MAX_ERROR} more characters cut)"
+    return text
+
+
 #: The log levels the server takes, by every name :meth:`Job.log` accepts (lowercased):
 #: the server's own (``warning`` is its alias of warn) and Python's critical and fatal.
 _LEVELS = {"trace": "trace", "debug": "debug", "info": "info", "warn": "warn",
@@ -203,6 +217,9 @@ class Worker:
         self.endpoint = endpoint
         self.token = token
         self.server_key = server_key
+        if isinstance(queues, str):
+            # list("mail") would serve the queues m, a, i and l.
+            raise TypeError(f"queues must be a list of queue names, not a str: [{queues!r}]")
         self.queues = list(queues)
         self.concurrency = int(concurrency)
         self.prefetch = int(prefetch)
@@ -446,7 +463,20 @@ class Worker:
             # Cancelled (or its lease lost) while held: never started, nothing to report.
             self._results.put((job, {"type": "completed"}))
             return
-        self._results.put((job, self._attempt(job, time.monotonic())))
+        started = time.monotonic()
+        outcome: Message = {"type": "failed", "retryable": True,
+                            "error": "the worker failed while running the handler"}
+        try:
+            outcome = self._attempt(job, started)
+        except BaseException as e:
+            # Whatever escaped (a SystemExit from the handler, a failing tracer), the attempt
+            # gets an outcome: a job is never left held and heartbeated until its timeout.
+            outcome["error"] = _error_text(e, f"the worker failed while running the handler: "
+                                              f"{type(e).__name__}: ")
+            outcome["duration_ms"] = int((time.monotonic() - started) * 1000)
+            raise
+        finally:
+            self._results.put((job, outcome))
 
     def _attempt(self, job: Job, started: float) -> Message:
         """Runs the job's handler; returns the outcome to report."""
@@ -465,12 +495,12 @@ class Worker:
                     delay_ms = seconds_ms(getattr(s, "delay", None), "Snooze delay")
                     outcome = {"type": "snoozed", "delay_ms": delay_ms}
                 except (TypeError, ValueError) as e:
-                    outcome = {"type": "failed", "error": f"invalid Snooze: {e}",
+                    outcome = {"type": "failed", "error": _error_text(e, "invalid Snooze: "),
                                "retryable": True}
             except Permanent as e:
-                outcome = {"type": "failed", "error": str(e), "retryable": False}
+                outcome = {"type": "failed", "error": _error_text(e), "retryable": False}
             except Exception as e:  # noqa: BLE001 - any handler error fails the attempt
-                outcome = {"type": "failed", "error": f"{type(e).__name__}: {e}",
+                outcome = {"type": "failed", "error": _error_text(e, f"{type(e).__name__}: "),
                            "retryable": True}
             if outcome["type"] in ("completed", "failed"):
                 outcome["duration_ms"] = int((time.monotonic() - started) * 1000)

@@ -1,6 +1,7 @@
 """What a handler gives the worker that the server would refuse: log fields that are not JSON,
-unknown log levels, messages that cannot be encoded, snoozes out of range. None of them may
-kill the worker, lose other lines, or leave a job held (and heartbeated) or looping."""
+unknown log levels, messages that cannot be encoded, snoozes out of range, huge or
+unprintable errors. None of them may kill the worker, lose other lines, or leave a job held
+(and heartbeated) or looping."""
 
 import datetime
 import math
@@ -145,3 +146,34 @@ def test_a_snooze_that_carries_a_bad_delay_fails_the_attempt(server, delay):
     stop(worker, thread)
     assert job["attempts_used"] == 1
     assert "invalid Snooze" in job["errors"][0]["error"]
+
+
+def test_huge_unprintable_and_exiting_errors_fail_the_attempt(server):
+    def broken(job):
+        mode = job.args["mode"]
+        if mode == "huge":
+            raise RuntimeError("x" * 3_000_000)  # over the server's frame as is
+        if mode == "unprintable":
+            raise type("Odd", (Exception,), {"__str__": Unprintable.__str__})()
+        if mode == "extend":
+            job.extend(math.inf)
+        raise SystemExit(3)
+
+    with Client(server.endpoint, token=server.token) as client:
+        ids = {mode: client.submit("broken", {"mode": mode}, max_attempts=1)
+               for mode in ("huge", "unprintable", "extend", "exit")}
+        worker, thread = start_worker(server, {"broken": broken})
+        server.wait_for(lambda c: c.get("failed") == 4, timeout=30)
+        errors = {mode: client.status(i)["errors"][0]["error"] for mode, i in ids.items()}
+        assert thread.is_alive()
+    stop(worker, thread)
+    assert errors["huge"].startswith("RuntimeError: xxx") and "characters cut" in errors["huge"]
+    assert len(errors["huge"]) < 20_000
+    assert "__str__ raised" in errors["unprintable"]
+    assert "ValueError: extend seconds must be a finite number" in errors["extend"]
+    assert "SystemExit" in errors["exit"]
+
+
+def test_queues_given_as_one_str_are_refused():
+    with pytest.raises(TypeError, match="list of queue names"):
+        Worker("tcp://127.0.0.1:1", token="t" * 16, queues="mail")
