@@ -38,6 +38,14 @@ class Unavailable(HopperError):
         super().__init__("unavailable", message)
 
 
+class Unencodable(HopperError):
+    """A message the client cannot encode as the protocol's CBOR (it holds a value CBOR has
+    no form for): sending it again cannot help. Its ``code`` is ``invalid``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid", message)
+
+
 def default_name() -> str:
     """The name a peer gives in its hello unless told otherwise: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -153,8 +161,14 @@ class Connection:
 
     def send(self, message: Message) -> int:
         """Sends one map (it must hold ``type``); returns its frame size. Raises
-        :class:`Unavailable` if the socket cannot take it now (no connection)."""
-        frame = cbor2.dumps(message)
+        :class:`Unavailable` if the socket cannot take it now (no connection),
+        :class:`Unencodable` if it cannot be encoded, ``HopperError`` ``too_large`` if it is
+        over the server's ``max_frame``."""
+        try:
+            frame = cbor2.dumps(message)
+        except Exception as e:  # noqa: BLE001 - whatever the encoder raises, nothing was sent
+            what = f"cannot encode {message.get('type')}: {type(e).__name__}: {e}"
+            raise Unencodable(what) from e
         if len(frame) > self.max_frame:
             raise HopperError(
                 "too_large", f"{len(frame)} bytes is over the server's {self.max_frame}"

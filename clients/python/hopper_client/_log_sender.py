@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Dict, Hashable, Optional
 
-from ._connection import Message
+from ._connection import Message, Unencodable
 
 log = logging.getLogger("hopper_client")
 
@@ -67,7 +67,8 @@ class _Attempt:
 class LogSender:
     """The ``log`` requests of a worker's attempts (see the module's docs).
 
-    ``send`` sends a message and returns its ``req``, or None when it could not be sent;
+    ``send`` sends a message and returns its ``req``, or None when it could not be sent
+    (sent again later), or raises :class:`Unencodable` (its lines are given up at once);
     a request not answered within ``reply_timeout`` seconds of its last send is sent again
     (or, past the bound, given up).
     """
@@ -146,7 +147,11 @@ class LogSender:
         request.retry_at = None
         request.tries += 1
         request.sent_at = now
-        req = self._send(request.message)
+        try:
+            req = self._send(request.message)
+        except Unencodable as e:
+            self._give_up(key, attempt, now, str(e))
+            return
         if req is None:
             self._retry_later(key, attempt, now, "not sent")
             return

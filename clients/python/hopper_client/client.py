@@ -9,21 +9,44 @@ from typing import Any, Iterable, List, Mapping, Optional, Type, Union
 
 from ._connection import Connection, HopperError, Message, Unavailable
 from ._uuid7 import uuid7
+from ._values import MAX_DURATION_MS, integer, json_value, optional_str, rfc3339
 
 #: A job's arguments: a JSON-compatible map or array.
 Args = Union[Mapping[str, Any], List[Any]]
 
 _OPTIONS = ("queue", "priority", "run_at", "delay_ms", "max_attempts", "timeout_ms", "meta")
+_MAX_INT32 = 2**31 - 1
+#: The settings ``update_queue`` changes (docs/protocol.md, "Admin requests").
+_QUEUE_SETTINGS = ("paused", "max_running", "max_running_per_group", "rate")
+
+
+def _option(key: str, value: Any) -> Any:
+    """A job option as sent, or TypeError/ValueError saying what is wrong with it (the ranges
+    of docs/protocol.md §3)."""
+    if key == "queue":
+        return optional_str(value, "queue")
+    if key == "priority":
+        if isinstance(value, str):
+            return value
+        return integer(value, "priority (an int or \"high\", \"normal\", \"low\")",
+                       -32768, 32767)
+    if key == "run_at":
+        return rfc3339(value, "run_at")
+    if key == "delay_ms":
+        return integer(value, "delay_ms", 0, MAX_DURATION_MS)
+    if key in ("max_attempts", "timeout_ms"):
+        return integer(value, key, 1, _MAX_INT32)
+    return json_value(value, key)  # meta: its shape is the server's to check
 
 
 def _job_spec(kind: str, args: Optional[Args] = None, **options: Any) -> Message:
-    spec: Message = {"kind": kind, "args": {} if args is None else args}
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be a str, not of type {type(kind).__name__}")
+    spec: Message = {"kind": kind, "args": {} if args is None else json_value(args, "args")}
     for key in _OPTIONS:
         value = options.pop(key, None)
         if value is not None:
-            if key == "run_at" and isinstance(value, datetime):
-                value = value.isoformat()
-            spec[key] = value
+            spec[key] = _option(key, value)
     if options:
         raise TypeError(f"unknown job options: {sorted(options)}")
     # The client picks the id, so a submit retried after a lost reply cannot insert twice.
@@ -85,7 +108,12 @@ class Client:
         """Submits one job; returns its id (a string).
 
         Options: ``queue``, ``priority`` (int or "high"/"normal"/"low"), ``run_at``
-        (datetime or RFC 3339 string), ``delay_ms``, ``max_attempts``, ``timeout_ms``.
+        (a timezone-aware datetime or RFC 3339 string), ``delay_ms``, ``max_attempts``,
+        ``timeout_ms``, ``meta``. ``args`` and ``meta`` must be JSON-compatible (dicts
+        with str keys, lists, str, finite numbers, bools, None): a datetime, UUID, set,
+        Decimal, bytes... raises TypeError before anything is sent, as does an option of
+        the wrong type or an unknown one; a naive datetime or a value out of the
+        protocol's range raises ValueError.
         """
         spec = _job_spec(kind, args, **options)
         try:
@@ -133,11 +161,33 @@ class Client:
     # Admin requests (docs/protocol.md, "Admin requests"): what `hopper jobs`, `hopper
     # queues` and `hopper cron` do, through the server.
 
-    def list_jobs(self, **filter: Any) -> List[Message]:
+    def list_jobs(
+        self,
+        *,
+        queue: Optional[str] = None,
+        state: Optional[str] = None,
+        kind: Optional[str] = None,
+        before: Optional[str] = None,
+        created_after: Union[datetime, str, None] = None,
+        created_before: Union[datetime, str, None] = None,
+        limit: Optional[int] = None,
+    ) -> List[Message]:
         """Jobs, newest first, as dicts. Filters: ``queue``, ``state``, ``kind``,
         ``before`` (an id: the next, older page), ``created_after``, ``created_before``
-        (RFC 3339 strings), ``limit`` (1 to 1000, default 20)."""
-        wanted = {k: str(v) if k == "before" else v for k, v in filter.items() if v is not None}
+        (timezone-aware datetimes or RFC 3339 strings), ``limit`` (1 to 1000, default 20).
+        An unknown filter is TypeError, a naive datetime ValueError."""
+        wanted: Message = {}
+        for key, value in (("queue", queue), ("state", state), ("kind", kind)):
+            if value is not None:
+                wanted[key] = optional_str(value, key)
+        if before is not None:
+            wanted["before"] = str(before)
+        for key, instant in (("created_after", created_after),
+                             ("created_before", created_before)):
+            if instant is not None:
+                wanted[key] = rfc3339(instant, key)
+        if limit is not None:
+            wanted["limit"] = integer(limit, "limit", 1, 1000)
         jobs: List[Message] = self._call("list_jobs", {"filter": wanted})["jobs"]
         return jobs
 
@@ -172,8 +222,14 @@ class Client:
     def update_queue(self, queue: str, **change: Any) -> Message:
         """Changes a queue's settings: ``paused``, ``max_running``,
         ``max_running_per_group``, ``rate`` ({"jobs", "per_ms"}); ``None`` removes a
-        limit. Returns the settings now stored."""
-        stored: Message = self._call("update_queue", {"update": dict(change, queue=queue)})[
+        limit. Returns the settings now stored. An unknown setting is TypeError."""
+        unknown = sorted(set(change) - set(_QUEUE_SETTINGS))
+        if unknown:
+            raise TypeError(f"unknown queue settings: {unknown} (expected some of"
+                            f" {', '.join(_QUEUE_SETTINGS)})")
+        update = json_value(change, "the queue settings")
+        update["queue"] = optional_str(queue, "queue")
+        stored: Message = self._call("update_queue", {"update": update})[
             "queue"
         ]
         return stored
@@ -193,6 +249,8 @@ class Client:
         """What finished in each minute of the last ``minutes`` (1 to 1440), oldest first,
         as a list of dicts (``minute``, ``completed``, ``failed``, latencies and durations
         in milliseconds); minutes in which nothing finished are left out."""
+        # The range is the server's to check (its error says it); the type is checked here.
+        minutes = integer(minutes, "minutes", -(2**31), _MAX_INT32)
         stats: List[Message] = self._call("job_stats", {"minutes": minutes})["minutes"]
         return stats
 

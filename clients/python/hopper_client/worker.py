@@ -13,18 +13,28 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ._connection import Connection, HopperError, Message, Unavailable, default_name
+from ._connection import (
+    Connection,
+    HopperError,
+    Message,
+    Unavailable,
+    Unencodable,
+    default_name,
+)
 from ._log_sender import LogSender
 from ._tracing import job_span
+from ._values import loggable, safe_str, seconds_ms
 
 log = logging.getLogger("hopper_client")
 
 
 class Snooze(Exception):
     """Raise from a handler to run the job again after ``delay`` seconds without using an
-    attempt."""
+    attempt. ``delay`` is a finite number of seconds from 0 to ten years (the server's
+    bound): anything else raises ValueError (TypeError for what is not a number) here."""
 
     def __init__(self, delay: float) -> None:
+        seconds_ms(delay, "Snooze delay")
         super().__init__(f"snoozed for {delay} s")
         self.delay = delay
 
@@ -35,6 +45,35 @@ class Permanent(Exception):
 
 #: A handler: runs one job; returns to complete it, raises to fail or snooze it.
 Handler = Callable[["Job"], Any]
+
+#: The longest error text an outcome carries, in characters; the rest is cut (so that the
+#: outcome always fits in a frame, and a job's history of errors stays small).
+_MAX_ERROR = 16 * 1024
+
+
+def _error_text(error: BaseException, prefix: str = "") -> str:
+    """An outcome's error text: ``prefix`` and ``str(error)`` (never raising), cut at
+    16 Ki characters."""
+    text = prefix + safe_str(error)
+    if len(text) > _MAX_ERROR:
+        text = f"{text[:_MAX_ERROR]}... ({len(text) - _MAX_ERROR} more characters cut)"
+    return text
+
+
+#: The log levels the server takes, by every name :meth:`Job.log` accepts (lowercased):
+#: the server's own (``warning`` is its alias of warn) and Python's critical and fatal.
+_LEVELS = {"trace": "trace", "debug": "debug", "info": "info", "warn": "warn",
+           "warning": "warn", "error": "error", "critical": "error", "fatal": "error"}
+
+
+def log_level(level: str) -> str:
+    """The server's name of a log level (any case; ``warning`` is warn, ``critical`` and
+    ``fatal`` are error), or ValueError naming the level."""
+    name = _LEVELS.get(level.lower()) if isinstance(level, str) else None
+    if name is None:
+        raise ValueError(f"unknown log level {level!r}: expected trace, debug, info, warn"
+                         " (warning) or error (critical, fatal)")
+    return name
 
 
 #: The most log one attempt sends, as JSON (the server keeps the same bound); past it,
@@ -80,26 +119,36 @@ class Job:
 
     def extend(self, seconds: float) -> None:
         """Asks the server to extend this job's lease to ``seconds`` from now (for a job
-        longer than the lease; heartbeats already renew it while the worker lives)."""
+        longer than the lease; heartbeats already renew it while the worker lives).
+        ``seconds`` is a finite number from 0 to ten years (the server's bound): ValueError
+        (TypeError for what is not a number) otherwise."""
+        by_ms = seconds_ms(seconds, "extend seconds")
         self._worker._outbox.put({"type": "extend", "id": self.id, "attempt": self.attempt,
-                                  "by_ms": int(seconds * 1000)})
+                                  "by_ms": by_ms})
 
     def log(self, level: str, message: str, **fields: Any) -> None:
         """Writes a line to this attempt's log, kept with the job (``hopper jobs show``, the
-        HTTP API, the dashboard). ``level`` is trace, debug, info, warn or error; ``fields``
-        are structured details. Never raises nor waits: lines are sent while the job runs,
-        a second after the first of them was written (or once 16 KiB of them wait), and the
-        rest just before the outcome. An attempt keeps at most 64 KiB of lines; the rest
-        are counted as dropped. Lines the server cannot store now (the database away) are
-        sent again for about 5 s, in order; stored at least once: a line may be stored
-        twice if an acknowledgement is lost."""
-        line: Message = {"level": str(level), "message": str(message)[:_MAX_MESSAGE],
+        HTTP API, the dashboard). ``level`` is trace, debug, info, warn or error, in any
+        case; Python's names are taken too: warning is warn, critical and fatal are error.
+        Any other level raises ValueError (a programming error, as with a bad level in
+        :mod:`logging`). ``fields`` are structured details, made JSON-compatible when the
+        line is written: a value that is not a JSON type (a datetime, a UUID, a set, NaN,
+        any object) is written as its ``str()``. Otherwise never raises (whatever the
+        message or the fields hold) nor waits: lines are sent while the job runs, a second
+        after the first of them was written (or once 16 KiB of them wait), and the rest just
+        before the outcome. An attempt keeps at most 64 KiB of lines; the rest are counted
+        as dropped. Lines the server cannot store now (the database away) are sent again for
+        about 5 s, in order; stored at least once: a line may be stored twice if an
+        acknowledgement is lost."""
+        line: Message = {"level": log_level(level), "message": safe_str(message)[:_MAX_MESSAGE],
                          "at": datetime.now(timezone.utc).isoformat()}
         if fields:
-            line["fields"] = fields
+            # A copy, of JSON types only: what the line holds cannot fail to encode when it
+            # is sent, nor change meanwhile.
+            line["fields"] = loggable(fields)
         try:
-            size = len(json.dumps(line, default=str))
-        except (TypeError, ValueError):
+            size = len(json.dumps(line))
+        except Exception:  # noqa: BLE001 - cannot happen (loggable); never raise for a line
             line.pop("fields", None)
             size = len(json.dumps(line))
         with self._log_lock:
@@ -168,6 +217,9 @@ class Worker:
         self.endpoint = endpoint
         self.token = token
         self.server_key = server_key
+        if isinstance(queues, str):
+            # list("mail") would serve the queues m, a, i and l.
+            raise TypeError(f"queues must be a list of queue names, not a str: [{queues!r}]")
         self.queues = list(queues)
         self.concurrency = int(concurrency)
         self.prefetch = int(prefetch)
@@ -279,22 +331,32 @@ class Worker:
             self._send_outcome(message)
         self._logs.resend(time.monotonic())
 
-    def _send(self, message: Message) -> int:
+    def _send(self, message: Message) -> Optional[int]:
+        """Sends a message (with a fresh ``req`` unless it has one) and returns its ``req``,
+        also when it could not be sent now (no connection: the caller may send it again);
+        None when it can never be sent (it cannot be encoded, or is too large): then it is
+        logged and dropped, never raised, so that the worker's loop carries on."""
         message = dict(message)
         message.setdefault("req", self.conn.next_req())
         try:
             self.conn.send(message)
-        except HopperError as e:
+        except Unavailable as e:
             log.warning("cannot send %s: %s", message.get("type"), e)
+        except HopperError as e:  # unencodable or too large: sending it again cannot help
+            log.error("dropped a %s message that cannot be sent: %s", message.get("type"), e)
+            return None
         req: int = message["req"]
         return req
 
     def _try_send(self, message: Message) -> Optional[int]:
         """Sends a message with a fresh ``req`` and returns it; None if it could not be
-        sent."""
+        sent now. Raises :class:`Unencodable` for a message that can never be sent (the
+        log sender then gives its lines up at once, logged): nothing else."""
         message = dict(message, req=self.conn.next_req())
         try:
             self.conn.send(message)
+        except Unencodable:
+            raise
         except HopperError as e:
             log.debug("cannot send %s: %s", message.get("type"), e)
             return None
@@ -304,6 +366,10 @@ class Worker:
     def _send_outcome(self, message: Message) -> None:
         message = {k: v for k, v in message.items() if k != "req"}
         req = self._send(message)
+        if req is None:
+            # Dropped (logged): not listed in heartbeats, so the server runs the job again
+            # once its lease runs out, rather than holding it for ever.
+            return
         self._unacked[req] = (time.monotonic(), message)
 
     def _flush_outbox(self) -> None:
@@ -397,8 +463,24 @@ class Worker:
             # Cancelled (or its lease lost) while held: never started, nothing to report.
             self._results.put((job, {"type": "completed"}))
             return
-        handler = self.handlers.get(job.kind or "")
         started = time.monotonic()
+        outcome: Message = {"type": "failed", "retryable": True,
+                            "error": "the worker failed while running the handler"}
+        try:
+            outcome = self._attempt(job, started)
+        except BaseException as e:
+            # Whatever escaped (a SystemExit from the handler, a failing tracer), the attempt
+            # gets an outcome: a job is never left held and heartbeated until its timeout.
+            outcome["error"] = _error_text(e, f"the worker failed while running the handler: "
+                                              f"{type(e).__name__}: ")
+            outcome["duration_ms"] = int((time.monotonic() - started) * 1000)
+            raise
+        finally:
+            self._results.put((job, outcome))
+
+    def _attempt(self, job: Job, started: float) -> Message:
+        """Runs the job's handler; returns the outcome to report."""
+        handler = self.handlers.get(job.kind or "")
         with job_span(job) as span:
             try:
                 if handler is None:
@@ -406,13 +488,21 @@ class Worker:
                 handler(job)
                 outcome: Message = {"type": "completed"}
             except Snooze as s:
-                outcome = {"type": "snoozed", "delay_ms": int(s.delay * 1000)}
+                try:
+                    # Checked again: a Snooze whose delay was changed after it was made, or
+                    # a subclass that skipped its checks, fails the attempt (counted, so it
+                    # cannot loop) rather than being refused by the server.
+                    delay_ms = seconds_ms(getattr(s, "delay", None), "Snooze delay")
+                    outcome = {"type": "snoozed", "delay_ms": delay_ms}
+                except (TypeError, ValueError) as e:
+                    outcome = {"type": "failed", "error": _error_text(e, "invalid Snooze: "),
+                               "retryable": True}
             except Permanent as e:
-                outcome = {"type": "failed", "error": str(e), "retryable": False}
+                outcome = {"type": "failed", "error": _error_text(e), "retryable": False}
             except Exception as e:  # noqa: BLE001 - any handler error fails the attempt
-                outcome = {"type": "failed", "error": f"{type(e).__name__}: {e}",
+                outcome = {"type": "failed", "error": _error_text(e, f"{type(e).__name__}: "),
                            "retryable": True}
             if outcome["type"] in ("completed", "failed"):
                 outcome["duration_ms"] = int((time.monotonic() - started) * 1000)
             span.ended(outcome)
-        self._results.put((job, outcome))
+        return outcome
