@@ -1,6 +1,8 @@
 -- Takes back jobs whose lease expired: the worker vanished or hung. The attempt counts as
 -- failed (reason recorded); the job runs again at once, or is dead-lettered if that was its
--- last attempt. Index: jobs_running_idx (lease_expires_at) WHERE running.
+-- last attempt. Index: jobs_running_idx (lease_expires_at) WHERE running, which holds the
+-- NULLs too. A running row without a lease (written by hand: hopper never leaves one) is
+-- taken back as expired, or it would hold its queue's concurrency for ever.
 -- A job whose row another transaction held at its last renewal has that renewal in
 -- held_leases (job_extend_many.sql): left alone while the note is current. Notes past
 -- their time are deleted here (the table holds only the few rows held at a renewal).
@@ -21,6 +23,16 @@ WITH expired AS (
     LIMIT 1000
     FOR UPDATE OF j SKIP LOCKED
 ),
+-- Apart from `expired`, so that each reads only its own entries of the index (one scan
+-- with an OR of the two filtered every running job).
+leaseless AS (
+    SELECT j.id
+    FROM hopper.jobs AS j
+    WHERE j.state = 'running'
+      AND j.lease_expires_at IS NULL
+    LIMIT 1000
+    FOR UPDATE OF j SKIP LOCKED
+),
 forgotten AS (
     DELETE FROM hopper.held_leases
     WHERE expires_at < coalesce($1::timestamptz, now())
@@ -35,12 +47,15 @@ rescued AS (
         errors = j.errors || jsonb_build_object(
             'attempt', j.attempt,
             'at', coalesce($1::timestamptz, now()),
-            'error', 'lease expired at ' || j.lease_expires_at || ': the worker vanished or stopped heartbeating',
+            'error', CASE WHEN j.lease_expires_at IS NULL
+                          THEN 'running without a lease: taken back'
+                          ELSE 'lease expired at ' || j.lease_expires_at
+                               || ': the worker vanished or stopped heartbeating' END,
             'node', j.node_id,
             'duration_ms', NULL),
         lease_expires_at = NULL
-    FROM expired
-    WHERE j.id = expired.id
+    FROM (SELECT id FROM expired UNION ALL SELECT id FROM leaseless) AS taken
+    WHERE j.id = taken.id
     RETURNING j.queue, j.state
 ),
 woken AS (

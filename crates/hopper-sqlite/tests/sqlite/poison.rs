@@ -184,3 +184,18 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
     assert_eq!(job(&store, shown).await?.state, JobState::Available);
     Ok(())
 }
+
+/// A running row without a lease (hopper never leaves one) is taken back by the rescuer
+/// like an expired lease, so it cannot hold its queue's concurrency for ever.
+#[tokio::test]
+async fn a_running_row_without_a_lease_is_taken_back() -> anyhow::Result<()> {
+    let store = harness().await?;
+    let id = write_by_hand(&store, "q", "state = 'running', attempt = 1")?;
+    assert_eq!(store.maintenance().job_rescue_expired().await?, 1);
+    let job = job(&store, id).await?;
+    assert_eq!(job.state, JobState::Available);
+    let last = job.errors.last().map(|e| e.error.as_str()).unwrap_or("");
+    assert!(last.contains("running without a lease"), "{last}");
+    assert_eq!(store.maintenance().job_rescue_expired().await?, 0);
+    Ok(())
+}

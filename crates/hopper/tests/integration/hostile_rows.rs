@@ -208,6 +208,23 @@ async fn an_unreadable_error_entry_is_replaced_once_not_at_every_read() -> anyho
     Ok(())
 }
 
+/// A running row without a lease (hopper never leaves one) is taken back by the rescuer
+/// like an expired lease, so it cannot hold its queue's concurrency for ever.
+#[tokio::test]
+async fn a_running_row_without_a_lease_is_taken_back() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let id = write_by_hand(&db, "q", "running", ", attempt", ", 1").await?;
+    let backend = db.backend();
+    let maintenance = backend.maintenance().context("maintenance")?;
+    assert_eq!(maintenance.job_rescue_expired().await?, 1);
+    let job = job(&db, id).await?;
+    assert_eq!(job.state, JobState::Available);
+    let last = job.errors.last().map(|e| e.error.as_str()).unwrap_or("");
+    assert!(last.contains("running without a lease"), "{last}");
+    assert_eq!(maintenance.job_rescue_expired().await?, 0);
+    Ok(())
+}
+
 #[tokio::test]
 async fn per_minute_stats_survive_infinite_times() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
