@@ -592,6 +592,86 @@ async fn bad_input_is_refused_and_writes_nothing() {
     assert_eq!(all_jobs(&db).await.len(), 1);
 }
 
+/// `hopper ARGS` on `db`'s schema through `sh`, `shell` run first, killed past 20 s; its
+/// stdin is given to `feed` and stays open until the process has ended.
+fn run_fed_within_20s(
+    db: &TestDatabase,
+    shell: &str,
+    args: &[&str],
+    feed: impl FnOnce(std::process::ChildStdin) + Send + 'static,
+) -> anyhow::Result<Run> {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{shell}\nexec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_hopper"))
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .env("HOPPER_SCHEMA", db.schema())
+        .env_remove("HOPPER_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+    let (held, hold) = std::sync::mpsc::channel::<()>();
+    // The writer keeps stdin open until the test is done with the process.
+    let writer = std::thread::spawn(move || {
+        feed(stdin);
+        let _ = hold.recv();
+    });
+    let started = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            drop(held);
+            let _ = writer.join();
+            anyhow::bail!("{args:?} did not end within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output()?;
+    drop(held);
+    let _ = writer.join();
+    Ok(Run {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+/// `--args @FILE` and `--args -` read only just past the 1 MiB limit of job arguments: an
+/// input with no end (`/dev/zero`, a pipe its writer keeps open) is refused at the limit,
+/// naming it, rather than read until memory runs out. (Under a 1.5 GB address space, so
+/// that a binary reading without bound fails fast instead of eating the machine's memory.)
+#[tokio::test]
+async fn args_from_an_endless_input_are_refused_at_the_limit() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let limit = "ulimit -v 1500000";
+    let args = ["enqueue", "--kind", "k", "--args", "@/dev/zero"];
+    run_fed_within_20s(&db, limit, &args, drop)?
+        .fails_with("--args from /dev/zero is over the limit of 1048576 bytes");
+    let args = ["enqueue", "--kind", "k", "--args", "-"];
+    let two_mib = |mut stdin: std::process::ChildStdin| {
+        let mut chunk = br#"{"blob": ""#.to_vec();
+        chunk.resize(64 * 1024, b'x');
+        for _ in 0..32 {
+            // The binary stops reading at the limit: a broken pipe is the point.
+            if stdin.write_all(&chunk).is_err() {
+                return;
+            }
+            chunk.fill(b'x');
+        }
+    };
+    run_fed_within_20s(&db, limit, &args, two_mib)?
+        .fails_with("--args from stdin is over the limit of 1048576 bytes");
+    assert!(all_jobs(&db).await.is_empty(), "a job was written");
+    Ok(())
+}
+
 #[tokio::test]
 async fn stats_json_has_the_documented_shape() {
     let db = TestDatabase::new().await.expect("test database");
