@@ -809,6 +809,37 @@ async fn an_unreachable_database_is_one_clear_line() {
     .fails_with("unknown priority");
 }
 
+/// `hopper bench --workload drain` on a schema whose job table is missing (or a schema
+/// never migrated) ends at once saying to migrate, as the other commands do: it retried
+/// the missing table for two minutes.
+#[tokio::test]
+async fn bench_without_a_job_table_ends_at_once() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let bench = ["bench", "--workload", "drain"];
+    let pg = db.pg().pool().get().await?;
+    pg.batch_execute(&format!("ALTER TABLE {}.jobs RENAME TO jobs_away", db.schema()))
+        .await?;
+    let run = run_within_20s(&db, db.url(), "none", &bench)?;
+    assert!(!run.success, "{run:?}");
+    let last = run.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: counting unfinished jobs: "),
+        "{run:?}"
+    );
+    assert!(last.contains("run `hopper migrate`"), "{last}");
+    assert_eq!(last.matches("counting unfinished jobs").count(), 1, "{last}");
+    assert!(!run.stderr.contains("retrying"), "{run:?}");
+
+    pg.batch_execute(&format!("DROP SCHEMA {} CASCADE", db.schema()))
+        .await?;
+    drop(pg);
+    let run = run_within_20s(&db, db.url(), "none", &bench)?;
+    assert!(!run.success, "{run:?}");
+    let last = run.stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("run `hopper migrate`"), "{run:?}");
+    Ok(())
+}
+
 /// With no `DATABASE_URL`, hopper uses an embedded SQLite file in the current directory and
 /// says so: the demo runs on a machine with no database server.
 #[test]
