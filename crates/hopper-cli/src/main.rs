@@ -11,6 +11,7 @@ mod outage;
 mod output;
 mod prune;
 mod queues;
+mod schema;
 mod serve;
 mod telemetry;
 mod watch;
@@ -152,9 +153,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cron(cmd) => queues::cron(&open_admin(url).await?, cmd, json).await,
         Command::Nodes => nodes::nodes(&open_admin(url).await?, json).await,
         Command::Demo(args) => demo::run(open(url).await?, args, json).await,
-        Command::Bench(args) => bench::run(open_patiently(url).await?, args, json).await,
+        Command::Bench(args) => {
+            let backend = open_patiently(url).await?;
+            schema::refuse_newer(&backend).await?;
+            bench::run(backend, args, json).await
+        }
         Command::Serve(args) => serve::run(url, pg.clone(), args).await,
-        Command::Worker(args) => worker::run(open_patiently(url).await?, args).await,
+        Command::Worker(args) => {
+            let backend = open_patiently(url).await?;
+            schema::refuse_newer(&backend).await?;
+            worker::run(backend, args).await
+        }
     }
 }
 

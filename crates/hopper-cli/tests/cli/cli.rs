@@ -840,6 +840,32 @@ async fn bench_without_a_job_table_ends_at_once() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A schema newer than this build ends the commands that run jobs at once, `hopper
+/// worker` and `hopper bench` with the message of `hopper migrate` (the worker ran on);
+/// the admin commands go on.
+#[tokio::test]
+async fn a_newer_schema_ends_the_commands_that_run_jobs() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pg = db.pg().pool().get().await?;
+    pg.batch_execute(&format!(
+        "INSERT INTO {}.migrations (version, name) VALUES (9999, 'from_the_future')",
+        db.schema()
+    ))
+    .await?;
+    drop(pg);
+    let refusal = format!(
+        "schema {} is at version 9999, but this hopper knows versions up to",
+        db.schema()
+    );
+    hopper(&db, &["migrate"]).fails_with(&refusal);
+    for command in [&["worker"][..], &["bench", "--workload", "drain"]] {
+        let run = run_within_20s(&db, db.url(), "none", command)?;
+        run.fails_with(&refusal);
+    }
+    hopper(&db, &["stats"]).ok();
+    Ok(())
+}
+
 /// With no `DATABASE_URL`, hopper uses an embedded SQLite file in the current directory and
 /// says so: the demo runs on a machine with no database server.
 #[test]
