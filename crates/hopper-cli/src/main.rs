@@ -63,20 +63,29 @@ fn usage_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let json = std::env::args_os().any(|a| a == "--json");
     if json && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-        let message = e.kind().as_str().map_or_else(
-            || e.to_string(),
-            |kind| {
-                let detail = e.to_string();
-                let first = detail.lines().next().unwrap_or(kind);
-                first.trim_start_matches("error: ").to_owned()
-            },
-        );
+        let message = usage_message(&e.to_string());
         let body = serde_json::json!({ "error": { "code": "usage", "message": message } });
         let _ = output::write_stdout(format_args!("{body}\n"));
         return ExitCode::from(2);
     }
     let _ = e.print();
     ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
+/// clap's message on one line: every line of it (the arguments missing, a tip) up to the
+/// usage and help footer, without its `error: `.
+fn usage_message(rendered: &str) -> String {
+    let lines: Vec<&str> = rendered
+        .lines()
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more"))
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let message = lines.join(" ");
+    message
+        .strip_prefix("error: ")
+        .unwrap_or(&message)
+        .to_owned()
 }
 
 /// The error and its causes on one line, each said once: a cause that the message already

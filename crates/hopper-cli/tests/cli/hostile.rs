@@ -236,6 +236,11 @@ async fn errors_under_json_are_json_objects() {
         &run(&db, &["--json", "jobs", "list", "--limit", "0"]),
         "usage",
     );
+    // clap's whole message, on one line without its usage footer: what is missing.
+    let missing = refused_json(&run(&db, &["--json", "enqueue"]), "usage");
+    let message = missing["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not provided: --kind <KIND>"), "{message}");
+    assert!(!message.contains("Usage") && !message.contains('\n'), "{message}");
     refused_json(
         &run(&db, &["--json", "queues", "pause", "nosuch"]),
         "not_found",
