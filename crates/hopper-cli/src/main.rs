@@ -125,7 +125,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     pg.direct_url = cli.direct_url.clone();
     // The admin commands wait for a held lock only so long: an admin's cancel of a job an
     // application holds says why it cannot go on, rather than hanging.
-    let lock_timeout = admin::parse_duration("--lock-timeout", &cli.lock_timeout)?;
+    let lock_timeout = admin::parse_duration("--lock-timeout", &cli.lock_timeout)
+        .map_err(output::invalid_input)?;
     let admin_pg = pg.clone().with_lock_timeout(lock_timeout);
     let open_admin = |url| open(url, admin_pg.clone());
     let open = |url| open(url, pg.clone());
@@ -143,20 +144,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => admin::migrate(&open(url).await?, schema, json).await,
         Command::Enqueue(args) => {
             // Bad input is refused before connecting, so it never writes anything.
-            let job = admin::new_job(&args)?;
+            let job = admin::new_job(&args).map_err(output::invalid_input)?;
             admin::enqueue(&open_admin(url).await?, job, json).await
         }
         Command::Jobs(cmd) => {
-            let action = admin::JobsAction::parse(cmd)?;
+            let action = admin::JobsAction::parse(cmd).map_err(output::invalid_input)?;
             admin::jobs(&open_admin(url).await?, action, json).await
         }
         Command::Stats(args) if args.watch => {
-            let interval = admin::parse_duration("--interval", &args.interval)?;
+            let interval = admin::parse_duration("--interval", &args.interval)
+                .map_err(output::invalid_input)?;
             watch::run(&open_patiently(url).await?, interval, json).await
         }
         Command::Stats(_) => admin::stats(&open_admin(url).await?, json).await,
         Command::Queues(cmd) => {
-            let action = queues::QueuesAction::parse(cmd)?;
+            let action = queues::QueuesAction::parse(cmd).map_err(output::invalid_input)?;
             queues::queues(&open_admin(url).await?, action, json).await
         }
         Command::Cron(cmd) => queues::cron(&open_admin(url).await?, cmd, json).await,

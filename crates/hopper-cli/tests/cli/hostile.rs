@@ -227,7 +227,31 @@ async fn errors_under_json_are_json_objects() {
     let id = "0192f5c4-7d2e-7b61-9a4c-3f0e8d2b1a55";
     refused_json(&run(&db, &["--json", "jobs", "show", id]), "not_found");
     refused_json(&run(&db, &["--json", "jobs", "cancel", id]), "not_found");
-    refused_json(&run(&db, &["--json", "jobs", "show", "nope"]), "error");
+    // Every refusal of the user's input, whoever refused it (the command's own parsing or
+    // hopper's validation), is `invalid_input`.
+    let enqueue = |flag: &str, value: &str| {
+        let flag = format!("{flag}={value}");
+        run(&db, &["--json", "enqueue", "--kind", "k", &flag])
+    };
+    for (flag, value) in [
+        ("--args", "nope"),
+        ("--run-at", "infinity"),
+        ("--delay", "1e30s"),
+        ("--delay", "9999999999999h"),
+        ("--meta", "[1]"),
+        ("--traceparent", "bad"),
+    ] {
+        refused_json(&enqueue(flag, value), "invalid_input");
+    }
+    for args in [
+        &["jobs", "show", "nope"][..],
+        &["jobs", "list", "--meta", "nope"],
+        &["queues", "limit", "mail", "--concurrency", "0"],
+        &["--lock-timeout", "soon", "stats"],
+    ] {
+        let exit = run(&db, &[&["--json"][..], args].concat());
+        refused_json(&exit, "invalid_input");
+    }
     refused_json(
         &run(&db, &["--json", "enqueue", "--kind", "a b"]),
         "invalid_input",
