@@ -53,7 +53,10 @@ pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
         .with_max_attempts(args.max_attempts)
         .with_timeout(timeout);
     if let Some(delay) = &args.delay {
-        job = job.with_delay(parse_duration("--delay", delay)?);
+        // Checked here, so that a delay past the bound is named as such, not as the
+        // instant it would make.
+        let delay = hopper::limits::check_duration("--delay", parse_duration("--delay", delay)?)?;
+        job = job.with_delay(delay);
     }
     if let Some(at) = &args.run_at {
         let at = DateTime::parse_from_rfc3339(at).with_context(|| {
