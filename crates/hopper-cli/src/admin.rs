@@ -273,8 +273,8 @@ fn read_args(spec: &str) -> anyhow::Result<serde_json::Value> {
         let text = read_bounded(std::io::stdin().lock(), "stdin")?;
         (text, "stdin".to_owned())
     } else if let Some(path) = spec.strip_prefix('@') {
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("cannot read --args from {path}"))?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot read --args from {path}"))?;
         (read_bounded(file, path)?, path.to_owned())
     } else {
         (spec.to_owned(), "--args".to_owned())
@@ -292,9 +292,7 @@ fn read_bounded(input: impl Read, source: &str) -> anyhow::Result<String> {
         .read_to_end(&mut bytes)
         .with_context(|| format!("cannot read --args from {source}"))?;
     if bytes.len() > limit {
-        anyhow::bail!(
-            "--args from {source} is over the limit of {limit} bytes for job arguments"
-        );
+        anyhow::bail!("--args from {source} is over the limit of {limit} bytes for job arguments");
     }
     String::from_utf8(bytes).with_context(|| format!("{source} is not valid JSON (not UTF-8)"))
 }

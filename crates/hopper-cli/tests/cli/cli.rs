@@ -817,8 +817,11 @@ async fn bench_without_a_job_table_ends_at_once() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let bench = ["bench", "--workload", "drain"];
     let pg = db.pg().pool().get().await?;
-    pg.batch_execute(&format!("ALTER TABLE {}.jobs RENAME TO jobs_away", db.schema()))
-        .await?;
+    pg.batch_execute(&format!(
+        "ALTER TABLE {}.jobs RENAME TO jobs_away",
+        db.schema()
+    ))
+    .await?;
     let run = run_within_20s(&db, db.url(), "none", &bench)?;
     assert!(!run.success, "{run:?}");
     let last = run.stderr.lines().last().unwrap_or_default();
@@ -827,7 +830,11 @@ async fn bench_without_a_job_table_ends_at_once() -> anyhow::Result<()> {
         "{run:?}"
     );
     assert!(last.contains("run `hopper migrate`"), "{last}");
-    assert_eq!(last.matches("counting unfinished jobs").count(), 1, "{last}");
+    assert_eq!(
+        last.matches("counting unfinished jobs").count(),
+        1,
+        "{last}"
+    );
     assert!(!run.stderr.contains("retrying"), "{run:?}");
 
     pg.batch_execute(&format!("DROP SCHEMA {} CASCADE", db.schema()))

@@ -151,15 +151,15 @@ async fn hostile_names_json_and_times_are_refused_and_write_nothing() {
 async fn absurd_times_and_delays_are_refused() {
     let db = TestDatabase::new().await.expect("test database");
     refused(
-        &run(&db, &["enqueue", "--kind", "k", "--run-at=1969-12-31T23:59:59Z"]),
+        &run(
+            &db,
+            &["enqueue", "--kind", "k", "--run-at=1969-12-31T23:59:59Z"],
+        ),
         "out of range",
     );
     // A delay is named with its bound, not as the instant it would make.
     for flag in ["--delay=11years", "--delay=9999999999999h"] {
-        refused(
-            &run(&db, &["enqueue", "--kind", "k", flag]),
-            "--delay of",
-        );
+        refused(&run(&db, &["enqueue", "--kind", "k", flag]), "--delay of");
         refused(
             &run(&db, &["enqueue", "--kind", "k", flag]),
             "is too long: durations are at most 315360000000 ms (10 years)",
@@ -256,6 +256,8 @@ async fn errors_under_json_are_json_objects() {
         &["jobs", "list", "--meta", "nope"],
         &["queues", "limit", "mail", "--concurrency", "0"],
         &["--lock-timeout", "soon", "stats"],
+        &["bench", "--concurrency", "0"],
+        &["worker", "--concurrency", "0"],
     ] {
         let exit = run(&db, &[&["--json"][..], args].concat());
         refused_json(&exit, "invalid_input");
@@ -272,7 +274,10 @@ async fn errors_under_json_are_json_objects() {
     let missing = refused_json(&run(&db, &["--json", "enqueue"]), "usage");
     let message = missing["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("not provided: --kind <KIND>"), "{message}");
-    assert!(!message.contains("Usage") && !message.contains('\n'), "{message}");
+    assert!(
+        !message.contains("Usage") && !message.contains('\n'),
+        "{message}"
+    );
     refused_json(
         &run(&db, &["--json", "queues", "pause", "nosuch"]),
         "not_found",
