@@ -53,7 +53,10 @@ pub fn new_job(args: &EnqueueArgs) -> anyhow::Result<NewJob> {
         .with_max_attempts(args.max_attempts)
         .with_timeout(timeout);
     if let Some(delay) = &args.delay {
-        job = job.with_delay(parse_duration("--delay", delay)?);
+        // Checked here, so that a delay past the bound is named as such, not as the
+        // instant it would make.
+        let delay = hopper::limits::check_duration("--delay", parse_duration("--delay", delay)?)?;
+        job = job.with_delay(delay);
     }
     if let Some(at) = &args.run_at {
         let at = DateTime::parse_from_rfc3339(at).with_context(|| {
@@ -263,22 +266,35 @@ pub(crate) fn stats_row(s: &QueueStats) -> Vec<String> {
     ]
 }
 
-/// The job arguments: inline JSON, `@path` for a file, or `-` for stdin.
+/// The job arguments: inline JSON, `@path` for a file, or `-` for stdin. A file or stdin is
+/// read only just past [`hopper::core::MAX_ARGS_BYTES`] (`@/dev/zero` would never end).
 fn read_args(spec: &str) -> anyhow::Result<serde_json::Value> {
     let (text, source) = if spec == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read --args from stdin")?;
+        let text = read_bounded(std::io::stdin().lock(), "stdin")?;
         (text, "stdin".to_owned())
     } else if let Some(path) = spec.strip_prefix('@') {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read --args from {path}"))?;
-        (text, path.to_owned())
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot read --args from {path}"))?;
+        (read_bounded(file, path)?, path.to_owned())
     } else {
         (spec.to_owned(), "--args".to_owned())
     };
     serde_json::from_str(&text).with_context(|| format!("{source} is not valid JSON"))
+}
+
+/// `input` to its end as text, refused as soon as it passes the arguments' limit:
+/// at most one byte more than the limit is read.
+fn read_bounded(input: impl Read, source: &str) -> anyhow::Result<String> {
+    let limit = hopper::core::MAX_ARGS_BYTES;
+    let mut bytes = Vec::new();
+    input
+        .take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read --args from {source}"))?;
+    if bytes.len() > limit {
+        anyhow::bail!("--args from {source} is over the limit of {limit} bytes for job arguments");
+    }
+    String::from_utf8(bytes).with_context(|| format!("{source} is not valid JSON (not UTF-8)"))
 }
 
 pub(crate) use hopper_cli::duration::parse_duration;

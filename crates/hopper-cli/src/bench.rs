@@ -39,6 +39,7 @@ use hopper::Client;
 use hopper::backend::Backend;
 
 use crate::cli::{BenchArgs, Workload};
+use crate::output::invalid_input;
 
 pub use job::BenchWorker;
 pub use report::Report;
@@ -94,12 +95,17 @@ pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyh
         .as_deref()
         .map(humantime::parse_duration)
         .transpose()
-        .context("--job-timeout (e.g. 2s, 500ms)")?;
+        .context("--job-timeout (e.g. 2s, 500ms)")
+        .map_err(invalid_input)?;
     if job_timeout.is_some_and(|t| t < Duration::from_millis(10)) {
-        anyhow::bail!("--job-timeout must be at least 10ms");
+        return Err(invalid_input(anyhow::anyhow!(
+            "--job-timeout must be at least 10ms"
+        )));
     }
     if args.concurrency == 0 {
-        anyhow::bail!("--concurrency must be at least 1");
+        return Err(invalid_input(anyhow::anyhow!(
+            "--concurrency must be at least 1"
+        )));
     }
     let bench = Bench {
         client: crate::telemetry::client(backend),
@@ -128,8 +134,9 @@ pub async fn run(backend: Arc<dyn Backend>, args: BenchArgs, json: bool) -> anyh
             w5::print(&bench, &report);
         }
         Workload::Soak => {
-            let duration =
-                humantime::parse_duration(&args.duration).context("--duration (e.g. 10m, 90s)")?;
+            let duration = humantime::parse_duration(&args.duration)
+                .context("--duration (e.g. 10m, 90s)")
+                .map_err(invalid_input)?;
             let report = soak::run(&bench, duration, args.rate).await?;
             soak::print(&bench, &report);
         }

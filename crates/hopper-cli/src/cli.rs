@@ -24,10 +24,11 @@ pub struct Cli {
     #[arg(long, env = "HOPPER_DIRECT_URL", global = true, hide_env_values = true)]
     pub direct_url: Option<String>,
 
-    /// The longest the admin commands (enqueue, jobs, stats, queues, cron) wait for a lock
-    /// another transaction holds (a job's or a queue's row), past which they fail saying so
-    /// (e.g. 5s, 500ms; 0s: the server's own setting). Behind a transaction pooler, it bounds
-    /// the commands that change jobs and queues (cancel, retry, delete, clear, pause...).
+    /// The longest the admin commands (enqueue, jobs, stats, queues, cron, nodes) wait for a
+    /// lock another transaction holds (a job's or a queue's row), past which they fail saying
+    /// so (e.g. 5s, 500ms; 0s: the server's own setting). Behind a transaction pooler, it
+    /// bounds the commands that change jobs and queues: jobs retry, jobs cancel, queues pause,
+    /// queues resume and queues limit.
     #[arg(long, env = "HOPPER_LOCK_TIMEOUT", default_value = "5s", global = true)]
     pub lock_timeout: String,
 
@@ -67,6 +68,9 @@ pub enum Command {
     /// Run the network server for clients and workers in any language (ZeroMQ + CBOR).
     Serve(crate::serve::ServeArgs),
     /// Run bench jobs (no-ops) as a worker, usually of a server (`--database-url tcp://…`).
+    // Hidden from `--help`: it runs only the bench's no-op job (`hopper bench --workload
+    // server` starts it), a tool of the benchmarks, not a worker for users' jobs (those run
+    // in a `Runtime` of the application, or in a client library of `hopper serve`).
     #[command(hide = true)]
     Worker(crate::worker::WorkerArgs),
 }
@@ -272,4 +276,37 @@ pub struct BenchArgs {
     /// Jobs per second the soak (W6) enqueues (default: 70% of a W3 drain measured first).
     #[arg(long)]
     pub rate: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `--lock-timeout`'s help names the commands it bounds, and each exists (it named a
+    /// "delete" and a "clear" the CLI does not have).
+    #[test]
+    fn the_lock_timeout_help_names_commands_that_exist() {
+        let cli = super::Cli::command();
+        let help = cli
+            .get_arguments()
+            .find(|a| a.get_id() == "lock_timeout")
+            .and_then(|a| a.get_help())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let (_, bounded) = help
+            .split_once("bounds the commands that change jobs and queues: ")
+            .unwrap_or_default();
+        let named: Vec<&str> = bounded
+            .trim_end_matches('.')
+            .split([',', ' '])
+            .filter(|w| !w.is_empty() && *w != "and")
+            .collect();
+        assert_eq!(named.len(), 10, "{help}");
+        for pair in named.chunks(2) {
+            let found = cli
+                .find_subcommand(pair[0])
+                .and_then(|c| c.find_subcommand(pair[1]));
+            assert!(found.is_some(), "no command {pair:?} in {help}");
+        }
+    }
 }

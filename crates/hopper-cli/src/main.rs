@@ -11,6 +11,7 @@ mod outage;
 mod output;
 mod prune;
 mod queues;
+mod schema;
 mod serve;
 mod telemetry;
 mod watch;
@@ -62,20 +63,29 @@ fn usage_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let json = std::env::args_os().any(|a| a == "--json");
     if json && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-        let message = e.kind().as_str().map_or_else(
-            || e.to_string(),
-            |kind| {
-                let detail = e.to_string();
-                let first = detail.lines().next().unwrap_or(kind);
-                first.trim_start_matches("error: ").to_owned()
-            },
-        );
+        let message = usage_message(&e.to_string());
         let body = serde_json::json!({ "error": { "code": "usage", "message": message } });
         let _ = output::write_stdout(format_args!("{body}\n"));
         return ExitCode::from(2);
     }
     let _ = e.print();
     ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
+/// clap's message on one line: every line of it (the arguments missing, a tip) up to the
+/// usage and help footer, without its `error: `.
+fn usage_message(rendered: &str) -> String {
+    let lines: Vec<&str> = rendered
+        .lines()
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more"))
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let message = lines.join(" ");
+    message
+        .strip_prefix("error: ")
+        .unwrap_or(&message)
+        .to_owned()
 }
 
 /// The error and its causes on one line, each said once: a cause that the message already
@@ -115,7 +125,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     pg.direct_url = cli.direct_url.clone();
     // The admin commands wait for a held lock only so long: an admin's cancel of a job an
     // application holds says why it cannot go on, rather than hanging.
-    let lock_timeout = admin::parse_duration("--lock-timeout", &cli.lock_timeout)?;
+    let lock_timeout = admin::parse_duration("--lock-timeout", &cli.lock_timeout)
+        .map_err(output::invalid_input)?;
     let admin_pg = pg.clone().with_lock_timeout(lock_timeout);
     let open_admin = |url| open(url, admin_pg.clone());
     let open = |url| open(url, pg.clone());
@@ -133,28 +144,37 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => admin::migrate(&open(url).await?, schema, json).await,
         Command::Enqueue(args) => {
             // Bad input is refused before connecting, so it never writes anything.
-            let job = admin::new_job(&args)?;
+            let job = admin::new_job(&args).map_err(output::invalid_input)?;
             admin::enqueue(&open_admin(url).await?, job, json).await
         }
         Command::Jobs(cmd) => {
-            let action = admin::JobsAction::parse(cmd)?;
+            let action = admin::JobsAction::parse(cmd).map_err(output::invalid_input)?;
             admin::jobs(&open_admin(url).await?, action, json).await
         }
         Command::Stats(args) if args.watch => {
-            let interval = admin::parse_duration("--interval", &args.interval)?;
+            let interval = admin::parse_duration("--interval", &args.interval)
+                .map_err(output::invalid_input)?;
             watch::run(&open_patiently(url).await?, interval, json).await
         }
         Command::Stats(_) => admin::stats(&open_admin(url).await?, json).await,
         Command::Queues(cmd) => {
-            let action = queues::QueuesAction::parse(cmd)?;
+            let action = queues::QueuesAction::parse(cmd).map_err(output::invalid_input)?;
             queues::queues(&open_admin(url).await?, action, json).await
         }
         Command::Cron(cmd) => queues::cron(&open_admin(url).await?, cmd, json).await,
         Command::Nodes => nodes::nodes(&open_admin(url).await?, json).await,
         Command::Demo(args) => demo::run(open(url).await?, args, json).await,
-        Command::Bench(args) => bench::run(open_patiently(url).await?, args, json).await,
+        Command::Bench(args) => {
+            let backend = open_patiently(url).await?;
+            schema::refuse_newer(&backend).await?;
+            bench::run(backend, args, json).await
+        }
         Command::Serve(args) => serve::run(url, pg.clone(), args).await,
-        Command::Worker(args) => worker::run(open_patiently(url).await?, args).await,
+        Command::Worker(args) => {
+            let backend = open_patiently(url).await?;
+            schema::refuse_newer(&backend).await?;
+            worker::run(backend, args).await
+        }
     }
 }
 

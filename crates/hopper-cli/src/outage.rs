@@ -1,6 +1,7 @@
 //! Riding through database outages: the long-running commands (`bench`, `stats --watch`)
 //! retry what they read themselves while the database restarts or fails over, as the
-//! runtime does for its own work, instead of exiting on the first refused connection; and
+//! runtime does for its own work, instead of exiting on the first refused connection (and
+//! end at once on what waiting will not cure, such as a schema never migrated); and
 //! `hopper serve` / `hopper worker` wait at their start for a database that is starting,
 //! restarting or shutting down, while failing at once on what waiting will not cure (a
 //! schema newer than this build, a port already taken).
@@ -12,17 +13,10 @@ use std::time::Duration;
 /// restart takes seconds, a failover under a minute.
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
-/// Runs `read` until it succeeds, retrying failures with backoff (100 ms doubling to 2 s)
-/// for at most [`PATIENCE`]. The first failure of a streak is reported on stderr, once.
-pub async fn retry<T, F, Fut>(what: &str, read: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<T>>,
-{
-    retry_if(what, |_| true, read).await
-}
-
-/// [`retry`] for the errors `retryable` accepts; any other is returned at once.
+/// Runs `read` until it succeeds, retrying the failures `retryable` accepts (a transient
+/// database error: [`is_transient`]) with backoff (100 ms doubling to 2 s) for at most
+/// [`PATIENCE`]; any other failure is returned at once, since waiting will not cure it.
+/// The first failure of a streak is reported on stderr, once.
 pub async fn retry_if<T, F, Fut>(
     what: &str,
     retryable: impl Fn(&anyhow::Error) -> bool,
@@ -51,11 +45,19 @@ where
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
-            Err(e) if retryable(&e) => {
-                return Err(e.context(format!("{what}: gave up after {PATIENCE:?}")));
-            }
+            Err(e) if retryable(&e) => return Err(gave_up(what, e)),
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// `e`, the last failure of [`retry_if`], saying that it gave up; `what` is said once,
+/// also when the failure already starts with it.
+fn gave_up(what: &str, e: anyhow::Error) -> anyhow::Error {
+    if e.to_string() == what {
+        e.context(format!("gave up after {PATIENCE:?}"))
+    } else {
+        e.context(format!("{what}: gave up after {PATIENCE:?}"))
     }
 }
 
@@ -83,4 +85,28 @@ pub fn is_transient(e: &anyhow::Error) -> bool {
             };
             hopper.is_some_and(hopper::Error::is_transient)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read that gave up names what it did once, whether or not its error already
+    /// starts with it.
+    #[test]
+    fn a_read_that_gave_up_names_what_it_did_once() {
+        let what = "counting unfinished jobs";
+        let said = anyhow::anyhow!("connection refused").context(what);
+        let e = format!("{:#}", gave_up(what, said));
+        assert_eq!(
+            e,
+            "gave up after 120s: counting unfinished jobs: connection refused"
+        );
+        let bare = anyhow::anyhow!("connection refused");
+        let e = format!("{:#}", gave_up(what, bare));
+        assert_eq!(
+            e,
+            "counting unfinished jobs: gave up after 120s: connection refused"
+        );
+    }
 }

@@ -84,10 +84,37 @@ pub fn colour_stderr() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
 }
 
+/// A refusal of what the user gave (a flag's value, an id, a file of arguments), marked so
+/// by the command that parsed it ([`invalid_input`]): `--json` answers it `invalid_input`.
+/// It says what its cause says, and has its cause's causes.
+#[derive(Debug)]
+pub struct InvalidInput(anyhow::Error);
+
+impl std::fmt::Display for InvalidInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for InvalidInput {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// `e`, the refusal of the user's input, marked as such ([`InvalidInput`]).
+pub fn invalid_input(e: anyhow::Error) -> anyhow::Error {
+    anyhow::Error::new(InvalidInput(e))
+}
+
 /// The JSON error object of `--json`: a stable `code` (the HTTP API's codes where one
 /// applies: `invalid_input`, `not_found`, `conflict`, `unavailable`; else `error`) and the
-/// one-line `message`.
+/// one-line `message`. Every refusal of the user's input is `invalid_input`, whether hopper
+/// refused it or the command's own parsing ([`InvalidInput`]).
 pub fn error_json(e: &anyhow::Error, message: &str) -> serde_json::Value {
+    if e.chain().any(|cause| cause.is::<InvalidInput>()) {
+        return serde_json::json!({ "error": { "code": "invalid_input", "message": message } });
+    }
     let code = e
         .chain()
         .find_map(|cause| cause.downcast_ref::<hopper::Error>())

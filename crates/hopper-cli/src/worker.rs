@@ -43,7 +43,8 @@ pub struct WorkerArgs {
 /// Runs the worker until a signal (or, with `--stdin-control`, until stdin closes).
 pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<()> {
     if args.concurrency == 0 {
-        anyhow::bail!("--concurrency must be at least 1");
+        let refusal = anyhow::anyhow!("--concurrency must be at least 1");
+        return Err(crate::output::invalid_input(refusal));
     }
     crate::open_files::raise();
     let mut workers = crate::telemetry::workers();

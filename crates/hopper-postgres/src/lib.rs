@@ -66,7 +66,7 @@ use tokio_postgres::{GenericClient, Transaction};
 pub use connect::MakeRustlsConnect;
 pub use connect::{ConnectError, PgConnectOptions, PgTls, PgTlsStream};
 pub use cursor::{CLAIM_HEAD_SPACING, ClaimCursorConfig, ClaimStartMode};
-pub use error::map_pg;
+pub use error::{map_pg, map_pool};
 pub use liveness::{PING_PERIOD, PING_TIMEOUT};
 use sql::Queries;
 #[cfg(feature = "sqlx")]

@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use hopper::{Client, PgBackend, Pooler};
+use hopper_postgres::{map_pg, map_pool};
 use tokio_postgres::types::Type;
 
 use super::QUEUE;
@@ -34,19 +35,9 @@ pub async fn unfinished(client: &Client) -> anyhow::Result<u64> {
         let n = queue.map_or(0, |s| s.scheduled + s.available + s.running);
         return Ok(u64::try_from(n).unwrap_or(0));
     };
-    let conn = pg.pool().get().await.context("counting unfinished jobs")?;
-    let sql = bind(UNFINISHED_SQL, pg);
-    // Prepared once per connection, or unnamed behind a transaction pooler.
-    let row = match pg.pooler() {
-        Pooler::None => {
-            let statement = conn.prepare_cached(&sql).await;
-            let statement = statement.context("counting unfinished jobs")?;
-            conn.query_one(&statement, &[&QUEUE]).await
-        }
-        Pooler::Transaction => conn.query_typed_one(&sql, &[(&QUEUE, TEXT)]).await,
-    }
-    .context("counting unfinished jobs")?;
-    let n: i64 = row.try_get(0).context("counting unfinished jobs")?;
+    let n: i64 = query_one(pg, UNFINISHED_SQL)
+        .await
+        .context("counting unfinished jobs")?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
@@ -55,22 +46,29 @@ pub async fn any_unfinished(client: &Client) -> anyhow::Result<bool> {
     let Some(pg) = postgres(client) else {
         return Ok(unfinished(client).await? > 0);
     };
-    let conn = pg
-        .pool()
-        .get()
+    query_one(pg, ANY_UNFINISHED_SQL)
         .await
-        .context("looking for unfinished jobs")?;
-    let sql = bind(ANY_UNFINISHED_SQL, pg);
+        .context("looking for unfinished jobs")
+}
+
+/// The one value of `sql` (written against the schema `hopper`) for the bench queue, with
+/// the database's errors as hopper's (transient or not; a missing table says to migrate).
+async fn query_one<T>(pg: &PgBackend, sql: &str) -> hopper::Result<T>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    let conn = pg.pool().get().await.map_err(map_pool)?;
+    let sql = bind(sql, pg);
+    // Prepared once per connection, or unnamed behind a transaction pooler.
     let row = match pg.pooler() {
         Pooler::None => {
-            let statement = conn.prepare_cached(&sql).await;
-            let statement = statement.context("looking for unfinished jobs")?;
+            let statement = conn.prepare_cached(&sql).await.map_err(map_pg)?;
             conn.query_one(&statement, &[&QUEUE]).await
         }
         Pooler::Transaction => conn.query_typed_one(&sql, &[(&QUEUE, TEXT)]).await,
     }
-    .context("looking for unfinished jobs")?;
-    row.try_get(0).context("looking for unfinished jobs")
+    .map_err(map_pg)?;
+    row.try_get(0).map_err(map_pg)
 }
 
 /// `VACUUM ANALYZE` of the jobs table (PostgreSQL only; elsewhere nothing).

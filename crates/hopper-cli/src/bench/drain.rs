@@ -39,7 +39,7 @@ pub fn runtime_config(bench: &Bench) -> RuntimeConfig {
 
 /// Runs W3 and reports the jobs that were unfinished at its start over the time taken.
 pub async fn run(bench: &Bench) -> anyhow::Result<Report> {
-    let jobs = outage::retry("counting unfinished jobs", || db::unfinished(&bench.client)).await?;
+    let jobs = unfinished(bench).await?;
     let bar = progress(jobs, "W3 drain", bench.json);
     let config = runtime_config(bench);
     // The workers of `hopper worker`: with traces exported, each attempt continues the
@@ -74,14 +74,24 @@ pub(super) async fn wait_until_drained(
     let mut counted = Instant::now();
     // The runtime rides through a database restart; so does the poll.
     let any_unfinished = || db::any_unfinished(&bench.client);
-    while outage::retry("looking for unfinished jobs", any_unfinished).await? {
+    let looking = "looking for unfinished jobs";
+    while outage::retry_if(looking, outage::is_transient, any_unfinished).await? {
         if !bar.is_hidden() && counted.elapsed() >= COUNT_EVERY {
-            let left =
-                outage::retry("counting unfinished jobs", || db::unfinished(&bench.client)).await?;
+            let left = unfinished(bench).await?;
             bar.set_position(jobs.saturating_sub(left));
             counted = Instant::now();
         }
         tokio::time::sleep(POLL).await;
     }
     Ok(())
+}
+
+/// The bench jobs unfinished, read through a database restart; an error waiting will not
+/// cure (a schema never migrated) ends the drain at once.
+async fn unfinished(bench: &Bench) -> anyhow::Result<u64> {
+    let counting = "counting unfinished jobs";
+    outage::retry_if(counting, outage::is_transient, || {
+        db::unfinished(&bench.client)
+    })
+    .await
 }

@@ -592,6 +592,86 @@ async fn bad_input_is_refused_and_writes_nothing() {
     assert_eq!(all_jobs(&db).await.len(), 1);
 }
 
+/// `hopper ARGS` on `db`'s schema through `sh`, `shell` run first, killed past 20 s; its
+/// stdin is given to `feed` and stays open until the process has ended.
+fn run_fed_within_20s(
+    db: &TestDatabase,
+    shell: &str,
+    args: &[&str],
+    feed: impl FnOnce(std::process::ChildStdin) + Send + 'static,
+) -> anyhow::Result<Run> {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{shell}\nexec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_hopper"))
+        .args(args)
+        .env("DATABASE_URL", db.url())
+        .env("HOPPER_SCHEMA", db.schema())
+        .env_remove("HOPPER_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+    let (held, hold) = std::sync::mpsc::channel::<()>();
+    // The writer keeps stdin open until the test is done with the process.
+    let writer = std::thread::spawn(move || {
+        feed(stdin);
+        let _ = hold.recv();
+    });
+    let started = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            drop(held);
+            let _ = writer.join();
+            anyhow::bail!("{args:?} did not end within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output()?;
+    drop(held);
+    let _ = writer.join();
+    Ok(Run {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    })
+}
+
+/// `--args @FILE` and `--args -` read only just past the 1 MiB limit of job arguments: an
+/// input with no end (`/dev/zero`, a pipe its writer keeps open) is refused at the limit,
+/// naming it, rather than read until memory runs out. (Under a 1.5 GB address space, so
+/// that a binary reading without bound fails fast instead of eating the machine's memory.)
+#[tokio::test]
+async fn args_from_an_endless_input_are_refused_at_the_limit() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let limit = "ulimit -v 1500000";
+    let args = ["enqueue", "--kind", "k", "--args", "@/dev/zero"];
+    run_fed_within_20s(&db, limit, &args, drop)?
+        .fails_with("--args from /dev/zero is over the limit of 1048576 bytes");
+    let args = ["enqueue", "--kind", "k", "--args", "-"];
+    let two_mib = |mut stdin: std::process::ChildStdin| {
+        let mut chunk = br#"{"blob": ""#.to_vec();
+        chunk.resize(64 * 1024, b'x');
+        for _ in 0..32 {
+            // The binary stops reading at the limit: a broken pipe is the point.
+            if stdin.write_all(&chunk).is_err() {
+                return;
+            }
+            chunk.fill(b'x');
+        }
+    };
+    run_fed_within_20s(&db, limit, &args, two_mib)?
+        .fails_with("--args from stdin is over the limit of 1048576 bytes");
+    assert!(all_jobs(&db).await.is_empty(), "a job was written");
+    Ok(())
+}
+
 #[tokio::test]
 async fn stats_json_has_the_documented_shape() {
     let db = TestDatabase::new().await.expect("test database");
@@ -727,6 +807,70 @@ async fn an_unreachable_database_is_one_clear_line() {
         ],
     )
     .fails_with("unknown priority");
+}
+
+/// `hopper bench --workload drain` on a schema whose job table is missing (or a schema
+/// never migrated) ends at once saying to migrate, as the other commands do: it retried
+/// the missing table for two minutes.
+#[tokio::test]
+async fn bench_without_a_job_table_ends_at_once() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let bench = ["bench", "--workload", "drain"];
+    let pg = db.pg().pool().get().await?;
+    pg.batch_execute(&format!(
+        "ALTER TABLE {}.jobs RENAME TO jobs_away",
+        db.schema()
+    ))
+    .await?;
+    let run = run_within_20s(&db, db.url(), "none", &bench)?;
+    assert!(!run.success, "{run:?}");
+    let last = run.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: counting unfinished jobs: "),
+        "{run:?}"
+    );
+    assert!(last.contains("run `hopper migrate`"), "{last}");
+    assert_eq!(
+        last.matches("counting unfinished jobs").count(),
+        1,
+        "{last}"
+    );
+    assert!(!run.stderr.contains("retrying"), "{run:?}");
+
+    pg.batch_execute(&format!("DROP SCHEMA {} CASCADE", db.schema()))
+        .await?;
+    drop(pg);
+    let run = run_within_20s(&db, db.url(), "none", &bench)?;
+    assert!(!run.success, "{run:?}");
+    let last = run.stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("run `hopper migrate`"), "{run:?}");
+    Ok(())
+}
+
+/// A schema newer than this build ends the commands that run jobs at once, `hopper
+/// worker` and `hopper bench` with the message of `hopper migrate` (the worker ran on);
+/// the admin commands go on.
+#[tokio::test]
+async fn a_newer_schema_ends_the_commands_that_run_jobs() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let pg = db.pg().pool().get().await?;
+    pg.batch_execute(&format!(
+        "INSERT INTO {}.migrations (version, name) VALUES (9999, 'from_the_future')",
+        db.schema()
+    ))
+    .await?;
+    drop(pg);
+    let refusal = format!(
+        "schema {} is at version 9999, but this hopper knows versions up to",
+        db.schema()
+    );
+    hopper(&db, &["migrate"]).fails_with(&refusal);
+    for command in [&["worker"][..], &["bench", "--workload", "drain"]] {
+        let run = run_within_20s(&db, db.url(), "none", command)?;
+        run.fails_with(&refusal);
+    }
+    hopper(&db, &["stats"]).ok();
+    Ok(())
 }
 
 /// With no `DATABASE_URL`, hopper uses an embedded SQLite file in the current directory and

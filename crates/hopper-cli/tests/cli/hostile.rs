@@ -150,12 +150,20 @@ async fn hostile_names_json_and_times_are_refused_and_write_nothing() {
 #[tokio::test]
 async fn absurd_times_and_delays_are_refused() {
     let db = TestDatabase::new().await.expect("test database");
-    for flag in [
-        "--run-at=1969-12-31T23:59:59Z",
-        "--delay=11years",
-        "--delay=100000000years",
-    ] {
-        refused(&run(&db, &["enqueue", "--kind", "k", flag]), "out of range");
+    refused(
+        &run(
+            &db,
+            &["enqueue", "--kind", "k", "--run-at=1969-12-31T23:59:59Z"],
+        ),
+        "out of range",
+    );
+    // A delay is named with its bound, not as the instant it would make.
+    for flag in ["--delay=11years", "--delay=9999999999999h"] {
+        refused(&run(&db, &["enqueue", "--kind", "k", flag]), "--delay of");
+        refused(
+            &run(&db, &["enqueue", "--kind", "k", flag]),
+            "is too long: durations are at most 315360000000 ms (10 years)",
+        );
     }
     assert_eq!(job_count(&db).await, 0);
     // Retentions and pauses as the runtime's pruner takes them (a retention of 300 billion
@@ -227,7 +235,33 @@ async fn errors_under_json_are_json_objects() {
     let id = "0192f5c4-7d2e-7b61-9a4c-3f0e8d2b1a55";
     refused_json(&run(&db, &["--json", "jobs", "show", id]), "not_found");
     refused_json(&run(&db, &["--json", "jobs", "cancel", id]), "not_found");
-    refused_json(&run(&db, &["--json", "jobs", "show", "nope"]), "error");
+    // Every refusal of the user's input, whoever refused it (the command's own parsing or
+    // hopper's validation), is `invalid_input`.
+    let enqueue = |flag: &str, value: &str| {
+        let flag = format!("{flag}={value}");
+        run(&db, &["--json", "enqueue", "--kind", "k", &flag])
+    };
+    for (flag, value) in [
+        ("--args", "nope"),
+        ("--run-at", "infinity"),
+        ("--delay", "1e30s"),
+        ("--delay", "9999999999999h"),
+        ("--meta", "[1]"),
+        ("--traceparent", "bad"),
+    ] {
+        refused_json(&enqueue(flag, value), "invalid_input");
+    }
+    for args in [
+        &["jobs", "show", "nope"][..],
+        &["jobs", "list", "--meta", "nope"],
+        &["queues", "limit", "mail", "--concurrency", "0"],
+        &["--lock-timeout", "soon", "stats"],
+        &["bench", "--concurrency", "0"],
+        &["worker", "--concurrency", "0"],
+    ] {
+        let exit = run(&db, &[&["--json"][..], args].concat());
+        refused_json(&exit, "invalid_input");
+    }
     refused_json(
         &run(&db, &["--json", "enqueue", "--kind", "a b"]),
         "invalid_input",
@@ -235,6 +269,14 @@ async fn errors_under_json_are_json_objects() {
     refused_json(
         &run(&db, &["--json", "jobs", "list", "--limit", "0"]),
         "usage",
+    );
+    // clap's whole message, on one line without its usage footer: what is missing.
+    let missing = refused_json(&run(&db, &["--json", "enqueue"]), "usage");
+    let message = missing["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not provided: --kind <KIND>"), "{message}");
+    assert!(
+        !message.contains("Usage") && !message.contains('\n'),
+        "{message}"
     );
     refused_json(
         &run(&db, &["--json", "queues", "pause", "nosuch"]),
