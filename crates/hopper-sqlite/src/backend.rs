@@ -14,6 +14,7 @@ use hopper_core::backend::{
     JobRetryManyParams, JobRetryParams, JobSearchParams, MaintenanceStore, NodeDeregisterParams,
     NodeInfo, QueueStats, SchedulingStore, StatsStore, Wakeup, WakeupStream,
 };
+use hopper_core::log_limit::{LogThrottle, capped};
 use hopper_core::policy::{self, JobAction};
 use hopper_core::{
     CronEntry, Error, InsertOutcome, JobId, JobRecord, JobState, Lease, NewJob, QueueSettings,
@@ -27,6 +28,10 @@ use crate::poison::{self, Decoded, Poisoned};
 use crate::query::{claimed_job, get, get_decoded, records};
 use crate::rows::{self, col, delay_us, micros, rfc3339};
 use crate::{SqliteBackend, migrate, scheduling, wake};
+
+/// Rows that stay unreadable once failed (an id that is no UUID) are left out of every
+/// read; said at most once a minute, not at each read.
+static UNREADABLE_LOGS: LogThrottle = LogThrottle::new(std::time::Duration::from_secs(60));
 
 impl SqliteBackend {
     /// Inserts jobs in one transaction honouring their group and unique keys (the body of
@@ -129,7 +134,9 @@ impl SqliteBackend {
                 Err(p) => match again.next().flatten() {
                     Some(Ok(job)) => jobs.push(job),
                     Some(Err(_)) | None => {
-                        tracing::error!(job = %p.id, "a failed job's row still cannot be read; left out");
+                        if let Some(held_back) = UNREADABLE_LOGS.check() {
+                            tracing::error!(job = %capped(&p.id), held_back, "a failed job's row still cannot be read; left out");
+                        }
                     }
                 },
             }

@@ -87,7 +87,7 @@ pub fn quarantine(
         };
         let args_ok = serde_json::from_str::<serde_json::Value>(&args).is_ok();
         let errors_ok = serde_json::from_str::<Vec<AttemptError>>(&errors).is_ok();
-        moved += conn
+        let changed = conn
             .prepare_cached(&q.job_quarantine[1])
             .and_then(|mut s| {
                 s.execute(named_params! {
@@ -102,7 +102,10 @@ pub fn quarantine(
                 })
             })
             .map_err(map_sqlite)? as u64;
-        tracing::error!(job = %job.id, reason = %job.reason, "moved an unreadable job to failed");
+        if changed > 0 {
+            tracing::error!(job = %job.id, reason = %job.reason, "moved an unreadable job to failed");
+        }
+        moved += changed;
     }
     Ok(moved)
 }

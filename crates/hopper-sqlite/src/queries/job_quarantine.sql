@@ -13,7 +13,10 @@ WHERE id = :id;
 -- column may be NULL), counts are clamped to 32 bits, arguments that do not decode
 -- (:args_ok = 0) become an object holding their text, an error history that does not
 -- decode (:errors_ok = 0) is replaced by one holding its text. The SET expressions read
--- the row as it was. Index: the primary key. Rare: only rows that failed to decode.
+-- the row as it was. A row this cannot make readable (an id that is no UUID) is moved
+-- once: when it is already failed for :reason, nothing is written, so reading it again
+-- does not grow its history. Index: the primary key. Rare: only rows that failed to
+-- decode.
 UPDATE hopper_jobs
 SET state = 'failed',
     run_at = CASE WHEN run_at BETWEEN :min_us AND :max_us THEN run_at ELSE :now END,
@@ -40,4 +43,7 @@ SET state = 'failed',
             'error', :reason,
             'node', NULL,
             'duration_ms', NULL))
-WHERE id = :id;
+WHERE id = :id
+  AND NOT (state = 'failed'
+           AND json_valid(errors)
+           AND json_extract(errors, '$[#-1].error') IS :reason);

@@ -199,3 +199,36 @@ async fn a_running_row_without_a_lease_is_taken_back() -> anyhow::Result<()> {
     assert_eq!(store.maintenance().job_rescue_expired().await?, 0);
     Ok(())
 }
+
+/// A row no quarantine can make readable (an id that is no UUID) is moved once: reading it
+/// again writes nothing, so its history does not grow with every read.
+#[tokio::test]
+async fn an_unfixable_row_is_moved_once_not_at_every_read() -> anyhow::Result<()> {
+    let store = harness().await?;
+    let conn = rusqlite::Connection::open(crate::common::db(&store))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let t0 = t0().timestamp_micros();
+    conn.execute_batch(&format!(
+        "INSERT INTO hopper_jobs (id, queue, kind, state, run_at, created_at)
+         VALUES ('not-a-uuid', 'sq', 'k', 'available', {t0}, {t0});"
+    ))?;
+    let history = || -> anyhow::Result<(String, String)> {
+        Ok(conn.query_row(
+            "SELECT state, errors FROM hopper_jobs WHERE id = 'not-a-uuid'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?)
+    };
+    let list = JobListParams {
+        limit: 100,
+        ..JobListParams::default()
+    };
+    assert!(store.backend.job_list(&list).await?.is_empty());
+    let first = history()?;
+    assert_eq!(first.0, "failed");
+    for _ in 0..3 {
+        assert!(store.backend.job_list(&list).await?.is_empty());
+        assert_eq!(history()?, first, "a read wrote to the row");
+    }
+    Ok(())
+}
