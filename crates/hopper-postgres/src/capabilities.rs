@@ -138,19 +138,23 @@ impl StatsStore for PgBackend {
             .query(&**client, &[])
             .await
             .map_err(map_pg)?;
-        rows.iter()
-            .map(|r| {
-                Ok(NodeRecord {
-                    info: NodeInfo {
-                        id: r.try_get(0).map_err(Error::database)?,
-                        name: r.try_get(1).map_err(Error::database)?,
-                        queues: r.try_get(2).map_err(Error::database)?,
-                        concurrency: r.try_get(3).map_err(Error::database)?,
-                    },
-                    started_at: r.try_get(4).map_err(Error::database)?,
-                    heartbeat_at: r.try_get(5).map_err(Error::database)?,
-                })
-            })
-            .collect()
+        Ok(rows
+            .iter()
+            .filter_map(|r| crate::rows::listed("node", node_record(r)))
+            .collect())
     }
+}
+
+/// A row of `node_list.sql`.
+fn node_record(r: &tokio_postgres::Row) -> Result<NodeRecord> {
+    Ok(NodeRecord {
+        info: NodeInfo {
+            id: r.try_get(0).map_err(Error::database)?,
+            name: r.try_get(1).map_err(Error::database)?,
+            queues: r.try_get(2).map_err(Error::database)?,
+            concurrency: r.try_get(3).map_err(Error::database)?,
+        },
+        started_at: r.try_get(4).map_err(Error::database)?,
+        heartbeat_at: r.try_get(5).map_err(Error::database)?,
+    })
 }

@@ -52,25 +52,10 @@ impl PgBackend {
             .query(&**client, &[])
             .await
             .map_err(map_pg)?;
-        rows.iter()
-            .map(|r| {
-                Ok(CronEntry {
-                    name: r.try_get(0).map_err(Error::database)?,
-                    schedule: r.try_get(1).map_err(Error::database)?,
-                    timezone: r.try_get(2).map_err(Error::database)?,
-                    queue: r.try_get(3).map_err(Error::database)?,
-                    kind: r.try_get(4).map_err(Error::database)?,
-                    args: r.try_get(5).map_err(Error::database)?,
-                    priority: Priority(r.try_get(6).map_err(Error::database)?),
-                    max_attempts: r.try_get(7).map_err(Error::database)?,
-                    timeout_ms: r.try_get(8).map_err(Error::database)?,
-                    catch_up: r.try_get(9).map_err(Error::database)?,
-                    next_run_at: r.try_get(10).map_err(Error::database)?,
-                    last_run_at: r.try_get(11).map_err(Error::database)?,
-                    last_job_id: r.try_get(12).map_err(Error::database)?,
-                })
-            })
-            .collect()
+        Ok(rows
+            .iter()
+            .filter_map(|r| crate::rows::listed("periodic job", cron_entry(r)))
+            .collect())
     }
 
     pub(crate) async fn cron_entry_advance(&self, advance: &CronAdvance) -> Result<bool> {
@@ -105,4 +90,23 @@ impl PgBackend {
         tx.commit().await.map_err(map_pg)?;
         Ok(true)
     }
+}
+
+/// A row of `cron_list.sql`.
+fn cron_entry(r: &tokio_postgres::Row) -> Result<CronEntry> {
+    Ok(CronEntry {
+        name: r.try_get(0).map_err(Error::database)?,
+        schedule: r.try_get(1).map_err(Error::database)?,
+        timezone: r.try_get(2).map_err(Error::database)?,
+        queue: r.try_get(3).map_err(Error::database)?,
+        kind: r.try_get(4).map_err(Error::database)?,
+        args: r.try_get(5).map_err(Error::database)?,
+        priority: Priority(r.try_get(6).map_err(Error::database)?),
+        max_attempts: r.try_get(7).map_err(Error::database)?,
+        timeout_ms: r.try_get(8).map_err(Error::database)?,
+        catch_up: r.try_get(9).map_err(Error::database)?,
+        next_run_at: r.try_get(10).map_err(Error::database)?,
+        last_run_at: r.try_get(11).map_err(Error::database)?,
+        last_job_id: r.try_get(12).map_err(Error::database)?,
+    })
 }

@@ -1,5 +1,6 @@
 //! Reading rows into hopper's types.
 
+use hopper_core::log_limit::LogThrottle;
 use hopper_core::{AttemptError, Error, JobRecord, Priority, Result};
 use tokio_postgres::Row;
 
@@ -10,7 +11,8 @@ pub const ERRORS_COLUMN: usize = 17;
 pub fn job_record(row: &Row) -> Result<JobRecord> {
     let state: String = row.try_get(4).map_err(Error::database)?;
     let errors: serde_json::Value = row.try_get(ERRORS_COLUMN).map_err(Error::database)?;
-    let errors: Vec<AttemptError> = serde_json::from_value(errors)?;
+    let errors: Vec<AttemptError> = serde_json::from_value(errors)
+        .map_err(|e| Error::Schema(format!("stored error history: {e}")))?;
     Ok(JobRecord {
         id: row.try_get(0).map_err(Error::database)?,
         queue: row.try_get(1).map_err(Error::database)?,
@@ -34,4 +36,20 @@ pub fn job_record(row: &Row) -> Result<JobRecord> {
         unique_key: row.try_get(19).map_err(Error::database)?,
         meta: row.try_get(20).map_err(Error::database)?,
     })
+}
+
+/// One row of an operator's listing (nodes, periodic jobs), or `None` when it cannot be
+/// read (written by hand, an instant beyond what hopper reads): that row is left out and
+/// said at most once a minute, so that one row never hides the others.
+pub fn listed<T>(what: &str, row: Result<T>) -> Option<T> {
+    static UNREADABLE: LogThrottle = LogThrottle::new(std::time::Duration::from_secs(60));
+    match row {
+        Ok(value) => Some(value),
+        Err(e) => {
+            if let Some(held_back) = UNREADABLE.check() {
+                tracing::error!(error = %e, held_back, "a {what} row cannot be read; left out of the list");
+            }
+            None
+        }
+    }
 }

@@ -260,16 +260,7 @@ impl StatsStore for SqliteBackend {
                 let mut found = statement.query([]).map_err(map_sqlite)?;
                 let mut nodes = Vec::new();
                 while let Some(row) = found.next().map_err(map_sqlite)? {
-                    nodes.push(NodeRecord {
-                        info: NodeInfo {
-                            id: rows::uuid(&col::<String>(row, 0)?)?,
-                            name: col(row, 1)?,
-                            queues: serde_json::from_str(&col::<String>(row, 2)?)?,
-                            concurrency: rows::int(col(row, 3)?, "concurrency")?,
-                        },
-                        started_at: rows::time(col(row, 4)?)?,
-                        heartbeat_at: rows::time(col(row, 5)?)?,
-                    });
+                    nodes.extend(rows::listed("node", node_record(row)));
                 }
                 Ok(nodes)
             })
@@ -336,4 +327,18 @@ impl LogStore for SqliteBackend {
             })
             .await
     }
+}
+
+/// A row of `node_list.sql`.
+fn node_record(row: &rusqlite::Row<'_>) -> Result<NodeRecord> {
+    Ok(NodeRecord {
+        info: NodeInfo {
+            id: rows::uuid(&col::<String>(row, 0)?)?,
+            name: col(row, 1)?,
+            queues: serde_json::from_str(&col::<String>(row, 2)?)?,
+            concurrency: rows::int(col(row, 3)?, "concurrency")?,
+        },
+        started_at: rows::time(col(row, 4)?)?,
+        heartbeat_at: rows::time(col(row, 5)?)?,
+    })
 }

@@ -1,6 +1,7 @@
 //! Conversions between hopper's types and what the SQLite schema stores: times as integer
 //! microseconds since the Unix epoch, ids as hyphenated text, JSON as text.
 
+use hopper_core::log_limit::LogThrottle;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -81,7 +82,8 @@ pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
     let state: String = col(row, 4)?;
     let args: String = col(row, 3)?;
     let errors: String = col(row, 17)?;
-    let errors: Vec<AttemptError> = serde_json::from_str(&errors)?;
+    let errors: Vec<AttemptError> = serde_json::from_str(&errors)
+        .map_err(|e| Error::Schema(format!("stored error history: {e}")))?;
     let node: Option<String> = col(row, 11)?;
     Ok(JobRecord {
         id: uuid(&col::<String>(row, 0)?)?,
@@ -106,6 +108,22 @@ pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
         unique_key: col(row, 19)?,
         meta: serde_json::from_str(&col::<String>(row, 20)?)?,
     })
+}
+
+/// One row of an operator's listing (nodes, periodic jobs), or `None` when it cannot be
+/// read (written by hand, an instant beyond what hopper reads): that row is left out and
+/// said at most once a minute, so that one row never hides the others.
+pub fn listed<T>(what: &str, row: Result<T>) -> Option<T> {
+    static UNREADABLE: LogThrottle = LogThrottle::new(std::time::Duration::from_secs(60));
+    match row {
+        Ok(value) => Some(value),
+        Err(e) => {
+            if let Some(held_back) = UNREADABLE.check() {
+                tracing::error!(error = %e, held_back, "a {what} row cannot be read; left out of the list");
+            }
+            None
+        }
+    }
 }
 
 #[cfg(test)]

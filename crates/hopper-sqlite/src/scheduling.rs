@@ -477,24 +477,29 @@ pub fn cron_list(conn: &Connection, q: &Queries) -> Result<Vec<CronEntry>> {
     let mut found = statement.query([]).map_err(map_sqlite)?;
     let mut out = Vec::new();
     while let Some(r) = found.next().map_err(map_sqlite)? {
-        let last_job: Option<String> = col(r, 12)?;
-        out.push(CronEntry {
-            name: col(r, 0)?,
-            schedule: col(r, 1)?,
-            timezone: col(r, 2)?,
-            queue: col(r, 3)?,
-            kind: col(r, 4)?,
-            args: serde_json::from_str(&col::<String>(r, 5)?)?,
-            priority: Priority(i16::try_from(col::<i64>(r, 6)?).unwrap_or(Priority::NORMAL.0)),
-            max_attempts: rows::int(col(r, 7)?, "max_attempts")?,
-            timeout_ms: rows::int(col(r, 8)?, "timeout_ms")?,
-            catch_up: col(r, 9)?,
-            next_run_at: rows::time(col(r, 10)?)?,
-            last_run_at: rows::opt_time(col(r, 11)?)?,
-            last_job_id: last_job.as_deref().map(rows::uuid).transpose()?,
-        });
+        out.extend(rows::listed("periodic job", cron_entry(r)));
     }
     Ok(out)
+}
+
+/// A row of `cron_list.sql`.
+fn cron_entry(r: &rusqlite::Row<'_>) -> Result<CronEntry> {
+    let last_job: Option<String> = col(r, 12)?;
+    Ok(CronEntry {
+        name: col(r, 0)?,
+        schedule: col(r, 1)?,
+        timezone: col(r, 2)?,
+        queue: col(r, 3)?,
+        kind: col(r, 4)?,
+        args: serde_json::from_str(&col::<String>(r, 5)?)?,
+        priority: Priority(i16::try_from(col::<i64>(r, 6)?).unwrap_or(Priority::NORMAL.0)),
+        max_attempts: rows::int(col(r, 7)?, "max_attempts")?,
+        timeout_ms: rows::int(col(r, 8)?, "timeout_ms")?,
+        catch_up: col(r, 9)?,
+        next_run_at: rows::time(col(r, 10)?)?,
+        last_run_at: rows::opt_time(col(r, 11)?)?,
+        last_job_id: last_job.as_deref().map(rows::uuid).transpose()?,
+    })
 }
 
 /// Enqueues a periodic entry's due ticks if its `next_run_at` is still the expected one

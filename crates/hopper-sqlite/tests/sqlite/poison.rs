@@ -232,3 +232,38 @@ async fn an_unfixable_row_is_moved_once_not_at_every_read() -> anyhow::Result<()
     }
     Ok(())
 }
+
+/// A periodic job or a node row that cannot be read is left out of its listing: the
+/// others are listed, not an error for the whole list.
+#[tokio::test]
+async fn one_unreadable_cron_or_node_row_hides_no_other() -> anyhow::Result<()> {
+    let store = harness().await?;
+    let conn = rusqlite::Connection::open(crate::common::db(&store))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let t0 = t0().timestamp_micros();
+    let beyond = i64::MAX;
+    conn.execute_batch(&format!(
+        "PRAGMA ignore_check_constraints = ON;
+         INSERT INTO hopper_cron_jobs (name, schedule, timezone, queue, kind, args, priority,
+                                       max_attempts, timeout_ms, catch_up, next_run_at,
+                                       registered_at, seen_at)
+         VALUES ('good', '* * * * *', 'UTC', 'q', 'k', '{{}}', 2, 25, 1000, 0, {t0}, {t0}, {t0}),
+                ('endless', '* * * * *', 'UTC', 'q', 'k', '{{}}', 2, 25, 1000, 0, {beyond}, {t0}, {t0});
+         INSERT INTO hopper_nodes (id, name, queues, concurrency, started_at, heartbeat_at)
+         VALUES ('{}', 'good', '[]', 1, {t0}, {t0}),
+                ('{}', 'endless', '[]', 1, {beyond}, {t0});",
+        Uuid::now_v7(),
+        Uuid::now_v7(),
+    ))?;
+    let cron = store.backend.cron_list().await?;
+    let names: Vec<&str> = cron.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["good"]);
+    let stats = store.stats().ok_or_else(|| anyhow::anyhow!("stats"))?;
+    let nodes = stats.node_list().await?;
+    let names: Vec<&str> = nodes.iter().map(|n| n.info.name.as_str()).collect();
+    assert!(
+        names.contains(&"good") && !names.contains(&"endless"),
+        "{names:?}"
+    );
+    Ok(())
+}

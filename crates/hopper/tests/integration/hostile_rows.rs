@@ -190,6 +190,8 @@ async fn an_unreadable_error_entry_is_replaced_once_not_at_every_read() -> anyho
             "{:?}",
             first.errors
         );
+        let reason = first.errors.last().map(|e| e.error.as_str()).unwrap_or("");
+        assert!(reason.contains("stored error history"), "{reason}");
         for _ in 0..3 {
             let again = job(&db, id).await?;
             assert_eq!(again.errors, first.errors, "a read wrote to the job");
@@ -222,6 +224,33 @@ async fn a_running_row_without_a_lease_is_taken_back() -> anyhow::Result<()> {
     let last = job.errors.last().map(|e| e.error.as_str()).unwrap_or("");
     assert!(last.contains("running without a lease"), "{last}");
     assert_eq!(maintenance.job_rescue_expired().await?, 0);
+    Ok(())
+}
+
+/// A periodic job or a node row that cannot be read is left out of its listing: the
+/// others are listed, not an error for the whole list.
+#[tokio::test]
+async fn one_unreadable_cron_or_node_row_hides_no_other() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = connect(db.url()).await?;
+    let schema = db.schema();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {schema}.cron_jobs (name, schedule, queue, kind, next_run_at)
+             VALUES ('good', '* * * * *', 'q', 'k', now()),
+                    ('endless', '* * * * *', 'q', 'k', 'infinity');
+             INSERT INTO {schema}.nodes (id, name, started_at)
+             VALUES (gen_random_uuid(), 'good', now()),
+                    (gen_random_uuid(), 'endless', 'infinity');"
+        ))
+        .await?;
+    let backend = db.backend();
+    let cron = backend.cron_list().await?;
+    let names: Vec<&str> = cron.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["good"]);
+    let nodes = backend.stats().context("stats")?.node_list().await?;
+    let names: Vec<&str> = nodes.iter().map(|n| n.info.name.as_str()).collect();
+    assert_eq!(names, ["good"]);
     Ok(())
 }
 
