@@ -84,27 +84,19 @@ fn decode<T: DeserializeOwned>(
             ),
         ));
     }
-    let mut reader = std::io::Cursor::new(frame);
-    let value: Value = ciborium::de::from_reader_with_recursion_limit(&mut reader, MAX_DEPTH)
-        .map_err(|e| {
-            let why = match e {
-                ciborium::de::Error::RecursionLimitExceeded => {
-                    format!("values nested deeper than {MAX_DEPTH} levels")
-                }
-                e => format!("not CBOR: {e}"),
-            };
-            DecodeError::new(ErrorCode::BadFrame, None, why)
-        })?;
-    if reader.position() != frame.len() as u64 {
+    let read =
+        crate::read::read(frame).map_err(|why| DecodeError::new(ErrorCode::BadFrame, None, why))?;
+    if read.len != frame.len() {
         return Err(DecodeError::new(
             ErrorCode::BadFrame,
             None,
             format!(
                 "{} bytes after the message: a frame holds exactly one CBOR map",
-                frame.len() as u64 - reader.position()
+                frame.len() - read.len
             ),
         ));
     }
+    let value = read.value;
     let Value::Map(entries) = &value else {
         return Err(DecodeError::new(
             ErrorCode::BadFrame,
@@ -143,6 +135,13 @@ fn decode<T: DeserializeOwned>(
             ErrorCode::UnknownType,
             req,
             format!("unknown message type {ty:?}; expected one of {types:?}"),
+        ));
+    }
+    if let Some(why) = read.refused {
+        return Err(DecodeError::new(
+            ErrorCode::Invalid,
+            req,
+            format!("{ty}: {why}"),
         ));
     }
     let ty = ty.to_owned();
@@ -561,6 +560,76 @@ mod tests {
         ]));
         let err = decode_request(&tagged, MAX_FRAME).expect_err("refused");
         assert_eq!(err.code, ErrorCode::Invalid);
+    }
+
+    #[test]
+    fn values_json_cannot_hold_are_refused_naming_the_field() {
+        let submit = |args: Value, meta: Value| {
+            cbor(&map(vec![
+                ("type", Value::Text("submit".into())),
+                ("req", Value::Integer(3.into())),
+                (
+                    "job",
+                    map(vec![
+                        ("kind", Value::Text("k".into())),
+                        ("args", args),
+                        ("meta", meta),
+                    ]),
+                ),
+            ]))
+        };
+        let ok = map(vec![]);
+        for (frame, field, why) in [
+            (
+                submit(map(vec![("x", Value::Float(f64::NAN))]), ok.clone()),
+                "job.args.x",
+                "NaN",
+            ),
+            (
+                submit(
+                    Value::Array(vec![Value::Float(f64::NEG_INFINITY)]),
+                    ok.clone(),
+                ),
+                "job.args[0]",
+                "Infinity",
+            ),
+            (
+                submit(ok.clone(), map(vec![("t", Value::Float(f64::INFINITY))])),
+                "job.meta.t",
+                "Infinity",
+            ),
+        ] {
+            let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+            assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(3)), "{err}");
+            assert!(
+                err.message.starts_with(&format!("submit: {field}: {why}")),
+                "{err}"
+            );
+        }
+        // `undefined` (0xf7) where ciborium would read null: in a log line's fields.
+        let mut frame = cbor(&map(vec![
+            ("type", Value::Text("log".into())),
+            ("req", Value::Integer(4.into())),
+            ("id", Value::Text(Uuid::nil().to_string())),
+            ("attempt", Value::Integer(1.into())),
+            (
+                "lines",
+                Value::Array(vec![map(vec![
+                    ("level", Value::Text("info".into())),
+                    ("message", Value::Text("m".into())),
+                    ("fields", map(vec![("u", Value::Null)])),
+                ])]),
+            ),
+        ]));
+        let null = frame.iter().rposition(|&b| b == 0xf6).expect("the null");
+        frame[null] = 0xf7;
+        let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+        assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(4)), "{err}");
+        assert!(
+            err.message
+                .starts_with("log: lines[0].fields.u: undefined is not a JSON value"),
+            "{err}"
+        );
     }
 
     #[test]

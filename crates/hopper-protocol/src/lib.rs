@@ -29,6 +29,7 @@ mod codec;
 pub mod convert;
 mod jobs;
 mod messages;
+mod read;
 pub mod uuid_str;
 
 pub use admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};

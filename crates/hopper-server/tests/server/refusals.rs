@@ -1,0 +1,103 @@
+//! Values the protocol refuses reach no table: each is answered `invalid` (or
+//! `unauthorized`) with a message naming the field, in plain words, and the peer's session
+//! goes on.
+
+use std::time::Duration;
+
+use crate::common::*;
+use ciborium::Value;
+use hopper::testing::TestDatabase;
+
+/// A server on `db` and a peer that said hello with the admin token.
+async fn admin_peer(db: &TestDatabase) -> anyhow::Result<(hopper_server::ServerHandle, RawPeer)> {
+    let server = start(config(db, Duration::from_secs(5)).await).await;
+    let mut peer = RawPeer::connect(server.endpoint()).await;
+    let r = peer.hello("client", TOKEN, vec![]).await;
+    assert_eq!(text_of(&r, "type"), "welcome", "{r:?}");
+    Ok((server, peer))
+}
+
+/// Sends `request` and returns the error reply's code and message.
+async fn refusal(peer: &mut RawPeer, request: Value) -> (String, String) {
+    peer.send(&request).await;
+    let r = peer.recv().await;
+    assert_eq!(text_of(&r, "type"), "error", "{r:?}");
+    (
+        text_of(&r, "code").to_owned(),
+        text_of(&r, "message").to_owned(),
+    )
+}
+
+/// How many jobs the test's schema holds.
+async fn job_count(db: &TestDatabase) -> anyhow::Result<i64> {
+    let sql = sql(db).await?;
+    let row = sql
+        .query_one(&format!("SELECT count(*) FROM {}.jobs", db.schema()), &[])
+        .await?;
+    Ok(row.get(0))
+}
+
+#[tokio::test]
+async fn nan_infinity_and_undefined_in_args_and_meta_are_refused() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    let submit = |args: Value, meta: Value| {
+        map(vec![
+            ("type", text("submit")),
+            ("req", int(2)),
+            (
+                "job",
+                map(vec![("kind", text("k")), ("args", args), ("meta", meta)]),
+            ),
+        ])
+    };
+    let empty = map(vec![]);
+    for (request, field) in [
+        (
+            submit(map(vec![("ratio", Value::Float(f64::NAN))]), empty.clone()),
+            "job.args.ratio",
+        ),
+        (
+            submit(
+                Value::Array(vec![Value::Float(f64::INFINITY)]),
+                empty.clone(),
+            ),
+            "job.args[0]",
+        ),
+        (
+            submit(
+                empty.clone(),
+                map(vec![("t", Value::Float(f64::NEG_INFINITY))]),
+            ),
+            "job.meta.t",
+        ),
+    ] {
+        let (code, message) = refusal(&mut peer, request).await;
+        assert_eq!(code, "invalid", "{message}");
+        assert!(message.contains(field), "{message}");
+    }
+    // `undefined` (0xf7), which ciborium reads as null.
+    let mut frame = Vec::new();
+    ciborium::into_writer(
+        &submit(map(vec![("gone", Value::Null)]), empty.clone()),
+        &mut frame,
+    )?;
+    let null = frame.iter().rposition(|&b| b == 0xf6).expect("the null");
+    frame[null] = 0xf7;
+    peer.send_bytes(frame).await;
+    let r = peer.recv().await;
+    assert_eq!(text_of(&r, "code"), "invalid", "{r:?}");
+    assert!(
+        text_of(&r, "message").contains("job.args.gone: undefined"),
+        "{r:?}"
+    );
+    assert_eq!(job_count(&db).await?, 0);
+
+    // The same job with finite numbers goes in.
+    peer.send(&submit(map(vec![("ratio", Value::Float(0.5))]), empty))
+        .await;
+    assert_eq!(text_of(&peer.recv().await, "type"), "submitted");
+    assert_eq!(job_count(&db).await?, 1);
+    server.shutdown().await;
+    Ok(())
+}
