@@ -101,3 +101,67 @@ async fn nan_infinity_and_undefined_in_args_and_meta_are_refused() -> anyhow::Re
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_negative_run_time_is_refused_and_nothing_is_written() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let mut worker = RawPeer::connect(server.endpoint()).await;
+    let r = worker
+        .hello("worker", TOKEN, vec![("concurrency", int(2))])
+        .await;
+    assert_eq!(text_of(&r, "type"), "welcome", "{r:?}");
+    let client = hopper::Client::new(db.backend());
+    client
+        .insert(hopper::NewJob::new("k", serde_json::json!({})))
+        .await?;
+    let (id, attempt) = order(&mut worker).await;
+    worker.set_timeout(Duration::from_secs(10));
+    let lease = |outcome: &str, duration: i64| {
+        vec![
+            ("id", text(&id)),
+            ("attempt", int(attempt)),
+            ("duration_ms", int(duration)),
+            (
+                if outcome == "failed" { "error" } else { "note" },
+                text("e"),
+            ),
+        ]
+    };
+    for outcome in ["completed", "failed"] {
+        let mut entries = vec![("type", text(outcome)), ("req", int(3))];
+        entries.extend(lease(outcome, -5));
+        let (code, message) = refusal(&mut worker, map(entries)).await;
+        assert_eq!(code, "invalid", "{message}");
+        assert!(
+            message.contains("duration_ms must be 0 or more"),
+            "{message}"
+        );
+    }
+    let mut item = vec![("outcome", text("completed"))];
+    item.extend(lease("completed", -5));
+    let request = map(vec![
+        ("type", text("outcomes")),
+        ("req", int(4)),
+        ("outcomes", Value::Array(vec![map(item)])),
+    ]);
+    let (code, message) = refusal(&mut worker, request).await;
+    assert_eq!(code, "invalid", "{message}");
+    assert!(
+        message.starts_with("outcome 0:") && message.contains("duration_ms must be 0 or more"),
+        "{message}"
+    );
+
+    // Still running, then recorded with a real run time.
+    let job = client.job(id.parse()?).await?.expect("the job");
+    assert_eq!(job.state, hopper::JobState::Running);
+    let mut entries = vec![("type", text("completed")), ("req", int(5))];
+    entries.extend(lease("completed", 7));
+    worker.send(&map(entries)).await;
+    let r = worker.recv_type("ack").await;
+    assert_eq!(text_of(&r, "result"), "recorded", "{r:?}");
+    let job = client.job(id.parse()?).await?.expect("the job");
+    assert_eq!(job.duration_ms, Some(7));
+    server.shutdown().await;
+    Ok(())
+}
