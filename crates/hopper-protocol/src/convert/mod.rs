@@ -18,7 +18,7 @@
 
 mod admin;
 
-pub use admin::MAX_LIST_JOBS;
+pub use admin::{MAX_LIST_JOBS, clear_params, retry_failed_params};
 
 use std::time::Duration;
 

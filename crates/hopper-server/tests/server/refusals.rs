@@ -165,3 +165,49 @@ async fn a_negative_run_time_is_refused_and_nothing_is_written() -> anyhow::Resu
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn admin_requests_check_queue_and_kind_names_before_any_query() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    let client = hopper::Client::new(db.backend());
+    client
+        .insert(hopper::NewJob::new("k", serde_json::json!({})))
+        .await?;
+    let long = "q".repeat(100_000);
+    let mut req = 10;
+    for bad in ["", "a b", "\u{0}", long.as_str()] {
+        let requests = [
+            vec![("type", text("clear")), ("queue", text(bad))],
+            vec![("type", text("retry_failed")), ("queue", text(bad))],
+            vec![("type", text("retry_failed")), ("kind", text(bad))],
+            vec![
+                ("type", text("list_jobs")),
+                ("filter", map(vec![("queue", text(bad))])),
+            ],
+            vec![
+                ("type", text("list_jobs")),
+                ("filter", map(vec![("kind", text(bad))])),
+            ],
+            vec![
+                ("type", text("update_queue")),
+                (
+                    "update",
+                    map(vec![("queue", text(bad)), ("paused", Value::Bool(true))]),
+                ),
+            ],
+        ];
+        for mut request in requests {
+            req += 1;
+            request.push(("req", int(req)));
+            let (code, message) = refusal(&mut peer, map(request)).await;
+            assert_eq!(code, "invalid", "{bad:.20?}: {message}");
+            assert!(message.contains(" name "), "{message:.300}");
+            assert!(message.len() < 300, "{message:.300}");
+        }
+    }
+    // Nothing was cleared.
+    assert_eq!(job_count(&db).await?, 1);
+    server.shutdown().await;
+    Ok(())
+}
