@@ -7,6 +7,7 @@
 //! gets an error reply that its sender can match.
 
 use ciborium::Value;
+use hopper_core::log_limit::{LOG_TEXT_CHARS, capped};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -134,7 +135,10 @@ fn decode<T: DeserializeOwned>(
         return Err(DecodeError::new(
             ErrorCode::UnknownType,
             req,
-            format!("unknown message type {ty:?}; expected one of {types:?}"),
+            format!(
+                "unknown message type {:?}; expected one of {types:?}",
+                capped(ty).to_string()
+            ),
         ));
     }
     if let Some(why) = read.refused {
@@ -145,9 +149,60 @@ fn decode<T: DeserializeOwned>(
         ));
     }
     let ty = ty.to_owned();
-    value
-        .deserialized::<T>()
-        .map_err(|e| DecodeError::new(ErrorCode::Invalid, req, format!("{ty}: {e}")))
+    value.deserialized::<T>().map_err(|e| {
+        let ciborium::value::Error::Custom(why) = e;
+        DecodeError::new(
+            ErrorCode::Invalid,
+            req,
+            format!("{ty}: {}", echoes_cut(&why)),
+        )
+    })
+}
+
+/// The longest message a decoding error is given, whatever a peer sent.
+const MAX_MESSAGE_CHARS: usize = 512;
+
+/// A serde message with what it quotes of the peer's values cut, as logs show them
+/// ([`capped`]: 64 characters, then the length of the whole): serde quotes a value it
+/// does not take whole (`invalid type: string "…"`, ``unknown variant `…` ``), and a
+/// peer's value may be megabytes long. The message as a whole is bounded too.
+fn echoes_cut(message: &str) -> String {
+    fn cut(out: &mut String, quoted: &str) {
+        if quoted.chars().count() > LOG_TEXT_CHARS {
+            out.push_str(&capped(quoted).to_string());
+        } else {
+            out.push_str(quoted);
+        }
+    }
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    let mut quoted = String::new();
+    let mut escaped = false;
+    for c in message.chars() {
+        match quote {
+            None => {
+                out.push(c);
+                if matches!(c, '"' | '`') {
+                    quote = Some(c);
+                    quoted.clear();
+                }
+            }
+            // A debug-quoted string escapes its quotes; backticks quote verbatim.
+            Some(q) if c == q && !escaped => {
+                cut(&mut out, &quoted);
+                out.push(c);
+                quote = None;
+            }
+            Some(q) => {
+                quoted.push(c);
+                escaped = q == '"' && c == '\\' && !escaped;
+            }
+        }
+    }
+    if quote.is_some() {
+        cut(&mut out, &quoted);
+    }
+    capped(&out).max_chars(MAX_MESSAGE_CHARS).to_string()
 }
 
 #[cfg(test)]
@@ -630,6 +685,101 @@ mod tests {
                 .starts_with("log: lines[0].fields.u: undefined is not a JSON value"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn decode_errors_read_as_sentences_naming_the_field() {
+        let submit = |job: Vec<(&str, Value)>| {
+            let mut entries = vec![("kind", Value::Text("k".into()))];
+            entries.extend(job);
+            cbor(&map(vec![
+                ("type", Value::Text("submit".into())),
+                ("req", Value::Integer(1.into())),
+                ("job", map(entries)),
+            ]))
+        };
+        let message = |frame: &[u8]| {
+            let err = decode_request(frame, MAX_FRAME).expect_err("refused");
+            assert!(!err.message.contains("Custom("), "{err}");
+            assert!(!err.message.contains("Io("), "{err}");
+            err.message
+        };
+        let frame = submit(vec![("run_at", Value::Text("infinity".into()))]);
+        assert_eq!(
+            message(&frame),
+            "submit: run_at: not an RFC 3339 time such as 2026-11-22T10:00:00Z: \"infinity\""
+        );
+        let frame = submit(vec![("run_at", Value::Integer(5.into()))]);
+        assert!(message(&frame).contains("expected an RFC 3339 time for run_at"));
+        for n in [32768, -32769, i64::MAX] {
+            let frame = submit(vec![("priority", Value::Integer(n.into()))]);
+            assert_eq!(
+                message(&frame),
+                format!("submit: priority: must be -32768..32767 or high/normal/low, got {n}")
+            );
+        }
+        let frame = submit(vec![("priority", Value::Integer((-32768).into()))]);
+        assert!(decode_request(&frame, MAX_FRAME).is_ok());
+        let filter = cbor(&map(vec![
+            ("type", Value::Text("list_jobs".into())),
+            ("req", Value::Integer(2.into())),
+            (
+                "filter",
+                map(vec![("created_before", Value::Text("yesterday".into()))]),
+            ),
+        ]));
+        assert!(message(&filter).starts_with("list_jobs: created_before: not an RFC 3339 time"));
+        // A frame cut short.
+        let whole = submit(vec![]);
+        assert_eq!(
+            message(&whole[..whole.len() - 1]),
+            "not CBOR: the frame ends in the middle of a value"
+        );
+    }
+
+    #[test]
+    fn a_peer_value_echoed_in_an_error_is_cut() {
+        let huge = "x".repeat(2 << 20);
+        let bounded = |frame: Vec<u8>| {
+            let err = decode_request(&frame, 4 * MAX_FRAME).expect_err("refused");
+            let start: String = err.message.chars().take(300).collect();
+            assert!(err.message.len() < 1000, "{start}");
+            assert!(err.message.contains("xxx…("), "{start}");
+            err
+        };
+        let err = bounded(cbor(&map(vec![
+            ("type", Value::Text(huge.clone())),
+            ("req", Value::Integer(1.into())),
+        ])));
+        assert_eq!(err.code, ErrorCode::UnknownType);
+        for (field, value) in [
+            ("role", Value::Text(huge.clone())),
+            ("version", Value::Text(huge.clone())),
+        ] {
+            let mut hello = vec![
+                ("type", Value::Text("hello".into())),
+                ("req", Value::Integer(1.into())),
+                ("version", Value::Integer(1.into())),
+                ("role", Value::Text("client".into())),
+            ];
+            hello.retain(|(k, _)| *k != field);
+            hello.push((field, value));
+            assert_eq!(bounded(cbor(&map(hello))).code, ErrorCode::Invalid);
+        }
+        // Quoted as serde quotes: escaped quotes stay inside, the template stays whole.
+        let long = format!("a\\\"{}", "b".repeat(100));
+        let cut = echoes_cut(&format!("invalid type: string \"{long}\", expected `x`"));
+        assert!(
+            cut.starts_with("invalid type: string \"a\\\"bbb") && cut.ends_with("\", expected `x`"),
+            "{cut}"
+        );
+        assert!(cut.len() < 120, "{cut}");
+        let status = cbor(&map(vec![
+            ("type", Value::Text("status".into())),
+            ("req", Value::Integer(1.into())),
+            ("id", Value::Text(huge)),
+        ]));
+        bounded(status);
     }
 
     #[test]

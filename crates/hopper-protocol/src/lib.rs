@@ -30,6 +30,7 @@ pub mod convert;
 mod jobs;
 mod messages;
 mod read;
+mod time_str;
 pub mod uuid_str;
 
 pub use admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};

@@ -211,3 +211,62 @@ async fn admin_requests_check_queue_and_kind_names_before_any_query() -> anyhow:
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn error_messages_are_sentences_that_echo_little_of_the_peer() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    // An unknown type of 2 MB is named by its first 64 characters.
+    let huge = "t".repeat(2_000_000);
+    let (code, message) =
+        refusal(&mut peer, map(vec![("type", text(&huge)), ("req", int(2))])).await;
+    assert_eq!(code, "unknown_type");
+    assert!(message.len() < 1000, "{:.300}", message);
+    assert!(message.contains("ttt…(2000000 bytes)"), "{:.300}", message);
+    // So is a bad value of a field.
+    let (code, message) = refusal(
+        &mut peer,
+        map(vec![
+            ("type", text("status")),
+            ("req", int(3)),
+            ("id", text(&huge)),
+        ]),
+    )
+    .await;
+    assert_eq!(code, "invalid");
+    assert!(message.len() < 1000, "{:.300}", message);
+    // Plain sentences naming the field.
+    let submit = |field: &str, value: Value| {
+        map(vec![
+            ("type", text("submit")),
+            ("req", int(4)),
+            ("job", map(vec![("kind", text("k")), (field, value)])),
+        ])
+    };
+    let (_, message) = refusal(&mut peer, submit("run_at", text("infinity"))).await;
+    assert!(
+        message.contains("run_at: not an RFC 3339 time"),
+        "{message}"
+    );
+    let (_, message) = refusal(&mut peer, submit("priority", int(32768))).await;
+    assert!(
+        message.contains("priority: must be -32768..32767 or high/normal/low, got 32768"),
+        "{message}"
+    );
+    let mut frame = Vec::new();
+    ciborium::into_writer(&submit("args", map(vec![])), &mut frame)?;
+    frame.pop();
+    frame.push(0xa1);
+    peer.send_bytes(frame).await;
+    let r = peer.recv().await;
+    assert_eq!(
+        (text_of(&r, "code"), text_of(&r, "message")),
+        (
+            "bad_frame",
+            "not CBOR: the frame ends in the middle of a value"
+        )
+    );
+    assert_eq!(job_count(&db).await?, 0);
+    server.shutdown().await;
+    Ok(())
+}
