@@ -707,7 +707,7 @@ mod tests {
         let frame = submit(vec![("run_at", Value::Text("infinity".into()))]);
         assert_eq!(
             message(&frame),
-            "submit: run_at: not an RFC 3339 time such as 2026-11-22T10:00:00Z: \"infinity\""
+            "submit: job: run_at: not an RFC 3339 time such as 2026-11-22T10:00:00Z: \"infinity\""
         );
         let frame = submit(vec![("run_at", Value::Integer(5.into()))]);
         assert!(message(&frame).contains("expected an RFC 3339 time for run_at"));
@@ -715,7 +715,7 @@ mod tests {
             let frame = submit(vec![("priority", Value::Integer(n.into()))]);
             assert_eq!(
                 message(&frame),
-                format!("submit: priority: must be -32768..32767 or high/normal/low, got {n}")
+                format!("submit: job: priority: must be -32768..32767 or high/normal/low, got {n}")
             );
         }
         let frame = submit(vec![("priority", Value::Integer((-32768).into()))]);
@@ -728,7 +728,9 @@ mod tests {
                 map(vec![("created_before", Value::Text("yesterday".into()))]),
             ),
         ]));
-        assert!(message(&filter).starts_with("list_jobs: created_before: not an RFC 3339 time"));
+        assert!(
+            message(&filter).starts_with("list_jobs: filter: created_before: not an RFC 3339 time")
+        );
         // A frame cut short.
         let whole = submit(vec![]);
         assert_eq!(
@@ -780,6 +782,77 @@ mod tests {
             ("id", Value::Text(huge)),
         ]));
         bounded(status);
+    }
+
+    #[test]
+    fn a_struct_given_as_an_array_is_refused() {
+        let request = |ty: &str, field: &str, value: Value| {
+            cbor(&map(vec![
+                ("type", Value::Text(ty.into())),
+                ("req", Value::Integer(5.into())),
+                (field, value),
+            ]))
+        };
+        let text = |s: &str| Value::Text(s.into());
+        let lease = Value::Array(vec![
+            text(&Uuid::nil().to_string()),
+            Value::Integer(1.into()),
+        ]);
+        for (frame, why) in [
+            (
+                request("list_jobs", "filter", Value::Array(vec![])),
+                "list_jobs: filter must be a map, got an array",
+            ),
+            (
+                request("list_jobs", "filter", Value::Array(vec![text("mail")])),
+                "list_jobs: filter must be a map, got an array",
+            ),
+            (
+                request("submit", "job", Value::Array(vec![text("k")])),
+                "submit: job must be a map, got an array",
+            ),
+            (
+                request(
+                    "submit_batch",
+                    "jobs",
+                    Value::Array(vec![Value::Array(vec![text("k")])]),
+                ),
+                "submit_batch: jobs[0] must be a map, got an array",
+            ),
+            (
+                request("heartbeat", "leases", Value::Array(vec![lease])),
+                "heartbeat: leases[0] must be a map, got an array",
+            ),
+            (
+                request("update_queue", "update", Value::Array(vec![text("q")])),
+                "update_queue: update must be a map, got an array",
+            ),
+            (
+                request(
+                    "outcomes",
+                    "outcomes",
+                    Value::Array(vec![Value::Array(vec![text("released")])]),
+                ),
+                "outcomes: outcomes[0] must be a map, got an array",
+            ),
+        ] {
+            let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+            assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(5)), "{err}");
+            assert_eq!(err.message, why);
+        }
+        // A filter given as a map, and none at all, are read as ever.
+        let frame = request("list_jobs", "filter", map(vec![("queue", text("mail"))]));
+        match decode_request(&frame, MAX_FRAME) {
+            Ok(Request::ListJobs { filter, .. }) => {
+                assert_eq!(filter.queue.as_deref(), Some("mail"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let frame = request("list_jobs", "other", Value::Null);
+        assert!(matches!(
+            decode_request(&frame, MAX_FRAME),
+            Ok(Request::ListJobs { filter, .. }) if filter == JobFilter::default()
+        ));
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod batch;
 mod codec;
 pub mod convert;
 mod jobs;
+mod map_only;
 mod messages;
 mod read;
 mod time_str;

@@ -38,7 +38,7 @@ impl<'de> Visitor<'de> for Instant {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
+        d.deserialize_any(self)
     }
 
     fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {

@@ -270,3 +270,28 @@ async fn error_messages_are_sentences_that_echo_little_of_the_peer() -> anyhow::
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_filter_given_as_an_array_is_refused() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    for filter in [vec![], vec![text("mail")]] {
+        let request = map(vec![
+            ("type", text("list_jobs")),
+            ("req", int(2)),
+            ("filter", Value::Array(filter)),
+        ]);
+        let (code, message) = refusal(&mut peer, request).await;
+        assert_eq!(code, "invalid", "{message}");
+        assert_eq!(message, "list_jobs: filter must be a map, got an array");
+    }
+    peer.send(&map(vec![
+        ("type", text("list_jobs")),
+        ("req", int(3)),
+        ("filter", map(vec![("queue", text("mail"))])),
+    ]))
+    .await;
+    assert_eq!(text_of(&peer.recv().await, "type"), "jobs");
+    server.shutdown().await;
+    Ok(())
+}
