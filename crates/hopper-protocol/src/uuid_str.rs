@@ -66,7 +66,7 @@ pub mod vec {
                 Uuid::parse_str(text).map_err(|e| {
                     serde::de::Error::custom(format!(
                         "bad UUID {:?}: {e}",
-                        capped(&text).to_string()
+                        capped(text).to_string()
                     ))
                 })
             })
