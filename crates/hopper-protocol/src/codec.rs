@@ -60,20 +60,30 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread.
+/// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread, and values
+/// JSON cannot hold (`undefined`, NaN, ±Infinity), tags and non-text keys anywhere in it.
 pub fn decode_request(frame: &[u8], max_frame: usize) -> Result<Request, DecodeError> {
-    decode(frame, max_frame, &Request::TYPES)
+    decode(frame, max_frame, &Request::TYPES, Strict::Yes)
 }
 
-/// Decodes a frame the server sent.
+/// Decodes a frame the server sent. The server's own values are read as they come (a
+/// statistic that is NaN, say, does not cost the whole reply).
 pub fn decode_reply(frame: &[u8], max_frame: usize) -> Result<Reply, DecodeError> {
-    decode(frame, max_frame, &Reply::TYPES)
+    decode(frame, max_frame, &Reply::TYPES, Strict::No)
+}
+
+/// Whether values outside JSON refuse the frame.
+#[derive(PartialEq)]
+enum Strict {
+    Yes,
+    No,
 }
 
 fn decode<T: DeserializeOwned>(
     frame: &[u8],
     max_frame: usize,
     types: &[&str],
+    strict: Strict,
 ) -> Result<T, DecodeError> {
     if frame.len() > max_frame {
         return Err(DecodeError::new(
@@ -141,7 +151,7 @@ fn decode<T: DeserializeOwned>(
             ),
         ));
     }
-    if let Some(why) = read.refused {
+    if let Some(why) = read.refused.filter(|_| strict == Strict::Yes) {
         return Err(DecodeError::new(
             ErrorCode::Invalid,
             req,
@@ -685,6 +695,25 @@ mod tests {
                 .starts_with("log: lines[0].fields.u: undefined is not a JSON value"),
             "{err}"
         );
+        // The server's own replies are read as they come.
+        let stats = Reply::Stats {
+            req: 5,
+            queues: vec![QueueCounts {
+                queue: "q".into(),
+                available: 0,
+                scheduled: 0,
+                running: 0,
+                completed: 0,
+                failed: 0,
+                cancelled: 0,
+                oldest_available_secs: f64::NAN,
+            }],
+        };
+        let frame = encode(&stats).expect("encodes");
+        match decode_reply(&frame, MAX_FRAME) {
+            Ok(Reply::Stats { queues, .. }) => assert!(queues[0].oldest_available_secs.is_nan()),
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - the item is well-formed but holds a value the protocol has no use for (`undefined`,
 //!   a non-finite float, a tag, a map key that is not text): it is read on, so that the
 //!   request's `req` can still be answered, and the first such value is named by its
-//!   path in [`Read::refused`] (`invalid`).
+//!   path in [`Read::refused`] (`invalid`, for a request; a reply is read as ciborium
+//!   would: `undefined` as null, the rest as sent).
 
 use ciborium::Value;
 use ciborium::value::Integer;
@@ -51,7 +52,8 @@ pub(crate) fn read(frame: &[u8]) -> Result<Read, String> {
 
 /// Where a value sits in the frame.
 enum Step {
-    Key(String),
+    /// The key of the entry being read, moved here meanwhile (not copied).
+    Key(Value),
     Index(usize),
 }
 
@@ -85,7 +87,7 @@ impl Reader<'_> {
                     if !path.is_empty() {
                         path.push('.');
                     }
-                    path.push_str(&capped(key).to_string());
+                    path.push_str(&capped(key.as_text().unwrap_or("?")).to_string());
                 }
                 Step::Index(i) => path.push_str(&format!("[{i}]")),
             }
@@ -164,14 +166,16 @@ impl Reader<'_> {
                 let mut entries = Vec::new();
                 while self.more(len, entries.len())? {
                     let key = self.item(depth + 1)?;
-                    let text = key.as_text().map(str::to_owned);
-                    self.path
-                        .push(Step::Key(text.clone().unwrap_or_else(|| "?".to_owned())));
-                    if text.is_none() {
+                    let text = key.is_text();
+                    self.path.push(Step::Key(key));
+                    if !text {
                         self.refuse("map keys must be text");
                     }
                     let value = self.item(depth + 1)?;
-                    self.path.pop();
+                    let key = match self.path.pop() {
+                        Some(Step::Key(key)) => key,
+                        _ => Value::Null,
+                    };
                     entries.push((key, value));
                 }
                 Value::Map(entries)
