@@ -100,7 +100,8 @@ impl FromStr for JobState {
             .find(|state| state.as_str() == s)
             .ok_or_else(|| {
                 Error::InvalidInput(format!(
-                    "unknown state {s:?}: expected scheduled, available, running, completed, failed or cancelled"
+                    "unknown state {:?}: expected scheduled, available, running, completed, failed or cancelled",
+                    crate::log_limit::capped(s).to_string()
                 ))
             })
     }
@@ -138,7 +139,8 @@ impl FromStr for Priority {
             "low" => Ok(Priority::LOW),
             other => other.parse::<i16>().map(Priority).map_err(|_| {
                 Error::InvalidInput(format!(
-                    "unknown priority {s:?}: expected high, normal, low or a number from -32768 to 32767"
+                    "unknown priority {:?}: expected high, normal, low or a number from -32768 to 32767",
+                    crate::log_limit::capped(s).to_string()
                 ))
             }),
         }
@@ -444,7 +446,8 @@ pub fn validate_name(what: &str, name: &str) -> Result<()> {
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
     {
         return Err(Error::InvalidInput(format!(
-            "{what} name {name:?} has the character {bad:?}; allowed are A-Z a-z 0-9 _ - . :"
+            "{what} name {:?} has the character {bad:?}; allowed are A-Z a-z 0-9 _ - . :",
+            crate::log_limit::capped(name).to_string()
         )));
     }
     Ok(())

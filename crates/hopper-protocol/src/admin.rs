@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize};
 use uuid::Uuid;
 
-use crate::uuid_str;
+use crate::{time_str, uuid_str};
 
 /// Which jobs `list_jobs` returns. Every field is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -28,10 +28,18 @@ pub struct JobFilter {
     )]
     pub before: Option<Uuid>,
     /// Only jobs created at or after this instant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "time_str::created_after",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub created_after: Option<DateTime<Utc>>,
     /// Only jobs created before this instant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "time_str::created_before",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub created_before: Option<DateTime<Utc>>,
     /// At most this many (default 20, at most 1,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,6 +7,7 @@
 //! gets an error reply that its sender can match.
 
 use ciborium::Value;
+use hopper_core::log_limit::{LOG_TEXT_CHARS, capped};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -59,20 +60,30 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread.
+/// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread, and values
+/// JSON cannot hold (`undefined`, NaN, ±Infinity), tags and non-text keys anywhere in it.
 pub fn decode_request(frame: &[u8], max_frame: usize) -> Result<Request, DecodeError> {
-    decode(frame, max_frame, &Request::TYPES)
+    decode(frame, max_frame, &Request::TYPES, Strict::Yes)
 }
 
-/// Decodes a frame the server sent.
+/// Decodes a frame the server sent. The server's own values are read as they come (a
+/// statistic that is NaN, say, does not cost the whole reply).
 pub fn decode_reply(frame: &[u8], max_frame: usize) -> Result<Reply, DecodeError> {
-    decode(frame, max_frame, &Reply::TYPES)
+    decode(frame, max_frame, &Reply::TYPES, Strict::No)
+}
+
+/// Whether values outside JSON refuse the frame.
+#[derive(PartialEq)]
+enum Strict {
+    Yes,
+    No,
 }
 
 fn decode<T: DeserializeOwned>(
     frame: &[u8],
     max_frame: usize,
     types: &[&str],
+    strict: Strict,
 ) -> Result<T, DecodeError> {
     if frame.len() > max_frame {
         return Err(DecodeError::new(
@@ -84,27 +95,19 @@ fn decode<T: DeserializeOwned>(
             ),
         ));
     }
-    let mut reader = std::io::Cursor::new(frame);
-    let value: Value = ciborium::de::from_reader_with_recursion_limit(&mut reader, MAX_DEPTH)
-        .map_err(|e| {
-            let why = match e {
-                ciborium::de::Error::RecursionLimitExceeded => {
-                    format!("values nested deeper than {MAX_DEPTH} levels")
-                }
-                e => format!("not CBOR: {e}"),
-            };
-            DecodeError::new(ErrorCode::BadFrame, None, why)
-        })?;
-    if reader.position() != frame.len() as u64 {
+    let read =
+        crate::read::read(frame).map_err(|why| DecodeError::new(ErrorCode::BadFrame, None, why))?;
+    if read.len != frame.len() {
         return Err(DecodeError::new(
             ErrorCode::BadFrame,
             None,
             format!(
                 "{} bytes after the message: a frame holds exactly one CBOR map",
-                frame.len() as u64 - reader.position()
+                frame.len() - read.len
             ),
         ));
     }
+    let value = read.value;
     let Value::Map(entries) = &value else {
         return Err(DecodeError::new(
             ErrorCode::BadFrame,
@@ -142,13 +145,74 @@ fn decode<T: DeserializeOwned>(
         return Err(DecodeError::new(
             ErrorCode::UnknownType,
             req,
-            format!("unknown message type {ty:?}; expected one of {types:?}"),
+            format!(
+                "unknown message type {:?}; expected one of {types:?}",
+                capped(ty).to_string()
+            ),
+        ));
+    }
+    if let Some(why) = read.refused.filter(|_| strict == Strict::Yes) {
+        return Err(DecodeError::new(
+            ErrorCode::Invalid,
+            req,
+            format!("{ty}: {why}"),
         ));
     }
     let ty = ty.to_owned();
-    value
-        .deserialized::<T>()
-        .map_err(|e| DecodeError::new(ErrorCode::Invalid, req, format!("{ty}: {e}")))
+    value.deserialized::<T>().map_err(|e| {
+        let ciborium::value::Error::Custom(why) = e;
+        DecodeError::new(
+            ErrorCode::Invalid,
+            req,
+            format!("{ty}: {}", echoes_cut(&why)),
+        )
+    })
+}
+
+/// The longest message a decoding error is given, whatever a peer sent.
+const MAX_MESSAGE_CHARS: usize = 512;
+
+/// A serde message with what it quotes of the peer's values cut, as logs show them
+/// ([`capped`]: 64 characters, then the length of the whole): serde quotes a value it
+/// does not take whole (`invalid type: string "…"`, ``unknown variant `…` ``), and a
+/// peer's value may be megabytes long. The message as a whole is bounded too.
+fn echoes_cut(message: &str) -> String {
+    fn cut(out: &mut String, quoted: &str) {
+        if quoted.chars().count() > LOG_TEXT_CHARS {
+            out.push_str(&capped(quoted).to_string());
+        } else {
+            out.push_str(quoted);
+        }
+    }
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    let mut quoted = String::new();
+    let mut escaped = false;
+    for c in message.chars() {
+        match quote {
+            None => {
+                out.push(c);
+                if matches!(c, '"' | '`') {
+                    quote = Some(c);
+                    quoted.clear();
+                }
+            }
+            // A debug-quoted string escapes its quotes; backticks quote verbatim.
+            Some(q) if c == q && !escaped => {
+                cut(&mut out, &quoted);
+                out.push(c);
+                quote = None;
+            }
+            Some(q) => {
+                quoted.push(c);
+                escaped = q == '"' && c == '\\' && !escaped;
+            }
+        }
+    }
+    if quote.is_some() {
+        cut(&mut out, &quoted);
+    }
+    capped(&out).max_chars(MAX_MESSAGE_CHARS).to_string()
 }
 
 #[cfg(test)]
@@ -561,6 +625,263 @@ mod tests {
         ]));
         let err = decode_request(&tagged, MAX_FRAME).expect_err("refused");
         assert_eq!(err.code, ErrorCode::Invalid);
+    }
+
+    #[test]
+    fn values_json_cannot_hold_are_refused_naming_the_field() {
+        let submit = |args: Value, meta: Value| {
+            cbor(&map(vec![
+                ("type", Value::Text("submit".into())),
+                ("req", Value::Integer(3.into())),
+                (
+                    "job",
+                    map(vec![
+                        ("kind", Value::Text("k".into())),
+                        ("args", args),
+                        ("meta", meta),
+                    ]),
+                ),
+            ]))
+        };
+        let ok = map(vec![]);
+        for (frame, field, why) in [
+            (
+                submit(map(vec![("x", Value::Float(f64::NAN))]), ok.clone()),
+                "job.args.x",
+                "NaN",
+            ),
+            (
+                submit(
+                    Value::Array(vec![Value::Float(f64::NEG_INFINITY)]),
+                    ok.clone(),
+                ),
+                "job.args[0]",
+                "Infinity",
+            ),
+            (
+                submit(ok.clone(), map(vec![("t", Value::Float(f64::INFINITY))])),
+                "job.meta.t",
+                "Infinity",
+            ),
+        ] {
+            let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+            assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(3)), "{err}");
+            assert!(
+                err.message.starts_with(&format!("submit: {field}: {why}")),
+                "{err}"
+            );
+        }
+        // `undefined` (0xf7) where ciborium would read null: in a log line's fields.
+        let mut frame = cbor(&map(vec![
+            ("type", Value::Text("log".into())),
+            ("req", Value::Integer(4.into())),
+            ("id", Value::Text(Uuid::nil().to_string())),
+            ("attempt", Value::Integer(1.into())),
+            (
+                "lines",
+                Value::Array(vec![map(vec![
+                    ("level", Value::Text("info".into())),
+                    ("message", Value::Text("m".into())),
+                    ("fields", map(vec![("u", Value::Null)])),
+                ])]),
+            ),
+        ]));
+        let null = frame.iter().rposition(|&b| b == 0xf6).expect("the null");
+        frame[null] = 0xf7;
+        let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+        assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(4)), "{err}");
+        assert!(
+            err.message
+                .starts_with("log: lines[0].fields.u: undefined is not a JSON value"),
+            "{err}"
+        );
+        // The server's own replies are read as they come.
+        let stats = Reply::Stats {
+            req: 5,
+            queues: vec![QueueCounts {
+                queue: "q".into(),
+                available: 0,
+                scheduled: 0,
+                running: 0,
+                completed: 0,
+                failed: 0,
+                cancelled: 0,
+                oldest_available_secs: f64::NAN,
+            }],
+        };
+        let frame = encode(&stats).expect("encodes");
+        match decode_reply(&frame, MAX_FRAME) {
+            Ok(Reply::Stats { queues, .. }) => assert!(queues[0].oldest_available_secs.is_nan()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn decode_errors_read_as_sentences_naming_the_field() {
+        let submit = |job: Vec<(&str, Value)>| {
+            let mut entries = vec![("kind", Value::Text("k".into()))];
+            entries.extend(job);
+            cbor(&map(vec![
+                ("type", Value::Text("submit".into())),
+                ("req", Value::Integer(1.into())),
+                ("job", map(entries)),
+            ]))
+        };
+        let message = |frame: &[u8]| {
+            let err = decode_request(frame, MAX_FRAME).expect_err("refused");
+            assert!(!err.message.contains("Custom("), "{err}");
+            assert!(!err.message.contains("Io("), "{err}");
+            err.message
+        };
+        let frame = submit(vec![("run_at", Value::Text("infinity".into()))]);
+        assert_eq!(
+            message(&frame),
+            "submit: job: run_at: not an RFC 3339 time such as 2026-11-22T10:00:00Z: \"infinity\""
+        );
+        let frame = submit(vec![("run_at", Value::Integer(5.into()))]);
+        assert!(message(&frame).contains("expected an RFC 3339 time for run_at"));
+        for n in [32768, -32769, i64::MAX] {
+            let frame = submit(vec![("priority", Value::Integer(n.into()))]);
+            assert_eq!(
+                message(&frame),
+                format!("submit: job: priority: must be -32768..32767 or high/normal/low, got {n}")
+            );
+        }
+        let frame = submit(vec![("priority", Value::Integer((-32768).into()))]);
+        assert!(decode_request(&frame, MAX_FRAME).is_ok());
+        let filter = cbor(&map(vec![
+            ("type", Value::Text("list_jobs".into())),
+            ("req", Value::Integer(2.into())),
+            (
+                "filter",
+                map(vec![("created_before", Value::Text("yesterday".into()))]),
+            ),
+        ]));
+        assert!(
+            message(&filter).starts_with("list_jobs: filter: created_before: not an RFC 3339 time")
+        );
+        // A frame cut short.
+        let whole = submit(vec![]);
+        assert_eq!(
+            message(&whole[..whole.len() - 1]),
+            "not CBOR: the frame ends in the middle of a value"
+        );
+    }
+
+    #[test]
+    fn a_peer_value_echoed_in_an_error_is_cut() {
+        let huge = "x".repeat(2 << 20);
+        let bounded = |frame: Vec<u8>| {
+            let err = decode_request(&frame, 4 * MAX_FRAME).expect_err("refused");
+            let start: String = err.message.chars().take(300).collect();
+            assert!(err.message.len() < 1000, "{start}");
+            assert!(err.message.contains("xxx…("), "{start}");
+            err
+        };
+        let err = bounded(cbor(&map(vec![
+            ("type", Value::Text(huge.clone())),
+            ("req", Value::Integer(1.into())),
+        ])));
+        assert_eq!(err.code, ErrorCode::UnknownType);
+        for (field, value) in [
+            ("role", Value::Text(huge.clone())),
+            ("version", Value::Text(huge.clone())),
+        ] {
+            let mut hello = vec![
+                ("type", Value::Text("hello".into())),
+                ("req", Value::Integer(1.into())),
+                ("version", Value::Integer(1.into())),
+                ("role", Value::Text("client".into())),
+            ];
+            hello.retain(|(k, _)| *k != field);
+            hello.push((field, value));
+            assert_eq!(bounded(cbor(&map(hello))).code, ErrorCode::Invalid);
+        }
+        // Quoted as serde quotes: escaped quotes stay inside, the template stays whole.
+        let long = format!("a\\\"{}", "b".repeat(100));
+        let cut = echoes_cut(&format!("invalid type: string \"{long}\", expected `x`"));
+        assert!(
+            cut.starts_with("invalid type: string \"a\\\"bbb") && cut.ends_with("\", expected `x`"),
+            "{cut}"
+        );
+        assert!(cut.len() < 120, "{cut}");
+        let status = cbor(&map(vec![
+            ("type", Value::Text("status".into())),
+            ("req", Value::Integer(1.into())),
+            ("id", Value::Text(huge)),
+        ]));
+        bounded(status);
+    }
+
+    #[test]
+    fn a_struct_given_as_an_array_is_refused() {
+        let request = |ty: &str, field: &str, value: Value| {
+            cbor(&map(vec![
+                ("type", Value::Text(ty.into())),
+                ("req", Value::Integer(5.into())),
+                (field, value),
+            ]))
+        };
+        let text = |s: &str| Value::Text(s.into());
+        let lease = Value::Array(vec![
+            text(&Uuid::nil().to_string()),
+            Value::Integer(1.into()),
+        ]);
+        for (frame, why) in [
+            (
+                request("list_jobs", "filter", Value::Array(vec![])),
+                "list_jobs: filter must be a map, got an array",
+            ),
+            (
+                request("list_jobs", "filter", Value::Array(vec![text("mail")])),
+                "list_jobs: filter must be a map, got an array",
+            ),
+            (
+                request("submit", "job", Value::Array(vec![text("k")])),
+                "submit: job must be a map, got an array",
+            ),
+            (
+                request(
+                    "submit_batch",
+                    "jobs",
+                    Value::Array(vec![Value::Array(vec![text("k")])]),
+                ),
+                "submit_batch: jobs[0] must be a map, got an array",
+            ),
+            (
+                request("heartbeat", "leases", Value::Array(vec![lease])),
+                "heartbeat: leases[0] must be a map, got an array",
+            ),
+            (
+                request("update_queue", "update", Value::Array(vec![text("q")])),
+                "update_queue: update must be a map, got an array",
+            ),
+            (
+                request(
+                    "outcomes",
+                    "outcomes",
+                    Value::Array(vec![Value::Array(vec![text("released")])]),
+                ),
+                "outcomes: outcomes[0] must be a map, got an array",
+            ),
+        ] {
+            let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+            assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(5)), "{err}");
+            assert_eq!(err.message, why);
+        }
+        // A filter given as a map, and none at all, are read as ever.
+        let frame = request("list_jobs", "filter", map(vec![("queue", text("mail"))]));
+        match decode_request(&frame, MAX_FRAME) {
+            Ok(Request::ListJobs { filter, .. }) => {
+                assert_eq!(filter.queue.as_deref(), Some("mail"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let frame = request("list_jobs", "other", Value::Null);
+        assert!(matches!(
+            decode_request(&frame, MAX_FRAME),
+            Ok(Request::ListJobs { filter, .. }) if filter == JobFilter::default()
+        ));
     }
 
     #[test]

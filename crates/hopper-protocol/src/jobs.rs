@@ -6,16 +6,66 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::uuid_str;
+use crate::{time_str, uuid_str};
 
 /// A priority: a number (lower runs first) or one of `"high"`, `"normal"`, `"low"`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum PriorityValue {
     /// A number from -32768 to 32767; 1 high, 2 normal, 3 low.
     Number(i16),
     /// `high`, `normal` or `low`.
     Name(String),
+}
+
+/// Read by hand rather than `untagged`, whose error says only that no variant matched.
+/// A name is checked later, with the job (`"urgent"` is refused there).
+impl<'de> Deserialize<'de> for PriorityValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(PriorityVisitor)
+    }
+}
+
+const PRIORITY_RANGE: &str = "priority: must be -32768..32767 or high/normal/low";
+
+struct PriorityVisitor;
+
+impl PriorityVisitor {
+    fn number<E: serde::de::Error>(
+        n: impl TryInto<i16> + std::fmt::Display + Copy,
+    ) -> Result<PriorityValue, E> {
+        n.try_into()
+            .map(PriorityValue::Number)
+            .map_err(|_| E::custom(format!("{PRIORITY_RANGE}, got {n}")))
+    }
+}
+
+impl serde::de::Visitor<'_> for PriorityVisitor {
+    type Value = PriorityValue;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a priority: -32768..32767 or high/normal/low")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<PriorityValue, E> {
+        Self::number(n)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<PriorityValue, E> {
+        Self::number(n)
+    }
+
+    fn visit_i128<E: serde::de::Error>(self, n: i128) -> Result<PriorityValue, E> {
+        Self::number(n)
+    }
+
+    fn visit_u128<E: serde::de::Error>(self, n: u128) -> Result<PriorityValue, E> {
+        Self::number(n)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<PriorityValue, E> {
+        Ok(PriorityValue::Name(name.to_owned()))
+    }
 }
 
 fn empty_object() -> serde_json::Value {
@@ -50,7 +100,11 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<PriorityValue>,
     /// Not before this instant (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "time_str::run_at",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub run_at: Option<DateTime<Utc>>,
     /// Not before this many milliseconds from now (by the server's clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -112,7 +166,11 @@ pub struct LogLineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<serde_json::Value>,
     /// When it was written (RFC 3339; default: when the server received it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "time_str::at",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub at: Option<DateTime<Utc>>,
 }
 

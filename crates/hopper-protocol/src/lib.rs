@@ -28,7 +28,10 @@ mod batch;
 mod codec;
 pub mod convert;
 mod jobs;
+mod map_only;
 mod messages;
+mod read;
+mod time_str;
 pub mod uuid_str;
 
 pub use admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use crate::admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo};
 use crate::batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 use crate::jobs::{JobInfo, JobSpec, LogLineSpec, Order};
-use crate::uuid_str;
+use crate::{map_only, uuid_str};
 
 /// What a peer does: clients submit and inspect jobs; workers also receive orders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +77,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The job.
+        #[serde(deserialize_with = "map_only::job")]
         job: JobSpec,
     },
     /// Submit many jobs in one transaction: all or none. Reply: `submitted`.
@@ -84,6 +85,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The jobs.
+        #[serde(deserialize_with = "map_only::jobs")]
         jobs: Vec<JobSpec>,
     },
     /// Read a job. Reply: `job`, or `not_found`.
@@ -142,7 +144,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// Every order the worker still holds (started or not).
-        #[serde(default)]
+        #[serde(default, deserialize_with = "map_only::leases")]
         leases: Vec<LeaseRef>,
     },
     /// Extend one lease to `by_ms` from now (a long job). Reply: `ack`.
@@ -170,6 +172,7 @@ pub enum Request {
         /// The attempt from the order.
         attempt: i32,
         /// The lines, oldest first.
+        #[serde(deserialize_with = "map_only::lines")]
         lines: Vec<LogLineSpec>,
         /// Lines the worker wrote but did not send (past its own bound), counted as
         /// dropped (default 0).
@@ -202,6 +205,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The outcomes.
+        #[serde(deserialize_with = "map_only::outcomes")]
         outcomes: Vec<OutcomeItem>,
     },
     /// Admin: list jobs, newest first. Reply: `jobs`.
@@ -209,7 +213,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The filters, cursor and page size.
-        #[serde(default)]
+        #[serde(default, deserialize_with = "map_only::filter")]
         filter: JobFilter,
     },
     /// Admin: put a failed or cancelled job back to `available` with fresh attempts.
@@ -264,6 +268,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The change.
+        #[serde(deserialize_with = "map_only::update")]
         update: QueueChange,
     },
     /// Admin: every registered periodic job. Reply: `cron`.

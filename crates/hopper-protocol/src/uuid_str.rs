@@ -4,6 +4,7 @@
 //! byte string, which other languages read as `bytes`. The protocol sends UUIDs as text:
 //! `"0190f3c2-7a1e-7c3b-9d2e-5b8f1a2c3d4e"`. Use with `#[serde(with = "uuid_str")]`.
 
+use hopper_core::log_limit::capped;
 use serde::{Deserialize, Deserializer, Serializer};
 use uuid::Uuid;
 
@@ -15,7 +16,9 @@ pub fn serialize<S: Serializer>(id: &Uuid, s: S) -> Result<S::Ok, S::Error> {
 /// Reads a UUID from a string (any form `Uuid::parse_str` accepts).
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Uuid, D::Error> {
     let text = String::deserialize(d)?;
-    Uuid::parse_str(&text).map_err(|e| serde::de::Error::custom(format!("bad UUID {text:?}: {e}")))
+    Uuid::parse_str(&text).map_err(|e| {
+        serde::de::Error::custom(format!("bad UUID {:?}: {e}", capped(&text).to_string()))
+    })
 }
 
 /// The same, for `Option<Uuid>` (absent or null is `None`).
@@ -33,9 +36,9 @@ pub mod option {
     /// Reads a string or null.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uuid>, D::Error> {
         match Option::<String>::deserialize(d)? {
-            Some(text) => Uuid::parse_str(&text)
-                .map(Some)
-                .map_err(|e| serde::de::Error::custom(format!("bad UUID {text:?}: {e}"))),
+            Some(text) => Uuid::parse_str(&text).map(Some).map_err(|e| {
+                serde::de::Error::custom(format!("bad UUID {:?}: {e}", capped(&text).to_string()))
+            }),
             None => Ok(None),
         }
     }
@@ -60,8 +63,12 @@ pub mod vec {
         Vec::<String>::deserialize(d)?
             .iter()
             .map(|text| {
-                Uuid::parse_str(text)
-                    .map_err(|e| serde::de::Error::custom(format!("bad UUID {text:?}: {e}")))
+                Uuid::parse_str(text).map_err(|e| {
+                    serde::de::Error::custom(format!(
+                        "bad UUID {:?}: {e}",
+                        capped(text).to_string()
+                    ))
+                })
             })
             .collect()
     }

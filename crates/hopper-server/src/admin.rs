@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use hopper_core::backend::{JobClearParams, JobDeleteParams, JobRetryParams};
-use hopper_core::{
-    Backend, Error, JobRetryManyParams, JobStatsParams, QueueUpdate, Result, StatsStore,
-};
+use hopper_core::backend::{JobDeleteParams, JobRetryParams};
+use hopper_core::{Backend, Error, JobStatsParams, QueueUpdate, Result, StatsStore};
+use hopper_protocol::convert;
 use hopper_protocol::{CronInfo, JobInfo, NodeInfo, QueueCounts, QueueInfo, Reply, Request};
 
 /// Runs one admin request.
@@ -35,12 +34,12 @@ pub(crate) async fn handle(
         Request::RetryFailed { req, queue, kind } => Reply::Count {
             req,
             count: backend
-                .job_retry_many(&JobRetryManyParams { queue, kind })
+                .job_retry_many(&convert::retry_failed_params(queue, kind)?)
                 .await?,
         },
         Request::Clear { req, queue } => Reply::Count {
             req,
-            count: backend.job_clear(&JobClearParams { queue }).await?,
+            count: backend.job_clear(&convert::clear_params(queue)?).await?,
         },
         Request::QueueStats { req } => Reply::Stats {
             req,
@@ -61,8 +60,7 @@ pub(crate) async fn handle(
                 .collect(),
         },
         Request::UpdateQueue { req, update } => {
-            let update = QueueUpdate::from(update);
-            update.validate()?;
+            let update = QueueUpdate::try_from(update)?;
             Reply::Queue {
                 req,
                 queue: QueueInfo::from(backend.queue_update(&update).await?),

@@ -36,6 +36,24 @@ impl Access {
         }
     }
 
+    /// The name with its article, as a sentence says it: "a worker", "an admin".
+    fn with_article(self) -> &'static str {
+        match self {
+            Access::Client => "a client",
+            Access::Worker => "a worker",
+            Access::Admin => "an admin",
+        }
+    }
+
+    /// Why a request that needs `needed` is refused to a peer whose token allows `self`.
+    pub fn refusal(self, needed: Access) -> String {
+        format!(
+            "this token's role is {}; this request needs {} token",
+            self.as_str(),
+            needed.with_article()
+        )
+    }
+
     /// The access a request needs.
     pub fn needed_by(request: &Request) -> Access {
         match request {

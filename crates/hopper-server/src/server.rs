@@ -422,11 +422,7 @@ impl Core {
                 };
                 let needed = Access::needed_by(&request);
                 if needed > access {
-                    let message = format!(
-                        "this token's role is {}; this request needs a {} token",
-                        access.as_str(),
-                        needed.as_str()
-                    );
+                    let message = access.refusal(needed);
                     let req = Some(request.req());
                     return self.reply(&peer, Reply::error(req, ErrorCode::Unauthorized, message));
                 }

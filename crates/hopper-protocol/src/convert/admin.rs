@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
+use hopper_core::job::validate_name;
 use hopper_core::{
-    CronEntry, Error, JobListParams, JobSearchParams, NodeRecord, Priority, QueueSettings,
-    QueueStats, QueueUpdate, RateLimit, Result,
+    CronEntry, Error, JobClearParams, JobListParams, JobRetryManyParams, JobSearchParams,
+    NodeRecord, Priority, QueueSettings, QueueStats, QueueUpdate, RateLimit, Result,
 };
 
 use super::millis;
@@ -34,12 +35,41 @@ impl From<&JobSearchParams> for JobFilter {
     }
 }
 
-/// A `list_jobs` filter as a search: its limit from 1 to [`MAX_LIST_JOBS`], its state one
-/// of the job states.
+/// An optional queue or kind name of a request, checked as every way in checks names
+/// ([`validate_name`]) before it reaches a query.
+fn checked_name(what: &str, name: Option<String>) -> Result<Option<String>> {
+    if let Some(name) = &name {
+        validate_name(what, name)?;
+    }
+    Ok(name)
+}
+
+/// What `retry_failed` retries: its `queue` and `kind`, when given, valid names.
+pub fn retry_failed_params(
+    queue: Option<String>,
+    kind: Option<String>,
+) -> Result<JobRetryManyParams> {
+    Ok(JobRetryManyParams {
+        queue: checked_name("queue", queue)?,
+        kind: checked_name("kind", kind)?,
+    })
+}
+
+/// What `clear` deletes: its `queue`, when given, a valid name.
+pub fn clear_params(queue: Option<String>) -> Result<JobClearParams> {
+    Ok(JobClearParams {
+        queue: checked_name("queue", queue)?,
+    })
+}
+
+/// A `list_jobs` filter as a search: its queue and kind valid names, its limit from 1 to
+/// [`MAX_LIST_JOBS`], its state one of the job states.
 impl TryFrom<JobFilter> for JobSearchParams {
     type Error = Error;
 
     fn try_from(filter: JobFilter) -> Result<Self> {
+        let queue = checked_name("queue", filter.queue)?;
+        let kind = checked_name("kind", filter.kind)?;
         let limit = filter.limit.unwrap_or(DEFAULT_LIST_JOBS);
         if limit == 0 || limit > MAX_LIST_JOBS {
             return Err(Error::InvalidInput(format!(
@@ -49,9 +79,9 @@ impl TryFrom<JobFilter> for JobSearchParams {
         let state = filter.state.as_deref().map(str::parse).transpose()?;
         Ok(JobSearchParams {
             list: JobListParams {
-                queue: filter.queue,
+                queue,
                 state,
-                kind: filter.kind,
+                kind,
                 before: filter.before,
                 limit,
                 ..JobListParams::default()
@@ -151,16 +181,21 @@ impl From<&QueueUpdate> for QueueChange {
     }
 }
 
-/// A change from the wire, not yet checked: see [`QueueUpdate::validate`].
-impl From<QueueChange> for QueueUpdate {
-    fn from(c: QueueChange) -> Self {
-        QueueUpdate {
+/// A change from the wire, checked ([`QueueUpdate::validate`]: the queue a valid name,
+/// limits at least 1).
+impl TryFrom<QueueChange> for QueueUpdate {
+    type Error = Error;
+
+    fn try_from(c: QueueChange) -> Result<Self> {
+        let update = QueueUpdate {
             queue: c.queue,
             paused: c.paused,
             max_running: c.max_running,
             max_running_per_group: c.max_running_per_group,
             rate: c.rate.map(|r| r.map(RateLimit::from)),
-        }
+        };
+        update.validate()?;
+        Ok(update)
     }
 }
 
@@ -266,7 +301,7 @@ mod tests {
             max_running_per_group: Some(Some(3)),
             rate: Some(Some(rate)),
         };
-        let back = QueueUpdate::from(QueueChange::from(&update));
+        let back = QueueUpdate::try_from(QueueChange::from(&update)).expect("a valid change");
         assert_eq!(
             (
                 back.paused,
@@ -337,6 +372,45 @@ mod tests {
         };
         let back = JobSearchParams::try_from(JobFilter::from(&search)).expect("a valid filter");
         assert_eq!(format!("{back:?}"), format!("{search:?}"));
+    }
+
+    #[test]
+    fn every_admin_request_checks_its_queue_and_kind_names() {
+        let long = "q".repeat(100_000);
+        for bad in ["", "a b", "\u{0}", long.as_str()] {
+            let name = Some(bad.to_owned());
+            let filters = [
+                JobFilter {
+                    queue: name.clone(),
+                    ..JobFilter::default()
+                },
+                JobFilter {
+                    kind: name.clone(),
+                    ..JobFilter::default()
+                },
+            ];
+            for filter in filters {
+                assert!(
+                    matches!(
+                        JobSearchParams::try_from(filter),
+                        Err(Error::InvalidInput(_))
+                    ),
+                    "{bad:?}"
+                );
+            }
+            assert!(retry_failed_params(name.clone(), None).is_err());
+            assert!(retry_failed_params(None, name.clone()).is_err());
+            assert!(clear_params(name.clone()).is_err());
+            let change = QueueChange {
+                queue: bad.to_owned(),
+                paused: Some(true),
+                ..QueueChange::default()
+            };
+            assert!(QueueUpdate::try_from(change).is_err());
+        }
+        let fine = retry_failed_params(Some("mail".into()), Some("send:v2".into()));
+        assert_eq!(fine.expect("valid").kind.as_deref(), Some("send:v2"));
+        assert_eq!(clear_params(None).expect("valid").queue, None);
     }
 
     #[test]

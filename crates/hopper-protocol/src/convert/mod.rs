@@ -18,7 +18,7 @@
 
 mod admin;
 
-pub use admin::MAX_LIST_JOBS;
+pub use admin::{MAX_LIST_JOBS, clear_params, retry_failed_params};
 
 use std::time::Duration;
 
@@ -30,6 +30,21 @@ use hopper_core::{
 use crate::batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 use crate::jobs::{AttemptInfo, JobInfo, JobSpec, Order, PriorityValue};
 use crate::messages::{ErrorCode, Reply};
+
+/// [`duration_ms`], the duration left out.
+fn duration_ms_bound(what: &str, ms: u64) -> Result<()> {
+    duration_ms(what, ms).map(drop)
+}
+
+/// How long a run took, as a worker reports it: 0 or more milliseconds.
+fn run_time(ms: i64) -> Result<()> {
+    if ms < 0 {
+        return Err(Error::InvalidInput(format!(
+            "duration_ms must be 0 or more, got {ms}"
+        )));
+    }
+    Ok(())
+}
 
 /// Whole milliseconds, saturating.
 fn millis(d: Duration) -> u64 {
@@ -269,20 +284,28 @@ impl From<&Finish> for OutcomeItem {
 }
 
 impl OutcomeItem {
-    /// Checks its durations against the one bound of every way in
+    /// Checks its durations: delays against the one bound of every way in
     /// ([`hopper_core::limits::MAX_DURATION`]), so that what is queued for writing can be
-    /// written: past it a job's next run would leave the range of instants the database
-    /// holds.
+    /// written (past it a job's next run would leave the range of instants the database
+    /// holds); the `duration_ms` of a run not below zero, so that no job's statistics
+    /// average a negative run time.
     pub fn check(&self) -> Result<()> {
         match self {
+            OutcomeItem::Completed(Completed { duration_ms, .. }) => run_time(*duration_ms),
             OutcomeItem::Failed(Failed {
-                retry_in_ms: Some(ms),
+                retry_in_ms,
+                duration_ms,
                 ..
-            }) => duration_ms("retry_in_ms", *ms).map(drop),
-            OutcomeItem::Snoozed(Snoozed { delay_ms, .. }) => {
-                duration_ms("delay_ms", *delay_ms).map(drop)
+            }) => {
+                if let Some(ms) = retry_in_ms {
+                    duration_ms_bound("retry_in_ms", *ms)?;
+                }
+                run_time(*duration_ms)
             }
-            _ => Ok(()),
+            OutcomeItem::Snoozed(Snoozed { delay_ms, .. }) => {
+                duration_ms_bound("delay_ms", *delay_ms)
+            }
+            OutcomeItem::Released(_) => Ok(()),
         }
     }
 
@@ -379,6 +402,43 @@ pub fn log_append(
         // store stay far from overflowing whatever a peer claims.
         dropped: cut.saturating_add(i64::from(u32::try_from(dropped).unwrap_or(u32::MAX))),
     })
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::*;
+
+    #[test]
+    fn a_run_time_below_zero_is_refused() {
+        let id = uuid::Uuid::now_v7();
+        let completed = |duration_ms| {
+            OutcomeItem::Completed(Completed {
+                id,
+                attempt: 1,
+                duration_ms,
+            })
+        };
+        let failed = |duration_ms| {
+            OutcomeItem::Failed(Failed {
+                id,
+                attempt: 1,
+                error: "e".into(),
+                retryable: true,
+                retry_in_ms: Some(10),
+                duration_ms,
+            })
+        };
+        for item in [completed(-5), failed(-1), failed(i64::MIN)] {
+            let err = item.check().expect_err("refused");
+            assert!(
+                matches!(&err, Error::InvalidInput(m) if m.contains("duration_ms must be 0 or more")),
+                "{err}"
+            );
+        }
+        for item in [completed(0), completed(i64::MAX), failed(0), failed(850)] {
+            assert!(item.check().is_ok());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -68,9 +68,10 @@ impl Peer {
     /// Orders it can take now: its concurrency, plus what it holds ahead of its slots when
     /// it announced a prefetch (as many as its slots start in 10 ms at the pace of its jobs,
     /// [`hopper_core::pace::prefetch_for`], at most the prefetch it announced), minus the
-    /// orders it holds.
+    /// orders it holds. A worker of concurrency 0 takes none: it runs nothing, so it would
+    /// hold what it was sent ahead for ever.
     pub fn free(&self) -> usize {
-        if self.role != Role::Worker || self.leaving {
+        if self.role != Role::Worker || self.leaving || self.concurrency == 0 {
             return 0;
         }
         let ahead = match self.prefetch {

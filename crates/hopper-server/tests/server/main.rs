@@ -25,6 +25,7 @@ mod outcome_held;
 mod pool_share;
 mod prefetch;
 mod queue_held;
+mod refusals;
 mod remote_job_logs;
 mod remote_meta_logs;
 mod request_timeout;

@@ -134,3 +134,37 @@ async fn a_worker_that_prefetches_gets_credit_sized_to_its_pace() -> anyhow::Res
     server.shutdown().await;
     Ok(())
 }
+
+/// A worker of `concurrency` 0 receives no orders, whatever `prefetch` it announced (the
+/// Rust transport announces one with its node's concurrency, which may be 0); saying hello
+/// again with a concurrency gets it the job that waited.
+#[tokio::test]
+async fn a_worker_of_concurrency_zero_receives_no_orders() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let mut worker = RawPeer::connect(server.endpoint()).await;
+    let r = worker
+        .hello(
+            "worker",
+            TOKEN,
+            vec![("concurrency", int(0)), ("prefetch", int(10))],
+        )
+        .await;
+    assert_eq!(text_of(&r, "type"), "welcome", "{r:?}");
+    Client::new(db.backend())
+        .insert(NewJob::new("k", serde_json::json!({})))
+        .await?;
+    // Two of the server's once-a-second re-checks of its served queues: no order, no claim.
+    worker.set_timeout(Duration::from_millis(2500));
+    assert_eq!(worker.try_recv_bytes().await, None);
+    assert_eq!(db.queue_stats("default").await?.available, 1);
+
+    let r = worker
+        .hello("worker", TOKEN, vec![("concurrency", int(1))])
+        .await;
+    assert_eq!(text_of(&r, "type"), "welcome", "{r:?}");
+    let (_, attempt) = order(&mut worker).await;
+    assert_eq!(attempt, 1);
+    server.shutdown().await;
+    Ok(())
+}

@@ -337,16 +337,19 @@ async fn each_token_does_what_its_role_allows() -> anyhow::Result<()> {
         ),
     ]);
     let refused_all = [
-        &list,
-        &stats,
-        &on_lease("completed", 6, &id, 1, vec![]),
-        &leases,
+        (&list, "an admin"),
+        (&stats, "an admin"),
+        (&on_lease("completed", 6, &id, 1, vec![]), "a worker"),
+        (&leases, "a worker"),
     ];
-    for refused in refused_all {
+    for (refused, needed) in refused_all {
         c.send(refused).await;
         let r = c.recv().await;
         assert_eq!(text_of(&r, "code"), "unauthorized", "{refused:?} -> {r:?}");
-        assert!(text_of(&r, "message").contains("role is client"), "{r:?}");
+        assert_eq!(
+            text_of(&r, "message"),
+            format!("this token's role is client; this request needs {needed} token")
+        );
     }
 
     // A worker token: a worker (that may also submit), not an admin.
@@ -362,6 +365,10 @@ async fn each_token_does_what_its_role_allows() -> anyhow::Result<()> {
     w.send(&list).await;
     let r = w.recv().await;
     assert_eq!(text_of(&r, "code"), "unauthorized", "{r:?}");
+    assert_eq!(
+        text_of(&r, "message"),
+        "this token's role is worker; this request needs an admin token"
+    );
     // A refused hello keeps the session it had.
     let r = w.hello("worker", "not-a-token-at-all", vec![]).await;
     assert_eq!(text_of(&r, "code"), "unauthorized");
