@@ -167,7 +167,33 @@ impl AuthConfig {
     }
 }
 
-fn check_token(role: Role, token: &str) -> Result<()> {
+impl Role {
+    /// The name used in a token file (`admin TOKEN`, `read TOKEN`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "read" => Ok(Role::Read),
+            "admin" => Ok(Role::Admin),
+            other => Err(format!(
+                "unknown role {other:?}; the HTTP roles are admin and read (read-only)"
+            )),
+        }
+    }
+}
+
+/// Checks a token as [`AuthConfig::tokens`] does: at least [`MIN_TOKEN_LEN`] characters
+/// of printable ASCII without spaces or commas. The error names the role, never the token.
+pub fn check_token(role: Role, token: &str) -> Result<()> {
     let what = match role {
         Role::Admin => "an admin token",
         Role::Read => "a read-only token",
