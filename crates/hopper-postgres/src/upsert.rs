@@ -14,7 +14,7 @@ use hopper_core::{Error, InsertOutcome, NewJob, Result, UniquePolicy};
 use tokio_postgres::Transaction;
 
 use crate::PgBackend;
-use crate::conn::{Columns, Conn, Tokio};
+use crate::conn::{Columns, Conn, Holder, Tokio};
 
 /// How many times a job whose key holder vanished between the insert and the lookup is
 /// tried again before giving up.
@@ -165,11 +165,19 @@ impl PgBackend {
         window: Option<DateTime<Utc>>,
     ) -> Result<Option<InsertOutcome>> {
         let Some(key) = &job.unique_key else {
-            return Err(Error::Conflict(format!("a job with id {} exists", job.id)));
+            return Err(id_taken(job));
         };
-        let Some((holder, state)) = conn.unique_holder(key, window).await? else {
+        let Some(Holder {
+            id: holder,
+            state,
+            holds_key,
+        }) = conn.unique_holder(job, window).await?
+        else {
             return Ok(None);
         };
+        if !holds_key {
+            return Err(id_taken(job));
+        }
         match job.unique_policy {
             UniquePolicy::Ignore => Ok(Some(InsertOutcome::Duplicate { existing: holder })),
             UniquePolicy::Reject => Err(Error::Conflict(format!(
@@ -185,6 +193,11 @@ impl PgBackend {
             }
         }
     }
+}
+
+/// The error of a job whose id is taken.
+fn id_taken(job: &NewJob) -> Error {
+    Error::Conflict(format!("a job with id {} already exists", job.id))
 }
 
 /// The error of a job whose unique key changed hands at every attempt.

@@ -183,7 +183,7 @@ fn resolve<'j>(
     window: Option<i64>,
     now: i64,
 ) -> Result<(InsertOutcome, Option<&'j String>)> {
-    let id_taken = || Error::Conflict(format!("a job with id {} exists", job.id));
+    let id_taken = || Error::Conflict(format!("a job with id {} already exists", job.id));
     let Some(key) = &job.unique_key else {
         return Err(id_taken());
     };

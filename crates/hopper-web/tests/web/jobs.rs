@@ -49,6 +49,22 @@ async fn enqueue_with_every_option_then_read_it_back() -> anyhow::Result<()> {
         .await?;
     assert_eq!(again.status, StatusCode::CONFLICT, "{again:?}");
     assert_eq!(code(&again), "conflict");
+    // Said as such, not in the database's words about its constraint.
+    assert_eq!(
+        message(&again),
+        format!("a job with id {id} already exists")
+    );
+    let batch = web
+        .post(
+            "/api/v1/jobs/batch",
+            json!({"jobs": [{"kind": "other"}, {"id": id, "kind": "send_email"}]}),
+        )
+        .await?;
+    assert_eq!(batch.status, StatusCode::CONFLICT, "{batch:?}");
+    assert_eq!(
+        message(&batch),
+        format!("a job with id {id} already exists")
+    );
     assert_eq!(web.job_count().await?, 1);
     Ok(())
 }
