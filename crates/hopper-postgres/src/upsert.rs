@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use hopper_core::{Error, InsertOutcome, NewJob, Result, UniquePolicy};
+use hopper_core::{Error, InsertOutcome, NewJob, Result, UniquePolicy, policy};
 use tokio_postgres::Transaction;
 
 use crate::PgBackend;
@@ -69,7 +69,8 @@ impl PgBackend {
             {
                 return Ok(InsertOutcome::Inserted);
             }
-            if let Some(outcome) = self.resolve_conflict(conn, job, window).await? {
+            let jobs = std::slice::from_ref(job);
+            if let Some(outcome) = self.resolve_conflict(conn, jobs, 0, window).await? {
                 return Ok(outcome);
             }
         }
@@ -131,13 +132,13 @@ impl PgBackend {
                 .await?
         };
         let mut outcomes = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        for (index, job) in jobs.iter().enumerate() {
             if copied(job) || inserted.contains(&job.id) {
                 outcomes.push(InsertOutcome::Inserted);
                 continue;
             }
             let window = job.unique_window_start(job.run_at.unwrap_or(now));
-            let mut outcome = self.resolve_conflict(conn, job, window).await?;
+            let mut outcome = self.resolve_conflict(conn, jobs, index, window).await?;
             for _ in 1..ATTEMPTS {
                 if outcome.is_some() {
                     break;
@@ -148,7 +149,7 @@ impl PgBackend {
                 {
                     Some(InsertOutcome::Inserted)
                 } else {
-                    self.resolve_conflict(conn, job, window).await?
+                    self.resolve_conflict(conn, jobs, index, window).await?
                 };
             }
             outcomes.push(outcome.ok_or_else(|| kept_changing_hands(job))?);
@@ -156,14 +157,18 @@ impl PgBackend {
         Ok(outcomes)
     }
 
-    /// A job was not inserted: finds who holds its key and applies its policy. `None`
-    /// when nobody holds it any more (the caller inserts again).
+    /// `jobs[index]` was not inserted: finds who holds its key and applies its policy.
+    /// `None` when nobody holds it any more (the caller inserts again).
     async fn resolve_conflict(
         &self,
         conn: &mut impl Conn,
-        job: &NewJob,
+        jobs: &[NewJob],
+        index: usize,
         window: Option<DateTime<Utc>>,
     ) -> Result<Option<InsertOutcome>> {
+        let Some(job) = jobs.get(index) else {
+            return Ok(None);
+        };
         let Some(key) = &job.unique_key else {
             return Err(id_taken(job));
         };
@@ -180,9 +185,9 @@ impl PgBackend {
         }
         match job.unique_policy {
             UniquePolicy::Ignore => Ok(Some(InsertOutcome::Duplicate { existing: holder })),
-            UniquePolicy::Reject => Err(Error::Conflict(format!(
-                "unique key {key:?} is held by job {holder} ({state})"
-            ))),
+            UniquePolicy::Reject => {
+                Err(policy::unique_key_rejected(jobs, index, key, holder, state))
+            }
             UniquePolicy::Replace => {
                 let replaced = conn.replace(holder, job, self.inner.clock.now()).await?;
                 Ok(Some(if replaced {

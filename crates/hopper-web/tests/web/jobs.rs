@@ -406,6 +406,24 @@ async fn unique_keys_answer_with_the_holder() -> anyhow::Result<()> {
     );
     assert_eq!(batch.json["ids"][0], first.json["id"]);
     assert_eq!(web.job_count().await?, 3);
+
+    // Two jobs of one batch sharing a key: the batch is refused naming them both, not the
+    // first as a holder (it was rolled back and never existed).
+    let twice = json!({"kind": "welcome", "unique_key": "user:44/welcome",
+                       "unique_policy": "reject"});
+    let batch = web
+        .post(
+            "/api/v1/jobs/batch",
+            json!({"jobs": [{"kind": "plain"}, twice, twice]}),
+        )
+        .await?;
+    assert_eq!(batch.status, StatusCode::CONFLICT, "{batch:?}");
+    assert_eq!(
+        message(&batch),
+        "jobs[1] and jobs[2] of the batch share the unique key \"user:44/welcome\", and the \
+         reject policy refuses the second"
+    );
+    assert_eq!(web.job_count().await?, 3);
     Ok(())
 }
 
