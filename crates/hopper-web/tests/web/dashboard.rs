@@ -97,7 +97,8 @@ const ROUTES: &[(&str, &str)] = &[
 
 /// The limits the document states for a new job are the server's: durations at most
 /// `MAX_DURATION_MS` (10 years), metadata at most `MAX_META_BYTES` as JSON (which JSON
-/// Schema cannot count, so no `maxProperties` stands in for it).
+/// Schema cannot count, so no `maxProperties` stands in for it), a unique policy only with
+/// a unique key.
 #[tokio::test]
 async fn openapi_limits_of_a_new_job_are_the_servers() -> anyhow::Result<()> {
     let doc: Value = serde_json::from_str(include_str!("../../openapi.json"))?;
@@ -117,6 +118,10 @@ async fn openapi_limits_of_a_new_job_are_the_servers() -> anyhow::Result<()> {
             .as_str()
             .is_some_and(|d| d.contains(&bytes)),
         "{meta}"
+    );
+    assert_eq!(
+        job["dependentRequired"]["unique_policy"],
+        json!(["unique_key"])
     );
     // The server keeps to them: one past each is refused, the limit itself accepted.
     let web = Web::new().await?;
