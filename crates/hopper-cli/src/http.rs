@@ -4,8 +4,10 @@
 //! Authentication is on by default, as for the ZeroMQ server:
 //!
 //! 1. tokens from `HOPPER_HTTP_ADMIN_TOKENS` / `HOPPER_HTTP_READ_TOKENS` when either is set;
-//! 2. else the admin tokens in the HTTP token file (`--http-token-file`, default
-//!    `$XDG_CONFIG_HOME/hopper/http.token` or `~/.config/hopper/http.token`);
+//! 2. else the tokens in the HTTP token file (`--http-token-file`, default
+//!    `$XDG_CONFIG_HOME/hopper/http.token` or `~/.config/hopper/http.token`): one a line,
+//!    a bare token or `admin TOKEN` for an admin, `read TOKEN` for a read-only token; the
+//!    file readable by its owner only, as the ZeroMQ token file;
 //! 3. else a new admin token is generated into that file, readable by this user only
 //!    (mode 0600), and the path is printed.
 //!
@@ -26,6 +28,7 @@ use clap::Args;
 use hopper::Health;
 use hopper::backend::Backend;
 use hopper::supervise::{Policy, supervise};
+use hopper_web::auth::Role;
 use hopper_web::{AllowedHosts, AuthConfig, ConnectionLimits, Tls, WebState};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
@@ -42,9 +45,11 @@ pub struct HttpArgs {
     /// Serve the HTTP side without authentication (loopback addresses only).
     #[arg(long, requires = "http", conflicts_with = "http_token_file")]
     pub http_open: bool,
-    /// The file of HTTP admin tokens, one per line (`#` comments allowed), used when
-    /// HOPPER_HTTP_ADMIN_TOKENS and HOPPER_HTTP_READ_TOKENS are unset. Created with a new
-    /// token (mode 0600) if it does not exist. Default: ~/.config/hopper/http.token.
+    /// The file of HTTP tokens, one per line (`#` comments allowed): a bare token or
+    /// `admin TOKEN` for an admin, `read TOKEN` for a read-only token; readable by its owner
+    /// only. Used when HOPPER_HTTP_ADMIN_TOKENS and HOPPER_HTTP_READ_TOKENS are unset.
+    /// Created with a new admin token (mode 0600) if it does not exist. Default:
+    /// ~/.config/hopper/http.token.
     #[arg(long, env = "HOPPER_HTTP_TOKEN_FILE", requires = "http")]
     pub http_token_file: Option<PathBuf>,
     /// A host name clients use to reach the HTTP side (e.g. hopper.example.com, behind a
@@ -121,13 +126,19 @@ impl HttpArgs {
     }
 
     /// Every setting of the flags that can be checked before the database is opened:
-    /// the limits and the HTTPS files, read once.
+    /// the limits, the HTTPS files and the tokens, read once.
     pub fn settings(&self) -> anyhow::Result<HttpSettings> {
         let (limits, body_timeout) = self.limits()?;
+        let tls = self.tls()?;
+        let auth = match self.http {
+            Some(addr) => Some(auth(self, addr)?),
+            None => None,
+        };
         Ok(HttpSettings {
             limits,
             body_timeout,
-            tls: self.tls()?,
+            tls,
+            auth,
         })
     }
 }
@@ -138,6 +149,8 @@ pub struct HttpSettings {
     limits: ConnectionLimits,
     body_timeout: Duration,
     tls: Option<Tls>,
+    /// The authentication in force; `None` without `--http`.
+    auth: Option<AuthConfig>,
 }
 
 /// The running HTTP server.
@@ -182,16 +195,16 @@ pub async fn start(
         limits,
         body_timeout,
         tls,
+        auth,
     }: HttpSettings,
     backend: Arc<dyn Backend>,
     prometheus: Option<PrometheusHandle>,
     health: &Health,
 ) -> anyhow::Result<Option<HttpServer>> {
-    let Some(addr) = args.http else {
+    let (Some(addr), Some(auth)) = (args.http, auth) else {
         return Ok(None);
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let auth = auth(args, addr)?;
     let open = auth.is_open();
     let mut hosts = AllowedHosts::for_address(addr);
     for name in args
@@ -296,10 +309,8 @@ fn auth(args: &HttpArgs, addr: SocketAddr) -> anyhow::Result<AuthConfig> {
         .clone()
         .unwrap_or_else(default_token_path);
     if path.exists() {
-        let tokens = hopper_server::read_tokens(&path)
-            .with_context(|| format!("reading the HTTP token file {}", path.display()))?;
-        return AuthConfig::tokens(tokens, Vec::<String>::new())
-            .with_context(|| format!("the HTTP token file {}", path.display()));
+        return read_token_file(&path)
+            .with_context(|| format!("reading the HTTP token file {}", path.display()));
     }
     let token = hopper_server::write_new_token(&path)
         .with_context(|| format!("writing a new HTTP token to {}", path.display()))?;
@@ -310,6 +321,36 @@ fn auth(args: &HttpArgs, addr: SocketAddr) -> anyhow::Result<AuthConfig> {
         path.display()
     );
     Ok(AuthConfig::tokens([token], Vec::<String>::new())?)
+}
+
+/// The tokens of the HTTP token file at `path`: one a line, a bare token or `admin TOKEN`
+/// for an admin, `read TOKEN` for a read-only token. Refused, with the line number (never
+/// the token): a file that the group or others may read or write, an unknown role, a weak
+/// token, and a file without a token.
+fn read_token_file(path: &std::path::Path) -> anyhow::Result<AuthConfig> {
+    let (mut admin, mut read) = (Vec::new(), Vec::new());
+    for line in hopper_server::read_token_lines(path)? {
+        let number = line.number;
+        let role: Role = match &line.role {
+            None => Role::Admin,
+            Some(role) => role
+                .parse()
+                .map_err(|e| hopper_server::invalid_line(path, number, e))?,
+        };
+        hopper_web::auth::check_token(role, &line.token)
+            .map_err(|e| hopper_server::invalid_line(path, number, e))?;
+        match role {
+            Role::Admin => admin.push(line.token),
+            Role::Read => read.push(line.token),
+        }
+    }
+    if admin.is_empty() && read.is_empty() {
+        anyhow::bail!(
+            "{} holds no token: write one a line, `read TOKEN` for a read-only one",
+            path.display()
+        );
+    }
+    Ok(AuthConfig::tokens(admin, read)?)
 }
 
 /// `$XDG_CONFIG_HOME/hopper/http.token`, else `~/.config/hopper/http.token`.

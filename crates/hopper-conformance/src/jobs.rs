@@ -326,11 +326,25 @@ pub async fn migrate_twice_is_a_no_op(h: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A second insert of a job id is a conflict.
+/// A second insert of a job id is a conflict, which says the id is taken (not the
+/// database's words about a constraint), alone, in a batch, and with a unique key.
 pub async fn duplicate_ids_are_a_conflict(h: &Harness) -> anyhow::Result<()> {
     let j = job("k", "default");
     h.insert(j.clone()).await?;
-    let result = h.backend.job_insert(&j).await;
-    assert!(matches!(result, Err(Error::Conflict(_))), "{result:?}");
+    let taken = format!("a job with id {} already exists", j.id);
+    let said = |result: Result<_, Error>| match result {
+        Err(Error::Conflict(message)) => assert_eq!(message, taken),
+        other => panic!("a conflict saying {taken:?}, not {other:?}"),
+    };
+    said(h.backend.job_insert(&j).await);
+    said(
+        h.backend
+            .job_insert_many(&[job("k", "default"), j.clone()])
+            .await,
+    );
+    if let Some(store) = h.scheduling() {
+        let keyed = j.clone().with_unique_key("free key");
+        said(store.job_upsert_many(&[keyed]).await.map(|_| ()));
+    }
     Ok(())
 }

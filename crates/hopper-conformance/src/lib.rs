@@ -313,6 +313,7 @@ macro_rules! conformance_suite {
             }
             unique {
                 unique_keys_follow_their_policy,
+                two_jobs_of_a_batch_with_one_key_are_named_when_rejected,
                 unique_windows_hold_after_the_job_finished,
             }
             fairness {

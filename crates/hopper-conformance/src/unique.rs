@@ -8,6 +8,58 @@ use serde_json::json;
 
 use crate::{Harness, completed, job};
 
+/// Two jobs of one batch with the same unique key under the reject policy: the refusal
+/// names the two jobs of the batch, not the first as a holder (rolled back with the rest,
+/// it never exists); a holder stored before is named as such.
+pub async fn two_jobs_of_a_batch_with_one_key_are_named_when_rejected(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let Some(store) = h.scheduling() else {
+        return Ok(());
+    };
+    let keyed = |key: &str| {
+        job("k", "q")
+            .with_unique_key(key)
+            .with_unique_policy(UniquePolicy::Reject)
+    };
+    let (plain, first, second) = (job("k", "q"), keyed("twice"), keyed("twice"));
+    let result = store
+        .job_upsert_many(&[plain.clone(), first.clone(), second])
+        .await;
+    let Err(Error::Conflict(message)) = result else {
+        panic!("a conflict, not {result:?}");
+    };
+    assert_eq!(
+        message,
+        "jobs[1] and jobs[2] of the batch share the unique key \"twice\", and the reject \
+         policy refuses the second"
+    );
+    for id in [plain.id, first.id] {
+        assert_eq!(
+            h.backend
+                .job_get(&hopper_core::backend::JobGetParams { id })
+                .await?,
+            None,
+            "nothing of the batch written"
+        );
+    }
+
+    let holder = keyed("once");
+    store.job_upsert_many(std::slice::from_ref(&holder)).await?;
+    let result = store.job_upsert_many(&[job("k", "q"), keyed("once")]).await;
+    let Err(Error::Conflict(message)) = result else {
+        panic!("a conflict, not {result:?}");
+    };
+    assert_eq!(
+        message,
+        format!(
+            "unique key \"once\" is held by job {} (available)",
+            holder.id
+        )
+    );
+    Ok(())
+}
+
 /// Unique keys follow their policy: ignore, reject (the whole batch), replace (not a
 /// running holder), and a finished holder frees its key.
 pub async fn unique_keys_follow_their_policy(h: &Harness) -> anyhow::Result<()> {

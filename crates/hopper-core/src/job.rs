@@ -393,6 +393,11 @@ impl NewJob {
         if let Some(key) = &self.unique_key {
             validate_unique_key(key)?;
         }
+        if self.unique_key.is_none() && self.unique_policy != UniquePolicy::Ignore {
+            return Err(Error::InvalidInput(
+                "a unique policy needs a unique key".into(),
+            ));
+        }
         if let Some(window) = self.unique_window {
             if self.unique_key.is_none() {
                 return Err(Error::InvalidInput(
@@ -531,6 +536,23 @@ mod tests {
         for good in ["default", "mail.send", "billing:eu-1", "A_b"] {
             assert!(validate_name("queue", good).is_ok(), "{good:?} refused");
         }
+    }
+
+    #[test]
+    fn a_unique_policy_or_window_needs_a_unique_key() {
+        let job = || NewJob::new("k", json!({}));
+        for policy in [UniquePolicy::Reject, UniquePolicy::Replace] {
+            let e = job().with_unique_policy(policy).validate();
+            assert!(
+                matches!(&e, Err(Error::InvalidInput(m)) if m.contains("needs a unique key")),
+                "{policy:?}: {e:?}"
+            );
+            let keyed = job().with_unique_key("k").with_unique_policy(policy);
+            assert!(keyed.validate().is_ok(), "{policy:?}");
+        }
+        let window = job().with_unique_window(Duration::from_secs(1)).validate();
+        assert!(window.is_err(), "{window:?}");
+        assert!(job().validate().is_ok());
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   the jobs of an advance, so a tick is enqueued once however many nodes run the enqueuer;
 //! - [`refuse_newer_schema`]: a database migrated by a newer hopper is not touched;
 //! - [`validate_sql_name`]: the schema or table prefix spliced into SQL text;
-//! - [`conflict`]: the answer to an operation a job's state does not allow.
+//! - [`conflict`]: the answer to an operation a job's state does not allow;
+//! - [`unique_key_rejected`]: the answer to a job whose unique key is taken, under the
+//!   reject policy.
 
 use std::time::Duration;
 
@@ -141,6 +143,30 @@ pub fn conflict(action: JobAction, id: JobId, state: JobState) -> Error {
         JobAction::Delete => "cancel it before deleting it",
     };
     Error::Conflict(format!("job {id} is {state}; {rule}"))
+}
+
+/// The [`Error::Conflict`] of `jobs[index]`, refused under [`UniquePolicy::Reject`]
+/// because its unique key `key` is held by job `holder` (in `state`). When the holder is an
+/// earlier job of the same insert, which the refusal rolls back with the rest, the answer
+/// says that two jobs of the batch share the key rather than name a holder that will never
+/// exist.
+pub fn unique_key_rejected(
+    jobs: &[NewJob],
+    index: usize,
+    key: &str,
+    holder: JobId,
+    state: impl std::fmt::Display,
+) -> Error {
+    let earlier = jobs
+        .get(..index)
+        .and_then(|before| before.iter().position(|j| j.id == holder));
+    Error::Conflict(match earlier {
+        Some(earlier) => format!(
+            "jobs[{earlier}] and jobs[{index}] of the batch share the unique key {key:?}, \
+             and the reject policy refuses the second"
+        ),
+        None => format!("unique key {key:?} is held by job {holder} ({state})"),
+    })
 }
 
 #[cfg(test)]

@@ -36,12 +36,14 @@ pub(crate) trait Conn {
     /// `job_insert_many_full.sql`: the ids inserted.
     async fn insert_many_full(&mut self, columns: &Columns<'_>) -> Result<HashSet<JobId>>;
 
-    /// `job_unique_holder.sql`: the job holding `key`, and its state.
+    /// `job_unique_holder.sql`: what keeps `job` (its key and id) from being inserted: the
+    /// job holding its unique key, else the job of its id; its state, and whether it
+    /// holds the key.
     async fn unique_holder(
         &mut self,
-        key: &str,
+        job: &NewJob,
         window: Option<DateTime<Utc>>,
-    ) -> Result<Option<(JobId, String)>>;
+    ) -> Result<Option<Holder>>;
 
     /// `job_replace.sql`: true if the holder was still waiting and took `job`'s fields.
     async fn replace(
@@ -58,6 +60,16 @@ pub(crate) trait Conn {
         duration_ms: i64,
         now: Option<DateTime<Utc>>,
     ) -> Result<bool>;
+}
+
+/// A row of `job_unique_holder.sql`.
+pub(crate) struct Holder {
+    /// The job's id.
+    pub id: JobId,
+    /// Its state.
+    pub state: String,
+    /// True when it holds the unique key; false when it only has the id asked for.
+    pub holds_key: bool,
 }
 
 /// The arguments of `job_insert_many_full.sql`, one array per column.
@@ -206,20 +218,21 @@ impl<C: GenericClient + Sync> Conn for Tokio<'_, C> {
 
     async fn unique_holder(
         &mut self,
-        key: &str,
+        job: &NewJob,
         window: Option<DateTime<Utc>>,
-    ) -> Result<Option<(JobId, String)>> {
+    ) -> Result<Option<Holder>> {
         let row = self
             .backend
             .text(&self.backend.inner.queries.job_unique_holder)
-            .query_opt(self.client, &[&key, &window])
+            .query_opt(self.client, &[&job.unique_key, &window, &job.id])
             .await
             .map_err(map_pg)?;
         row.map(|row| {
-            Ok((
-                row.try_get(0).map_err(Error::database)?,
-                row.try_get(1).map_err(Error::database)?,
-            ))
+            Ok(Holder {
+                id: row.try_get(0).map_err(Error::database)?,
+                state: row.try_get(1).map_err(Error::database)?,
+                holds_key: row.try_get(2).map_err(Error::database)?,
+            })
         })
         .transpose()
     }

@@ -9,12 +9,41 @@ use tokio_postgres::error::SqlState;
 /// server that is away or a stale prepared statement [`Error::Database`] (transient), and
 /// any other answer of the server [`Error::Refused`].
 pub fn map_pg(e: tokio_postgres::Error) -> Error {
-    if let Some(db) = e.as_db_error()
-        && let Some(mapped) = classify(db.code().code(), db.message(), db.routine())
-    {
-        return mapped;
+    if let Some(db) = e.as_db_error() {
+        if let Some(taken) = job_id_taken(db.code().code(), db.constraint(), db.detail()) {
+            return taken;
+        }
+        if let Some(mapped) = classify(db.code().code(), db.message(), db.routine()) {
+            return mapped;
+        }
     }
     Error::database(e)
+}
+
+/// The primary key of hopper's jobs table, whose violation means a job id already taken.
+const JOBS_PKEY: &str = "jobs_pkey";
+
+/// [`Error::Conflict`] saying which job id is taken, for a unique violation (SQLSTATE
+/// 23505) of the jobs table's primary key (a job enqueued twice with the id of its
+/// choosing), rather than the server's text about a constraint. The id comes from the
+/// server's detail (`Key (id)=(…) already exists.`), any UUID in it, since the words are
+/// translated (`lc_messages`); `None` for any other error.
+pub(crate) fn job_id_taken(
+    code: &str,
+    constraint: Option<&str>,
+    detail: Option<&str>,
+) -> Option<Error> {
+    if code != SqlState::UNIQUE_VIOLATION.code() || constraint != Some(JOBS_PKEY) {
+        return None;
+    }
+    let id = detail.and_then(|d| {
+        d.split(['(', ')', ' ', '='])
+            .find_map(|word| uuid::Uuid::parse_str(word).ok())
+    });
+    Some(Error::Conflict(match id {
+        Some(id) => format!("a job with id {id} already exists"),
+        None => "a job with this id already exists".to_owned(),
+    }))
 }
 
 /// The server function that refuses to run a prepared statement whose result columns
@@ -160,6 +189,21 @@ mod tests {
             Some(Error::Refused(_)) => "refused",
             Some(other) => panic!("{code}: {other}"),
         }
+    }
+
+    #[test]
+    fn a_taken_job_id_is_said_as_such() {
+        let id = "0194d3c1-7c3e-7000-8000-000000000001";
+        let detail = format!("Key (id)=({id}) already exists.");
+        let taken = job_id_taken("23505", Some("jobs_pkey"), Some(&detail));
+        let Some(Error::Conflict(message)) = taken else {
+            panic!("{taken:?}");
+        };
+        assert_eq!(message, format!("a job with id {id} already exists"));
+        let taken = job_id_taken("23505", Some("jobs_pkey"), Some("Schlüssel existiert"));
+        assert!(matches!(taken, Some(Error::Conflict(m)) if m.contains("this id")));
+        assert!(job_id_taken("23505", Some("cron_jobs_pkey"), Some(&detail)).is_none());
+        assert!(job_id_taken("23503", Some("jobs_pkey"), Some(&detail)).is_none());
     }
 
     #[test]

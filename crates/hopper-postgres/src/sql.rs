@@ -276,7 +276,7 @@ queries!(
     job_state_type(),
     job_stats_per_minute(INT8, TIMESTAMPTZ),
     job_snooze_many(UUID_ARRAY, INT4_ARRAY, INT8_ARRAY, TIMESTAMPTZ),
-    job_unique_holder(TEXT, TIMESTAMPTZ),
+    job_unique_holder(TEXT, TIMESTAMPTZ, UUID),
     job_unreadable_scheduled(),
     job_vacuum_due(INT8),
     node_deregister(UUID),

@@ -18,8 +18,8 @@ use sqlx_core::types::Json;
 use sqlx_postgres::{PgArguments, PgConnection, Postgres};
 
 use crate::PgBackend;
-use crate::conn::{Columns, Conn};
-use crate::error::{classify, is_stale_statement};
+use crate::conn::{Columns, Conn, Holder};
+use crate::error::{classify, is_stale_statement, job_id_taken};
 
 /// hopper's transactional operations on sqlx connections, from [`PgBackend::sqlx`].
 #[derive(Debug, Clone, Copy)]
@@ -224,22 +224,24 @@ impl Conn for Sqlx<'_> {
 
     async fn unique_holder(
         &mut self,
-        key: &str,
+        job: &NewJob,
         window: Option<DateTime<Utc>>,
-    ) -> Result<Option<(JobId, String)>> {
+    ) -> Result<Option<Holder>> {
         let sql = &self.backend.inner.queries.job_unique_holder.sql;
         let row = self
             .query(sql)
-            .bind(key)
+            .bind(&job.unique_key)
             .bind(window)
+            .bind(job.id)
             .fetch_optional(&mut *self.conn)
             .await;
         let row = self.said(row).await?;
         row.map(|row| {
-            Ok((
-                row.try_get(0).map_err(Error::database)?,
-                row.try_get(1).map_err(Error::database)?,
-            ))
+            Ok(Holder {
+                id: row.try_get(0).map_err(Error::database)?,
+                state: row.try_get(1).map_err(Error::database)?,
+                holds_key: row.try_get(2).map_err(Error::database)?,
+            })
         })
         .transpose()
     }
@@ -293,9 +295,16 @@ impl Conn for Sqlx<'_> {
 fn map_sqlx(e: sqlx_core::Error) -> Error {
     if let Some(db) = e.as_database_error()
         && let Some(code) = db.code()
-        && let Some(mapped) = classify(&code, db.message(), routine(db))
     {
-        return mapped;
+        let detail = db
+            .try_downcast_ref::<sqlx_postgres::PgDatabaseError>()
+            .and_then(|pg| pg.detail());
+        if let Some(taken) = job_id_taken(&code, db.constraint(), detail) {
+            return taken;
+        }
+        if let Some(mapped) = classify(&code, db.message(), routine(db)) {
+            return mapped;
+        }
     }
     Error::database(e)
 }

@@ -10,11 +10,11 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use hopper_core::{Error, InsertOutcome, NewJob, Result, UniquePolicy};
+use hopper_core::{Error, InsertOutcome, NewJob, Result, UniquePolicy, policy};
 use tokio_postgres::Transaction;
 
 use crate::PgBackend;
-use crate::conn::{Columns, Conn, Tokio};
+use crate::conn::{Columns, Conn, Holder, Tokio};
 
 /// How many times a job whose key holder vanished between the insert and the lookup is
 /// tried again before giving up.
@@ -69,7 +69,8 @@ impl PgBackend {
             {
                 return Ok(InsertOutcome::Inserted);
             }
-            if let Some(outcome) = self.resolve_conflict(conn, job, window).await? {
+            let jobs = std::slice::from_ref(job);
+            if let Some(outcome) = self.resolve_conflict(conn, jobs, 0, window).await? {
                 return Ok(outcome);
             }
         }
@@ -131,13 +132,13 @@ impl PgBackend {
                 .await?
         };
         let mut outcomes = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        for (index, job) in jobs.iter().enumerate() {
             if copied(job) || inserted.contains(&job.id) {
                 outcomes.push(InsertOutcome::Inserted);
                 continue;
             }
             let window = job.unique_window_start(job.run_at.unwrap_or(now));
-            let mut outcome = self.resolve_conflict(conn, job, window).await?;
+            let mut outcome = self.resolve_conflict(conn, jobs, index, window).await?;
             for _ in 1..ATTEMPTS {
                 if outcome.is_some() {
                     break;
@@ -148,7 +149,7 @@ impl PgBackend {
                 {
                     Some(InsertOutcome::Inserted)
                 } else {
-                    self.resolve_conflict(conn, job, window).await?
+                    self.resolve_conflict(conn, jobs, index, window).await?
                 };
             }
             outcomes.push(outcome.ok_or_else(|| kept_changing_hands(job))?);
@@ -156,25 +157,37 @@ impl PgBackend {
         Ok(outcomes)
     }
 
-    /// A job was not inserted: finds who holds its key and applies its policy. `None`
-    /// when nobody holds it any more (the caller inserts again).
+    /// `jobs[index]` was not inserted: finds who holds its key and applies its policy.
+    /// `None` when nobody holds it any more (the caller inserts again).
     async fn resolve_conflict(
         &self,
         conn: &mut impl Conn,
-        job: &NewJob,
+        jobs: &[NewJob],
+        index: usize,
         window: Option<DateTime<Utc>>,
     ) -> Result<Option<InsertOutcome>> {
-        let Some(key) = &job.unique_key else {
-            return Err(Error::Conflict(format!("a job with id {} exists", job.id)));
-        };
-        let Some((holder, state)) = conn.unique_holder(key, window).await? else {
+        let Some(job) = jobs.get(index) else {
             return Ok(None);
         };
+        let Some(key) = &job.unique_key else {
+            return Err(id_taken(job));
+        };
+        let Some(Holder {
+            id: holder,
+            state,
+            holds_key,
+        }) = conn.unique_holder(job, window).await?
+        else {
+            return Ok(None);
+        };
+        if !holds_key {
+            return Err(id_taken(job));
+        }
         match job.unique_policy {
             UniquePolicy::Ignore => Ok(Some(InsertOutcome::Duplicate { existing: holder })),
-            UniquePolicy::Reject => Err(Error::Conflict(format!(
-                "unique key {key:?} is held by job {holder} ({state})"
-            ))),
+            UniquePolicy::Reject => {
+                Err(policy::unique_key_rejected(jobs, index, key, holder, state))
+            }
             UniquePolicy::Replace => {
                 let replaced = conn.replace(holder, job, self.inner.clock.now()).await?;
                 Ok(Some(if replaced {
@@ -185,6 +198,11 @@ impl PgBackend {
             }
         }
     }
+}
+
+/// The error of a job whose id is taken.
+fn id_taken(job: &NewJob) -> Error {
+    Error::Conflict(format!("a job with id {} already exists", job.id))
 }
 
 /// The error of a job whose unique key changed hands at every attempt.

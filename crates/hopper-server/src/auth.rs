@@ -184,50 +184,96 @@ pub fn read_tokens(path: &Path) -> std::io::Result<Vec<String>> {
         .collect())
 }
 
+/// One line of a token file: a token, and the role written before it if any.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenLine {
+    /// The line's number in the file, from 1.
+    pub number: usize,
+    /// The word before the token (`client`, `read`, …), unchecked; `None` for a bare token.
+    pub role: Option<String>,
+    /// The token.
+    pub token: String,
+}
+
+impl std::fmt::Debug for TokenLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenLine({}, {:?}, <secret>)", self.number, self.role)
+    }
+}
+
+/// Reads a file of secret tokens, one per line, optionally after a role and a space
+/// (`admin TOKEN`); blank lines and lines starting with `#` are skipped. What the roles
+/// mean is the caller's: [`read_credentials`] for the ZeroMQ server, the HTTP token file
+/// of `hopper serve --http` for its own.
+///
+/// Refused, with the line number (never the token): a line of more than two words, and a
+/// file that the group or others may read or write (secrets there are not secret).
+pub fn read_token_lines(path: &Path) -> std::io::Result<Vec<TokenLine>> {
+    check_private(path)?;
+    let text = std::fs::read_to_string(path)?;
+    let mut lines = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let number = n + 1;
+        let (role, token) = match line.split_whitespace().collect::<Vec<_>>()[..] {
+            [token] => (None, token),
+            [role, token] => (Some(role.to_owned()), token),
+            _ => {
+                return Err(invalid_line(
+                    path,
+                    number,
+                    "expected a token, or a role and a token",
+                ));
+            }
+        };
+        lines.push(TokenLine {
+            number,
+            role,
+            token: token.to_owned(),
+        });
+    }
+    Ok(lines)
+}
+
+/// The error for line `number` of the token file at `path`: `why`, never the token.
+pub fn invalid_line(path: &Path, number: usize, why: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{} line {number}: {why}", path.display()),
+    )
+}
+
 /// Reads a token file of `hopper serve`: one token per line, optionally after its role
 /// (`client`, `worker` or `admin`) and a space; a bare token is an admin token, so a file
 /// of bare tokens means what it always meant. Blank lines and lines starting with `#` are
 /// skipped.
 ///
 /// Refused, with the line number (never the token): a token shorter than
-/// [`MIN_TOKEN_LEN`] characters, an unknown role, a line of more than two words, and a file
-/// that the group or others may read or write (secrets there are not secret).
+/// [`MIN_TOKEN_LEN`] characters, an unknown role, a line of more than two words, and a
+/// file that the group or others may read or write (secrets there are not secret).
 pub fn read_credentials(path: &Path) -> std::io::Result<Vec<Credential>> {
-    check_private(path)?;
-    let text = std::fs::read_to_string(path)?;
-    let invalid = |n: usize, why: String| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} line {}: {why}", path.display(), n + 1),
-        )
-    };
     let mut credentials = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let (access, token) = match words[..] {
-            [token] => (Access::Admin, token),
-            [role, token] => (role.parse().map_err(|e| invalid(n, e))?, token),
-            _ => {
-                return Err(invalid(
-                    n,
-                    "expected a token, or a role (client, worker, admin) and a token".into(),
-                ));
-            }
+    for line in read_token_lines(path)? {
+        let access = match &line.role {
+            None => Access::Admin,
+            Some(role) => role
+                .parse()
+                .map_err(|e| invalid_line(path, line.number, e))?,
         };
-        if token.chars().count() < MIN_TOKEN_LEN {
-            return Err(invalid(
-                n,
+        if line.token.chars().count() < MIN_TOKEN_LEN {
+            return Err(invalid_line(
+                path,
+                line.number,
                 format!(
                     "the token is shorter than {MIN_TOKEN_LEN} characters; use a long random one (hopper serve generates 64)"
                 ),
             ));
         }
         credentials.push(Credential {
-            token: token.to_owned(),
+            token: line.token,
             access,
         });
     }

@@ -52,8 +52,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use auth::{
-    Access, Auth, Credential, MIN_TOKEN_LEN, constant_time_eq, default_token_path, generate_token,
-    read_credentials, read_tokens, write_new_token,
+    Access, Auth, Credential, MIN_TOKEN_LEN, TokenLine, constant_time_eq, default_token_path,
+    generate_token, invalid_line, read_credentials, read_token_lines, read_tokens, write_new_token,
 };
 pub use exposure::is_loopback;
 pub use keys::{ServerKeys, check_key, default_key_path, key_path_beside};

@@ -150,7 +150,7 @@ pub fn upsert(
     let mut inserter = Inserter::new(conn, q)?;
     let mut outcomes = Vec::with_capacity(jobs.len());
     let mut woken: Vec<String> = Vec::new();
-    for job in jobs {
+    for (index, job) in jobs.iter().enumerate() {
         let group = match (&job.group, grouped.get(job.queue.as_str())) {
             (Some(group), _) => Some(group.as_str()),
             (None, Some(true)) => Some(""),
@@ -161,7 +161,7 @@ pub fn upsert(
             .map(micros);
         let (outcome, due_queue) = match inserter.insert(job, now_us, group, window)? {
             Inserted::Yes { due } => (InsertOutcome::Inserted, due.then_some(&job.queue)),
-            Inserted::Taken => resolve(conn, q, job, group, window, now_us)?,
+            Inserted::Taken => resolve(conn, q, (jobs, index), group, window, now_us)?,
         };
         if let Some(queue) = due_queue
             && !woken.contains(queue)
@@ -173,17 +173,22 @@ pub fn upsert(
     Ok((outcomes, woken))
 }
 
-/// A job was not inserted: finds who holds its key and applies its policy. Returns the
-/// outcome and, when a waiting holder was replaced and is due, its queue.
+/// `jobs[index]` was not inserted: finds who holds its key and applies its policy.
+/// Returns the outcome and, when a waiting holder was replaced and is due, its queue.
 fn resolve<'j>(
     conn: &Connection,
     q: &Queries,
-    job: &'j NewJob,
+    (jobs, index): (&'j [NewJob], usize),
     group: Option<&str>,
     window: Option<i64>,
     now: i64,
 ) -> Result<(InsertOutcome, Option<&'j String>)> {
-    let id_taken = || Error::Conflict(format!("a job with id {} exists", job.id));
+    let Some(job) = jobs.get(index) else {
+        return Err(Error::InvalidInput(format!(
+            "no job at {index} of the insert"
+        )));
+    };
+    let id_taken = || Error::Conflict(format!("a job with id {} already exists", job.id));
     let Some(key) = &job.unique_key else {
         return Err(id_taken());
     };
@@ -202,9 +207,9 @@ fn resolve<'j>(
     let existing = rows::uuid(&holder)?;
     match job.unique_policy {
         UniquePolicy::Ignore => Ok((InsertOutcome::Duplicate { existing }, None)),
-        UniquePolicy::Reject => Err(Error::Conflict(format!(
-            "unique key {key:?} is held by job {existing} ({state})"
-        ))),
+        UniquePolicy::Reject => Err(policy::unique_key_rejected(
+            jobs, index, key, existing, state,
+        )),
         UniquePolicy::Replace => {
             let run_at = job.run_at.map_or(now, micros);
             let args = serde_json::to_string(&job.args)?;

@@ -167,7 +167,33 @@ impl AuthConfig {
     }
 }
 
-fn check_token(role: Role, token: &str) -> Result<()> {
+impl Role {
+    /// The name used in a token file (`admin TOKEN`, `read TOKEN`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "read" => Ok(Role::Read),
+            "admin" => Ok(Role::Admin),
+            other => Err(format!(
+                "unknown role {other:?}; the HTTP roles are admin and read (read-only)"
+            )),
+        }
+    }
+}
+
+/// Checks a token as [`AuthConfig::tokens`] does: at least [`MIN_TOKEN_LEN`] characters
+/// of printable ASCII without spaces or commas. The error names the role, never the token.
+pub fn check_token(role: Role, token: &str) -> Result<()> {
     let what = match role {
         Role::Admin => "an admin token",
         Role::Read => "a read-only token",
@@ -199,7 +225,12 @@ fn presented_token(headers: &HeaderMap) -> Result<String, ApiError> {
         .map_err(|_| ApiError::unauthorized("the Authorization header is not valid ASCII"))?;
     let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
     let rest = rest.trim();
-    if scheme.eq_ignore_ascii_case("bearer") && !rest.is_empty() {
+    if scheme.eq_ignore_ascii_case("bearer") {
+        if rest.is_empty() {
+            return Err(ApiError::unauthorized(
+                "the token is missing: send Authorization: Bearer <token>",
+            ));
+        }
         return Ok(rest.to_owned());
     }
     if scheme.eq_ignore_ascii_case("basic") {
@@ -297,6 +328,27 @@ mod tests {
         assert_eq!(role(&headers(&format!("Basic {basic}"))), Some(Role::Admin));
         assert_eq!(role(&headers("Bearer admin-token-012345678")), None);
         assert_eq!(role(&HeaderMap::new()), None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_bearer_without_a_token_is_said_to_lack_it() -> Result<()> {
+        let auth = AuthConfig::tokens(["admin-token-0123456789"], Vec::<String>::new())?;
+        for value in ["Bearer", "bearer ", "Bearer \t "] {
+            let refused = auth.authenticate(&headers(value)).err();
+            assert_eq!(
+                refused.as_ref().map(ApiError::message),
+                Some("the token is missing: send Authorization: Bearer <token>"),
+                "{value:?}"
+            );
+        }
+        let other = auth.authenticate(&headers("Digest x")).err();
+        assert!(
+            other
+                .as_ref()
+                .is_some_and(|e| e.message().starts_with("unsupported Authorization scheme")),
+            "{other:?}"
+        );
         Ok(())
     }
 

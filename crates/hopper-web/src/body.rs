@@ -21,7 +21,10 @@ use crate::error::ApiError;
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Reads the body (at most the state's limit) within the state's body timeout and hands
-/// the request on with it. Too slow: 408, and the connection is closed. Too large: 413.
+/// the request on with it. Too slow: 408, and the connection is closed. Too large: 413, at
+/// once when its `Content-Length` says so: before any byte of it is read, and before
+/// hyper answers an `Expect: 100-continue` (which it does when the body is first read), so
+/// the client neither sends it nor waits for the body timeout.
 pub(crate) async fn read_within_deadline(
     State(state): State<WebState>,
     request: Request,
@@ -29,24 +32,29 @@ pub(crate) async fn read_within_deadline(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let deadline = state.body_timeout();
-    let read = axum::body::to_bytes(body, state.max_body_bytes());
-    let refusal = match tokio::time::timeout(deadline, read).await {
-        Ok(Ok(bytes)) => {
-            return next
-                .run(Request::from_parts(parts, Body::from(bytes)))
-                .await;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let limit = state.max_body_bytes();
+    let refusal = if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
+        too_large()
+    } else {
+        match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
+            Ok(Ok(bytes)) => {
+                return next
+                    .run(Request::from_parts(parts, Body::from(bytes)))
+                    .await;
+            }
+            Ok(Err(e)) if is_over_limit(&e) => too_large(),
+            Ok(Err(e)) => ApiError::bad_request(format!("the request body could not be read: {e}")),
+            Err(_) => ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!("the request body did not arrive within {deadline:?}"),
+            ),
         }
-        Ok(Err(e)) if is_over_limit(&e) => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "the request body is over the server's limit",
-        ),
-        Ok(Err(e)) => ApiError::bad_request(format!("the request body could not be read: {e}")),
-        Err(_) => ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
-            format!("the request body did not arrive within {deadline:?}"),
-        ),
     };
     state.log_refusal(&Request::from_parts(parts, Body::empty()), &refusal);
     let mut response = refusal.into_response();
@@ -55,6 +63,15 @@ pub(crate) async fn read_within_deadline(
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
+}
+
+/// 413: the body is over the server's limit.
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "the request body is over the server's limit",
+    )
 }
 
 fn is_over_limit(e: &axum::Error) -> bool {

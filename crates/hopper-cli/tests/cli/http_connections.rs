@@ -173,3 +173,31 @@ async fn a_trickled_request_body_is_cut_at_the_body_timeout() -> anyhow::Result<
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
     Ok(())
 }
+
+/// A request whose `Content-Length` is over the body limit (16 MiB) is answered 413 at
+/// once, its body unsent: without `Expect: 100-continue` the client does not wait for the
+/// body timeout (30 s, far past the wait here), and with it the server does not ask for
+/// the body (`100 Continue`) first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_body_over_the_limit_is_refused_before_it_is_sent() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (_serve, _, addr) = serve_open_http(&db, &[])?;
+    let over = 18 * 1024 * 1024;
+    for expect in ["", "Expect: 100-continue\r\n"] {
+        let mut stream = connect(&addr, Duration::from_secs(10));
+        let head = format!(
+            "POST /api/v1/jobs HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Content-Length: {over}\r\n{expect}\r\n"
+        );
+        stream.write_all(head.as_bytes())?;
+        let status = read_status(&mut stream)?;
+        assert!(status.starts_with("HTTP/1.1 413"), "{expect:?}: {status:?}");
+        assert!(
+            closed_by_server(&mut stream),
+            "{expect:?}: the connection was kept"
+        );
+    }
+    let status = get_status(&mut connect(&addr, PATIENCE), &addr)?;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    Ok(())
+}

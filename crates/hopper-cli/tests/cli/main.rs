@@ -14,6 +14,7 @@ mod hostile;
 mod http_connections;
 mod http_pool;
 mod http_tls;
+mod http_tokens;
 mod injection;
 mod kill;
 mod node_death;

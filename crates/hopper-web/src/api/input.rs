@@ -159,6 +159,11 @@ impl EnqueueRequest {
         }
         if let Some(policy) = self.unique_policy {
             job = job.with_unique_policy(policy.parse::<UniquePolicy>().map_err(message)?);
+            // Even `ignore`, the default, as the document says (`dependentRequired`): a
+            // policy given without its key is a mistake, not a request for no key.
+            if job.unique_key.is_none() {
+                return Err("a unique policy needs a unique key".to_owned());
+            }
         }
         if let Some(ms) = self.unique_window_ms {
             job = job.with_unique_window(Duration::from_millis(ms));
@@ -395,6 +400,10 @@ mod tests {
                 .contains("unique policy")
         );
         assert!(err(json!({"kind": "k", "unique_window_ms": 5})).contains("unique key"));
+        for policy in ["ignore", "reject", "replace"] {
+            let e = err(json!({"kind": "k", "unique_policy": policy}));
+            assert_eq!(e, "a unique policy needs a unique key");
+        }
         assert!(err(json!({"kind": "k", "group": "a b"})).contains("group name"));
         assert!(err(json!({"kind": "k", "delay_ms": MAX_DELAY_MS + 1})).contains("delay_ms"));
         assert!(request(json!({"kind": "k", "delay_ms": MAX_DELAY_MS})).is_ok());

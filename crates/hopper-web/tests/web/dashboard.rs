@@ -92,7 +92,66 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/stats"),
     ("get", "/api/v1/nodes"),
     ("get", "/metrics"),
+    ("get", "/health"),
 ];
+
+/// The limits the document states for a new job are the server's: durations at most
+/// `MAX_DURATION_MS` (10 years), metadata at most `MAX_META_BYTES` as JSON (which JSON
+/// Schema cannot count, so no `maxProperties` stands in for it), a unique policy only with
+/// a unique key.
+#[tokio::test]
+async fn openapi_limits_of_a_new_job_are_the_servers() -> anyhow::Result<()> {
+    let doc: Value = serde_json::from_str(include_str!("../../openapi.json"))?;
+    let job = &doc["components"]["schemas"]["NewJob"];
+    let max = hopper::limits::MAX_DURATION_MS;
+    for field in ["delay_ms", "unique_window_ms"] {
+        let property = &job["properties"][field];
+        assert_eq!(property["maximum"], json!(max), "{field}");
+        let text = property["description"].as_str().unwrap_or_default();
+        assert!(text.contains("10 years"), "{field}: {text}");
+    }
+    let meta = &job["properties"]["meta"];
+    assert!(meta.get("maxProperties").is_none(), "{meta}");
+    let bytes = hopper::core::meta::MAX_META_BYTES.to_string();
+    assert!(
+        meta["description"]
+            .as_str()
+            .is_some_and(|d| d.contains(&bytes)),
+        "{meta}"
+    );
+    assert_eq!(
+        job["dependentRequired"]["unique_policy"],
+        json!(["unique_key"])
+    );
+    // The server keeps to them: one past each is refused, the limit itself accepted.
+    let web = Web::new().await?;
+    for (field, value, status) in [
+        ("delay_ms", max + 1, StatusCode::BAD_REQUEST),
+        ("delay_ms", max, StatusCode::CREATED),
+    ] {
+        let body = json!({"kind": "k", field: value});
+        let answer = web
+            .call(Method::POST, "/api/v1/jobs", Some(ADMIN), Some(body))
+            .await?;
+        assert_eq!(answer.status, status, "{field} {value}: {answer:?}");
+    }
+    let window =
+        |ms: u64| json!({"kind": "k", "unique_key": format!("w{ms}"), "unique_window_ms": ms});
+    let answer = web
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(ADMIN),
+            Some(window(max + 1)),
+        )
+        .await?;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{answer:?}");
+    let answer = web
+        .call(Method::POST, "/api/v1/jobs", Some(ADMIN), Some(window(max)))
+        .await?;
+    assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
+    Ok(())
+}
 
 #[tokio::test]
 async fn openapi_document_matches_the_router() -> anyhow::Result<()> {

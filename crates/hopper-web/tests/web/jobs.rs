@@ -49,6 +49,22 @@ async fn enqueue_with_every_option_then_read_it_back() -> anyhow::Result<()> {
         .await?;
     assert_eq!(again.status, StatusCode::CONFLICT, "{again:?}");
     assert_eq!(code(&again), "conflict");
+    // Said as such, not in the database's words about its constraint.
+    assert_eq!(
+        message(&again),
+        format!("a job with id {id} already exists")
+    );
+    let batch = web
+        .post(
+            "/api/v1/jobs/batch",
+            json!({"jobs": [{"kind": "other"}, {"id": id, "kind": "send_email"}]}),
+        )
+        .await?;
+    assert_eq!(batch.status, StatusCode::CONFLICT, "{batch:?}");
+    assert_eq!(
+        message(&batch),
+        format!("a job with id {id} already exists")
+    );
     assert_eq!(web.job_count().await?, 1);
     Ok(())
 }
@@ -389,6 +405,24 @@ async fn unique_keys_answer_with_the_holder() -> anyhow::Result<()> {
         json!(["duplicate", "inserted", "inserted"])
     );
     assert_eq!(batch.json["ids"][0], first.json["id"]);
+    assert_eq!(web.job_count().await?, 3);
+
+    // Two jobs of one batch sharing a key: the batch is refused naming them both, not the
+    // first as a holder (it was rolled back and never existed).
+    let twice = json!({"kind": "welcome", "unique_key": "user:44/welcome",
+                       "unique_policy": "reject"});
+    let batch = web
+        .post(
+            "/api/v1/jobs/batch",
+            json!({"jobs": [{"kind": "plain"}, twice, twice]}),
+        )
+        .await?;
+    assert_eq!(batch.status, StatusCode::CONFLICT, "{batch:?}");
+    assert_eq!(
+        message(&batch),
+        "jobs[1] and jobs[2] of the batch share the unique key \"user:44/welcome\", and the \
+         reject policy refuses the second"
+    );
     assert_eq!(web.job_count().await?, 3);
     Ok(())
 }
