@@ -36,18 +36,31 @@ pub(crate) struct Read {
 /// Reads the CBOR item at the start of `frame`; fails, with a sentence for people, when
 /// it is not well-formed or nests deeper than [`MAX_DEPTH`].
 pub(crate) fn read(frame: &[u8]) -> Result<Read, String> {
+    let mut scratch = SCRATCH.take();
+    scratch.resize(SCRATCH_BYTES, 0);
     let mut reader = Reader {
         decoder: Decoder::from(frame),
         path: Vec::new(),
         refused: None,
-        scratch: vec![0; 4096],
+        scratch,
     };
-    let value = reader.item(1)?;
+    let value = reader.item(1);
+    let len = reader.decoder.offset();
+    SCRATCH.set(reader.scratch);
     Ok(Read {
-        value,
-        len: reader.decoder.offset(),
+        value: value?,
+        len,
         refused: reader.refused,
     })
+}
+
+/// How much of a text or byte string is copied at a time.
+const SCRATCH_BYTES: usize = 4096;
+
+thread_local! {
+    /// The copy buffer, kept per thread between frames: a frame is read on every request
+    /// and every reply, and a fresh buffer each time cost an allocation and 4 KiB zeroed.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Where a value sits in the frame.
@@ -185,7 +198,7 @@ impl Reader<'_> {
 
     /// A text item's segments, joined.
     fn text(&mut self, len: Option<usize>) -> Result<String, String> {
-        let mut text = String::new();
+        let mut text = String::with_capacity(len.unwrap_or(0).min(SCRATCH_BYTES));
         let mut segments = self.decoder.text(len);
         while let Some(mut segment) = segments.pull().map_err(broken)? {
             while let Some(chunk) = segment.pull(&mut self.scratch).map_err(broken)? {
