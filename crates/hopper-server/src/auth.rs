@@ -173,8 +173,10 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Reads tokens from `path`: one per line; blank lines and lines starting with `#` are
-/// skipped, so one file can hold a token per peer with a comment naming each.
+/// skipped, so one file can hold a token per peer with a comment naming each. A file that
+/// the group or others may read or write is refused, as [`read_credentials`] refuses it.
 pub fn read_tokens(path: &Path) -> std::io::Result<Vec<String>> {
+    check_private(path)?;
     let text = std::fs::read_to_string(path)?;
     Ok(text
         .lines()
@@ -388,6 +390,8 @@ mod tests {
         for mode in [0o640, 0o604, 0o620] {
             write(&format!("{a}\n"), mode)?;
             let err = read_credentials(&path).expect_err("not private");
+            assert!(err.to_string().contains("chmod 600"), "{err}");
+            let err = read_tokens(&path).expect_err("not private");
             assert!(err.to_string().contains("chmod 600"), "{err}");
         }
         std::fs::remove_dir_all(dir)
