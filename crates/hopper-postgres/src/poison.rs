@@ -43,7 +43,10 @@ impl Poisoned {
         let id: JobId = row.try_get(id_column).map_err(Error::database)?;
         Ok(Poisoned {
             id,
-            reason: format!("the job's row could not be read, so it was failed: {error}"),
+            reason: format!(
+                "the job's row could not be read, so what did not read was replaced and, \
+                 unless the job had finished, it was failed: {error}"
+            ),
             history_unreadable: false,
         })
     }

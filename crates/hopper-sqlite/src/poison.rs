@@ -40,7 +40,10 @@ impl Poisoned {
     pub fn of(row: &Row<'_>, id_column: usize, error: &Error) -> Result<Self> {
         Ok(Poisoned {
             id: col(row, id_column)?,
-            reason: format!("the job's row could not be read, so it was failed: {error}"),
+            reason: format!(
+                "the job's row could not be read, so what did not read was replaced and, \
+                 unless the job had finished, it was failed: {error}"
+            ),
         })
     }
 }

@@ -1,6 +1,7 @@
 -- Moves jobs whose rows hopper could not read (an infinite run_at written by hand, a
 -- column from an older version, a bug) to 'failed', with the reason appended to their
--- error history, and makes the row readable again: every instant outside the range of
+-- error history, and makes the row readable again; a job already finished (completed or
+-- cancelled) keeps its state and its finishing time if that reads: every instant outside the range of
 -- hopper_core::limits becomes now (NULL where the column may be NULL), an error history
 -- that is not a list of attempt objects, or that the caller found does not decode ($4: an
 -- entry's `at` that is no instant, a `node` that is no UUID, which SQL does not check),
@@ -8,7 +9,8 @@
 -- $1 ids, $2 reasons, $3 now, $4 the ids whose history does not decode. Index: jobs_pkey,
 -- one probe per id. Rare: only rows that failed to decode come here.
 UPDATE hopper.jobs AS j
-SET state = 'failed',
+SET state = CASE WHEN j.state IN ('completed', 'cancelled') THEN j.state
+                 ELSE 'failed' END::hopper.job_state,
     run_at = CASE WHEN j.run_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
                                     AND timestamptz '9999-12-31 23:59:59.999999+00'
                   THEN j.run_at ELSE coalesce($3::timestamptz, now()) END,
@@ -18,7 +20,10 @@ SET state = 'failed',
     attempted_at = CASE WHEN j.attempted_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
                                                 AND timestamptz '9999-12-31 23:59:59.999999+00'
                         THEN j.attempted_at END,
-    finished_at = coalesce($3::timestamptz, now()),
+    finished_at = CASE WHEN j.state IN ('completed', 'cancelled', 'failed')
+                        AND j.finished_at BETWEEN timestamptz '1970-01-01 00:00:00+00'
+                                              AND timestamptz '9999-12-31 23:59:59.999999+00'
+                       THEN j.finished_at ELSE coalesce($3::timestamptz, now()) END,
     lease_expires_at = NULL,
     errors = CASE
             WHEN j.id <> ALL ($4::uuid[]) AND jsonb_typeof(j.errors) = 'array' AND NOT EXISTS (

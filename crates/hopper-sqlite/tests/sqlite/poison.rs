@@ -44,6 +44,14 @@ fn assert_failed_as_unreadable(job: &JobRecord) {
     assert!(last.contains("could not be read"), "{last}");
 }
 
+/// A finished job whose row could not be read: readable now, still in `state`, the reason
+/// at the end of its history.
+fn assert_mended(job: &JobRecord, state: JobState) {
+    assert_eq!(job.state, state, "{job:?}");
+    let last = job.errors.last().map(|e| e.error.as_str()).unwrap_or("");
+    assert!(last.contains("could not be read"), "{last}");
+}
+
 /// Arguments nested deeper than serde_json reads (128), though valid JSON to SQLite.
 fn too_deep() -> String {
     format!("'{}{}'", "[".repeat(200), "]".repeat(200))
@@ -167,9 +175,20 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
         })
         .await?;
     assert_eq!(listed.len(), 5, "every row is listed");
-    for id in [minus, history, created, args] {
-        assert_failed_as_unreadable(&job(&store, id).await?);
+    assert_failed_as_unreadable(&job(&store, minus).await?);
+    // Finished jobs are mended but keep their state, and their finishing time if it reads.
+    for (id, state) in [
+        (history, JobState::Completed),
+        (created, JobState::Completed),
+        (args, JobState::Cancelled),
+    ] {
+        assert_mended(&job(&store, id).await?, state);
     }
+    assert_eq!(
+        job(&store, history).await?.finished_at,
+        Some(t0()),
+        "a readable finishing time is kept"
+    );
     assert_eq!(job(&store, good).await?.state, JobState::Available);
     let history = job(&store, history).await?;
     assert!(history.errors[0].error.contains("unreadable error history"));

@@ -155,8 +155,13 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
         })
         .await?;
     assert_eq!(listed.len(), 4, "every row is listed");
-    for id in [infinite, history, created] {
-        assert_failed_as_unreadable(&job(&db, id).await?);
+    assert_failed_as_unreadable(&job(&db, infinite).await?);
+    // Finished jobs are mended but keep their state.
+    for id in [history, created] {
+        let mended = job(&db, id).await?;
+        assert_eq!(mended.state, JobState::Completed, "{mended:?}");
+        let last = mended.errors.last().map(|e| e.error.as_str()).unwrap_or("");
+        assert!(last.contains("could not be read"), "{last}");
     }
     assert_eq!(job(&db, good.id).await?.state, JobState::Available);
     let history = job(&db, history).await?;
