@@ -244,6 +244,7 @@ impl PgBackend {
     /// Connects with connection options already parsed (and perhaps adjusted).
     pub async fn connect_with(connect: PgConnectOptions, options: PgOptions) -> Result<Self> {
         hopper_core::policy::validate_sql_name("schema name", &options.schema)?;
+        refuse_system_schema(&options.schema)?;
         let listen = match (options.pooler, &options.direct_url) {
             (Pooler::None, _) => Some(connect.clone()),
             (Pooler::Transaction, Some(direct)) => Some(PgConnectOptions::parse(direct)?),
@@ -560,6 +561,19 @@ impl PgBackend {
     async fn client(&self) -> Result<deadpool_postgres::Object> {
         self.inner.pool.get().await.map_err(error::map_pool)
     }
+}
+
+/// Refuses the schemas PostgreSQL keeps for itself: `pg_` names (which it refuses to
+/// create, and whose `pg_temp` is each session's own) and `information_schema` (the SQL
+/// standard's catalog views, where hopper's tables would sit among them).
+fn refuse_system_schema(schema: &str) -> Result<()> {
+    if schema.starts_with("pg_") || schema == "information_schema" {
+        return Err(Error::InvalidInput(format!(
+            "schema name {schema:?} is one PostgreSQL keeps for itself; choose another \
+             (hopper's default is hopper)"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

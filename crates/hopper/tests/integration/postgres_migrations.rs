@@ -130,7 +130,16 @@ async fn a_schema_newer_than_this_build_is_refused() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn an_invalid_schema_name_is_refused_before_connecting() -> anyhow::Result<()> {
-    for bad in ["Upper", "semi;colon", "1digit", "quo\"te", ""] {
+    for bad in [
+        "Upper",
+        "semi;colon",
+        "1digit",
+        "quo\"te",
+        "",
+        "information_schema",
+        "pg_temp",
+        "pg_catalog",
+    ] {
         match backend_on(bad).await {
             Err(e) => assert!(
                 matches!(e.downcast_ref(), Some(Error::InvalidInput(_))),
