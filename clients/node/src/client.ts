@@ -3,6 +3,7 @@
 import { Connection, type ConnectionOptions, type Message } from "./connection.js";
 import { HopperError, Unavailable } from "./errors.js";
 import { uuid7 } from "./uuid7.js";
+import { MAX_DURATION_MS, integer, jsonValue } from "./values.js";
 
 /** A job's arguments: a JSON-compatible map or array (no `Date`, no `Uint8Array`). */
 export type Args = Record<string, unknown> | unknown[];
@@ -96,19 +97,42 @@ export interface QueueUpdate {
   rate?: { jobs: number; per_ms: number; burst?: number } | null;
 }
 
-/** The wire map of one job, with a fresh UUIDv7 id (so a retried submit cannot insert twice). */
-export function jobSpec(spec: JobSpec): Message {
-  const wire: Message = { id: uuid7(), kind: spec.kind, args: spec.args ?? {} };
-  if (spec.queue !== undefined) wire["queue"] = spec.queue;
-  if (spec.priority !== undefined) wire["priority"] = spec.priority;
-  if (spec.runAt !== undefined) {
-    wire["run_at"] = spec.runAt instanceof Date ? spec.runAt.toISOString() : spec.runAt;
+const MAX_INT32 = 2_147_483_647;
+
+/** The wire map of one job, with a fresh UUIDv7 id (so a retried submit cannot insert twice).
+ * What the protocol cannot carry is refused here, before anything is sent: `args` and `meta`
+ * must be JSON-compatible (a `TypeError` or `RangeError` naming the path of the first bad
+ * value under `what`), and the options have their types and ranges checked
+ * (docs/protocol.md §2 and §3). */
+export function jobSpec(spec: JobSpec, what = ""): Message {
+  const name = (field: string): string => (what === "" ? field : `${what}.${field}`);
+  if (typeof spec.kind !== "string") throw new TypeError(`${name("kind")} must be a string, not ${typeof spec.kind}`);
+  const wire: Message = { id: uuid7(), kind: spec.kind, args: spec.args === undefined ? {} : jsonValue(spec.args, name("args")) };
+  if (spec.queue !== undefined) {
+    if (typeof spec.queue !== "string") throw new TypeError(`${name("queue")} must be a string, not ${typeof spec.queue}`);
+    wire["queue"] = spec.queue;
   }
-  if (spec.delayMs !== undefined) wire["delay_ms"] = spec.delayMs;
-  if (spec.maxAttempts !== undefined) wire["max_attempts"] = spec.maxAttempts;
-  if (spec.timeoutMs !== undefined) wire["timeout_ms"] = spec.timeoutMs;
-  if (spec.meta !== undefined) wire["meta"] = spec.meta;
+  if (spec.priority !== undefined) {
+    wire["priority"] =
+      typeof spec.priority === "string" ? spec.priority : integer(spec.priority, `${name("priority")} (an integer or "high", "normal", "low")`, -32768, 32767);
+  }
+  if (spec.runAt !== undefined) wire["run_at"] = instant(spec.runAt, name("runAt"));
+  if (spec.delayMs !== undefined) wire["delay_ms"] = integer(spec.delayMs, name("delayMs"), 0, MAX_DURATION_MS);
+  if (spec.maxAttempts !== undefined) wire["max_attempts"] = integer(spec.maxAttempts, name("maxAttempts"), 1, MAX_INT32);
+  if (spec.timeoutMs !== undefined) wire["timeout_ms"] = integer(spec.timeoutMs, name("timeoutMs"), 1, MAX_INT32);
+  if (spec.meta !== undefined) wire["meta"] = jsonValue(spec.meta, name("meta"));
   return wire;
+}
+
+/** An instant as RFC 3339 text: a valid `Date` (in UTC), or text passed as is (the server
+ * checks it). */
+function instant(value: unknown, what: string): string {
+  if (value instanceof Date) {
+    if (Number.isNaN(value.getTime())) throw new RangeError(`${what} is an invalid Date`);
+    return value.toISOString();
+  }
+  if (typeof value === "string") return value;
+  throw new TypeError(`${what} must be a Date or RFC 3339 text, not ${typeof value}`);
 }
 
 /**
@@ -144,7 +168,9 @@ export class Client {
     }
   }
 
-  /** Submits one job; resolves with its id. */
+  /** Submits one job; resolves with its id. Rejects with a `TypeError` or `RangeError`,
+   * before anything is sent, when `args`, `meta` or an option is not what the protocol
+   * carries (see `jobSpec`). */
   async submit(kind: string, args?: Args, options: JobOptions = {}): Promise<string> {
     const spec = jobSpec(args === undefined ? { ...options, kind } : { ...options, kind, args });
     try {
@@ -158,9 +184,10 @@ export class Client {
   }
 
   /** Submits many jobs in one transaction (all or none); resolves with their ids, in order.
-   * Jobs of one priority run in that order. */
+   * Jobs of one priority run in that order. A job the protocol cannot carry rejects the
+   * batch before anything is sent, naming it (`jobs[3].args.when`). */
   async submitBatch(jobs: JobSpec[]): Promise<string[]> {
-    const reply = await this.call("submit_batch", { jobs: jobs.map(jobSpec) });
+    const reply = await this.call("submit_batch", { jobs: jobs.map((job, i) => jobSpec(job, `jobs[${i}]`)) });
     return reply["ids"] as string[];
   }
 

@@ -1,0 +1,123 @@
+/**
+ * Checking what a caller gives before it is sent: the protocol's values are JSON-compatible
+ * (no CBOR tags, no `undefined`, no NaN: docs/protocol.md §2), its durations bounded (§3), so
+ * a bad value is a clear local error instead of the server's refusal (or, for a log line, a
+ * value made loggable instead of a lost batch).
+ */
+
+/** The longest duration the server takes (`delay_ms`, `by_ms`, `retry_in_ms`): ten years of
+ * 365 days, in milliseconds (docs/protocol.md §3, "Ranges"). */
+export const MAX_DURATION_MS = 315_360_000_000;
+/** The integers the protocol carries: signed or unsigned 64-bit. */
+const MIN_INT = -(2n ** 63n);
+const MAX_INT = 2n ** 64n - 1n;
+/** How deep a value may nest (the server refuses a frame nesting deeper than 256 levels,
+ * the message's own maps included). */
+const MAX_DEPTH = 200;
+
+const JSON_TYPES = "plain objects, arrays, strings, finite numbers, booleans and null";
+
+/** What a value is, for an error message: `undefined`, `a number`, `a Date`, `a Map`... */
+function kindOf(value: unknown): string {
+  if (value === null) return "null";
+  if (value === undefined) return "undefined";
+  if (typeof value === "function") return "a function";
+  if (typeof value !== "object") return `a ${typeof value}`;
+  if (Array.isArray(value)) return "an array";
+  let name: unknown;
+  try {
+    name = (Object.getPrototypeOf(value) as { constructor?: { name?: unknown } } | null)?.constructor?.name;
+  } catch {
+    name = undefined;
+  }
+  return typeof name === "string" && name !== "" ? `a ${name}` : "an object";
+}
+
+/** A plain object: made by `{}`, `Object.create(null)` or `JSON.parse` (of any realm). */
+function isPlainObject(value: object): boolean {
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (proto === null || proto === Object.prototype) return true;
+  const ctor = (proto as { constructor?: { name?: unknown } }).constructor;
+  return Object.getPrototypeOf(proto) === null && ctor?.name === "Object";
+}
+
+/** `path` followed by the key, as a JS accessor: `args.to`, `args["odd key"]`, `args[3]`. */
+function child(path: string, key: string | number): string {
+  if (typeof key === "number") return `${path}[${key}]`;
+  const shown = key.length > 64 ? `${key.slice(0, 64)}…` : key;
+  return /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${shown}` : `${path}[${JSON.stringify(shown)}]`;
+}
+
+/** Sets `out[key]`, as an own property even for `__proto__`. */
+function put(out: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === "__proto__") {
+    Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+  } else {
+    out[key] = value;
+  }
+}
+
+/**
+ * A plain copy of `value` if it is JSON-compatible (plain objects, arrays, strings, finite
+ * numbers, booleans, null, and bigints within 64 bits); otherwise a `TypeError` (a Date,
+ * `undefined`, a function, a Map, a Uint8Array, a class instance, a cycle...) or a
+ * `RangeError` (NaN, an infinity, a bigint beyond 64 bits, nesting past 200 levels) naming
+ * the path of the first bad value under `what` (`args.when`, `jobs[2].meta.tenant`).
+ */
+export function jsonValue(value: unknown, what: string): unknown {
+  return json(value, what, 0, new Set());
+}
+
+function json(value: unknown, path: string, depth: number, ancestors: Set<object>): unknown {
+  if (value === null || typeof value === "boolean" || typeof value === "string") return value;
+  if (typeof value === "number") {
+    if (!Number.isFinite(value)) {
+      throw new RangeError(`${path} is ${String(value)}, which is not a JSON number (no NaN nor infinity)`);
+    }
+    return value;
+  }
+  if (typeof value === "bigint") {
+    if (value < MIN_INT || value > MAX_INT) {
+      throw new RangeError(`${path}: the integer ${String(value)} does not fit in 64 bits`);
+    }
+    return value;
+  }
+  if (value === undefined) {
+    throw new TypeError(`${path} is undefined, which JSON cannot hold: give null, or leave the key out`);
+  }
+  if (typeof value !== "object") {
+    throw new TypeError(`${path} is ${kindOf(value)}, which is not JSON-compatible (${JSON_TYPES})`);
+  }
+  if (ancestors.has(value)) throw new TypeError(`${path} holds itself (a cycle), which JSON cannot hold`);
+  if (depth >= MAX_DEPTH) {
+    const where = path.length > 80 ? `${path.slice(0, 80)}…` : path;
+    throw new RangeError(`${where} nests deeper than ${MAX_DEPTH} levels`);
+  }
+  ancestors.add(value);
+  try {
+    if (Array.isArray(value)) {
+      const out: unknown[] = [];
+      for (let i = 0; i < value.length; i++) out.push(json(value[i], child(path, i), depth + 1, ancestors));
+      return out;
+    }
+    if (isPlainObject(value)) {
+      const out: Record<string, unknown> = {};
+      for (const [key, item] of Object.entries(value)) put(out, key, json(item, child(path, key), depth + 1, ancestors));
+      return out;
+    }
+  } finally {
+    ancestors.delete(value);
+  }
+  const hint = value instanceof Date ? " (send text: date.toISOString())" : " (convert it first: a Date to text, say)";
+  throw new TypeError(`${path} is ${kindOf(value)}, which is not JSON-compatible (${JSON_TYPES})${hint}`);
+}
+
+/** `value` if it is an integer from `low` to `high`: a `TypeError` (not a number) or a
+ * `RangeError` naming `what` otherwise. */
+export function integer(value: unknown, what: string, low: number, high: number): number {
+  if (typeof value !== "number") throw new TypeError(`${what} must be an integer, not ${kindOf(value)}`);
+  if (!Number.isInteger(value) || value < low || value > high) {
+    throw new RangeError(`${what} must be an integer from ${low.toLocaleString("en")} to ${high.toLocaleString("en")}, got ${String(value)}`);
+  }
+  return value;
+}

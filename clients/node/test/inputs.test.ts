@@ -1,0 +1,100 @@
+/** What a caller gives that the protocol cannot carry: args and meta that are not JSON,
+ * log levels the server does not know, log fields that are not JSON, snoozes and extends out
+ * of range. Submits are refused before anything is sent; nothing a handler does may kill the
+ * worker, lose other log lines, or leave a job held (and heartbeated) or looping. */
+
+import assert from "node:assert/strict";
+import { afterEach, beforeEach, test } from "node:test";
+
+import { Client, Worker, jobSpec } from "../src/index.js";
+import { Server } from "./server.js";
+
+let server: Server;
+let workers: { worker: Worker; done: Promise<void> }[] = [];
+
+beforeEach(async () => {
+  server = await Server.start();
+  workers = [];
+});
+afterEach(async () => {
+  for (const { worker } of workers) worker.stop();
+  await Promise.all(workers.map((w) => w.done));
+  await server.stop();
+});
+
+/** Asserts that `call` throws (or rejects with) `type`, its message matching `pattern`. */
+async function refuses(call: () => unknown, type: typeof TypeError | typeof RangeError, pattern: RegExp): Promise<void> {
+  await assert.rejects(
+    async () => {
+      await call();
+    },
+    (e: unknown) => {
+      assert.ok(e instanceof type, `${String(e)} is not a ${type.name}`);
+      assert.match((e as Error).message, pattern);
+      return true;
+    },
+  );
+}
+
+test("args and meta that are not JSON are refused before anything is sent, naming the path", async () => {
+  const cyclic: Record<string, unknown> = { a: 1 };
+  cyclic["self"] = cyclic;
+  const deep: unknown[] = [];
+  let inner = deep;
+  for (let i = 0; i < 300; i++) {
+    const next: unknown[] = [];
+    inner.push(next);
+    inner = next;
+  }
+  const refused: [unknown, typeof TypeError | typeof RangeError, RegExp][] = [
+    [{ ratio: NaN }, RangeError, /^args\.ratio is NaN, which is not a JSON number/],
+    [{ list: [1, Infinity] }, RangeError, /^args\.list\[1\] is Infinity/],
+    [{ big: 2n ** 64n }, RangeError, /^args\.big: the integer 18446744073709551616 does not fit in 64 bits/],
+    [{ small: -(2n ** 63n) - 1n }, RangeError, /^args\.small: .* does not fit in 64 bits/],
+    [{ cc: undefined }, TypeError, /^args\.cc is undefined, which JSON cannot hold/],
+    [[1, , 3], TypeError, /^args\[1\] is undefined/], // eslint-disable-line no-sparse-arrays
+    [{ when: new Date() }, TypeError, /^args\.when is a Date, .*toISOString/],
+    [{ "odd key": () => 1 }, TypeError, /^args\["odd key"\] is a function/],
+    [{ s: Symbol("x") }, TypeError, /^args\.s is a symbol/],
+    [{ m: new Map() }, TypeError, /^args\.m is a Map/],
+    [{ bytes: new Uint8Array(2) }, TypeError, /^args\.bytes is a Uint8Array/],
+    [{ c: cyclic }, TypeError, /^args\.c\.self holds itself/],
+    [deep, RangeError, /nests deeper than 200 levels/],
+  ];
+  for (const [args, type, pattern] of refused) {
+    await refuses(() => jobSpec({ kind: "k", args: args as Record<string, unknown> }), type, pattern);
+  }
+  // Within 64 bits, a bigint is an integer of the protocol; a null-prototype map is a map.
+  const plain = Object.create(null) as Record<string, unknown>;
+  plain["x"] = 1;
+  const spec = jobSpec({ kind: "k", args: { max: 2n ** 64n - 1n, min: -(2n ** 63n), plain, n: null, f: 1.5 } });
+  assert.deepEqual(spec["args"], { max: 2n ** 64n - 1n, min: -(2n ** 63n), plain: { x: 1 }, n: null, f: 1.5 });
+  // The options are checked too, and a batch names the job.
+  await refuses(() => jobSpec({ kind: "k", meta: { at: new Date() } }), TypeError, /^meta\.at is a Date/);
+  await refuses(() => jobSpec({ kind: "k", delayMs: -1 }), RangeError, /^delayMs must be an integer from 0 to 315,360,000,000, got -1/);
+  await refuses(() => jobSpec({ kind: "k", delayMs: NaN }), RangeError, /^delayMs must be an integer/);
+  await refuses(() => jobSpec({ kind: "k", maxAttempts: 0 }), RangeError, /^maxAttempts must be/);
+  await refuses(() => jobSpec({ kind: "k", timeoutMs: 1.5 }), RangeError, /^timeoutMs must be/);
+  await refuses(() => jobSpec({ kind: "k", priority: 40_000 }), RangeError, /^priority/);
+  await refuses(() => jobSpec({ kind: "k", runAt: new Date("nope") }), RangeError, /^runAt is an invalid Date/);
+  assert.equal(jobSpec({ kind: "k", runAt: new Date(Date.UTC(2030, 0, 2, 3, 4, 5, 6)) })["run_at"], "2030-01-02T03:04:05.006Z");
+
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    await refuses(() => client.submit("k", { ratio: NaN }), RangeError, /^args\.ratio is NaN/);
+    await refuses(() => client.submit("k", {}, { meta: { tenant: undefined } }), TypeError, /^meta\.tenant is undefined/);
+    await refuses(
+      () => client.submitBatch([{ kind: "k", args: {} }, { kind: "k", args: { when: new Date() } }]),
+      TypeError,
+      /^jobs\[1\]\.args\.when is a Date/,
+    );
+    // Nothing was sent: no job at all, the batch's good one included.
+    assert.deepEqual(server.counts(), {});
+    const id = await client.submit("k", { big: 2n ** 63n, ratio: 0.5 }, { runAt: new Date(Date.now() + 60_000) });
+    const job = await client.status(id);
+    assert.equal(job.state, "scheduled");
+    assert.deepEqual(job.args, { big: 2n ** 63n, ratio: 0.5 });
+  } finally {
+    client.close();
+  }
+});
