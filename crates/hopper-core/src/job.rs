@@ -435,6 +435,44 @@ pub fn validate_unique_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// How far ahead of the server's clock a job id chosen by a client may be dated.
+pub const MAX_ID_AHEAD: Duration = Duration::from_secs(24 * 3600);
+
+/// Checks a job id chosen by a client (over HTTP or `hopper serve`), at `now`: a UUIDv7,
+/// so that ids sort by creation (listing newest first, paging with `before`, a batch's
+/// FIFO order), dated at most [`MAX_ID_AHEAD`] past `now` (clocks drift; an id dated
+/// years ahead would list first for years). An id dated in the past is taken: a client
+/// may retry a submit long after it made the id.
+///
+/// ```
+/// use hopper_core::job::validate_chosen_id;
+/// let now = chrono::Utc::now();
+/// assert!(validate_chosen_id(uuid::Uuid::now_v7(), now).is_ok());
+/// let v4 = "4bf92f35-77b3-4da6-a3ce-929d0e0e4736".parse().unwrap();
+/// assert!(validate_chosen_id(v4, now).is_err());
+/// let far = "ffffffff-ffff-7fff-bfff-ffffffffffff".parse().unwrap();
+/// assert!(validate_chosen_id(far, now).is_err());
+/// ```
+pub fn validate_chosen_id(id: Uuid, now: DateTime<Utc>) -> Result<()> {
+    if id.get_version_num() != 7 {
+        return Err(Error::InvalidInput(format!(
+            "id {id} is a UUID of version {}; job ids are time-ordered UUIDv7 (or leave the id out)",
+            id.get_version_num()
+        )));
+    }
+    let (secs, nanos) = id.get_timestamp().map_or((0, 0), |t| t.to_unix());
+    let dated = DateTime::<Utc>::from_timestamp(i64::try_from(secs).unwrap_or(i64::MAX), nanos);
+    let latest = now + chrono::Duration::from_std(MAX_ID_AHEAD).unwrap_or_default();
+    match dated {
+        Some(dated) if dated <= latest => Ok(()),
+        _ => Err(Error::InvalidInput(format!(
+            "id {id} is dated {}, more than a day ahead of the server's clock; make ids \
+             with the current time (or leave the id out)",
+            dated.map_or_else(|| "beyond the year 9999".to_owned(), |d| d.to_rfc3339())
+        ))),
+    }
+}
+
 /// Checks a queue, kind or key name: 1 to 128 characters from `A-Z a-z 0-9 _ - . :`.
 ///
 /// Names reach logs, metrics labels, URLs and NOTIFY payloads; keeping them plain keeps all

@@ -197,14 +197,7 @@ impl TryFrom<JobSpec> for NewJob {
     fn try_from(spec: JobSpec) -> Result<Self> {
         let mut job = NewJob::new(spec.kind, spec.args);
         if let Some(id) = spec.id {
-            // Ids are UUIDv7 so that they sort by creation: listing newest first, paging
-            // with `before` and the FIFO order of a batch rely on it.
-            if id.get_version_num() != 7 {
-                return Err(Error::InvalidInput(format!(
-                    "id {id} is a UUID of version {}; job ids must be UUIDv7",
-                    id.get_version_num()
-                )));
-            }
+            hopper_core::job::validate_chosen_id(id, chrono::Utc::now())?;
             job.id = id;
         }
         if let Some(queue) = spec.queue {

@@ -200,6 +200,15 @@ async fn submitted_ids_must_be_uuid_v7() -> anyhow::Result<()> {
     let r = c.recv().await;
     assert_eq!(text_of(&r, "code"), "invalid", "{r:?}");
     assert!(text_of(&r, "message").contains("UUIDv7"), "{r:?}");
+    // A UUIDv7 dated far ahead would list first for years: refused too.
+    c.send(&submit(4, "ffffffff-ffff-7fff-bfff-ffffffffffff"))
+        .await;
+    let r = c.recv().await;
+    assert_eq!(text_of(&r, "code"), "invalid", "{r:?}");
+    assert!(
+        text_of(&r, "message").contains("ahead of the server's clock"),
+        "{r:?}"
+    );
     assert_eq!(db.queue_stats("default").await?.available, 0);
     let v7 = Uuid::now_v7().to_string();
     c.send(&submit(3, &v7)).await;

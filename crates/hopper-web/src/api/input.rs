@@ -176,11 +176,7 @@ impl EnqueueRequest {
         }
         trace.apply(&mut job);
         if let Some(id) = self.id {
-            if id.get_version_num() != 7 {
-                return Err(format!(
-                    "id {id} is not a UUIDv7; job ids are time-ordered UUIDv7 (or leave id out)"
-                ));
-            }
+            hopper::core::job::validate_chosen_id(id, chrono::Utc::now()).map_err(message)?;
             job.id = id;
         }
         job.validate().map_err(message)?;

@@ -112,6 +112,10 @@ async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() -> anyh
         ),
         (json!({"kind": "k", "id": uuid::Uuid::new_v4()}), "UUIDv7"),
         (
+            json!({"kind": "k", "id": "ffffffff-ffff-7fff-bfff-ffffffffffff"}),
+            "ahead of the server's clock",
+        ),
+        (
             json!({"kind": "k", "colour": "blue"}),
             "unknown field `colour`",
         ),
