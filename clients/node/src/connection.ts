@@ -165,11 +165,20 @@ export class Connection {
     if (typeof welcome["max_frame"] === "number") this.maxFrame = welcome["max_frame"];
   }
 
-  /** Sends one map (it must hold `type`), after the ones sent before it. */
+  /** Sends one map (it must hold `type`), after the ones sent before it. Rejects (never
+   * throws) with `Unavailable` when it cannot be sent now, `HopperError` `invalid` when it
+   * cannot be encoded and `too_large` when it is over the server's `max_frame`. */
   send(message: Message): Promise<void> {
     const socket = this.socket;
     if (socket === null) return Promise.reject(new Unavailable("the connection is closed"));
-    const frame = encoder.encode(message);
+    let frame: Uint8Array;
+    try {
+      frame = encoder.encode(message);
+    } catch (e) {
+      // A value cbor-x has no form for (a function, a symbol): a rejection like any failed
+      // send, never a throw out of a timer that would end the process.
+      return Promise.reject(new HopperError("invalid", `cannot encode ${String(message["type"])}: ${String(e)}`));
+    }
     if (frame.length > this.maxFrame) {
       return Promise.reject(
         new HopperError("too_large", `${frame.length} bytes is over the server's ${this.maxFrame}`),

@@ -14,6 +14,8 @@ const MAX_INT = 2n ** 64n - 1n;
 /** How deep a value may nest (the server refuses a frame nesting deeper than 256 levels,
  * the message's own maps included). */
 const MAX_DEPTH = 200;
+/** Past this depth, a log field's value is written as its `String()`. */
+const MAX_LOG_DEPTH = 32;
 
 const JSON_TYPES = "plain objects, arrays, strings, finite numbers, booleans and null";
 
@@ -110,6 +112,63 @@ function json(value: unknown, path: string, depth: number, ancestors: Set<object
   }
   const hint = value instanceof Date ? " (send text: date.toISOString())" : " (convert it first: a Date to text, say)";
   throw new TypeError(`${path} is ${kindOf(value)}, which is not JSON-compatible (${JSON_TYPES})${hint}`);
+}
+
+/** `String(value)`, or a placeholder when that throws (an object without a prototype, a
+ * `toString` that throws). Never throws. */
+export function safeString(value: unknown): string {
+  try {
+    return String(value);
+  } catch {
+    return `<${kindOf(value)} that cannot be shown: its conversion to text threw>`;
+  }
+}
+
+/**
+ * A JSON-compatible copy of a log line's `value`, never throwing: a finite number, string,
+ * boolean or null as is; NaN and the infinities, bigints, `undefined`, symbols as their
+ * `String()`; a function as `[Function: name]`; a Date as its ISO text; an object with
+ * `toJSON` as what that returns; a Map as an object (keys made text), a Set as an array;
+ * plain objects, arrays and other objects without a `toString` of their own (class
+ * instances) copied property by property; anything else (an Error, a URL...) as its
+ * `String()`. A cycle is `"[Circular]"`; nesting past 32 levels is the `String()` of what is
+ * there.
+ */
+export function loggable(value: unknown, depth = 0, ancestors: Set<object> = new Set()): unknown {
+  if (value === null || typeof value === "boolean" || typeof value === "string") return value;
+  if (typeof value === "number") return Number.isFinite(value) ? value : String(value);
+  if (typeof value === "function") return `[Function: ${safeString((value as { name?: unknown }).name) || "(anonymous)"}]`;
+  if (typeof value !== "object") return safeString(value); // undefined, bigint, symbol
+  if (ancestors.has(value)) return "[Circular]";
+  if (depth >= MAX_LOG_DEPTH) return safeString(value);
+  ancestors.add(value);
+  try {
+    if (Array.isArray(value)) {
+      const out: unknown[] = [];
+      for (let i = 0; i < value.length; i++) out.push(loggable(value[i], depth + 1, ancestors));
+      return out;
+    }
+    if (value instanceof Date) return Number.isNaN(value.getTime()) ? "Invalid Date" : value.toISOString();
+    const toJSON = (value as { toJSON?: unknown }).toJSON;
+    if (typeof toJSON === "function") return loggable(toJSON.call(value), depth + 1, ancestors);
+    if (value instanceof Map) {
+      const out: Record<string, unknown> = {};
+      for (const [key, item] of value) put(out, typeof key === "string" ? key : safeString(key), loggable(item, depth + 1, ancestors));
+      return out;
+    }
+    if (value instanceof Set) return [...value].map((item) => loggable(item, depth + 1, ancestors));
+    const toString = (value as { toString?: unknown }).toString;
+    if (toString === undefined || toString === Object.prototype.toString) {
+      const out: Record<string, unknown> = {};
+      for (const [key, item] of Object.entries(value)) put(out, key, loggable(item, depth + 1, ancestors));
+      return out;
+    }
+  } catch {
+    // a getter, a proxy or a toJSON that throws: shown as text below
+  } finally {
+    ancestors.delete(value);
+  }
+  return safeString(value);
 }
 
 /** `value` if it is an integer from `low` to `high`: a `TypeError` (not a number) or a

@@ -13,6 +13,7 @@ import {
 import { HopperError } from "./errors.js";
 import { LogSender } from "./log_sender.js";
 import * as tracing from "./tracing.js";
+import { loggable, safeString } from "./values.js";
 
 /** Throw from a handler to run the job again after `seconds` without using an attempt. */
 export class Snooze extends Error {
@@ -91,19 +92,31 @@ export class Job {
   private logTimer: NodeJS.Timeout | null = null;
 
   /** Writes a line to this attempt's log, kept with the job (`hopper jobs show`, the HTTP
-   * API, the dashboard). `level`: trace, debug, info, warn or error. Never throws nor
-   * waits: lines are sent while the job runs, a second after the first of them was written
-   * (or once 16 KiB of them wait), and the rest just before the outcome. An attempt keeps
-   * at most 64 KiB of lines; the rest are counted as dropped. Lines the server cannot store
-   * now (the database away) are sent again for about 5 s, in order; stored at least once:
-   * a line may be stored twice if an acknowledgement is lost. */
+   * API, the dashboard). `level`: trace, debug, info, warn or error. `fields` are structured
+   * details, made JSON-compatible when the line is written (a copy: later changes of the
+   * caller's objects do not reach it): a value JSON cannot hold (NaN, a bigint, `undefined`,
+   * a symbol, an Error) is written as its `String()`, a Date as its ISO text, a function as
+   * `[Function: name]`, a cycle as `"[Circular]"`. Never throws (whatever the
+   * message or the fields hold) nor waits: lines are sent while the job runs, a second
+   * after the first of them was written (or once 16 KiB of them wait), and the rest just
+   * before the outcome. An attempt keeps at most 64 KiB of lines; the rest are counted as
+   * dropped. Lines the server cannot store now (the database away) are sent again for
+   * about 5 s, in order; stored at least once: a line may be stored twice if an
+   * acknowledgement is lost. */
   log(level: string, message: string, fields?: Record<string, unknown>): void {
-    const line: Message = { level: String(level), message: String(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
-    if (fields !== undefined && Object.keys(fields).length > 0) line["fields"] = fields;
+    const line: Message = { level: String(level), message: safeString(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
+    if (fields !== undefined && fields !== null) {
+      // A copy, of JSON types only: the line cannot fail to encode when it is sent, nor
+      // change meanwhile. The protocol's `fields` is a map: anything else goes under `value`.
+      const copy = loggable(fields);
+      const map = typeof copy === "object" && copy !== null && !Array.isArray(copy) ? (copy as Record<string, unknown>) : { value: copy };
+      if (Object.keys(map).length > 0) line["fields"] = map;
+    }
     let size: number;
     try {
       size = JSON.stringify(line).length;
     } catch {
+      // cannot happen (loggable); never throw for a line
       delete line["fields"];
       size = JSON.stringify(line).length;
     }

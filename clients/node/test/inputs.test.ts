@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
 
-import { Client, Worker, jobSpec } from "../src/index.js";
-import { Server } from "./server.js";
+import { Client, type Handler, type Job, Worker, jobSpec } from "../src/index.js";
+import { Server, psql } from "./server.js";
 
 let server: Server;
 let workers: { worker: Worker; done: Promise<void> }[] = [];
@@ -21,6 +21,13 @@ afterEach(async () => {
   await Promise.all(workers.map((w) => w.done));
   await server.stop();
 });
+
+function startWorker(handlers: Record<string, Handler>): Worker {
+  const worker = new Worker(server.endpoint, { token: server.token, concurrency: 4, stopOnSignals: false });
+  for (const [kind, handler] of Object.entries(handlers)) worker.handle(kind, handler);
+  workers.push({ worker, done: worker.run() });
+  return worker;
+}
 
 /** Asserts that `call` throws (or rejects with) `type`, its message matching `pattern`. */
 async function refuses(call: () => unknown, type: typeof TypeError | typeof RangeError, pattern: RegExp): Promise<void> {
@@ -94,6 +101,81 @@ test("args and meta that are not JSON are refused before anything is sent, namin
     const job = await client.status(id);
     assert.equal(job.state, "scheduled");
     assert.deepEqual(job.args, { big: 2n ** 63n, ratio: 0.5 });
+  } finally {
+    client.close();
+  }
+});
+
+class Odd {
+  constructor(readonly x = 1) {}
+}
+
+test("log fields that are not JSON are written as text; the worker and the other lines live", async () => {
+  const cyclic: Record<string, unknown> = { name: "loop" };
+  cyclic["self"] = cyclic;
+  const unshowable = Object.create(null) as object; // String() of it throws
+  const when = new Date(Date.UTC(2026, 10, 28, 12, 0, 0));
+  const returned: unknown[] = [];
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const first = await client.submit("chatty", {});
+    startWorker({
+      chatty: (job: Job) => {
+        job.log("info", "first", { rows: 1 });
+        returned.push(
+          job.log("info", "odd", {
+            big: 2n ** 70n,
+            nan: NaN,
+            inf: -Infinity,
+            undef: undefined,
+            sym: Symbol("s"),
+            fn: function named() {},
+            when,
+            cyclic,
+            err: new RangeError("bad"),
+            set: new Set([1, "a"]),
+            map: new Map<unknown, unknown>([[1, { n: NaN }]]),
+            odd: new Odd(),
+            unshowable: { inner: unshowable },
+            nested: [[when, 1n]],
+          }),
+        );
+        returned.push(job.log("info", unshowable as unknown as string, JSON.parse('{"__proto__": 1}') as Record<string, unknown>));
+        job.log("info", "last");
+      },
+    });
+    await server.waitFor((c) => c["completed"] === 1, 30_000);
+    // The worker lives on: it runs the next job too.
+    await client.submit("chatty", {});
+    await server.waitFor((c) => c["completed"] === 2, 30_000);
+    let lines: { message: string; fields?: Record<string, unknown> }[] = [];
+    const deadline = Date.now() + 30_000;
+    while (lines.length < 4 && Date.now() < deadline) {
+      lines = (await client.jobLogs(first))[0]?.lines ?? [];
+    }
+    assert.deepEqual(returned, [undefined, undefined, undefined, undefined], "log returns nothing, both jobs");
+    assert.deepEqual(lines.map((l) => l.message).slice(0, 2), ["first", "odd"]);
+    assert.match(lines[2]!.message, /^<an object that cannot be shown/);
+    assert.equal(lines[3]!.message, "last");
+    assert.deepEqual(lines[1]!.fields, {
+      big: String(2n ** 70n),
+      nan: "NaN",
+      inf: "-Infinity",
+      undef: "undefined",
+      sym: "Symbol(s)",
+      fn: "[Function: named]",
+      when: "2026-11-28T12:00:00.000Z",
+      cyclic: { name: "loop", self: "[Circular]" },
+      err: "RangeError: bad",
+      set: [1, "a"],
+      map: { "1": { n: "NaN" } },
+      odd: { x: 1 },
+      unshowable: { inner: {} },
+      nested: [["2026-11-28T12:00:00.000Z", "1"]],
+    });
+    // An own "__proto__" key stays a key (cbor-x's decoder renames it when reading back).
+    const stored = psql(`SELECT lines->2->'fields' FROM ${server.schema}.job_logs WHERE job_id = '${first}'`);
+    assert.equal(stored, '{"__proto__": 1}');
   } finally {
     client.close();
   }
