@@ -92,11 +92,14 @@ export class Job {
   private logTimer: NodeJS.Timeout | null = null;
 
   /** Writes a line to this attempt's log, kept with the job (`hopper jobs show`, the HTTP
-   * API, the dashboard). `level`: trace, debug, info, warn or error. `fields` are structured
+   * API, the dashboard). `level` is trace, debug, info, warn or error, in any case;
+   * `warning` is warn, `critical` and `fatal` are error. Any other level throws a
+   * `RangeError` naming it (a `TypeError` if it is not a string): a programming error,
+   * which the server would refuse with every line sent alongside. `fields` are structured
    * details, made JSON-compatible when the line is written (a copy: later changes of the
    * caller's objects do not reach it): a value JSON cannot hold (NaN, a bigint, `undefined`,
    * a symbol, an Error) is written as its `String()`, a Date as its ISO text, a function as
-   * `[Function: name]`, a cycle as `"[Circular]"`. Never throws (whatever the
+   * `[Function: name]`, a cycle as `"[Circular]"`. Otherwise never throws (whatever the
    * message or the fields hold) nor waits: lines are sent while the job runs, a second
    * after the first of them was written (or once 16 KiB of them wait), and the rest just
    * before the outcome. An attempt keeps at most 64 KiB of lines; the rest are counted as
@@ -104,7 +107,7 @@ export class Job {
    * about 5 s, in order; stored at least once: a line may be stored twice if an
    * acknowledgement is lost. */
   log(level: string, message: string, fields?: Record<string, unknown>): void {
-    const line: Message = { level: String(level), message: safeString(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
+    const line: Message = { level: logLevel(level), message: safeString(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
     if (fields !== undefined && fields !== null) {
       // A copy, of JSON types only: the line cannot fail to encode when it is sent, nor
       // change meanwhile. The protocol's `fields` is a map: anything else goes under `value`.
@@ -171,6 +174,36 @@ const MAX_MESSAGE = 4096;
 const LOG_FLUSH_MS = 1000;
 /** ...or at once when this many bytes of them wait. */
 const LOG_FLUSH_BYTES = 16 * 1024;
+
+/** The log levels the server takes, by every name `Job.log` accepts (lowercased): the
+ * server's own (`warning` is its alias of warn) and the common critical and fatal. */
+const LEVELS: Record<string, string> = {
+  trace: "trace",
+  debug: "debug",
+  info: "info",
+  warn: "warn",
+  warning: "warn",
+  error: "error",
+  critical: "error",
+  fatal: "error",
+};
+
+/** The server's name of a log level (any case, as the server reads it; `warning` is warn,
+ * `critical` and `fatal` are error), or a `RangeError` naming the level (`TypeError` if it
+ * is not a string). */
+export function logLevel(level: unknown): string {
+  if (typeof level !== "string") {
+    throw new TypeError(`a log level must be a string, not ${safeString(level)} (${typeof level})`);
+  }
+  // ASCII only, as the server lowercases: "İnfo" is no level.
+  const lower = level.replace(/[A-Z]/g, (c) => c.toLowerCase());
+  const name = Object.hasOwn(LEVELS, lower) ? LEVELS[lower] : undefined;
+  if (name === undefined) {
+    const shown = level.length > 64 ? `${level.slice(0, 64)}…` : level;
+    throw new RangeError(`unknown log level ${JSON.stringify(shown)}: expected trace, debug, info, warn (warning) or error (critical, fatal)`);
+  }
+  return name;
+}
 
 function optional<T extends "string" | "number">(
   value: unknown,

@@ -106,6 +106,43 @@ test("args and meta that are not JSON are refused before anything is sent, namin
   }
 });
 
+test("log levels are the server's in any case, plus critical and fatal; others throw", async () => {
+  const thrown: unknown[] = [];
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const id = await client.submit("levels", {});
+    startWorker({
+      levels: (job: Job) => {
+        for (const level of ["TRACE", "debug", "Info", "warn", "WARNING", "error", "critical", "FATAL"]) job.log(level, level);
+        for (const level of ["loud", "", "warn ", null, 30]) {
+          try {
+            job.log(level as string, "never");
+          } catch (e) {
+            thrown.push(e);
+          }
+        }
+        job.log("info", "after");
+      },
+    });
+    await server.waitFor((c) => c["completed"] === 1, 30_000);
+    let lines: { level: string; message: string }[] = [];
+    const deadline = Date.now() + 30_000;
+    while (lines.length < 9 && Date.now() < deadline) {
+      lines = (await client.jobLogs(id))[0]?.lines ?? [];
+    }
+    assert.deepEqual(
+      lines.map((l) => l.level),
+      ["trace", "debug", "info", "warn", "warn", "error", "error", "error", "info"],
+    );
+  } finally {
+    client.close();
+  }
+  assert.equal(thrown.length, 5);
+  assert.ok(thrown.slice(0, 3).every((e) => e instanceof RangeError));
+  assert.ok(thrown.slice(3).every((e) => e instanceof TypeError));
+  assert.match((thrown[0] as Error).message, /^unknown log level "loud": expected trace, debug, info, warn/);
+});
+
 class Odd {
   constructor(readonly x = 1) {}
 }
