@@ -180,3 +180,16 @@ export function integer(value: unknown, what: string, low: number, high: number)
   }
   return value;
 }
+
+/** A duration in seconds as the protocol's milliseconds: a finite number of seconds from 0
+ * to ten years (315,360,000 s, the server's bound). A `TypeError` (not a number) or a
+ * `RangeError` naming `what` otherwise. */
+export function secondsMs(seconds: unknown, what: string): number {
+  if (typeof seconds !== "number") throw new TypeError(`${what} must be a number of seconds, not ${kindOf(seconds)}`);
+  if (!Number.isFinite(seconds)) throw new RangeError(`${what} must be a finite number of seconds, got ${String(seconds)}`);
+  const ms = Math.round(seconds * 1000) + 0; // + 0: no -0 on the wire
+  if (ms < 0 || ms > MAX_DURATION_MS) {
+    throw new RangeError(`${what} must be from 0 to ${(MAX_DURATION_MS / 1000).toLocaleString("en")} s (ten years), got ${String(seconds)} s`);
+  }
+  return ms;
+}

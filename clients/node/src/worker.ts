@@ -13,11 +13,15 @@ import {
 import { HopperError } from "./errors.js";
 import { LogSender } from "./log_sender.js";
 import * as tracing from "./tracing.js";
-import { loggable, safeString } from "./values.js";
+import { loggable, safeString, secondsMs } from "./values.js";
 
-/** Throw from a handler to run the job again after `seconds` without using an attempt. */
+/** Throw from a handler to run the job again after `seconds` without using an attempt.
+ * `seconds` is a finite number from 0 to ten years (315,360,000 s, the server's bound):
+ * anything else throws a `RangeError` (a `TypeError` for what is not a number) here, where
+ * the `Snooze` is made. */
 export class Snooze extends Error {
   constructor(readonly seconds: number) {
+    secondsMs(seconds, "Snooze seconds");
     super(`snoozed for ${seconds} s`);
     this.name = "Snooze";
   }
@@ -76,9 +80,12 @@ export class Job {
   }
 
   /** Asks the server to move this job's lease to `seconds` from now (for a job longer than
-   * the lease; heartbeats already renew it while the worker lives). */
+   * the lease; heartbeats already renew it while the worker lives). `seconds` is a finite
+   * number from 0 to ten years, as for `Snooze`: anything else throws a `RangeError` (a
+   * `TypeError` for what is not a number) and nothing is sent. */
   extend(seconds: number): void {
-    this.worker.send({ type: "extend", id: this.id, attempt: this.attempt, by_ms: Math.round(seconds * 1000) });
+    const byMs = secondsMs(seconds, "extend seconds");
+    this.worker.send({ type: "extend", id: this.id, attempt: this.attempt, by_ms: byMs });
   }
 
   private logLines: Message[] = [];
@@ -510,7 +517,16 @@ export class Worker {
     const settled = (): Promise<Message> =>
       run()
         .catch((e: unknown): Message => {
-          if (e instanceof Snooze) return { type: "snoozed", delay_ms: Math.max(0, Math.round(e.seconds * 1000)) };
+          if (e instanceof Snooze) {
+            // Checked again: a Snooze whose seconds were changed after it was made (or a
+            // subclass that skipped the check) fails the attempt, counted so that it cannot
+            // loop, rather than sending a delay the server refuses.
+            try {
+              return { type: "snoozed", delay_ms: secondsMs((e as { seconds: unknown }).seconds, "Snooze seconds") };
+            } catch (invalid) {
+              return { type: "failed", error: `invalid Snooze: ${safeString(invalid instanceof Error ? invalid.message : invalid)}`, retryable: true };
+            }
+          }
           if (e instanceof Permanent) return { type: "failed", error: e.message, retryable: false };
           const error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
           return { type: "failed", error, retryable: true };

@@ -6,8 +6,10 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
 
-import { Client, type Handler, type Job, Worker, jobSpec } from "../src/index.js";
+import { Client, type Handler, type Job, Snooze, Worker, jobSpec } from "../src/index.js";
 import { Server, psql } from "./server.js";
+
+const TEN_YEARS_S = 315_360_000;
 
 let server: Server;
 let workers: { worker: Worker; done: Promise<void> }[] = [];
@@ -213,6 +215,45 @@ test("log fields that are not JSON are written as text; the worker and the other
     // An own "__proto__" key stays a key (cbor-x's decoder renames it when reading back).
     const stored = psql(`SELECT lines->2->'fields' FROM ${server.schema}.job_logs WHERE job_id = '${first}'`);
     assert.equal(stored, '{"__proto__": 1}');
+  } finally {
+    client.close();
+  }
+});
+
+test("a Snooze or an extend out of range is refused when made", async () => {
+  for (const seconds of [Infinity, -Infinity, NaN, -5, TEN_YEARS_S + 1, 1e308]) {
+    await refuses(() => new Snooze(seconds), RangeError, /^Snooze seconds must be/);
+  }
+  await refuses(() => new Snooze("30" as unknown as number), TypeError, /^Snooze seconds must be a number/);
+  assert.equal(new Snooze(0).seconds, 0);
+  assert.equal(new Snooze(TEN_YEARS_S).seconds, TEN_YEARS_S);
+});
+
+test("a Snooze carrying a bad delay, or a bad extend, fails the attempt", async () => {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const ids = new Map<string, string>();
+    for (const mode of ["inf", "nan", "negative", "long", "extend"]) {
+      ids.set(mode, await client.submit("snoozy", { mode }, { maxAttempts: 1 }));
+    }
+    startWorker({
+      snoozy: (job: Job) => {
+        const { mode } = job.args as { mode: string };
+        if (mode === "extend") job.extend(Infinity);
+        const snooze = new Snooze(1);
+        const bad: Record<string, number> = { inf: Infinity, nan: NaN, negative: -5, long: TEN_YEARS_S + 1 };
+        (snooze as unknown as { seconds: number }).seconds = bad[mode]!;
+        throw snooze;
+      },
+    });
+    await server.waitFor((c) => c["failed"] === 5, 30_000);
+    for (const [mode, id] of ids) {
+      const job = await client.status(id);
+      assert.equal(job.attempts_used, 1, mode);
+      const error = job.errors[0]!.error;
+      if (mode === "extend") assert.match(error, /^RangeError: extend seconds must be a finite number/);
+      else assert.match(error, /^invalid Snooze: Snooze seconds must be/, mode);
+    }
   } finally {
     client.close();
   }
