@@ -32,7 +32,8 @@ function kindOf(value: unknown): string {
   } catch {
     name = undefined;
   }
-  return typeof name === "string" && name !== "" ? `a ${name}` : "an object";
+  if (typeof name !== "string" || name === "") return "an object";
+  return /^[AEIO]/.test(name) ? `an ${name}` : `a ${name}`;
 }
 
 /** A plain object: made by `{}`, `Object.create(null)` or `JSON.parse` (of any realm). */

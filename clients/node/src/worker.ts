@@ -182,6 +182,26 @@ const LOG_FLUSH_MS = 1000;
 /** ...or at once when this many bytes of them wait. */
 const LOG_FLUSH_BYTES = 16 * 1024;
 
+/** The longest error text an outcome carries, in UTF-16 code units; the rest is cut (so
+ * that the outcome always fits in a frame, and a job's history of errors stays small). */
+const MAX_ERROR = 16 * 1024;
+
+/** An outcome's error text: `prefix` and the error (`name: message` for an `Error` when
+ * `named`, else its message or `String()`), never throwing, cut at 16 Ki characters. */
+function errorText(error: unknown, prefix = "", named = true): string {
+  let text: string;
+  try {
+    text = error instanceof Error ? (named ? `${String(error.name)}: ${String(error.message)}` : String(error.message)) : String(error);
+  } catch {
+    text = safeString(error); // a getter or a conversion that throws
+  }
+  text = prefix + text;
+  if (text.length <= MAX_ERROR) return text;
+  // Not between the two halves of a surrogate pair: a lone half is no UTF-8.
+  const end = /[\uD800-\uDBFF]/.test(text.charAt(MAX_ERROR - 1)) ? MAX_ERROR - 1 : MAX_ERROR;
+  return `${text.slice(0, end)}… (${text.length - end} more characters cut)`;
+}
+
 /** The log levels the server takes, by every name `Job.log` accepts (lowercased): the
  * server's own (`warning` is its alias of warn) and the common critical and fatal. */
 const LEVELS: Record<string, string> = {
@@ -524,12 +544,11 @@ export class Worker {
             try {
               return { type: "snoozed", delay_ms: secondsMs((e as { seconds: unknown }).seconds, "Snooze seconds") };
             } catch (invalid) {
-              return { type: "failed", error: `invalid Snooze: ${safeString(invalid instanceof Error ? invalid.message : invalid)}`, retryable: true };
+              return { type: "failed", error: errorText(invalid, "invalid Snooze: ", false), retryable: true };
             }
           }
-          if (e instanceof Permanent) return { type: "failed", error: e.message, retryable: false };
-          const error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-          return { type: "failed", error, retryable: true };
+          if (e instanceof Permanent) return { type: "failed", error: errorText(e, "", false), retryable: false };
+          return { type: "failed", error: errorText(e), retryable: true };
         })
         .then((outcome) => {
           if (outcome["type"] !== "snoozed") {
@@ -539,6 +558,14 @@ export class Worker {
         });
     tracing
       .inJobSpan(job, settled)
+      .catch((e: unknown): Message => ({
+        // Whatever escaped (a failing tracer): the attempt still gets an outcome, so that
+        // the job is never left held and heartbeated until its timeout.
+        type: "failed",
+        error: errorText(e, "the worker failed while running the handler: "),
+        retryable: true,
+        duration_ms: Math.round(performance.now() - started),
+      }))
       .then((outcome) => {
         this.running.delete(job.id);
         if (!job.signal.aborted) {

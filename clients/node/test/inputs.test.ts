@@ -1,12 +1,13 @@
 /** What a caller gives that the protocol cannot carry: args and meta that are not JSON,
  * log levels the server does not know, log fields that are not JSON, snoozes and extends out
- * of range. Submits are refused before anything is sent; nothing a handler does may kill the
- * worker, lose other log lines, or leave a job held (and heartbeated) or looping. */
+ * of range, huge or unprintable errors. Submits are refused before anything is sent; nothing
+ * a handler does may kill the worker, lose other log lines, or leave a job held (and
+ * heartbeated) or looping. */
 
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
 
-import { Client, type Handler, type Job, Snooze, Worker, jobSpec } from "../src/index.js";
+import { Client, type Handler, type Job, Permanent, Snooze, Worker, jobSpec } from "../src/index.js";
 import { Server, psql } from "./server.js";
 
 const TEN_YEARS_S = 315_360_000;
@@ -254,6 +255,49 @@ test("a Snooze carrying a bad delay, or a bad extend, fails the attempt", async 
       if (mode === "extend") assert.match(error, /^RangeError: extend seconds must be a finite number/);
       else assert.match(error, /^invalid Snooze: Snooze seconds must be/, mode);
     }
+  } finally {
+    client.close();
+  }
+});
+
+test("huge, unprintable and odd errors fail the attempt; the worker lives", async () => {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const ids = new Map<string, string>();
+    for (const mode of ["huge", "unprintable", "getter", "permanent", "surrogate"]) {
+      ids.set(mode, await client.submit("broken", { mode }, { maxAttempts: 1 }));
+    }
+    startWorker({
+      broken: (job: Job) => {
+        const { mode } = job.args as { mode: string };
+        if (mode === "huge") throw new RangeError("x".repeat(3_000_000)); // over the server's frame as is
+        if (mode === "unprintable") throw Object.create(null); // String() of it throws
+        if (mode === "getter") {
+          const e = new Error("hidden");
+          Object.defineProperty(e, "message", {
+            get() {
+              throw new Error("no message for you");
+            },
+          });
+          throw e;
+        }
+        if (mode === "permanent") throw new Permanent("p".repeat(20_000));
+        throw new Error(`${"y".repeat(16 * 1024 - 8)}😀😀`); // a pair across the cut
+      },
+    });
+    await server.waitFor((c) => c["failed"] === 5, 30_000);
+    const errors = new Map<string, string>();
+    for (const [mode, id] of ids) errors.set(mode, (await client.status(id)).errors[0]!.error);
+    const huge = errors.get("huge")!;
+    assert.ok(huge.startsWith("RangeError: xxx") && huge.endsWith("characters cut)"), huge.slice(-40));
+    assert.ok(huge.length < 17_000);
+    assert.match(errors.get("unprintable")!, /^<an object that cannot be shown/);
+    assert.match(errors.get("getter")!, /^<an Error that cannot be shown/);
+    assert.ok(errors.get("permanent")!.startsWith("ppp") && errors.get("permanent")!.length < 17_000);
+    assert.ok(!/\uFFFD/.test(errors.get("surrogate")!), "no lone surrogate reached the server");
+    // The worker still runs jobs.
+    await client.submit("broken", { mode: "huge" }, { maxAttempts: 1 });
+    await server.waitFor((c) => c["failed"] === 6, 30_000);
   } finally {
     client.close();
   }
