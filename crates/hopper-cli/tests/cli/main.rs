@@ -8,6 +8,7 @@ mod common;
 
 mod bench_scale;
 mod cli;
+mod databases;
 mod db_restart;
 mod health;
 mod hostile;
