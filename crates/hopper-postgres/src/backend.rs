@@ -36,6 +36,11 @@ impl Backend for PgBackend {
         migrate::migrate(&mut client, &self.inner.schema, self.inner.pooler).await
     }
 
+    async fn schema_check(&self) -> Result<()> {
+        let client = self.client().await?;
+        migrate::check(&client, &self.inner.schema, self.inner.pooler).await
+    }
+
     async fn job_insert(&self, job: &NewJob) -> Result<()> {
         job.validate()?;
         // Settings first: reloading them takes a pooled connection of its own, which a

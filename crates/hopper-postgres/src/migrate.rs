@@ -23,7 +23,7 @@ pub async fn migrate(
         "SELECT pg_advisory_xact_lock(hashtext('hopper migrate ' || $1::text))",
         &[Type::TEXT],
     );
-    let applied = Query::new(format!("SELECT max(version) FROM {schema}.migrations"), &[]);
+    let applied = applied_version(schema);
     let record = Query::new(
         format!("INSERT INTO {schema}.migrations (version, name) VALUES ($1, $2)"),
         &[Type::INT4, Type::TEXT],
@@ -51,8 +51,7 @@ pub async fn migrate(
         .map_err(map_pg)?
         .get(0);
     let applied = applied.unwrap_or(0);
-    let known = MIGRATIONS.last().map_or(0, |m| m.0);
-    policy::refuse_newer_schema(&format!("schema {schema}"), applied.into(), known.into())?;
+    refuse_newer(schema, applied)?;
     let mut done = Vec::new();
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
         tracing::info!(schema, version, name, "applying migration");
@@ -74,4 +73,27 @@ pub async fn migrate(
     }
     tx.commit().await.map_err(map_pg)?;
     Ok(done)
+}
+
+/// Refuses, changing nothing, a schema migrated by a newer build or never migrated (its
+/// `migrations` table missing: an error saying to run `hopper migrate`).
+pub async fn check(client: &Client, schema: &str, pooler: Pooler) -> Result<()> {
+    let applied: Option<i32> = pooler
+        .text(&applied_version(schema))
+        .query_one(client, &[])
+        .await
+        .map_err(map_pg)?
+        .get(0);
+    refuse_newer(schema, applied.unwrap_or(0))
+}
+
+/// The last migration applied to `schema`.
+fn applied_version(schema: &str) -> Query {
+    Query::new(format!("SELECT max(version) FROM {schema}.migrations"), &[])
+}
+
+/// [`policy::refuse_newer_schema`] against the last migration this build knows.
+fn refuse_newer(schema: &str, applied: i32) -> Result<()> {
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    policy::refuse_newer_schema(&format!("schema {schema}"), applied.into(), known.into())
 }

@@ -237,6 +237,14 @@ impl Backend for SqliteBackend {
             .await
     }
 
+    async fn schema_check(&self) -> Result<()> {
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .read(move |conn| migrate::check(conn, &inner.queries, &inner.prefix))
+            .await
+    }
+
     async fn job_insert(&self, job: &NewJob) -> Result<()> {
         self.upsert(std::slice::from_ref(job)).await.map(drop)
     }

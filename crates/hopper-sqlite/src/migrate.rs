@@ -2,7 +2,7 @@
 //! at once, and refusing a database newer than this build.
 
 use hopper_core::{AppliedMigration, Error, Result, policy};
-use rusqlite::{Transaction, named_params};
+use rusqlite::{Connection, Transaction, named_params};
 
 use crate::error::map_sqlite;
 use crate::sql::{MIGRATIONS, Queries, bind};
@@ -19,11 +19,8 @@ pub fn migrate(
     now: i64,
 ) -> Result<Vec<AppliedMigration>> {
     tx.execute_batch(&queries.migrate[0]).map_err(map_sqlite)?;
-    let applied: i64 = tx
-        .query_row(&queries.migrate[1], [], |row| row.get(0))
-        .map_err(map_sqlite)?;
-    let known = MIGRATIONS.last().map_or(0, |m| m.0);
-    policy::refuse_newer_schema(&format!("tables {prefix}_*"), applied, known)?;
+    let applied = applied_version(tx, queries)?;
+    refuse_newer(prefix, applied)?;
     let mut done = Vec::new();
     for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
         tracing::info!(prefix, version, name, "applying migration");
@@ -44,4 +41,22 @@ pub fn migrate(
         });
     }
     Ok(done)
+}
+
+/// Refuses, changing nothing, tables migrated by a newer build or never migrated (the
+/// migrations table missing: an error saying to run `hopper migrate`).
+pub fn check(conn: &Connection, queries: &Queries, prefix: &str) -> Result<()> {
+    refuse_newer(prefix, applied_version(conn, queries)?)
+}
+
+/// The last migration applied.
+fn applied_version(conn: &Connection, queries: &Queries) -> Result<i64> {
+    conn.query_row(&queries.migrate[1], [], |row| row.get(0))
+        .map_err(map_sqlite)
+}
+
+/// [`policy::refuse_newer_schema`] against the last migration this build knows.
+fn refuse_newer(prefix: &str, applied: i64) -> Result<()> {
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    policy::refuse_newer_schema(&format!("tables {prefix}_*"), applied, known)
 }

@@ -65,6 +65,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// when the schema was up to date). Safe to run twice and from two processes at once.
     async fn migrate(&self) -> Result<Vec<AppliedMigration>>;
 
+    /// Refuses, changing nothing, a schema this build cannot work on: one migrated by a
+    /// newer hopper ([`crate::policy::refuse_newer_schema`], the check [`Backend::migrate`]
+    /// makes first) or one never migrated. For the processes that run jobs without
+    /// migrating. A backend that keeps no schema of its own (the remote one, whose server
+    /// checks its database when it starts) has nothing to check.
+    async fn schema_check(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Inserts one job.
     async fn job_insert(&self, job: &NewJob) -> Result<()>;
 

@@ -54,6 +54,37 @@ async fn migrate_refuses_a_newer_schema() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The check of the processes that run jobs without migrating: a migrated file passes,
+/// one migrated by a newer hopper and one never migrated are refused, and nothing is
+/// written (the file is still not migrated afterwards).
+#[tokio::test]
+async fn schema_check_refuses_newer_and_unmigrated_files() -> anyhow::Result<()> {
+    let h = harness().await?;
+    h.backend.schema_check().await?;
+    {
+        let conn = rusqlite::Connection::open(crate::common::db(&h))?;
+        conn.execute(
+            "INSERT INTO hopper_migrations (version, name, applied_at) VALUES (999, 'future', 0)",
+            [],
+        )?;
+    }
+    match h.backend.schema_check().await {
+        Err(Error::Schema(message)) => assert!(message.contains("999"), "{message}"),
+        other => panic!("expected a schema error, got {other:?}"),
+    }
+    let dir = TempDir::new()?;
+    let fresh = SqliteBackend::open(dir.db(), SqliteOptions::default()).await?;
+    for _ in 0..2 {
+        match fresh.schema_check().await {
+            Err(Error::Schema(message)) => {
+                assert!(message.contains("hopper migrate"), "{message}")
+            }
+            other => panic!("expected a schema error, got {other:?}"),
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn prefixes_keep_two_instances_apart_in_one_file() -> anyhow::Result<()> {
     let dir = TempDir::new()?;

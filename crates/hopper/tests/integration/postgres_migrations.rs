@@ -128,6 +128,49 @@ async fn a_schema_newer_than_this_build_is_refused() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The check of the processes that run jobs without migrating: a migrated schema passes,
+/// one migrated by a newer hopper and one never migrated are refused, and nothing is
+/// created (the unmigrated schema is still absent afterwards).
+#[tokio::test]
+async fn schema_check_refuses_newer_and_unmigrated_schemas() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    db.backend().schema_check().await?;
+    let client = connect(db.url()).await?;
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {}.migrations (version, name) VALUES ($1, 'from_the_future')",
+                db.schema()
+            ),
+            &[&(known_version() + 1)],
+        )
+        .await?;
+    match db.backend().schema_check().await {
+        Err(Error::Schema(message)) => assert!(message.contains("upgrade hopper"), "{message}"),
+        other => panic!("expected Error::Schema, got {other:?}"),
+    }
+
+    let unborn = fresh_schema_name("check");
+    let _guard = SchemaGuard {
+        url: database_url(),
+        schema: unborn.clone(),
+    };
+    let backend = backend_on(&unborn).await?;
+    match backend.schema_check().await {
+        Err(Error::Schema(message)) => assert!(message.contains("hopper migrate"), "{message}"),
+        other => panic!("expected Error::Schema, got {other:?}"),
+    }
+    let exists = client
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+            &[&unborn],
+        )
+        .await?
+        .get::<_, i64>(0);
+    assert_eq!(exists, 0, "the check created the schema");
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_invalid_schema_name_is_refused_before_connecting() -> anyhow::Result<()> {
     for bad in [
