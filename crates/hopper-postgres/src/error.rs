@@ -153,21 +153,11 @@ fn is_transient_state(code: &str) -> bool {
         || code == SqlState::READ_ONLY_SQL_TRANSACTION.code()
 }
 
-/// A pool's failure, said in one sentence.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct PoolError(&'static str);
-
-/// Turns a pool error into hopper's error.
+/// Turns a pool error into hopper's error. A backend says it through its connection
+/// options ([`crate::PgConnectOptions::pool_error`]), which know the connect bound.
 pub fn map_pool(e: deadpool_postgres::PoolError) -> Error {
     match e {
         deadpool_postgres::PoolError::Backend(e) => map_pg(e),
-        deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Create) => {
-            Error::database(PoolError(
-                "could not connect to PostgreSQL: no answer within the connect_timeout (the \
-                 server accepted the connection and then said nothing)",
-            ))
-        }
         other => Error::database(other),
     }
 }

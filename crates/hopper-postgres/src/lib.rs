@@ -559,7 +559,16 @@ impl PgBackend {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object> {
-        self.inner.pool.get().await.map_err(error::map_pool)
+        self.pooled(&self.inner.pool).await
+    }
+
+    /// A connection of `pool` (one of this backend's), a failure to make one said as
+    /// [`PgConnectOptions::pool_error`] says it (why TLS failed, a server that never
+    /// answered).
+    pub(crate) async fn pooled(&self, pool: &Pool) -> Result<deadpool_postgres::Object> {
+        pool.get()
+            .await
+            .map_err(|e| self.inner.connect.pool_error(e))
     }
 }
 

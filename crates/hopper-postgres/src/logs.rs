@@ -27,7 +27,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{Json, ToSql};
 
 use crate::PgBackend;
-use crate::error::{lock_not_granted, map_pg, map_pool};
+use crate::error::{lock_not_granted, map_pg};
 use crate::pooled::{TxConnection, bracketed};
 use crate::statement::Args;
 
@@ -90,7 +90,7 @@ impl PgBackend {
         // The connection kept for shared writers, bounded, or a pooled one (bounded around
         // the store behind a transaction pooler).
         let (object, bracket) = match (bounded, &self.inner.shared_writer) {
-            (true, Some(pool)) => (pool.get().await.map_err(map_pool)?, false),
+            (true, Some(pool)) => (self.pooled(pool).await?, false),
             (true, None) => (self.client().await?, true),
             (false, _) => (self.client().await?, false),
         };
