@@ -269,18 +269,39 @@ async fn wait_for_release(liveness: &dyn hopper_core::NodeLiveness) -> anyhow::R
     anyhow::bail!("the dropped hold was never seen free")
 }
 
-/// A held liveness lock keeps a silent node alive.
+/// A held liveness lock keeps a silent node alive, for the vanished-node check and for
+/// the release of silent nodes alike: a node whose heartbeat was held up (its row or the
+/// database locked past the silent bound) still holds its lock, and the release must not
+/// win the race against its waiting heartbeat once the holder lets go. Given back, the
+/// lock no longer spares it.
 pub async fn a_held_liveness_lock_keeps_a_silent_node_alive(h: &Harness) -> anyhow::Result<()> {
     let liveness = liveness(h)?;
     let quiet = node_info("quiet");
-    let _hold = liveness.node_hold(&quiet).await?;
+    let hold = liveness.node_hold(&quiet).await?;
     let id = h.insert(job("n", "default")).await?;
     h.claim_as(quiet.id, "default", 1, TEN_MINUTES).await?;
     // No heartbeat for five minutes: only the lock counts here.
     h.advance(Duration::from_secs(300));
     assert_eq!(liveness.node_release_vanished().await?, 0);
+    assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
     assert_eq!(h.get(id).await?.state, JobState::Running);
-    Ok(())
+
+    // The lock given back (its session ends a moment later on a server), the silent node
+    // is released by its silence.
+    drop(hold);
+    for _ in 0..500 {
+        if h.maintenance().node_release_dead(&DEAD_AFTER_30S).await? == 1 {
+            let got = h.get(id).await?;
+            assert_eq!(got.state, JobState::Available, "{got:?}");
+            assert!(
+                got.errors[0].error.contains("stopped heartbeating"),
+                "{got:?}"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    anyhow::bail!("the silent node was never released once its lock was given back")
 }
 
 /// A liveness lock is held by one holder at a time.

@@ -109,7 +109,7 @@ impl MaintenanceStore for SqliteBackend {
 
     async fn node_release_dead(&self, params: &NodeReleaseDeadParams) -> Result<u64> {
         let dead_before = micros(self.now()).saturating_sub(delay_us(params.dead_after));
-        self.release_dead(dead_before, None).await
+        self.release_silent(dead_before).await
     }
 
     async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {

@@ -144,26 +144,10 @@ impl NodeLiveness for SqliteBackend {
     }
 
     async fn node_release_vanished(&self) -> Result<u64> {
-        let inner = self.inner.clone();
-        let holders: Vec<(String, String)> = self
-            .inner
-            .pool
-            .read(move |conn| {
-                let mut statement = conn
-                    .prepare_cached(&inner.queries.node_lock_paths[0])
-                    .map_err(map_sqlite)?;
-                let mut rows = statement.query([]).map_err(map_sqlite)?;
-                let mut out = Vec::new();
-                while let Some(row) = rows.next().map_err(map_sqlite)? {
-                    out.push((col(row, 0)?, col(row, 1)?));
-                }
-                Ok(out)
-            })
-            .await?;
+        let holders = self.lock_holders(i64::MAX).await?;
         // The files of vanished nodes, locked by this process until they are released.
         let mut vanished: Vec<(String, Guard)> = Vec::new();
         for (id, path) in holders {
-            let path = PathBuf::from(path);
             match try_lock(&path, false) {
                 Ok(Some(file)) => vanished.push((id, Guard::new(file, path))),
                 Ok(None) => {}
@@ -175,7 +159,7 @@ impl NodeLiveness for SqliteBackend {
         }
         let mut count = 0;
         for (id, mut guard) in vanished {
-            let released = self.release_dead(i64::MIN, Some(id.clone())).await;
+            let released = self.release_dead(i64::MIN, Some(id.clone()), &[]).await;
             // Kept on a failure: its row still names the file, and the next check finds it
             // free again.
             guard.remove = released.is_ok();
@@ -189,6 +173,45 @@ impl NodeLiveness for SqliteBackend {
 }
 
 impl SqliteBackend {
+    /// The registered holders of a lock file whose heartbeat is older than `dead_before`
+    /// (µs; `i64::MAX` for all), with their files (`node_lock_paths.sql`).
+    async fn lock_holders(&self, dead_before: i64) -> Result<Vec<(String, PathBuf)>> {
+        let inner = self.inner.clone();
+        self.inner
+            .pool
+            .read(move |conn| {
+                let mut statement = conn
+                    .prepare_cached(&inner.queries.node_lock_paths[0])
+                    .map_err(map_sqlite)?;
+                let mut rows = statement
+                    .query(named_params! { ":dead_before": dead_before })
+                    .map_err(map_sqlite)?;
+                let mut out = Vec::new();
+                while let Some(row) = rows.next().map_err(map_sqlite)? {
+                    out.push((col(row, 0)?, PathBuf::from(col::<String>(row, 1)?)));
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    /// Releases the jobs of the nodes whose heartbeat is older than `dead_before` (µs) and
+    /// forgets them, sparing those whose lock file another holder has: such a node lives
+    /// (its process holds the lock), and only its heartbeat was held up, by a writer that
+    /// kept the database locked past the silent bound; once that writer ends, this
+    /// release might otherwise take the write lock before the node's waiting heartbeat.
+    /// Its leases still expire if it stopped renewing them.
+    pub(crate) async fn release_silent(&self, dead_before: i64) -> Result<u64> {
+        let mut alive = Vec::new();
+        for (id, path) in self.lock_holders(dead_before).await? {
+            // A free file (its holder ended) or a missing one proves no life.
+            if let Ok(None) = try_lock(&path, false) {
+                alive.push(id);
+            }
+        }
+        self.release_dead(dead_before, None, &alive).await
+    }
+
     /// Registers `node` or refreshes its heartbeat (`node_heartbeat.sql`); `lock_path`
     /// names the lock file it holds, `None` keeps what is stored.
     pub(crate) async fn register(&self, node: &NodeInfo, lock_path: Option<String>) -> Result<()> {
@@ -216,15 +239,17 @@ impl SqliteBackend {
             .await
     }
 
-    /// Releases the jobs of the nodes whose heartbeat is older than `dead_before` (µs), and
-    /// of node `vanished`, whose lock file the caller holds; forgets them
-    /// (`node_release_dead.sql`).
-    pub(crate) async fn release_dead(
+    /// Releases the jobs of the nodes whose heartbeat is older than `dead_before` (µs),
+    /// except those of `spared`, and of node `vanished`, whose lock file the caller holds;
+    /// forgets them (`node_release_dead.sql`).
+    async fn release_dead(
         &self,
         dead_before: i64,
         vanished: Option<String>,
+        spared: &[String],
     ) -> Result<u64> {
         let inner = self.inner.clone();
+        let spared = serde_json::to_string(spared)?;
         let now = self.now();
         let reason = if vanished.is_some() {
             " vanished: its lock file was released (its process ended)"
@@ -244,12 +269,17 @@ impl SqliteBackend {
                         ":now_text": rfc3339(now),
                         ":dead_before": dead_before,
                         ":id": vanished,
+                        ":spared": spared,
                         ":reason": reason,
                     },
                 )?;
                 tx.prepare_cached(&q[1])
                     .and_then(|mut s| {
-                        s.execute(named_params! { ":dead_before": dead_before, ":id": vanished })
+                        s.execute(named_params! {
+                            ":dead_before": dead_before,
+                            ":id": vanished,
+                            ":spared": spared,
+                        })
                     })
                     .map_err(map_sqlite)?;
                 Ok(released)

@@ -20,7 +20,13 @@
 -- leases takes it back once it is free. A held node row is skipped too: a row held past
 -- the silent bound looks silent (its node cannot write its heartbeat), and deleting it
 -- would wait on the holder. Its node's heartbeat is queued on the row first, and writes
--- it as soon as it is free (node_heartbeat.sql).
+-- it once it runs again, but a check between the holder's commit and that write would
+-- find the row free and silent (the queue on a row orders waiters, not a newcomer that
+-- need not wait). So a silent node that holds its liveness lock on this server is alive
+-- and left alone: the same try as for a vanished node, which a live session makes fail.
+-- Its leases still expire if it stopped renewing them. Nodes without liveness (remote
+-- workers, behind a transaction pooler) are judged by their heartbeat alone.
+-- The CASEs fix the order: a lock is tried only for a node already found silent.
 -- $1 dead after (ms), $2 now, $3 vanished.
 WITH found AS (
     SELECT id
@@ -29,8 +35,13 @@ WITH found AS (
                THEN liveness_key IS NOT NULL
                     AND liveness_epoch = pg_postmaster_start_time()
                     AND pg_try_advisory_xact_lock(liveness_key)
-               ELSE heartbeat_at < coalesce($2::timestamptz, now())
-                                   - make_interval(secs => $1::bigint / 1000.0)
+               WHEN heartbeat_at >= coalesce($2::timestamptz, now())
+                                    - make_interval(secs => $1::bigint / 1000.0)
+               THEN false
+               WHEN liveness_key IS NOT NULL
+                    AND liveness_epoch = pg_postmaster_start_time()
+               THEN pg_try_advisory_xact_lock(liveness_key)
+               ELSE true
           END
     FOR UPDATE SKIP LOCKED
 ),

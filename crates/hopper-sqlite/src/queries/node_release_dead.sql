@@ -2,9 +2,11 @@
 -- between them.
 --
 -- Statement 1: releases at once every running job of dead nodes (seed 004's node lock
--- key): those whose heartbeat stopped before :dead_before, or node :id, whose lock file
--- the caller found free and holds (its process ended). Each release counts as a failed
--- attempt, as for an expired lease; :reason says which death it was.
+-- key): those whose heartbeat stopped before :dead_before, except the nodes of :spared (a
+-- JSON array of ids: silent nodes whose lock file another process holds, so they live),
+-- or node :id, whose lock file the caller found free and holds (its process ended). Each
+-- release counts as a failed attempt, as for an expired lease; :reason says which death
+-- it was.
 -- Index: hopper_jobs_node_idx (node_id) WHERE state = 'running'.
 UPDATE hopper_jobs
 SET state = CASE WHEN attempt - uncounted >= max_attempts
@@ -19,9 +21,13 @@ SET state = CASE WHEN attempt - uncounted >= max_attempts
         'duration_ms', NULL)),
     lease_expires_at = NULL
 WHERE state = 'running'
-  AND node_id IN (SELECT id FROM hopper_nodes WHERE heartbeat_at < :dead_before OR id = :id)
+  AND node_id IN (SELECT id FROM hopper_nodes
+                  WHERE heartbeat_at < :dead_before
+                        AND id NOT IN (SELECT value FROM json_each(:spared))
+                     OR id = :id)
 RETURNING queue, state;
 
 -- Statement 2: forgets those nodes.
 DELETE FROM hopper_nodes
-WHERE heartbeat_at < :dead_before OR id = :id;
+WHERE heartbeat_at < :dead_before AND id NOT IN (SELECT value FROM json_each(:spared))
+   OR id = :id;
