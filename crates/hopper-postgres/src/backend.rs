@@ -77,7 +77,7 @@ impl Backend for PgBackend {
 
     async fn job_get(&self, params: &JobGetParams) -> Result<Option<JobRecord>> {
         let rows: Vec<_> = self.job_row(params.id).await?.into_iter().collect();
-        Ok(self.job_records(&rows).await?.pop())
+        Ok(self.job_records(&rows, true).await?.pop())
     }
 
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
@@ -104,7 +104,7 @@ impl Backend for PgBackend {
             .await
             .map_err(map_pg)?;
         drop(client);
-        self.job_records(&rows).await
+        self.job_records(&rows, false).await
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
@@ -304,7 +304,7 @@ impl Backend for PgBackend {
             .await
             .map_err(map_pg)?;
         drop(client);
-        self.job_records(&rows).await
+        self.job_records(&rows, false).await
     }
 
     async fn job_delete(&self, params: &JobDeleteParams) -> Result<()> {

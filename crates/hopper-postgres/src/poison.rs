@@ -17,6 +17,7 @@
 
 use std::sync::Mutex;
 
+use hopper_core::error::LockNotGranted;
 use hopper_core::{AttemptError, Error, JobId, JobRecord, Result};
 use tokio_postgres::Row;
 
@@ -88,11 +89,11 @@ impl Quarantine {
 }
 
 impl PgBackend {
-    /// Moves `jobs` to `failed` with their reasons (`job_quarantine.sql`); returns how many
-    /// rows were moved.
-    pub(crate) async fn quarantine(&self, jobs: &[Poisoned]) -> Result<u64> {
+    /// Moves `jobs` to `failed` with their reasons (`job_quarantine.sql`), but for rows
+    /// another transaction holds, which are skipped; returns the ids of those moved.
+    pub(crate) async fn quarantine(&self, jobs: &[Poisoned]) -> Result<Vec<JobId>> {
         if jobs.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
         let reasons: Vec<&str> = jobs.iter().map(|j| j.reason.as_str()).collect();
@@ -103,26 +104,37 @@ impl PgBackend {
             .collect();
         let now = self.inner.clock.now();
         let client = self.client().await?;
-        let moved = self
+        let rows = self
             .text(&self.inner.queries.job_quarantine)
-            .execute(&**client, &[&ids, &reasons, &now, &unreadable])
+            .query(&**client, &[&ids, &reasons, &now, &unreadable])
             .await
             .map_err(map_pg)?;
-        for job in jobs {
+        let moved = rows
+            .iter()
+            .map(|row| row.try_get(0).map_err(Error::database))
+            .collect::<Result<Vec<JobId>>>()?;
+        for job in jobs.iter().filter(|j| moved.contains(&j.id)) {
             tracing::error!(job = %job.id, reason = %job.reason, "moved an unreadable job to failed");
         }
         Ok(moved)
     }
 
-    /// Moves the jobs claims held ([`Quarantine::hold`]). On failure they stay held for the
-    /// next claim, and the error is logged, not returned: the claim itself succeeded.
+    /// Moves the jobs claims held ([`Quarantine::hold`]). Those whose rows another
+    /// transaction holds, and all of them on a failure, stay held for the next claim; a
+    /// failure is logged, not returned: the claim itself succeeded.
     pub(crate) async fn quarantine_held(&self) {
-        let held = self.inner.quarantine.take();
+        let mut held = self.inner.quarantine.take();
         if held.is_empty() {
             return;
         }
-        if let Err(e) = self.quarantine(&held).await {
-            tracing::error!(error = %e, jobs = held.len(), "failing unreadable jobs failed; trying again at the next claim");
+        match self.quarantine(&held).await {
+            Ok(moved) => held.retain(|job| !moved.contains(&job.id)),
+            Err(e) => {
+                tracing::error!(error = %e, jobs = held.len(), "failing unreadable jobs failed; trying again at the next claim");
+            }
+        }
+        if !held.is_empty() {
+            tracing::debug!(jobs = held.len(), "unreadable jobs left for the next claim");
             self.inner.quarantine.lock().extend(held);
         }
     }
@@ -150,19 +162,36 @@ impl PgBackend {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        self.quarantine(&jobs).await
+        Ok(self.quarantine(&jobs).await?.len() as u64)
     }
 
     /// Reads job records; a row that cannot be read is moved to `failed` and read again.
-    /// A row that still cannot be read is left out, with an error logged.
-    pub(crate) async fn job_records(&self, rows: &[Row]) -> Result<Vec<JobRecord>> {
+    /// A row that still cannot be read is left out, with an error logged, and so is one
+    /// that another transaction holds (so it was not moved), unless `one` job was asked
+    /// for: that read then fails, as a transient error.
+    pub(crate) async fn job_records(&self, rows: &[Row], one: bool) -> Result<Vec<JobRecord>> {
         let mut jobs = Vec::with_capacity(rows.len());
         for row in rows {
             match rows::job_record(row) {
                 Ok(job) => jobs.push(job),
                 Err(e) => {
                     let poisoned = Poisoned::of_record(row, &e)?;
-                    self.quarantine(std::slice::from_ref(&poisoned)).await?;
+                    if self
+                        .quarantine(std::slice::from_ref(&poisoned))
+                        .await?
+                        .is_empty()
+                    {
+                        if one {
+                            return Err(Error::database(LockNotGranted(format!(
+                                "job {}'s row cannot be read ({e}), and another transaction \
+                                 holds it, so it could not be mended; it may read once that \
+                                 is free",
+                                poisoned.id
+                            ))));
+                        }
+                        tracing::warn!(job = %poisoned.id, error = %e, "a job's row cannot be read, and another transaction holds it; left out until it is free");
+                        continue;
+                    }
                     match self.job_get_once(poisoned.id).await {
                         Ok(Some(job)) => jobs.push(job),
                         Ok(None) => {}

@@ -1,13 +1,23 @@
 -- Moves jobs whose rows hopper could not read (an infinite run_at written by hand, a
 -- column from an older version, a bug) to 'failed', with the reason appended to their
 -- error history, and makes the row readable again; a job already finished (completed or
--- cancelled) keeps its state and its finishing time if that reads: every instant outside the range of
--- hopper_core::limits becomes now (NULL where the column may be NULL), an error history
--- that is not a list of attempt objects, or that the caller found does not decode ($4: an
--- entry's `at` that is no instant, a `node` that is no UUID, which SQL does not check),
--- is replaced by one holding its text.
+-- cancelled) keeps its state and its finishing time if that reads: every instant outside
+-- the range of hopper_core::limits becomes now (NULL where the column may be NULL), an
+-- error history that is not a list of attempt objects, or that the caller found does not
+-- decode ($4: an entry's `at` that is no instant, a `node` that is no UUID, which SQL does
+-- not check), is replaced by one holding its text.
+-- A row another transaction holds is skipped, not waited for: the quarantine runs after a
+-- claim and inside reads (a listing, a job's page), which one held row must not stop,
+-- whatever the pool's lock bound (the runtime's has none). The ids moved come back; the
+-- caller tries the others again later.
 -- $1 ids, $2 reasons, $3 now, $4 the ids whose history does not decode. Index: jobs_pkey,
 -- one probe per id. Rare: only rows that failed to decode come here.
+WITH free AS (
+    SELECT b.id, b.reason
+    FROM unnest($1::uuid[], $2::text[]) AS b(id, reason)
+    JOIN hopper.jobs AS k ON k.id = b.id
+    FOR UPDATE OF k SKIP LOCKED
+)
 UPDATE hopper.jobs AS j
 SET state = CASE WHEN j.state IN ('completed', 'cancelled') THEN j.state
                  ELSE 'failed' END::hopper.job_state,
@@ -45,6 +55,6 @@ SET state = CASE WHEN j.state IN ('completed', 'cancelled') THEN j.state
             'error', b.reason,
             'node', NULL,
             'duration_ms', NULL)
-FROM unnest($1::uuid[], $2::text[]) AS b(id, reason)
+FROM free AS b
 WHERE j.id = b.id
 RETURNING j.id

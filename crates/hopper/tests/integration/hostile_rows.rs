@@ -176,6 +176,42 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
     Ok(())
 }
 
+/// An unreadable row that another transaction holds is not waited for: a listing leaves it
+/// out and shows the rest, showing it fails at once as a transient error, and once the
+/// hold ends it is mended as any other. Without the skip, each read waited on the holder.
+#[tokio::test]
+async fn an_unreadable_row_held_elsewhere_stops_no_read() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let good = NewJob::new("k", json!({})).with_queue("q");
+    backend.job_insert(&good).await?;
+    let held = write_by_hand(&db, "q", "available", ", run_at", ", '-infinity'").await?;
+    let hold = db.hold_job(held).await?;
+
+    let bound = Duration::from_secs(5);
+    let all = JobListParams {
+        limit: 100,
+        ..JobListParams::default()
+    };
+    let listed = tokio::time::timeout(bound, backend.job_list(&all))
+        .await
+        .context("the listing waited on the held row")??;
+    let ids: Vec<Uuid> = listed.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [good.id], "the held row is left out, the rest listed");
+    let shown = tokio::time::timeout(bound, backend.job_get(&JobGetParams { id: held }))
+        .await
+        .context("showing the job waited on its held row")?;
+    let err = shown
+        .err()
+        .context("a held unreadable row cannot be shown")?;
+    assert!(err.is_lock_not_granted(), "{err}");
+    assert!(err.to_string().contains("another transaction"), "{err}");
+
+    hold.release().await?;
+    assert_failed_as_unreadable(&job(&db, held).await?);
+    Ok(())
+}
+
 /// An error history whose entries have the right shape but do not decode (an `at` that is
 /// no instant, a `node` that is no UUID): the first read moves the job and replaces the
 /// history, and later reads find it readable and write nothing.
