@@ -20,7 +20,7 @@ const MAX_LOG_DEPTH = 32;
 const JSON_TYPES = "plain objects, arrays, strings, finite numbers, booleans and null";
 
 /** What a value is, for an error message: `undefined`, `a number`, `a Date`, `a Map`... */
-function kindOf(value: unknown): string {
+export function kindOf(value: unknown): string {
   if (value === null) return "null";
   if (value === undefined) return "undefined";
   if (typeof value === "function") return "a function";
@@ -180,6 +180,45 @@ export function integer(value: unknown, what: string, low: number, high: number)
     throw new RangeError(`${what} must be an integer from ${low.toLocaleString("en")} to ${high.toLocaleString("en")}, got ${String(value)}`);
   }
   return value;
+}
+
+/** `value` if it is a string: a `TypeError` naming `what` otherwise. */
+export function string(value: unknown, what: string): string {
+  if (typeof value !== "string") throw new TypeError(`${what} must be a string, not ${kindOf(value)}`);
+  return value;
+}
+
+/** An instant as RFC 3339 text: a valid `Date` (written in UTC), or text passed as is (the
+ * server checks it). A `RangeError` for an invalid `Date` (`new Date(NaN)`), a `TypeError`
+ * for anything else, naming `what`. */
+export function rfc3339(value: unknown, what: string): string {
+  if (value instanceof Date) {
+    if (Number.isNaN(value.getTime())) throw new RangeError(`${what} is an invalid Date`);
+    return value.toISOString();
+  }
+  if (typeof value === "string") return value;
+  throw new TypeError(`${what} must be a Date or RFC 3339 text, not ${kindOf(value)}`);
+}
+
+/**
+ * The entries of `value`, an object of named options (`what`: "job options", "queue
+ * settings"...), leaving out those set to `undefined` (as if not given). A `TypeError` when
+ * `value` is not a plain object, or when it has keys not in `known` (a typo, a snake_case
+ * name where camelCase is wanted): they are named, with the keys expected, so that a
+ * misspelt option is an error rather than a default silently taken.
+ */
+export function knownEntries(value: unknown, what: string, known: readonly string[]): [string, unknown][] {
+  if (value === null || typeof value !== "object" || Array.isArray(value) || !isPlainObject(value)) {
+    throw new TypeError(`the ${what} must be a plain object, not ${kindOf(value)}`);
+  }
+  const entries = Object.entries(value).filter(([, item]) => item !== undefined);
+  const unknown = entries.map(([key]) => key).filter((key) => !known.includes(key));
+  if (unknown.length > 0) {
+    const shown = unknown.slice(0, 8).map((key) => JSON.stringify(key.length > 64 ? `${key.slice(0, 64)}…` : key));
+    const more = unknown.length > 8 ? ` and ${unknown.length - 8} more` : "";
+    throw new TypeError(`unknown ${what}: ${shown.join(", ")}${more} (expected some of ${known.join(", ")})`);
+  }
+  return entries;
 }
 
 /** A duration in seconds as the protocol's milliseconds: a finite number of seconds from 0
