@@ -13,7 +13,7 @@ import {
 import { HopperError } from "./errors.js";
 import { LogSender } from "./log_sender.js";
 import * as tracing from "./tracing.js";
-import { loggable, safeString, secondsMs } from "./values.js";
+import { integer, kindOf, loggable, safeString, secondsMs, string } from "./values.js";
 
 /** Throw from a handler to run the job again after `seconds` without using an attempt.
  * `seconds` is a finite number from 0 to ten years (315,360,000 s, the server's bound):
@@ -241,11 +241,12 @@ function optional<T extends "string" | "number">(
 
 /** Options of a `Worker`, besides the connection's. */
 export interface WorkerOptions extends ConnectionOptions {
-  /** The queues served. Default `["default"]`. */
+  /** The queues served: an array of names (not one string). Default `["default"]`. */
   queues?: string[];
-  /** Jobs run at once (the server never sends more, besides `prefetch`). Default 1. */
+  /** Jobs run at once (the server never sends more, besides `prefetch`): an integer from 0
+   * (no orders at all) to 10,000. Default 1. */
   concurrency?: number;
-  /** Orders held beyond `concurrency`, started as slots free. Default 0. */
+  /** Orders held beyond `concurrency`, started as slots free: 0 to 10,000. Default 0. */
   prefetch?: number;
   /** How long `stop()` waits for running jobs. Default 30,000 ms. */
   shutdownTimeoutMs?: number;
@@ -255,6 +256,27 @@ export interface WorkerOptions extends ConnectionOptions {
   stopOnSignals?: boolean;
   /** Where warnings go. Default `console`. */
   logger?: Logger;
+}
+
+/** The most a worker's `concurrency` or `prefetch` may be (docs/protocol.md §4, `hello`). */
+const MAX_CREDIT = 10_000;
+
+/** The queue names of `WorkerOptions.queues`, copied: a `TypeError` for one string (whose
+ * letters would otherwise be served as queues) or anything but an array of strings. */
+function queueNames(queues: unknown): string[] {
+  if (typeof queues === "string") {
+    throw new TypeError(`queues must be an array of queue names, not a string: [${JSON.stringify(queues)}]`);
+  }
+  if (!Array.isArray(queues)) throw new TypeError(`queues must be an array of queue names, not ${kindOf(queues)}`);
+  return queues.map((queue, i) => string(queue, `queues[${i}]`));
+}
+
+/** A duration option in milliseconds: a finite number, not negative; a `TypeError` (not a
+ * number) or `RangeError` naming `what` otherwise (NaN would make every timer fire at once). */
+function milliseconds(value: unknown, what: string): number {
+  if (typeof value !== "number") throw new TypeError(`${what} must be a number of milliseconds, not ${kindOf(value)}`);
+  if (!Number.isFinite(value) || value < 0) throw new RangeError(`${what} must be a finite number of milliseconds, at least 0, got ${String(value)}`);
+  return value;
 }
 
 interface Unacked {
@@ -287,16 +309,20 @@ export class Worker {
   private timer: NodeJS.Timeout | null = null;
   private finished: (() => void) | null = null;
 
+  /** Throws a `TypeError` (a `RangeError` for a number out of range) when an option is not
+   * what it must be: `queues` given as one string (`"mail"` for `["mail"]`) or holding
+   * something else than strings, `concurrency` or `prefetch` not an integer from 0 to
+   * 10,000, a timeout not a finite number of milliseconds, `name` not a string. */
   constructor(
     readonly endpoint: string,
     private readonly options: WorkerOptions = {},
   ) {
-    this.name = options.name ?? defaultName();
-    this.queues = options.queues ?? ["default"];
-    this.concurrency = Math.max(1, options.concurrency ?? 1);
-    this.prefetch = options.prefetch ?? 0;
-    this.shutdownTimeoutMs = options.shutdownTimeoutMs ?? 30_000;
-    this.ackTimeoutMs = options.ackTimeoutMs ?? 10_000;
+    this.name = options.name === undefined ? defaultName() : string(options.name, "name");
+    this.queues = queueNames(options.queues ?? ["default"]);
+    this.concurrency = integer(options.concurrency ?? 1, "concurrency", 0, MAX_CREDIT);
+    this.prefetch = integer(options.prefetch ?? 0, "prefetch", 0, MAX_CREDIT);
+    this.shutdownTimeoutMs = milliseconds(options.shutdownTimeoutMs ?? 30_000, "shutdownTimeoutMs");
+    this.ackTimeoutMs = milliseconds(options.ackTimeoutMs ?? 10_000, "ackTimeoutMs");
     this.logger = options.logger ?? console;
     this.logs = new LogSender(
       (message) => this.sendTracked(message),
@@ -306,8 +332,11 @@ export class Worker {
     );
   }
 
-  /** Registers `handler` for `kind`; returns the worker, for chaining. */
+  /** Registers `handler` for `kind`; returns the worker, for chaining. A `TypeError` when
+   * `kind` is not a string or `handler` not a function. */
   handle(kind: string, handler: Handler): this {
+    string(kind, "kind");
+    if (typeof handler !== "function") throw new TypeError(`the handler of ${JSON.stringify(kind)} must be a function, not ${kindOf(handler)}`);
     this.handlers.set(kind, handler);
     return this;
   }
