@@ -10,7 +10,7 @@ import {
   type Message,
   defaultName,
 } from "./connection.js";
-import { HopperError } from "./errors.js";
+import { HopperError, Unavailable } from "./errors.js";
 import { LogSender } from "./log_sender.js";
 import * as tracing from "./tracing.js";
 import { integer, kindOf, loggable, safeString, secondsMs, string } from "./values.js";
@@ -395,13 +395,21 @@ export class Worker {
   }
 
   /** @internal Sends a message with a fresh `req`; failures are logged (the server
-   * learns what it missed from the next heartbeat, outcomes go again). */
+   * learns what it missed from the next heartbeat, outcomes go again). A message that can
+   * never be sent (it cannot be encoded, or is too large) is dropped: an outcome is then
+   * no longer kept to be sent again nor listed in heartbeats, so that the server runs the
+   * job again once its lease runs out rather than holding it for ever. */
   send(message: Message): number {
     const conn = this.conn;
     if (conn === null) return 0;
     const req = conn.nextReq();
     conn.send({ ...message, req }).catch((e: unknown) => {
-      this.logger.warn(`hopper worker ${this.name}: cannot send ${String(message["type"])}: ${String(e)}`);
+      if (e instanceof Unavailable) {
+        this.logger.warn(`hopper worker ${this.name}: cannot send ${String(message["type"])}: ${String(e)}`);
+        return;
+      }
+      this.logger.warn(`hopper worker ${this.name}: dropped a ${String(message["type"])} message that cannot be sent: ${String(e)}`);
+      if (this.unacked.delete(req)) this.finishIfDone();
     });
     return req;
   }
