@@ -9,6 +9,7 @@ import { Decoder, Encoder } from "cbor-x";
 import { Dealer, capability, curveKeyPair } from "zeromq";
 
 import { HopperError, Unavailable, Unencodable } from "./errors.js";
+import { illFormedText } from "./values.js";
 
 /** The protocol version this package speaks. */
 export const PROTOCOL_VERSION = 1;
@@ -178,6 +179,14 @@ export class Connection {
       // A value cbor-x has no form for (a function, a symbol): a rejection like any failed
       // send, never a throw out of a timer that would end the process.
       return Promise.reject(new Unencodable(`cannot encode ${type}: ${String(e)}`));
+    }
+    // cbor-x writes a lone surrogate of a short string as bytes that are no UTF-8 (0xED,
+    // then 0xA0 to 0xBF; of a long one, as U+FFFD): the server could not even tell which
+    // request they were, so the caller would wait for a reply in vain. Only a frame with
+    // such a byte is searched (a walk of the message costs half its encoding).
+    const illFormed = frame.indexOf(0xed) === -1 ? undefined : illFormedText(message, type);
+    if (illFormed !== undefined) {
+      return Promise.reject(new Unencodable(`cannot encode ${type}: ${illFormed} holds a lone surrogate, which UTF-8 cannot encode`));
     }
     if (frame.length > this.maxFrame) {
       return Promise.reject(

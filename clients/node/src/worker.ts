@@ -13,7 +13,7 @@ import {
 import { HopperError, Unavailable } from "./errors.js";
 import { LogSender } from "./log_sender.js";
 import * as tracing from "./tracing.js";
-import { integer, kindOf, loggable, safeString, secondsMs, string } from "./values.js";
+import { integer, kindOf, loggable, safeString, secondsMs, string, wellFormed } from "./values.js";
 
 /** Throw from a handler to run the job again after `seconds` without using an attempt.
  * `seconds` is a finite number from 0 to ten years (315,360,000 s, the server's bound):
@@ -114,7 +114,8 @@ export class Job {
    * about 5 s, in order; stored at least once: a line may be stored twice if an
    * acknowledgement is lost. */
   log(level: string, message: string, fields?: Record<string, unknown>): void {
-    const line: Message = { level: logLevel(level), message: safeString(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
+    // Well-formed again after the cut, which may part a surrogate pair.
+    const line: Message = { level: logLevel(level), message: wellFormed(safeString(message).slice(0, MAX_MESSAGE)), at: new Date().toISOString() };
     if (fields !== undefined && fields !== null) {
       // A copy, of JSON types only: the line cannot fail to encode when it is sent, nor
       // change meanwhile. The protocol's `fields` is a map: anything else goes under `value`.
@@ -195,9 +196,11 @@ function errorText(error: unknown, prefix = "", named = true): string {
   } catch {
     text = safeString(error); // a getter or a conversion that throws
   }
-  text = prefix + text;
+  // A lone surrogate is no UTF-8: the outcome would be refused as not CBOR, and the job
+  // held until its lease ran out.
+  text = wellFormed(prefix + text);
   if (text.length <= MAX_ERROR) return text;
-  // Not between the two halves of a surrogate pair: a lone half is no UTF-8.
+  // Not between the two halves of a surrogate pair.
   const end = /[\uD800-\uDBFF]/.test(text.charAt(MAX_ERROR - 1)) ? MAX_ERROR - 1 : MAX_ERROR;
   return `${text.slice(0, end)}… (${text.length - end} more characters cut)`;
 }

@@ -1,6 +1,7 @@
 /** What the client refuses before sending, as the Python client does: filters and settings
- * that are unknown or of the wrong type, `Date`s that are invalid, ids that are not text;
- * each a clear `TypeError` or `RangeError`, and nothing changed on the server. */
+ * that are unknown or of the wrong type, `Date`s that are invalid, ids that are not text,
+ * text that UTF-8 cannot encode; each a clear `TypeError` or `RangeError` (or, for what only
+ * the encoder sees, `HopperError` `invalid` at once), and nothing changed on the server. */
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -91,4 +92,24 @@ test("ids, queues, kinds and minutes of the wrong type are refused before sendin
   await refuses(() => call("jobStats", "5"), TypeError, /^minutes must be an integer, not a string$/);
   // The range stays the server's to say.
   await assert.rejects(client.jobStats(0), (e: unknown) => e instanceof HopperError && e.code === "invalid");
+});
+
+test("text that UTF-8 cannot encode is refused at once, naming where it is", async () => {
+  const before = server.counts();
+  await refuses(() => client.submit("k", { name: "ab\uD800c" }), RangeError, /^args\.name holds a lone surrogate at index 2, which UTF-8 cannot encode/);
+  await refuses(() => client.submit("k", {}, { meta: { ["\uDC00"]: 1 } }), RangeError, /^meta: the key "\\udc00" holds a lone surrogate/);
+  await refuses(() => client.submit("k\uDBFF"), RangeError, /^kind holds a lone surrogate at index 1/);
+  await refuses(() => client.status("\uD83D"), RangeError, /^id holds a lone surrogate/);
+  // A pair is text: it goes.
+  const id = await client.submit("k", { face: "\uD83D\uDE00" });
+  assert.deepEqual((await client.status(id)).args, { face: "😀" });
+  // What the checks above do not see (a priority is the server's to read) is refused by the
+  // encoder at once, not sent as bytes the server cannot read (and so never answers).
+  const started = Date.now();
+  await assert.rejects(
+    client.submit("k", {}, { priority: "high\uD800" as "high" }),
+    (e: unknown) => e instanceof HopperError && e.code === "invalid" && /cannot encode submit: submit\.job\.priority holds a lone surrogate/.test(e.message),
+  );
+  assert.ok(Date.now() - started < 1_000, "refused at once");
+  assert.deepEqual(server.counts(), { available: (before["available"] ?? 0) + 1 });
 });

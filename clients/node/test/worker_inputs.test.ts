@@ -1,7 +1,7 @@
-/** What a worker is given that it must refuse or drop, as the Python worker does: options
- * of the wrong type (one string for its queues), a log request or an outcome that cannot be
- * encoded. None may kill the worker, lose other lines, or leave a job held or its log sent
- * again for seconds. */
+/** What a worker is given that it must refuse or make sendable, as the Python worker does:
+ * options of the wrong type (one string for its queues), text that UTF-8 cannot encode in a
+ * log line or an error, a log request or an outcome that cannot be encoded. None may kill
+ * the worker, lose other lines, or leave a job held or its log sent again for seconds. */
 
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
@@ -66,6 +66,39 @@ test("worker options of the wrong type are refused when the worker is made", () 
   const worker = make({ queues: ["mail"], concurrency: 0 });
   assert.throws(() => worker.handle(5 as unknown as string, () => {}), { name: "TypeError", message: "kind must be a string, not a number" });
   assert.throws(() => worker.handle("k", "run" as unknown as () => void), { name: "TypeError", message: 'the handler of "k" must be a function, not a string' });
+});
+
+test("lone surrogates in a log line or an error are sent as U+FFFD; the job and its other lines go on", async () => {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  const { stop } = startWorker({
+    logs: (job: Job) => {
+      job.log("info", "before");
+      job.log("info", "half \uD800 a pair", { ["k\uDC00"]: "v\uDBFF", nested: ["\uDC00"] });
+      job.log("info", `${"m".repeat(4095)}\uD83D\uDE00`); // the cut at 4,096 parts the pair
+      job.log("info", "after");
+    },
+    fails: () => {
+      throw new Error("half \uDC00 a pair");
+    },
+  });
+  try {
+    const logs = await client.submit("logs", {});
+    const fails = await client.submit("fails", {}, { maxAttempts: 1 });
+    // Without the fix, the failure's outcome is refused as not CBOR and the job stays held.
+    await server.waitFor((c) => c["completed"] === 1 && c["failed"] === 1, 20_000);
+    assert.equal((await client.status(fails)).errors[0]?.error, "Error: half \uFFFD a pair");
+    const lines = await linesOf(client, logs, 4);
+    assert.deepEqual(
+      lines.map((l) => (l.message.startsWith("mmm") ? "m…" : l.message)),
+      ["before", "half \uFFFD a pair", "m…", "after"],
+    );
+    // (The server cuts that one at 4 KiB of UTF-8 on its side.)
+    assert.ok(!/[\uD800-\uDFFF]/.test(lines[2]?.message ?? ""), "no half of the pair");
+    assert.deepEqual(lines[1]?.fields, { ["k\uFFFD"]: "v\uFFFD", nested: ["\uFFFD"] });
+  } finally {
+    client.close();
+    await stop();
+  }
 });
 
 test("a log request that cannot be encoded is given up at once; the job and the worker go on", async () => {
