@@ -1,7 +1,8 @@
-/** What a worker is given that it must refuse or make sendable, as the Python worker does:
- * options of the wrong type (one string for its queues), text that UTF-8 cannot encode in a
- * log line or an error, a log request or an outcome that cannot be encoded. None may kill
- * the worker, lose other lines, or leave a job held or its log sent again for seconds. */
+/** What a worker is given that it must refuse, drop or make sendable (as the Python worker
+ * does, but for text UTF-8 cannot encode, which Python drops): options of the wrong type
+ * (one string for its queues), lone surrogates in a log line or an error, a log request or
+ * an outcome that cannot be encoded. None may kill the worker, lose other lines, or leave a
+ * job held or its log sent again for seconds. */
 
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
