@@ -3,27 +3,27 @@
 import { Connection, type ConnectionOptions, type Message } from "./connection.js";
 import { HopperError, Unavailable } from "./errors.js";
 import { uuid7 } from "./uuid7.js";
-import { MAX_DURATION_MS, integer, jsonValue } from "./values.js";
+import { MAX_DURATION_MS, integer, jsonValue, kindOf, knownEntries, rfc3339, string } from "./values.js";
 
 /** A job's arguments: a JSON-compatible map or array (no `Date`, no `Uint8Array`). */
 export type Args = Record<string, unknown> | unknown[];
 
-/** Options of one job; every one may be left out. */
+/** Options of one job; every one may be left out (or be `undefined`). */
 export interface JobOptions {
-  queue?: string;
+  queue?: string | undefined;
   /** Lower runs first: an integer (−32768…32767) or "high" (1), "normal" (2), "low" (3). */
-  priority?: number | "high" | "normal" | "low";
+  priority?: number | "high" | "normal" | "low" | undefined;
   /** Not before this instant. */
-  runAt?: Date | string;
+  runAt?: Date | string | undefined;
   /** Not before this long from now (server clock); not with `runAt`. */
-  delayMs?: number;
+  delayMs?: number | undefined;
   /** Failed attempts before the job is dead-lettered. Default 25. */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /** How long one run may take. Default 1,800,000. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Metadata: a map of at most 16 KiB as JSON; `traceparent` there is the job's W3C trace
    * context. */
-  meta?: Record<string, unknown>;
+  meta?: Record<string, unknown> | undefined;
 }
 
 /** One job of a batch: its kind, its arguments and its options. */
@@ -76,63 +76,69 @@ export interface JobRecord {
   [key: string]: unknown;
 }
 
-/** Filters of `listJobs` (the protocol's `filter` map). */
+/** Filters of `listJobs` (the protocol's `filter` map); `undefined` ones are left out. */
 export interface JobFilter {
-  queue?: string;
-  state?: JobRecord["state"];
-  kind?: string;
+  queue?: string | undefined;
+  state?: JobRecord["state"] | undefined;
+  kind?: string | undefined;
   /** An id: only older jobs (the next page). */
-  before?: string;
-  createdAfter?: string;
-  createdBefore?: string;
+  before?: string | undefined;
+  /** Only jobs created after this instant: a `Date`, or RFC 3339 text. */
+  createdAfter?: Date | string | undefined;
+  /** Only jobs created before this instant: a `Date`, or RFC 3339 text. */
+  createdBefore?: Date | string | undefined;
   /** 1 to 1,000; default 20. */
-  limit?: number;
+  limit?: number | undefined;
 }
 
-/** A change of a queue's settings; `null` removes a limit. */
+/** A change of a queue's settings: `null` removes a limit, a setting left out (or
+ * `undefined`) stays as it is. Names as on the wire (docs/protocol.md, "Admin requests"). */
 export interface QueueUpdate {
-  paused?: boolean;
-  max_running?: number | null;
-  max_running_per_group?: number | null;
-  rate?: { jobs: number; per_ms: number; burst?: number } | null;
+  paused?: boolean | undefined;
+  max_running?: number | null | undefined;
+  max_running_per_group?: number | null | undefined;
+  rate?: { jobs: number; per_ms: number; burst?: number } | null | undefined;
 }
 
 const MAX_INT32 = 2_147_483_647;
+/** The options of one job, as `submit` takes them. */
+const JOB_OPTIONS = ["queue", "priority", "runAt", "delayMs", "maxAttempts", "timeoutMs", "meta"] as const;
+/** The fields of one job of `submitBatch`. */
+const JOB_FIELDS = ["kind", "args", ...JOB_OPTIONS] as const;
+/** The filters of `listJobs`, and their names on the wire. */
+const JOB_FILTERS: Record<string, string> = {
+  queue: "queue",
+  state: "state",
+  kind: "kind",
+  before: "before",
+  createdAfter: "created_after",
+  createdBefore: "created_before",
+  limit: "limit",
+};
+/** The settings `updateQueue` changes (docs/protocol.md, "Admin requests"). */
+const QUEUE_SETTINGS = ["paused", "max_running", "max_running_per_group", "rate"] as const;
 
 /** The wire map of one job, with a fresh UUIDv7 id (so a retried submit cannot insert twice).
  * What the protocol cannot carry is refused here, before anything is sent: `args` and `meta`
  * must be JSON-compatible (a `TypeError` or `RangeError` naming the path of the first bad
- * value under `what`), and the options have their types and ranges checked
- * (docs/protocol.md §2 and §3). */
+ * value under `what`), the options have their types and ranges checked (docs/protocol.md §2
+ * and §3), and a field that is not one of `JobSpec` (`delay_ms` for `delayMs`, say) is a
+ * `TypeError`. */
 export function jobSpec(spec: JobSpec, what = ""): Message {
   const name = (field: string): string => (what === "" ? field : `${what}.${field}`);
-  if (typeof spec.kind !== "string") throw new TypeError(`${name("kind")} must be a string, not ${typeof spec.kind}`);
-  const wire: Message = { id: uuid7(), kind: spec.kind, args: spec.args === undefined ? {} : jsonValue(spec.args, name("args")) };
-  if (spec.queue !== undefined) {
-    if (typeof spec.queue !== "string") throw new TypeError(`${name("queue")} must be a string, not ${typeof spec.queue}`);
-    wire["queue"] = spec.queue;
-  }
+  knownEntries(spec, what === "" ? "job fields" : `job fields of ${what}`, JOB_FIELDS);
+  const wire: Message = { id: uuid7(), kind: string(spec.kind, name("kind")), args: spec.args === undefined ? {} : jsonValue(spec.args, name("args")) };
+  if (spec.queue !== undefined) wire["queue"] = string(spec.queue, name("queue"));
   if (spec.priority !== undefined) {
     wire["priority"] =
       typeof spec.priority === "string" ? spec.priority : integer(spec.priority, `${name("priority")} (an integer or "high", "normal", "low")`, -32768, 32767);
   }
-  if (spec.runAt !== undefined) wire["run_at"] = instant(spec.runAt, name("runAt"));
+  if (spec.runAt !== undefined) wire["run_at"] = rfc3339(spec.runAt, name("runAt"));
   if (spec.delayMs !== undefined) wire["delay_ms"] = integer(spec.delayMs, name("delayMs"), 0, MAX_DURATION_MS);
   if (spec.maxAttempts !== undefined) wire["max_attempts"] = integer(spec.maxAttempts, name("maxAttempts"), 1, MAX_INT32);
   if (spec.timeoutMs !== undefined) wire["timeout_ms"] = integer(spec.timeoutMs, name("timeoutMs"), 1, MAX_INT32);
   if (spec.meta !== undefined) wire["meta"] = jsonValue(spec.meta, name("meta"));
   return wire;
-}
-
-/** An instant as RFC 3339 text: a valid `Date` (in UTC), or text passed as is (the server
- * checks it). */
-function instant(value: unknown, what: string): string {
-  if (value instanceof Date) {
-    if (Number.isNaN(value.getTime())) throw new RangeError(`${what} is an invalid Date`);
-    return value.toISOString();
-  }
-  if (typeof value === "string") return value;
-  throw new TypeError(`${what} must be a Date or RFC 3339 text, not ${typeof value}`);
 }
 
 /**
@@ -170,8 +176,9 @@ export class Client {
 
   /** Submits one job; resolves with its id. Rejects with a `TypeError` or `RangeError`,
    * before anything is sent, when `args`, `meta` or an option is not what the protocol
-   * carries (see `jobSpec`). */
+   * carries, or an option is unknown (see `jobSpec`). */
   async submit(kind: string, args?: Args, options: JobOptions = {}): Promise<string> {
+    knownEntries(options, "job options", JOB_OPTIONS);
     const spec = jobSpec(args === undefined ? { ...options, kind } : { ...options, kind, args });
     try {
       const reply = await this.call("submit", { job: spec });
@@ -187,18 +194,20 @@ export class Client {
    * Jobs of one priority run in that order. A job the protocol cannot carry rejects the
    * batch before anything is sent, naming it (`jobs[3].args.when`). */
   async submitBatch(jobs: JobSpec[]): Promise<string[]> {
+    if (!Array.isArray(jobs)) throw new TypeError(`jobs must be an array of jobs, not ${kindOf(jobs)}`);
     const reply = await this.call("submit_batch", { jobs: jobs.map((job, i) => jobSpec(job, `jobs[${i}]`)) });
     return reply["ids"] as string[];
   }
 
   /** The job (`not_found` if there is none). */
   async status(id: string): Promise<JobRecord> {
-    return (await this.call("status", { id }))["job"] as JobRecord;
+    return (await this.call("status", { id: string(id, "id") }))["job"] as JobRecord;
   }
 
   /** Each attempt's log of the job, oldest attempt first (`not_found` if there is no such
    * job). Reads the server's pages (`job_logs`, 8 attempts each) until the last. */
   async jobLogs(id: string): Promise<AttemptLog[]> {
+    string(id, "id");
     const logs: AttemptLog[] = [];
     let after = 0;
     for (;;) {
@@ -213,37 +222,45 @@ export class Client {
 
   /** Cancels a job that has not finished; resolves with it (`conflict` if it finished). */
   async cancel(id: string): Promise<JobRecord> {
-    return (await this.call("cancel", { id }))["job"] as JobRecord;
+    return (await this.call("cancel", { id: string(id, "id") }))["job"] as JobRecord;
   }
 
-  /** Jobs, newest first. */
+  /** Jobs, newest first. Filters: `queue`, `state`, `kind`, `before` (an id: the next,
+   * older page), `createdAfter`, `createdBefore` (`Date`s or RFC 3339 text), `limit` (1 to
+   * 1,000, default 20). Rejects before anything is sent with a `TypeError` for an unknown
+   * filter or one of the wrong type, a `RangeError` for an invalid `Date` or a `limit` out
+   * of range. */
   async listJobs(filter: JobFilter = {}): Promise<JobRecord[]> {
     const wire: Message = {};
-    const names: Record<string, string> = { createdAfter: "created_after", createdBefore: "created_before" };
-    for (const [key, value] of Object.entries(filter)) {
-      if (value !== undefined) wire[names[key] ?? key] = value;
+    for (const [key, value] of knownEntries(filter, "job filters", Object.keys(JOB_FILTERS))) {
+      const name = JOB_FILTERS[key] ?? key;
+      if (key === "createdAfter" || key === "createdBefore") wire[name] = rfc3339(value, key);
+      else if (key === "limit") wire[name] = integer(value, key, 1, 1000);
+      else wire[name] = string(value, key);
     }
     return (await this.call("list_jobs", { filter: wire }))["jobs"] as JobRecord[];
   }
 
   /** Puts a failed or cancelled job back to available; resolves with it. */
   async retry(id: string): Promise<JobRecord> {
-    return (await this.call("retry", { id }))["job"] as JobRecord;
+    return (await this.call("retry", { id: string(id, "id") }))["job"] as JobRecord;
   }
 
   /** Deletes a job that is not running. */
   async delete(id: string): Promise<void> {
-    await this.call("delete", { id });
+    await this.call("delete", { id: string(id, "id") });
   }
 
   /** Retries every failed job (of `queue` and/or `kind`); resolves with how many. */
   async retryFailed(filter: { queue?: string; kind?: string } = {}): Promise<number> {
-    return (await this.call("retry_failed", { ...filter }))["count"] as number;
+    const wire: Message = {};
+    for (const [key, value] of knownEntries(filter, "retryFailed filters", ["queue", "kind"])) wire[key] = string(value, key);
+    return (await this.call("retry_failed", wire))["count"] as number;
   }
 
   /** Deletes every job that is not running (of `queue`); resolves with how many. */
   async clear(queue?: string): Promise<number> {
-    return (await this.call("clear", queue === undefined ? {} : { queue }))["count"] as number;
+    return (await this.call("clear", queue === undefined ? {} : { queue: string(queue, "queue") }))["count"] as number;
   }
 
   /** Counts by queue and state. */
@@ -256,9 +273,16 @@ export class Client {
     return (await this.call("list_queues", {}))["queues"] as Record<string, unknown>[];
   }
 
-  /** Changes a queue's settings; resolves with the settings now stored. */
+  /** Changes a queue's settings: `paused`, `max_running`, `max_running_per_group`, `rate`
+   * (`{ jobs, per_ms }`); `null` removes a limit. Resolves with the settings now stored.
+   * Rejects before anything is sent with a `TypeError` for an unknown setting, a queue that
+   * is not a string or a value that is not JSON (a `RangeError` for NaN, say); the ranges
+   * are the server's to check. */
   async updateQueue(queue: string, update: QueueUpdate): Promise<Record<string, unknown>> {
-    const reply = await this.call("update_queue", { update: { ...update, queue } });
+    const settings = Object.fromEntries(knownEntries(update, "queue settings", QUEUE_SETTINGS));
+    const wire = jsonValue(settings, "the queue settings") as Message;
+    wire["queue"] = string(queue, "queue");
+    const reply = await this.call("update_queue", { update: wire });
     return reply["queue"] as Record<string, unknown>;
   }
 
@@ -275,8 +299,11 @@ export class Client {
 
   /** What finished in each minute of the last `minutes` (1 to 1440), oldest first
    * (`minute`, `completed`, `failed`, latencies and durations in milliseconds); minutes
-   * in which nothing finished are left out. */
+   * in which nothing finished are left out. A `TypeError` (before anything is sent) when
+   * `minutes` is not an integer number; its range is the server's to check. */
   async jobStats(minutes = 60): Promise<Record<string, unknown>[]> {
-    return (await this.call("job_stats", { minutes }))["minutes"] as Record<string, unknown>[];
+    // The range is the server's to check (its error says it); the type is checked here.
+    const wire = integer(minutes, "minutes", -MAX_INT32 - 1, MAX_INT32);
+    return (await this.call("job_stats", { minutes: wire }))["minutes"] as Record<string, unknown>[];
   }
 }

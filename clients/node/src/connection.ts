@@ -8,7 +8,8 @@ import { hostname } from "node:os";
 import { Decoder, Encoder } from "cbor-x";
 import { Dealer, capability, curveKeyPair } from "zeromq";
 
-import { HopperError, Unavailable } from "./errors.js";
+import { HopperError, Unavailable, Unencodable } from "./errors.js";
+import { illFormedText } from "./values.js";
 
 /** The protocol version this package speaks. */
 export const PROTOCOL_VERSION = 1;
@@ -166,24 +167,34 @@ export class Connection {
   }
 
   /** Sends one map (it must hold `type`), after the ones sent before it. Rejects (never
-   * throws) with `Unavailable` when it cannot be sent now, `HopperError` `invalid` when it
-   * cannot be encoded and `too_large` when it is over the server's `max_frame`. */
+   * throws) with `Unencodable` when it cannot be encoded and `HopperError` `too_large` when
+   * it is over the server's `max_frame` (whether connected or not: sending it again cannot
+   * help), `Unavailable` when it cannot be sent now. */
   send(message: Message): Promise<void> {
-    const socket = this.socket;
-    if (socket === null) return Promise.reject(new Unavailable("the connection is closed"));
+    const type = String(message["type"]);
     let frame: Uint8Array;
     try {
       frame = encoder.encode(message);
     } catch (e) {
       // A value cbor-x has no form for (a function, a symbol): a rejection like any failed
       // send, never a throw out of a timer that would end the process.
-      return Promise.reject(new HopperError("invalid", `cannot encode ${String(message["type"])}: ${String(e)}`));
+      return Promise.reject(new Unencodable(`cannot encode ${type}: ${String(e)}`));
+    }
+    // cbor-x writes a lone surrogate of a short string as bytes that are no UTF-8 (0xED,
+    // then 0xA0 to 0xBF; of a long one, as U+FFFD): the server could not even tell which
+    // request they were, so the caller would wait for a reply in vain. Only a frame with
+    // such a byte is searched (a walk of the message costs half its encoding).
+    const illFormed = frame.indexOf(0xed) === -1 ? undefined : illFormedText(message, type);
+    if (illFormed !== undefined) {
+      return Promise.reject(new Unencodable(`cannot encode ${type}: ${illFormed} holds a lone surrogate, which UTF-8 cannot encode`));
     }
     if (frame.length > this.maxFrame) {
       return Promise.reject(
         new HopperError("too_large", `${frame.length} bytes is over the server's ${this.maxFrame}`),
       );
     }
+    const socket = this.socket;
+    if (socket === null) return Promise.reject(new Unavailable("the connection is closed"));
     // zeromq.js takes one send at a time: chain them.
     const sent = this.sending.then(() => socket.send(frame));
     this.sending = sent.catch(() => {});

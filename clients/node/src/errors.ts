@@ -17,3 +17,12 @@ export class Unavailable extends HopperError {
     this.name = "Unavailable";
   }
 }
+
+/** A message that cannot be encoded as the protocol's CBOR (it holds a value CBOR has no
+ * form for, such as a function): sending it again cannot help. Its `code` is `invalid`. */
+export class Unencodable extends HopperError {
+  constructor(message: string) {
+    super("invalid", message);
+    this.name = "Unencodable";
+  }
+}

@@ -6,8 +6,10 @@
  * buffer for the next one, so an attempt's lines are stored in the order written. A request
  * the server answers with a transient error (`internal` with `transient` true: the database
  * away, the server busy), or that cannot be sent, is sent again with backoff (50 ms doubling
- * to 1 s) for at most `RETRY_FOR_MS` after its first send; a permanent error, or the bound
- * reached, gives its lines up (logged, with how many).
+ * to 1 s) for at most `RETRY_FOR_MS` after its first send; a permanent error, a request that
+ * can never be sent (it cannot be encoded, or is over the server's frame limit), or the bound
+ * reached, gives its lines up at once (logged, with how many): the job and the other
+ * attempts' lines go on.
  *
  * A request left without a reply (none within the reply timeout, or the connection
  * replaced) is sent again at once, at most `RESENDS_UNANSWERED` times, each time with a
@@ -19,6 +21,7 @@
  */
 
 import type { Message } from "./connection.js";
+import { Unavailable } from "./errors.js";
 
 /** How long (ms) after its first send a failed request is still sent again. */
 const RETRY_FOR_MS = 5_000;
@@ -55,7 +58,8 @@ interface Attempt {
 }
 
 /** How the sender sends: the request's `req` and whether it left, or undefined when there
- * is no connection. */
+ * is no connection. `sent` rejects with `Unavailable` when it could not be sent now (sent
+ * again later), with anything else when it can never be (its lines are given up). */
 export type Send = (message: Message) => { req: number; sent: Promise<void> } | undefined;
 
 /** The `log` requests of a worker's attempts (see the module's docs). */
@@ -163,7 +167,8 @@ export class LogSender {
       if (request.req !== req) return;
       this.byReq.delete(req);
       request.req = null;
-      this.retryLater(key, attempt, `not sent: ${String(e)}`);
+      if (e instanceof Unavailable) this.retryLater(key, attempt, `not sent: ${String(e)}`);
+      else this.giveUp(key, attempt, String(e)); // unencodable or too large: again cannot help
     });
   }
 

@@ -10,10 +10,10 @@ import {
   type Message,
   defaultName,
 } from "./connection.js";
-import { HopperError } from "./errors.js";
+import { HopperError, Unavailable } from "./errors.js";
 import { LogSender } from "./log_sender.js";
 import * as tracing from "./tracing.js";
-import { loggable, safeString, secondsMs } from "./values.js";
+import { integer, kindOf, loggable, safeString, secondsMs, string, wellFormed } from "./values.js";
 
 /** Throw from a handler to run the job again after `seconds` without using an attempt.
  * `seconds` is a finite number from 0 to ten years (315,360,000 s, the server's bound):
@@ -114,7 +114,8 @@ export class Job {
    * about 5 s, in order; stored at least once: a line may be stored twice if an
    * acknowledgement is lost. */
   log(level: string, message: string, fields?: Record<string, unknown>): void {
-    const line: Message = { level: logLevel(level), message: safeString(message).slice(0, MAX_MESSAGE), at: new Date().toISOString() };
+    // Well-formed again after the cut, which may part a surrogate pair.
+    const line: Message = { level: logLevel(level), message: wellFormed(safeString(message).slice(0, MAX_MESSAGE)), at: new Date().toISOString() };
     if (fields !== undefined && fields !== null) {
       // A copy, of JSON types only: the line cannot fail to encode when it is sent, nor
       // change meanwhile. The protocol's `fields` is a map: anything else goes under `value`.
@@ -195,9 +196,11 @@ function errorText(error: unknown, prefix = "", named = true): string {
   } catch {
     text = safeString(error); // a getter or a conversion that throws
   }
-  text = prefix + text;
+  // A lone surrogate is no UTF-8: the outcome would be refused as not CBOR, and the job
+  // held until its lease ran out.
+  text = wellFormed(prefix + text);
   if (text.length <= MAX_ERROR) return text;
-  // Not between the two halves of a surrogate pair: a lone half is no UTF-8.
+  // Not between the two halves of a surrogate pair.
   const end = /[\uD800-\uDBFF]/.test(text.charAt(MAX_ERROR - 1)) ? MAX_ERROR - 1 : MAX_ERROR;
   return `${text.slice(0, end)}… (${text.length - end} more characters cut)`;
 }
@@ -241,11 +244,12 @@ function optional<T extends "string" | "number">(
 
 /** Options of a `Worker`, besides the connection's. */
 export interface WorkerOptions extends ConnectionOptions {
-  /** The queues served. Default `["default"]`. */
+  /** The queues served: an array of names (not one string). Default `["default"]`. */
   queues?: string[];
-  /** Jobs run at once (the server never sends more, besides `prefetch`). Default 1. */
+  /** Jobs run at once (the server never sends more, besides `prefetch`): an integer from 0
+   * (no orders at all) to 10,000. Default 1. */
   concurrency?: number;
-  /** Orders held beyond `concurrency`, started as slots free. Default 0. */
+  /** Orders held beyond `concurrency`, started as slots free: 0 to 10,000. Default 0. */
   prefetch?: number;
   /** How long `stop()` waits for running jobs. Default 30,000 ms. */
   shutdownTimeoutMs?: number;
@@ -255,6 +259,27 @@ export interface WorkerOptions extends ConnectionOptions {
   stopOnSignals?: boolean;
   /** Where warnings go. Default `console`. */
   logger?: Logger;
+}
+
+/** The most a worker's `concurrency` or `prefetch` may be (docs/protocol.md §4, `hello`). */
+const MAX_CREDIT = 10_000;
+
+/** The queue names of `WorkerOptions.queues`, copied: a `TypeError` for one string (whose
+ * letters would otherwise be served as queues) or anything but an array of strings. */
+function queueNames(queues: unknown): string[] {
+  if (typeof queues === "string") {
+    throw new TypeError(`queues must be an array of queue names, not a string: [${JSON.stringify(queues)}]`);
+  }
+  if (!Array.isArray(queues)) throw new TypeError(`queues must be an array of queue names, not ${kindOf(queues)}`);
+  return queues.map((queue, i) => string(queue, `queues[${i}]`));
+}
+
+/** A duration option in milliseconds: a finite number, not negative; a `TypeError` (not a
+ * number) or `RangeError` naming `what` otherwise (NaN would make every timer fire at once). */
+function milliseconds(value: unknown, what: string): number {
+  if (typeof value !== "number") throw new TypeError(`${what} must be a number of milliseconds, not ${kindOf(value)}`);
+  if (!Number.isFinite(value) || value < 0) throw new RangeError(`${what} must be a finite number of milliseconds, at least 0, got ${String(value)}`);
+  return value;
 }
 
 interface Unacked {
@@ -287,16 +312,20 @@ export class Worker {
   private timer: NodeJS.Timeout | null = null;
   private finished: (() => void) | null = null;
 
+  /** Throws a `TypeError` (a `RangeError` for a number out of range) when an option is not
+   * what it must be: `queues` given as one string (`"mail"` for `["mail"]`) or holding
+   * something else than strings, `concurrency` or `prefetch` not an integer from 0 to
+   * 10,000, a timeout not a finite number of milliseconds, `name` not a string. */
   constructor(
     readonly endpoint: string,
     private readonly options: WorkerOptions = {},
   ) {
-    this.name = options.name ?? defaultName();
-    this.queues = options.queues ?? ["default"];
-    this.concurrency = Math.max(1, options.concurrency ?? 1);
-    this.prefetch = options.prefetch ?? 0;
-    this.shutdownTimeoutMs = options.shutdownTimeoutMs ?? 30_000;
-    this.ackTimeoutMs = options.ackTimeoutMs ?? 10_000;
+    this.name = options.name === undefined ? defaultName() : string(options.name, "name");
+    this.queues = queueNames(options.queues ?? ["default"]);
+    this.concurrency = integer(options.concurrency ?? 1, "concurrency", 0, MAX_CREDIT);
+    this.prefetch = integer(options.prefetch ?? 0, "prefetch", 0, MAX_CREDIT);
+    this.shutdownTimeoutMs = milliseconds(options.shutdownTimeoutMs ?? 30_000, "shutdownTimeoutMs");
+    this.ackTimeoutMs = milliseconds(options.ackTimeoutMs ?? 10_000, "ackTimeoutMs");
     this.logger = options.logger ?? console;
     this.logs = new LogSender(
       (message) => this.sendTracked(message),
@@ -306,8 +335,11 @@ export class Worker {
     );
   }
 
-  /** Registers `handler` for `kind`; returns the worker, for chaining. */
+  /** Registers `handler` for `kind`; returns the worker, for chaining. A `TypeError` when
+   * `kind` is not a string or `handler` not a function. */
   handle(kind: string, handler: Handler): this {
+    string(kind, "kind");
+    if (typeof handler !== "function") throw new TypeError(`the handler of ${JSON.stringify(kind)} must be a function, not ${kindOf(handler)}`);
     this.handlers.set(kind, handler);
     return this;
   }
@@ -366,13 +398,21 @@ export class Worker {
   }
 
   /** @internal Sends a message with a fresh `req`; failures are logged (the server
-   * learns what it missed from the next heartbeat, outcomes go again). */
+   * learns what it missed from the next heartbeat, outcomes go again). A message that can
+   * never be sent (it cannot be encoded, or is too large) is dropped: an outcome is then
+   * no longer kept to be sent again nor listed in heartbeats, so that the server runs the
+   * job again once its lease runs out rather than holding it for ever. */
   send(message: Message): number {
     const conn = this.conn;
     if (conn === null) return 0;
     const req = conn.nextReq();
     conn.send({ ...message, req }).catch((e: unknown) => {
-      this.logger.warn(`hopper worker ${this.name}: cannot send ${String(message["type"])}: ${String(e)}`);
+      if (e instanceof Unavailable) {
+        this.logger.warn(`hopper worker ${this.name}: cannot send ${String(message["type"])}: ${String(e)}`);
+        return;
+      }
+      this.logger.warn(`hopper worker ${this.name}: dropped a ${String(message["type"])} message that cannot be sent: ${String(e)}`);
+      if (this.unacked.delete(req)) this.finishIfDone();
     });
     return req;
   }

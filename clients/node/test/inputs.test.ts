@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
 
 import { Client, type Handler, type Job, Permanent, Snooze, Worker, jobSpec } from "../src/index.js";
+import { refuses } from "./assertions.js";
 import { Server, psql } from "./server.js";
 
 const TEN_YEARS_S = 315_360_000;
@@ -30,20 +31,6 @@ function startWorker(handlers: Record<string, Handler>): Worker {
   for (const [kind, handler] of Object.entries(handlers)) worker.handle(kind, handler);
   workers.push({ worker, done: worker.run() });
   return worker;
-}
-
-/** Asserts that `call` throws (or rejects with) `type`, its message matching `pattern`. */
-async function refuses(call: () => unknown, type: typeof TypeError | typeof RangeError, pattern: RegExp): Promise<void> {
-  await assert.rejects(
-    async () => {
-      await call();
-    },
-    (e: unknown) => {
-      assert.ok(e instanceof type, `${String(e)} is not a ${type.name}`);
-      assert.match((e as Error).message, pattern);
-      return true;
-    },
-  );
 }
 
 test("args and meta that are not JSON are refused before anything is sent, naming the path", async () => {
