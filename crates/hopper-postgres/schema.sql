@@ -24,12 +24,27 @@ $$;
 
 
 CREATE FUNCTION hopper.check_name(what text, name text) RETURNS void
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT hopper.check_name('hopper.enqueue', what, name);
+$$;
+
+
+CREATE FUNCTION hopper.check_name(caller text, what text, name text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
+DECLARE
+    bad text;
 BEGIN
-    IF name IS NULL OR length(name) NOT BETWEEN 1 AND 128 OR name ~ '[^A-Za-z0-9_.:-]' THEN
-        RAISE EXCEPTION 'hopper.enqueue: invalid % name %: use 1 to 128 characters from A-Z a-z 0-9 _ . : -',
-            what, coalesce(quote_literal(left(name, 140)), 'NULL') USING ERRCODE = '22023';
+    IF name IS NULL OR octet_length(name) NOT BETWEEN 1 AND 128 THEN
+        RAISE EXCEPTION '%: % name must be 1 to 128 characters, got %',
+            caller, what, coalesce(octet_length(name)::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    bad := substring(name FROM '[^A-Za-z0-9_.:-]');
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION '%: % name % has the character %; allowed are A-Z a-z 0-9 _ - . :',
+            caller, what, hopper.quoted_for_message(name, '"'),
+            hopper.quoted_for_message(bad, '''') USING ERRCODE = '22023';
     END IF;
 END
 $$;
@@ -130,6 +145,8 @@ CREATE FUNCTION hopper.mark_grouped(queues text[]) RETURNS void
 DECLARE
     q text;
 BEGIN
+    PERFORM hopper.check_name('hopper.mark_grouped', 'queue', u.name)
+    FROM unnest(queues) AS u(name);
     FOR q IN
         SELECT u.name FROM unnest(queues) AS u(name)
         WHERE NOT EXISTS (SELECT 1 FROM hopper.queues s WHERE s.name = u.name AND s.grouped)
@@ -147,9 +164,33 @@ $$;
 CREATE FUNCTION hopper.pause_queue(queue text) RETURNS void
     LANGUAGE sql
     AS $$
+    SELECT hopper.check_name('hopper.pause_queue', 'queue', queue);
     INSERT INTO hopper.queues (name, paused) VALUES (queue, true)
     ON CONFLICT (name) DO UPDATE SET paused = true, updated_at = now();
     SELECT pg_notify('hopper_wake', 'q:' || queue);
+$$;
+
+
+CREATE FUNCTION hopper.quoted_for_message(text text, quote text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    shown text := '';
+    c     text;
+BEGIN
+    FOREACH c IN ARRAY regexp_split_to_array(left(text, 64), '')
+    LOOP
+        shown := shown || CASE
+            WHEN c IN (quote, '\') THEN '\' || c
+            WHEN ascii(c) BETWEEN 32 AND 126 THEN c
+            ELSE '\u{' || to_hex(ascii(c)) || '}'
+        END;
+    END LOOP;
+    IF length(text) > 64 THEN
+        shown := shown || format('…(%s bytes)', octet_length(text));
+    END IF;
+    RETURN quote || shown || quote;
+END
 $$;
 
 
@@ -167,6 +208,7 @@ $$;
 CREATE FUNCTION hopper.resume_queue(queue text) RETURNS void
     LANGUAGE sql
     AS $$
+    SELECT hopper.check_name('hopper.resume_queue', 'queue', queue);
     UPDATE hopper.queues SET paused = false, updated_at = now() WHERE name = queue;
     SELECT pg_notify('hopper_wake', 'q:' || queue);
 $$;

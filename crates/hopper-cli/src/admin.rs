@@ -137,7 +137,8 @@ pub enum JobsAction {
 }
 
 impl JobsAction {
-    /// Parses ids and states, refusing malformed ones.
+    /// Parses ids, states and names, refusing malformed ones (an empty `--queue` too,
+    /// which would list nothing as if the queue merely had no jobs).
     pub fn parse(cmd: JobsCommand) -> anyhow::Result<Self> {
         Ok(match cmd {
             JobsCommand::List {
@@ -148,8 +149,10 @@ impl JobsAction {
                 meta,
                 limit,
             } => {
-                if let Some(g) = &group {
-                    hopper::core::job::validate_name("group", g)?;
+                for (what, name) in [("queue", &queue), ("kind", &kind), ("group", &group)] {
+                    if let Some(name) = name {
+                        hopper::core::job::validate_name(what, name)?;
+                    }
                 }
                 let meta = meta
                     .as_deref()

@@ -6,7 +6,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "hopper", version, about)]
 pub struct Cli {
-    /// The database (postgres://…).
+    /// The database: postgres://…, sqlite://path.db (a missing file is created only by
+    /// migrate, demo and serve; the other commands say it does not exist), or tcp://… of
+    /// a `hopper serve`.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
 

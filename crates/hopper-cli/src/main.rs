@@ -128,8 +128,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let lock_timeout = admin::parse_duration("--lock-timeout", &cli.lock_timeout)
         .map_err(output::invalid_input)?;
     let admin_pg = pg.clone().with_lock_timeout(lock_timeout);
-    let open_admin = |url| open(url, admin_pg.clone());
-    let open = |url| open(url, pg.clone());
+    let open_admin = |url| open(url, admin_pg.clone(), Missing::Refuse);
+    // Only the commands that migrate create a missing SQLite file; the others need a
+    // migrated database and say so, leaving no empty file behind a mistyped path.
+    let open_creating = |url| open(url, pg.clone(), Missing::Create);
+    let open = |url| open(url, pg.clone(), Missing::Refuse);
     // The long-running commands wait for a database that is starting or restarting.
     let open_patiently = |url| {
         outage::retry_if("opening the database", outage::is_transient, move || {
@@ -141,7 +144,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         telemetry::install_recorder(None)?;
     }
     match cli.command {
-        Command::Migrate => admin::migrate(&open(url).await?, schema, json).await,
+        Command::Migrate => admin::migrate(&open_creating(url).await?, schema, json).await,
         Command::Enqueue(args) => {
             // Bad input is refused before connecting, so it never writes anything.
             let job = admin::new_job(&args).map_err(output::invalid_input)?;
@@ -163,7 +166,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Cron(cmd) => queues::cron(&open_admin(url).await?, cmd, json).await,
         Command::Nodes => nodes::nodes(&open_admin(url).await?, json).await,
-        Command::Demo(args) => demo::run(open(url).await?, args, json).await,
+        Command::Demo(args) => demo::run(open_creating(url).await?, args, json).await,
         Command::Bench(args) => {
             let backend = open_patiently(url).await?;
             schema::refuse_newer(&backend).await?;
@@ -182,12 +185,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 /// directory, so hopper runs on a machine with no database server.
 const DEFAULT_DATABASE_URL: &str = "sqlite://hopper.db";
 
+/// What opening a SQLite file that does not exist does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Creates it: the commands that migrate (`migrate`, `demo`, `serve`).
+    Create,
+    /// Refuses it, creating nothing, with an error naming the file: every other command
+    /// needs a database migrated before.
+    Refuse,
+}
+
 /// The options of every backend from the command line's PostgreSQL options: for SQLite,
-/// `--schema` is the table prefix and the pool size the most reader connections.
-fn connect_options(pg: PgOptions) -> ConnectOptions {
+/// `--schema` is the table prefix, the pool size the most reader connections, and
+/// `missing` what becomes of a file that does not exist.
+fn connect_options(pg: PgOptions, missing: Missing) -> ConnectOptions {
     let sqlite = SqliteOptions::default()
         .with_prefix(&pg.schema)
-        .with_readers(pg.pool_size.max(1));
+        .with_readers(pg.pool_size.max(1))
+        .with_create_if_missing(missing == Missing::Create);
     ConnectOptions::default()
         .with_sqlite(sqlite)
         .with_postgres(pg)
@@ -195,7 +210,11 @@ fn connect_options(pg: PgOptions) -> ConnectOptions {
 
 /// Connects to the configured database (`DATABASE_URL` / `--database-url`) with `options`
 /// (schema, pooler), or to the embedded SQLite default, said in one line on stderr.
-async fn open(url: Option<&str>, options: PgOptions) -> anyhow::Result<Arc<dyn Backend>> {
+async fn open(
+    url: Option<&str>,
+    options: PgOptions,
+    missing: Missing,
+) -> anyhow::Result<Arc<dyn Backend>> {
     let url = match url {
         Some(url) => url,
         None => {
@@ -211,7 +230,7 @@ async fn open(url: Option<&str>, options: PgOptions) -> anyhow::Result<Arc<dyn B
         Some((endpoint, _)) => format!("cannot reach the hopper server at {endpoint}"),
         None => format!("cannot reach the hopper server at {url}"),
     };
-    hopper::connect(url, connect_options(options))
+    hopper::connect(url, connect_options(options, missing))
         .await
         .map_err(|e| anyhow::Error::new(e).context(what))
 }

@@ -120,7 +120,7 @@ async fn admin_backend(
         .clone()
         .with_pool_size(usize::from(size))
         .with_lock_timeout(lock_timeout);
-    let backend = hopper::connect(url, crate::connect_options(options))
+    let backend = hopper::connect(url, crate::connect_options(options, crate::Missing::Refuse))
         .await
         .context("opening the database connections of operators' requests")?;
     Ok(backend)
@@ -160,7 +160,9 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     // A database that is starting, restarting or shutting down is waited for (the server
     // may be started with it); anything else fails at once.
     let backend = outage::retry_if("opening the database", outage::is_transient, || async {
-        let backend = hopper::connect(url, crate::connect_options(options.clone()))
+        // `serve` migrates, so it creates a missing SQLite file as `migrate` does.
+        let options = crate::connect_options(options.clone(), crate::Missing::Create);
+        let backend = hopper::connect(url, options)
             .await
             .map_err(|e| anyhow::Error::new(e).context("cannot open the database"))?;
         backend

@@ -77,6 +77,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "any_unfinished_jobs",
         include_str!("../migrations/0012_any_unfinished_jobs.sql"),
     ),
+    (
+        13,
+        "names_checked_by_every_function",
+        include_str!("../migrations/0013_names_checked_by_every_function.sql"),
+    ),
 ];
 
 macro_rules! queries {

@@ -71,6 +71,11 @@ pub struct SqliteOptions {
     /// The clock for every "now" (default: this machine's clock; SQLite has no server
     /// clock of its own).
     pub clock: Arc<dyn Clock>,
+    /// Whether opening a file that does not exist creates it (default `true`). With
+    /// `false`, a missing file is an [`Error::NotFound`] that names it, and nothing is
+    /// created: what a tool wants for the commands that need a database migrated before
+    /// (a mistyped path would otherwise leave an empty file behind).
+    pub create_if_missing: bool,
 }
 
 impl Default for SqliteOptions {
@@ -81,6 +86,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             synchronous: Synchronous::Full,
             clock: Arc::new(SystemClock),
+            create_if_missing: true,
         }
     }
 }
@@ -118,6 +124,15 @@ impl SqliteOptions {
     /// With `clock` for every "now" (tests: a [`hopper_core::TestClock`]).
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
         SqliteOptions { clock, ..self }
+    }
+
+    /// Creating a missing file on open (`true`, the default), or refusing it with
+    /// [`Error::NotFound`] and creating nothing (`false`).
+    pub fn with_create_if_missing(self, create_if_missing: bool) -> Self {
+        SqliteOptions {
+            create_if_missing,
+            ..self
+        }
     }
 }
 
@@ -185,7 +200,8 @@ impl SqliteBackend {
         Self::open_location(parse_url(url)?, options).await
     }
 
-    /// Opens (creating if needed) the database file at `path`, in WAL mode.
+    /// Opens the database file at `path`, in WAL mode; creates it if missing unless
+    /// [`SqliteOptions::create_if_missing`] says not to.
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         Self::open_location(Location::File(path.as_ref().to_owned()), options).await
     }
@@ -203,6 +219,7 @@ impl SqliteBackend {
             busy_timeout: options.busy_timeout,
             synchronous: options.synchronous.pragma(),
             readers: options.readers,
+            create_if_missing: options.create_if_missing,
         };
         let pool = Pool::open(location, settings).await?;
         Ok(SqliteBackend {

@@ -30,7 +30,7 @@ use crate::error::{is_busy, map_sqlite};
 /// Where the database lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
-    /// A file (created if missing).
+    /// A file (created if missing, unless `SqliteOptions::create_if_missing` is off).
     File(PathBuf),
     /// Memory private to one backend, gone when it is dropped.
     Memory,
@@ -42,6 +42,7 @@ pub(crate) struct Settings {
     pub busy_timeout: Duration,
     pub synchronous: &'static str,
     pub readers: usize,
+    pub create_if_missing: bool,
 }
 
 /// The writer and the readers of one database.
@@ -60,7 +61,8 @@ struct PoolInner {
 }
 
 impl Pool {
-    /// Opens the writer connection (creating the file, switching it to WAL).
+    /// Opens the writer connection (creating the file if missing and allowed to, switching
+    /// it to WAL).
     pub async fn open(location: Location, settings: Settings) -> Result<Self> {
         let (writer, location, settings) = tokio::task::spawn_blocking(move || {
             open(&location, &settings, false).map(|c| (c, location, settings))
@@ -160,10 +162,20 @@ impl PoolInner {
 fn open(location: &Location, settings: &Settings, reader: bool) -> Result<Connection> {
     let conn = match location {
         Location::File(path) => {
-            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            if settings.create_if_missing {
+                flags |= OpenFlags::SQLITE_OPEN_CREATE;
+            }
             Connection::open_with_flags(path, flags).map_err(|e| {
+                // Without the create flag, SQLite answers a missing file with "unable to
+                // open": say what is missing instead, and that nothing was created.
+                if !settings.create_if_missing && matches!(path.try_exists(), Ok(false)) {
+                    return Error::NotFound(format!(
+                        "SQLite database file {} does not exist (nothing was created); \
+                         check the path, or create it with `hopper migrate`",
+                        path.display()
+                    ));
+                }
                 Error::database(std::io::Error::other(format!(
                     "opening SQLite database {}: {e}",
                     path.display()

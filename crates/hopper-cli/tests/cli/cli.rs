@@ -763,7 +763,13 @@ async fn demo_runs_500_jobs_and_reports_459_completed_41_failed() {
     let seconds = summary["seconds"].as_f64().expect("seconds");
     assert!(seconds < 10.0, "the demo took {seconds} s");
 
-    let stats = db.queue_stats("demo").await.expect("stats");
+    // The jobs stay in the run's own queue, for a look after the demo.
+    let queue = summary["queue"]
+        .as_str()
+        .expect("the run's queue")
+        .to_owned();
+    assert!(queue.starts_with("demo-"), "{summary}");
+    let stats = db.queue_stats(&queue).await.expect("stats");
     assert_eq!((stats.completed, stats.failed), (459, 41));
     let failed = all_jobs(&db).await;
     let failed: Vec<_> = failed
@@ -772,13 +778,18 @@ async fn demo_runs_500_jobs_and_reports_459_completed_41_failed() {
         .collect();
     assert!(failed.iter().all(|j| j.errors.len() == 3 && j.attempt == 3));
 
-    // A second run clears the first one's jobs rather than adding to them.
+    // A second run clears the first one's jobs (that run has ended) rather than adding to
+    // them.
     let again = hopper(&db, &["demo", "--jobs", "24", "--json"]).json();
     assert_eq!(
         (again["completed"].as_u64(), again["failed"].as_u64()),
         (Some(22), Some(2))
     );
+    assert_ne!(again["queue"], summary["queue"]);
+    let first = db.queue_stats(&queue).await.expect("stats");
+    assert_eq!((first.completed, first.failed), (0, 0), "{first:?}");
     let text = hopper(&db, &["demo", "--jobs", "12"]).ok();
+    assert!(text.contains("demo: 12 jobs on queue \"demo-"), "{text}");
     assert!(text.contains("completed  11"), "{text}");
     assert!(text.contains("failed     1 (3 attempts each)"), "{text}");
 }

@@ -5,11 +5,36 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use hopper::testing::TestDatabase;
+
+/// A directory of its own under the system's temp dir, removed with its files on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A new empty directory, `hopper-cli-<what>-<uuid>`.
+    pub fn new(what: &str) -> std::io::Result<Self> {
+        let name = format!("hopper-cli-{what}-{}", uuid::Uuid::now_v7().simple());
+        let dir = TempDir(std::env::temp_dir().join(name));
+        std::fs::create_dir_all(&dir.0)?;
+        Ok(dir)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// A `hopper` child process, killed on drop, and the lines it writes (stdout and stderr).
 pub struct Hopper {

@@ -124,6 +124,86 @@ fn no_database_url_means_embedded_sqlite() {
     assert_eq!(summary["failed"], 2, "{stdout}");
 }
 
+/// A SQLite file that does not exist is created only by the commands that migrate
+/// (`migrate`, `demo`, `serve`): every other command says, at once, that it does not exist
+/// and to run `hopper migrate`, and leaves nothing behind (a mistyped path left an empty
+/// database file, and the commands that wait for a database retried it for two minutes).
+#[test]
+fn a_missing_sqlite_file_is_named_and_never_created() -> anyhow::Result<()> {
+    let dir = crate::common::TempDir::new("missing-sqlite")?;
+    let path = dir.path().join("typo.db");
+    let url = format!("sqlite://{}", path.display());
+    assert!(url.starts_with("sqlite:///"), "{url}");
+    let nothing_in_dir = || -> anyhow::Result<()> {
+        let left: Vec<_> = std::fs::read_dir(dir.path())?.collect();
+        anyhow::ensure!(left.is_empty(), "left behind: {left:?}");
+        Ok(())
+    };
+    let said = format!("SQLite database file {} does not exist", path.display());
+    let id = uuid::Uuid::now_v7().to_string();
+    let commands: [&[&str]; 12] = [
+        &["stats"],
+        &["stats", "--watch"],
+        &["jobs", "list"],
+        &["jobs", "show", &id],
+        &["jobs", "prune", "--dry-run"],
+        &["enqueue", "--kind", "k"],
+        &["queues", "list"],
+        &["queues", "pause", "mail", "--create"],
+        &["cron", "list"],
+        &["nodes"],
+        &["bench", "--workload", "drain"],
+        &["worker"],
+    ];
+    for args in commands {
+        let run = sqlite_within_20s(&url, args)?;
+        assert!(!run.success, "{args:?}: {run:?}");
+        let last = run.stderr.lines().last().unwrap_or_default();
+        assert!(last.contains(&said), "{args:?}: {run:?}");
+        assert!(last.contains("`hopper migrate`"), "{args:?}: {last}");
+        assert!(!run.stderr.contains("retrying"), "{args:?}: {run:?}");
+        nothing_in_dir()?;
+    }
+    let run = sqlite_within_20s(&url, &["--json", "stats"])?;
+    let error: serde_json::Value = serde_json::from_str(run.stdout.trim())?;
+    assert_eq!(error["error"]["code"], "not_found", "{run:?}");
+    nothing_in_dir()?;
+
+    // The embedded default, `hopper.db` in the current directory, likewise.
+    let output = Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .arg("stats")
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("HOPPER_SCHEMA")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("SQLite database file hopper.db does not exist"),
+        "{stderr}"
+    );
+    nothing_in_dir()?;
+
+    // `migrate` creates it; then the other commands open it.
+    let created = sqlite_within_20s(&url, &["migrate"])?;
+    assert!(created.success, "{created:?}");
+    assert!(path.exists());
+    let stats = sqlite_within_20s(&url, &["stats"])?;
+    assert!(stats.success, "{stats:?}");
+    Ok(())
+}
+
+/// `hopper ARGS` on the SQLite database `url`, killed past 20 s.
+fn sqlite_within_20s(url: &str, args: &[&str]) -> anyhow::Result<Run> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+    command
+        .args(args)
+        .env("DATABASE_URL", url)
+        .env_remove("HOPPER_SCHEMA")
+        .env_remove("HOPPER_POOLER");
+    within_20s(command, &format!("{args:?} on {url}"))
+}
+
 /// `hopper ARGS` on the test's schema through `url` with `pooler`, killed past 20 s so
 /// that a command that waits on a held row fails the test rather than hanging it.
 fn run_within_20s(
@@ -132,11 +212,19 @@ fn run_within_20s(
     pooler: &str,
     args: &[&str],
 ) -> anyhow::Result<Run> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hopper"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+    command
         .args(args)
         .env("DATABASE_URL", url)
         .env("HOPPER_SCHEMA", db.schema())
-        .env("HOPPER_POOLER", pooler)
+        .env("HOPPER_POOLER", pooler);
+    within_20s(command, &format!("{args:?} through {pooler:?}"))
+}
+
+/// Runs `command` (without a direct URL or logs, stdin closed), killed past 20 s: a
+/// command that waits fails the test rather than hanging it.
+fn within_20s(mut command: Command, what: &str) -> anyhow::Result<Run> {
+    let mut child = command
         .env_remove("HOPPER_DIRECT_URL")
         .env_remove("HOPPER_LOG")
         .stdin(Stdio::null())
@@ -147,7 +235,7 @@ fn run_within_20s(
     while child.try_wait()?.is_none() {
         if started.elapsed() > Duration::from_secs(20) {
             let _ = child.kill();
-            anyhow::bail!("{args:?} through {pooler:?} waited on the held row");
+            anyhow::bail!("{what} still ran after 20 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }

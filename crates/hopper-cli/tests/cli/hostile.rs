@@ -146,6 +146,47 @@ async fn hostile_names_json_and_times_are_refused_and_write_nothing() {
     assert_eq!(job_count(&db).await, 1);
 }
 
+/// An empty or malformed name is refused by every command that takes one, in the words of
+/// `validate_name`, a filter of `jobs list` too (it listed nothing, as if the name were
+/// fine and merely unused).
+#[tokio::test]
+async fn empty_and_malformed_names_are_refused_by_every_command() {
+    let db = TestDatabase::new().await.expect("test database");
+    for (name, said) in [
+        ("", "name must be 1 to 128 characters, got 0"),
+        ("a b", "has the character ' '"),
+    ] {
+        let commands: [(&[&str], &str); 10] = [
+            (&["enqueue", "--kind", name], "kind"),
+            (&["enqueue", "--kind", "k", "--queue", name], "queue"),
+            (&["enqueue", "--kind", "k", "--group", name], "group"),
+            (&["queues", "pause", name, "--create"], "queue"),
+            (&["queues", "resume", name, "--create"], "queue"),
+            (
+                &["queues", "limit", name, "--concurrency", "2", "--create"],
+                "queue",
+            ),
+            (&["jobs", "list", "--queue", name], "queue"),
+            (&["jobs", "list", "--kind", name], "kind"),
+            (&["jobs", "list", "--group", name], "group"),
+            (&["jobs", "list", "--queue", name, "--json"], "queue"),
+        ];
+        for (args, what) in commands {
+            let exit = run(&db, args);
+            if args.contains(&"--json") {
+                assert_eq!(exit.code, Some(1), "{exit:?}");
+                let error: Value = serde_json::from_str(exit.stdout.trim()).expect("JSON");
+                assert_eq!(error["error"]["code"], "invalid_input", "{exit:?}");
+                continue;
+            }
+            refused(&exit, &format!("{what} name"));
+            refused(&exit, said);
+        }
+    }
+    assert_eq!(job_count(&db).await, 0, "nothing was written");
+    assert!(no_queue_settings(&db).await);
+}
+
 /// Durations and instants past `hopper_core::limits` (ten years; 1970 to 9999).
 #[tokio::test]
 async fn absurd_times_and_delays_are_refused() {

@@ -10,6 +10,7 @@ mod bench_scale;
 mod cli;
 mod databases;
 mod db_restart;
+mod demo;
 mod health;
 mod hostile;
 mod http_connections;

@@ -12,12 +12,11 @@
 //! server (heartbeat 5 s, so the silence sweep would take 15 s), and the server ends the
 //! killed worker's session when it finds its connection closed.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::Hopper;
+use crate::common::{Hopper, TempDir};
 use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
@@ -245,19 +244,9 @@ async fn postgres_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow
     Ok(())
 }
 
-/// A directory of its own under the system's temp dir, removed with its files on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test]
 async fn sqlite_a_killed_workers_jobs_run_again_within_two_seconds() -> anyhow::Result<()> {
-    let dir = TempDir(std::env::temp_dir().join(format!("hopper-death-{}", uuid::Uuid::now_v7())));
-    std::fs::create_dir_all(&dir.0)?;
+    let dir = TempDir::new("death")?;
     let path = dir.0.join("jobs.db");
     let backend = SqliteBackend::open(&path, SqliteOptions::default()).await?;
     backend.migrate().await?;

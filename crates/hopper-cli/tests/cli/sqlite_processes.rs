@@ -8,24 +8,16 @@
 //! really overlap.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use hopper::{Client, JobListParams, JobState, SqliteBackend, SqliteOptions};
 use tokio::process::Command;
 
+use crate::common::TempDir;
+
 /// Jobs the loop enqueues, one `hopper enqueue` process each.
 const JOBS: u64 = 100;
-
-/// A directory of its own under the system's temp dir, removed with its files on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn hopper(url: &str) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
@@ -70,12 +62,7 @@ async fn enqueue(url: &str, n: u64, extra: &[&str]) -> anyhow::Result<uuid::Uuid
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_and_an_enqueue_loop_on_one_file_run_every_job_exactly_once() -> anyhow::Result<()>
 {
-    let dir = TempDir(
-        std::env::temp_dir()
-            .join("hopper-cli-sqlite-processes")
-            .join(uuid::Uuid::now_v7().simple().to_string()),
-    );
-    std::fs::create_dir_all(&dir.0)?;
+    let dir = TempDir::new("sqlite-processes")?;
     let url = format!("sqlite://{}", dir.0.join("hopper.db").display());
     run(&url, &["migrate"]).await?;
     let keeper = enqueue(&url, 0, &["--delay", "1h"]).await?;

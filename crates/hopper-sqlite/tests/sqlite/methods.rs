@@ -85,6 +85,45 @@ async fn schema_check_refuses_newer_and_unmigrated_files() -> anyhow::Result<()>
     Ok(())
 }
 
+/// Opened with `create_if_missing(false)`, a missing file is `NotFound` naming it, and
+/// nothing is created (no database file, no WAL beside it, no directory); an existing
+/// file opens as before. The default still creates it.
+#[tokio::test]
+async fn a_missing_file_is_refused_without_being_created_when_asked() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let refusing = SqliteOptions::default().with_create_if_missing(false);
+    let nested = dir.path().join("no-such-dir").join("hopper.db");
+    for path in [dir.db(), nested] {
+        let url = format!("sqlite://{}", path.display());
+        for opened in [
+            SqliteBackend::open(&path, refusing.clone()).await,
+            SqliteBackend::connect(&url, refusing.clone()).await,
+        ] {
+            match opened {
+                Err(Error::NotFound(message)) => {
+                    assert!(message.contains(&path.display().to_string()), "{message}");
+                    assert!(message.contains("does not exist"), "{message}");
+                    assert!(message.contains("hopper migrate"), "{message}");
+                }
+                other => panic!("expected NotFound for {path:?}, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            std::fs::read_dir(dir.path())?.count(),
+            0,
+            "nothing was created"
+        );
+    }
+    let created = SqliteBackend::open(dir.db(), SqliteOptions::default()).await?;
+    created.migrate().await?;
+    drop(created);
+    let existing = SqliteBackend::open(dir.db(), refusing).await?;
+    existing.schema_check().await?;
+    existing.job_insert(&job("k", "q")).await?;
+    assert_eq!(existing.queue_stats().await?.len(), 1);
+    Ok(())
+}
+
 #[tokio::test]
 async fn prefixes_keep_two_instances_apart_in_one_file() -> anyhow::Result<()> {
     let dir = TempDir::new()?;

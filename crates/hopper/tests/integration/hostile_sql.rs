@@ -198,3 +198,134 @@ async fn a_trigger_that_raises_is_refused_not_transient() -> anyhow::Result<()> 
     assert_eq!(job_count(&db).await?, 0);
     Ok(())
 }
+
+/// Every public SQL function that takes a name refuses an empty, NULL, long or hostile one
+/// before it writes anything, with SQLSTATE 22023 and the words of
+/// `hopper_core::job::validate_name` after the function's name (never a constraint
+/// violation, never silence). A hostile name is shown escaped and cut.
+#[tokio::test]
+async fn sql_functions_refuse_bad_names_in_the_words_of_the_rust_client() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = connect(db.url()).await?;
+    let schema = db.schema();
+    // (SQL of the name, what the message says of it); `None`: word for word what
+    // validate_name says of the name given as Rust text.
+    let long_bad = format!("{} ", "k".repeat(70));
+    let names: Vec<(String, Option<String>, Option<&str>)> = vec![
+        ("''".into(), Some(String::new()), None),
+        ("repeat('q', 129)".into(), Some("q".repeat(129)), None),
+        ("'a b'".into(), Some("a b".into()), None),
+        ("'a''b'".into(), Some("a'b".into()), None),
+        (
+            "'q;drop table x'".into(),
+            Some("q;drop table x".into()),
+            None,
+        ),
+        ("'say \"hi\"'".into(), Some("say \"hi\"".into()), None),
+        (r"'back\slash'".into(), Some(r"back\slash".into()), None),
+        (format!("'{long_bad}'"), Some(long_bad.clone()), None),
+        (
+            "NULL".into(),
+            None,
+            Some("name must be 1 to 128 characters, got NULL"),
+        ),
+        (
+            "repeat('é', 100)".into(),
+            None,
+            Some("name must be 1 to 128 characters, got 200"),
+        ),
+        (
+            "'x' || chr(27) || '[31mred'".into(),
+            None,
+            Some(r#"name "x\u{1b}[31mred" has the character '\u{1b}'"#),
+        ),
+        (
+            "'ok' || chr(8238) || 'gpj.exe'".into(),
+            None,
+            Some(r#"name "ok\u{202e}gpj.exe" has the character '\u{202e}'"#),
+        ),
+        (
+            "'line' || chr(10) || 'break'".into(),
+            None,
+            Some(r#"name "line\u{a}break" has the character '\u{a}'"#),
+        ),
+        (
+            "'ünï'".into(),
+            None,
+            Some(r#"name "\u{fc}n\u{ef}" has the character '\u{fc}'"#),
+        ),
+    ];
+    // (the call, with {} where the name goes; the function; what the name is called)
+    let calls = [
+        ("pause_queue({})", "pause_queue", "queue"),
+        ("resume_queue({})", "resume_queue", "queue"),
+        ("mark_grouped(ARRAY['fine', {}])", "mark_grouped", "queue"),
+        ("enqueue({}, queue => 'q')", "enqueue", "kind"),
+        ("enqueue('k', queue => {})", "enqueue", "queue"),
+        (
+            "enqueue('k', queue => 'q', group_key => {})",
+            "enqueue",
+            "group",
+        ),
+    ];
+    for (call, function, what) in calls {
+        for (name, rust_text, expected) in &names {
+            if what == "group" && name == "NULL" {
+                continue; // no group at all, not a bad one
+            }
+            let sql = format!("SELECT {schema}.{}", call.replace("{}", name));
+            let err = client.query_one(&sql, &[]).await.expect_err(&sql);
+            let db_error = err.as_db_error().expect("a database error");
+            assert_eq!(db_error.code(), &SqlState::INVALID_PARAMETER_VALUE, "{sql}");
+            assert!(db_error.detail().is_none(), "{sql}: the row is not printed");
+            let message = db_error.message();
+            let said = match (rust_text, expected) {
+                (Some(text), _) => match hopper::core::job::validate_name(what, text) {
+                    Err(hopper::Error::InvalidInput(said)) => said,
+                    other => panic!("validate_name accepted {text:?}: {other:?}"),
+                },
+                (None, Some(expected)) => format!("{what} {expected}"),
+                (None, None) => unreachable!("every name says what to expect"),
+            };
+            if rust_text.is_some() {
+                assert_eq!(message, format!("{schema}.{function}: {said}"), "{sql}");
+            } else {
+                assert!(
+                    message.starts_with(&format!("{schema}.{function}: {said}")),
+                    "{sql}: {message}"
+                );
+            }
+            assert!(
+                message
+                    .chars()
+                    .all(|c| (' '..='~').contains(&c) || c == '…'),
+                "{sql}: {message:?} shows a character as itself"
+            );
+            assert!(message.len() < 256, "{sql}: {message}");
+        }
+    }
+    let queues = client
+        .query_one(&format!("SELECT count(*) FROM {schema}.queues"), &[])
+        .await?;
+    assert_eq!(queues.get::<_, i64>(0), 0, "no queue row was written");
+    assert_eq!(job_count(&db).await?, 0, "nothing was written");
+
+    // Good names of every shape the rule allows still go in.
+    let good = "A.b-c_9:Z";
+    client
+        .batch_execute(&format!(
+            "SELECT {schema}.pause_queue('{good}'); SELECT {schema}.resume_queue('{good}');
+             SELECT {schema}.mark_grouped(ARRAY['{good}']);
+             SELECT {schema}.pause_queue('{long}');",
+            long = "q".repeat(128)
+        ))
+        .await?;
+    let row = client
+        .query_one(
+            &format!("SELECT count(*), bool_or(paused) FROM {schema}.queues"),
+            &[],
+        )
+        .await?;
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, bool>(1)), (2, true));
+    Ok(())
+}

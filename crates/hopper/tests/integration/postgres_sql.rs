@@ -202,7 +202,9 @@ async fn the_table_and_sql_enqueue_refuse_bad_input() -> anyhow::Result<()> {
     let mapped = hopper_postgres::map_pg(err);
     assert!(matches!(mapped, Error::InvalidInput(_)), "{mapped:?}");
     assert!(
-        mapped.to_string().contains("invalid queue name 'a b'"),
+        mapped
+            .to_string()
+            .contains(r#"queue name "a b" has the character ' '"#),
         "{mapped}"
     );
     assert_eq!(job_count(&db).await?, 0, "nothing was written");
