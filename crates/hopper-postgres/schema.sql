@@ -24,9 +24,14 @@ $$;
 
 
 CREATE FUNCTION hopper.check_name(what text, name text) RETURNS void
-    LANGUAGE sql IMMUTABLE
+    LANGUAGE plpgsql IMMUTABLE
     AS $$
-    SELECT hopper.check_name('hopper.enqueue', what, name);
+BEGIN
+    IF name IS NULL OR octet_length(name) NOT BETWEEN 1 AND 128
+       OR name ~ '[^A-Za-z0-9_.:-]' THEN
+        PERFORM hopper.check_name('hopper.enqueue', what, name);
+    END IF;
+END
 $$;
 
 
