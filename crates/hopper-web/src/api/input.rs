@@ -315,17 +315,21 @@ impl ListQuery {
 pub(crate) fn page_limit(limit: Option<String>) -> Result<u32, ApiError> {
     match limit.filter(|s| !s.trim().is_empty()) {
         None => Ok(DEFAULT_PAGE),
-        Some(s) => s
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "limit must be a whole number from 1 to {MAX_PAGE}, got {s:?}"
-                ))
-            }),
+        Some(s) => whole_number("limit", &s, MAX_PAGE),
     }
+}
+
+/// The whole number from 1 to `max` of the query parameter `field`, refused naming it.
+pub(crate) fn whole_number(field: &str, text: &str, max: u32) -> Result<u32, ApiError> {
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "{field} must be a whole number from 1 to {max}, got {text:?}"
+            ))
+        })
 }
 
 fn parse_time(field: &str, s: &str) -> Result<DateTime<Utc>, ApiError> {
