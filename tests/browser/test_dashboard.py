@@ -211,12 +211,16 @@ def screenshot(driver, name):
     driver.save_screenshot(str(ARTIFACTS / name))
 
 
-def test_dashboard_shows_counts_and_retries_a_failed_job(server, browser):
-    d = browser
+def sign_in(d, server):
     d.get(server["url"])
     until(d, lambda d: d.find_element(By.ID, "login-token").is_displayed(), "sign-in form")
     d.find_element(By.ID, "login-token").send_keys(server["token"])
     click(d, "#login-submit")
+
+
+def test_dashboard_shows_counts_and_retries_a_failed_job(server, browser):
+    d = browser
+    sign_in(d, server)
 
     # The overview shows the seeded counts.
     for state, n in SEEDED.items():
@@ -258,3 +262,32 @@ def test_dashboard_shows_counts_and_retries_a_failed_job(server, browser):
     text_is(d, "total-completed", str(SEEDED["completed"] + 1))
     text_is(d, "total-failed", str(SEEDED["failed"] - 1))
     screenshot(d, "dashboard-after-retry.png")
+
+
+def test_more_nodes_than_a_page_are_paged_through(server, browser):
+    """Past a page of nodes (the API's 50), the overview shows one page at a time, by name,
+    with buttons to the next page and back to the first."""
+    schema = server["schema"]
+    psql(
+        f"INSERT INTO {schema}.nodes (id, name, queues, concurrency) "
+        f"SELECT {schema}.uuid_v7(), 'node-' || lpad(i::text, 2, '0'), '{{mail}}', 1 "
+        "FROM generate_series(0, 53) AS i"
+    )
+    d = browser
+    sign_in(d, server)
+    rows = "#nodes-body tr"
+
+    def page(n, first):
+        found = d.find_elements(By.CSS_SELECTOR, rows)
+        return len(found) == n and found[0].get_attribute("data-node") == first
+
+    # node-00 … node-49; then node-50 … node-53 and seeded-node.
+    until(d, lambda d: page(50, "node-00"), "the first page of nodes")
+    text_is(d, "nodes-page", "page 1")
+    click(d, "#nodes-next")
+    until(d, lambda d: page(5, "node-50"), "the second page of nodes")
+    text_is(d, "nodes-page", "page 2")
+    until(d, lambda d: d.find_elements(By.CSS_SELECTOR, '#nodes-body tr[data-node="seeded-node"]'))
+    assert not d.find_element(By.ID, "nodes-next").is_enabled(), "the last page"
+    click(d, "#nodes-first")
+    until(d, lambda d: page(50, "node-00"), "the first page again")

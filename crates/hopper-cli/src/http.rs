@@ -188,7 +188,8 @@ pub fn install_metrics(args: &HttpArgs) -> anyhow::Result<Option<PrometheusHandl
 
 /// Binds and serves the HTTP side in the background when `--http` was given, within the
 /// limits and over HTTPS as `settings` say ([`HttpArgs::settings`], read and checked once,
-/// before the database is opened).
+/// before the database is opened). Its whole-table readings go through `readings`, shared
+/// with the ZeroMQ server's.
 pub async fn start(
     args: &HttpArgs,
     HttpSettings {
@@ -198,6 +199,7 @@ pub async fn start(
         auth,
     }: HttpSettings,
     backend: Arc<dyn Backend>,
+    readings: hopper::readings::Readings,
     prometheus: Option<PrometheusHandle>,
     health: &Health,
 ) -> anyhow::Result<Option<HttpServer>> {
@@ -217,6 +219,7 @@ pub async fn start(
     }
     let mut state = WebState::new(backend, auth)
         .with_body_timeout(body_timeout)
+        .with_readings(readings)
         .with_allowed_hosts(hosts)
         .with_health(health.clone());
     let prometheus = prometheus.context("the metrics recorder was not installed")?;

@@ -16,7 +16,9 @@
 //! wait (on a lock an open transaction holds, behind a slow search) never take the
 //! connections the workers' claims and outcomes need; and their statements wait at most
 //! `--admin-lock-timeout` for a lock, so a held row costs such a request an error, not the
-//! server.
+//! server. Both sides share one set of whole-table readings (`hopper::readings`): a
+//! reading of the counts by state taken for the dashboard serves a ZeroMQ `queue_stats`,
+//! and back, and an expensive one is reused a while.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -177,10 +179,14 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     let _gauges = crate::telemetry::queue_gauges(&backend);
     let pool = (args.admin_pool_size, lock);
     let admin = admin_backend(url, &options, pool, backend.clone()).await?;
+    // One set of whole-table readings (counts by state, per-minute figures) for both
+    // sides: a reading taken for the dashboard serves a ZeroMQ `queue_stats`, and back.
+    let readings = hopper::readings::Readings::default();
     let mut server = None;
     if let (Some(listen), Some(auth)) = (listen, auth) {
         let mut config = ServeConfig::new(backend.clone(), listen.clone(), auth);
         config.admin = Some(admin.clone());
+        config.readings = readings.clone();
         config.node_id = args.node_id.unwrap_or_else(|| {
             hopper_server::stable_node_id(&[&hopper::maintenance::host_name(), schema, &listen])
         });
@@ -214,7 +220,9 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     // One health for the process: the ZeroMQ server's tasks and the HTTP server's.
     let health = server.as_ref().map_or_else(Health::new, |s| s.health());
     let http = match args.http.http {
-        Some(_) => crate::http::start(&args.http, http, admin, prometheus, &health).await?,
+        Some(_) => {
+            crate::http::start(&args.http, http, admin, readings, prometheus, &health).await?
+        }
         None => None,
     };
     tokio::select! {

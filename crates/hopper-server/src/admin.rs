@@ -1,10 +1,14 @@
 //! The admin requests (`list_jobs`, `retry`, `delete`, `retry_failed`, `clear`,
 //! `queue_stats`, `list_queues`, `update_queue`, `list_cron`, `list_nodes`, `job_stats`):
 //! each is one backend call, run in a task like every other database request, and its
-//! result in wire types (`hopper_protocol::convert`).
+//! result in wire types (`hopper_protocol::convert`). The whole-table readings
+//! (`queue_stats`, `job_stats`) go through the server's shared [`Readings`], so that a
+//! flood of them cannot keep the database busy: an expensive reading is served again for a
+//! while, and requests that arrive while one is taken wait for it.
 
 use std::time::Duration;
 
+use hopper::readings::Readings;
 use hopper_core::backend::{JobDeleteParams, JobRetryParams};
 use hopper_core::{Backend, Error, JobStatsParams, QueueUpdate, Result, StatsStore};
 use hopper_protocol::convert;
@@ -13,6 +17,7 @@ use hopper_protocol::{CronInfo, JobInfo, NodeInfo, QueueCounts, QueueInfo, Reply
 /// Runs one admin request.
 pub(crate) async fn handle(
     backend: std::sync::Arc<dyn Backend>,
+    readings: Readings,
     request: Request,
 ) -> Result<Reply> {
     Ok(match request {
@@ -43,8 +48,8 @@ pub(crate) async fn handle(
         },
         Request::QueueStats { req } => Reply::Stats {
             req,
-            queues: backend
-                .queue_stats()
+            queues: readings
+                .queues(backend.queue_stats())
                 .await?
                 .into_iter()
                 .map(QueueCounts::from)
@@ -94,10 +99,11 @@ pub(crate) async fn handle(
             let params = JobStatsParams {
                 window: Duration::from_secs(u64::from(minutes) * 60),
             };
+            let store = stats_store(&*backend, "per-minute job statistics")?;
             Reply::Minutes {
                 req,
-                minutes: stats_store(&*backend, "per-minute job statistics")?
-                    .job_stats_per_minute(&params)
+                minutes: readings
+                    .minutes(minutes, store.job_stats_per_minute(&params))
                     .await?,
             }
         }

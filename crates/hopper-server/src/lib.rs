@@ -46,6 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hopper::maintenance::Housekeeping;
+use hopper::readings::Readings;
 use hopper_core::{Backend, NodeId};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -155,6 +156,14 @@ pub struct ServeConfig {
     /// exported: the span is a child of the submission's `meta.traceparent`). Default:
     /// none, submissions are written straight to `backend`.
     pub client: Option<hopper::Client>,
+    /// The whole-table readings of the `queue_stats` and `job_stats` requests (the counts
+    /// by queue and state, what finished per minute): each reads the jobs table whole, so
+    /// requests that arrive while one is taken share it, and one that took 50 ms or more
+    /// is served again for ten times as long (a minute at most), whoever asks. Give the
+    /// HTTP side the same ([`hopper::readings`]; `hopper serve` does) and the two share
+    /// one reading. Default: [`Readings::default`], its own, under
+    /// [`hopper::readings::StatsReuse::default`].
+    pub readings: Readings,
 }
 
 impl ServeConfig {
@@ -182,6 +191,7 @@ impl ServeConfig {
             unplaceable_delay: Duration::from_secs(1),
             housekeeping: Housekeeping::default(),
             client: None,
+            readings: Readings::default(),
         }
     }
 }

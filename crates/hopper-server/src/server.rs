@@ -583,7 +583,8 @@ impl Core {
             request => {
                 let req = request.req();
                 let admin = self.admin_backend();
-                self.spawn_reply(peer, req, crate::admin::handle(admin, request));
+                let readings = self.config.readings.clone();
+                self.spawn_reply(peer, req, crate::admin::handle(admin, readings, request));
             }
         }
     }

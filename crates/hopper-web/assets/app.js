@@ -22,6 +22,10 @@
   let again = false; // a refresh was asked for while one was running
   let lastOk = 0;
   let newerStack = []; // cursors of the pages before the current one
+  // The overview's page of nodes (a page of the API's size, by name): the cursor it was
+  // asked with ("" for the first) and how many pages came before it.
+  let nodesBefore = "";
+  let nodesPage = 1;
   let currentJob = null;
   let statsAt = 0;
 
@@ -231,7 +235,10 @@
       api("queues"),
       wantStats ? api("stats") : null,
       // A backend that keeps no statistics lists no nodes: the table stays empty.
-      api("nodes").catch(() => ({ nodes: [] })),
+      api("nodes" + (nodesBefore ? "?before=" + encodeURIComponent(nodesBefore) : "")).catch(() => ({
+        nodes: [],
+        next_before: null,
+      })),
     ]);
     show("view-overview");
     for (const s of STATES) {
@@ -301,7 +308,13 @@
         )
       )
     );
-    $("nodes-empty").hidden = nodes.nodes.length > 0;
+    $("nodes-empty").hidden = nodes.nodes.length > 0 || nodesBefore !== "";
+    // More nodes than a page: page through them, as through jobs.
+    $("nodes-pager").hidden = !nodes.next_before && !nodesBefore;
+    $("nodes-next").disabled = !nodes.next_before;
+    $("nodes-next").dataset.cursor = nodes.next_before || "";
+    $("nodes-first").disabled = !nodesBefore;
+    $("nodes-page").textContent = "page " + nodesPage;
     if (stats) {
       statsAt = Date.now();
       drawThroughput(stats);
@@ -322,6 +335,20 @@
     }
     return parts.length ? parts.join(" · ") : "–";
   }
+
+  $("nodes-next").addEventListener("click", () => {
+    const cursor = $("nodes-next").dataset.cursor;
+    if (!cursor) return;
+    nodesBefore = cursor;
+    nodesPage += 1;
+    refresh();
+  });
+
+  $("nodes-first").addEventListener("click", () => {
+    nodesBefore = "";
+    nodesPage = 1;
+    refresh();
+  });
 
   async function setPaused(queue, paused) {
     const action = paused ? "pause" : "resume";

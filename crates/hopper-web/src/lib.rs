@@ -48,7 +48,6 @@ mod dashboard;
 mod error;
 mod health;
 pub mod metrics;
-mod readings;
 mod tls;
 
 use std::future::Future;
@@ -75,7 +74,7 @@ pub use connections::{
 };
 pub use cross_site::AllowedHosts;
 pub use error::{ApiError, Error, Result};
-pub use readings::StatsReuse;
+pub use hopper::readings::{Readings, StatsReuse};
 pub use tls::Tls;
 
 /// The default limit on a request body: 16 MiB, room for a batch of jobs (one job's
@@ -107,7 +106,7 @@ struct Inner {
     prometheus: Option<PrometheusHandle>,
     max_body_bytes: usize,
     body_timeout: Duration,
-    readings: readings::Readings,
+    readings: Readings,
     refusals: Arc<LogThrottle>,
     health: Option<hopper::Health>,
 }
@@ -139,7 +138,7 @@ impl WebState {
                 prometheus: None,
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                 body_timeout: DEFAULT_BODY_TIMEOUT,
-                readings: readings::Readings::default(),
+                readings: Readings::default(),
                 refusals: Arc::new(LogThrottle::per_interval(
                     REFUSALS_LOGGED,
                     REFUSALS_INTERVAL,
@@ -186,12 +185,22 @@ impl WebState {
     /// Sets when the whole-table readings (counts by queue and state, what finished per
     /// minute) are served again instead of taken anew (default [`StatsReuse::default`]: a
     /// reading that took 50 ms or more, for ten times as long as it took, a minute at
-    /// most). Requests that arrive while one is taken share it either way.
+    /// most). Requests that arrive while one is taken share it either way. The same as
+    /// [`WebState::with_readings`] with fresh [`Readings`] under `reuse`.
     pub fn with_stats_reuse(self, reuse: StatsReuse) -> Self {
-        self.map(|inner| inner.readings = readings::Readings::with_reuse(reuse))
+        self.with_readings(Readings::new(reuse))
     }
 
-    pub(crate) fn readings(&self) -> &readings::Readings {
+    /// Takes and reuses the whole-table readings through `readings`, shared with whatever
+    /// else holds a clone of it: `hopper serve` gives the same to its ZeroMQ server
+    /// (`hopper_server::ServeConfig::readings`), so that a reading taken for either side
+    /// serves both. Share them only with surfaces that read the same database.
+    pub fn with_readings(self, readings: Readings) -> Self {
+        self.map(|inner| inner.readings = readings)
+    }
+
+    /// The whole-table readings in use.
+    pub fn readings(&self) -> &Readings {
         &self.inner.readings
     }
 

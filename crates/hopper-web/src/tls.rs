@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -121,17 +120,10 @@ impl Tls {
 
 /// The pair of the files `cert` and `key`, checked (see [`Tls::from_pem_files`]).
 fn read_pair(provider: &CryptoProvider, cert: &Path, key: &Path) -> Result<CertifiedKey> {
-    let refused = |path: &Path, why: &dyn std::fmt::Display| {
-        Error::Config(format!("TLS file {}: {why}", path.display()))
-    };
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(Iterator::collect::<std::result::Result<Vec<_>, _>>)
-        .map_err(|e| refused(cert, &e))?;
-    if chain.is_empty() {
-        return Err(refused(cert, &"no PEM certificate in it"));
-    }
-    let private = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| refused(key, &format!("{e} (an unencrypted PEM private key)")))?;
+    let chain = hopper_pem::certificates(cert)
+        .map_err(|e| Error::Config(format!("TLS certificate file {e}")))?;
+    let private =
+        hopper_pem::private_key(key).map_err(|e| Error::Config(format!("TLS key file {e}")))?;
     certified(provider, chain, private)
 }
 

@@ -210,7 +210,9 @@ async fn plain_http_off_loopback_and_bad_tls_files_are_refused() -> anyhow::Resu
     let missing = dir.join("missing.pem");
     let (cert, key) = (path(&id.cert), path(&id.key));
     let loopback = ["--http", "127.0.0.1:0"];
-    let cases: [(&[&str], &str); 6] = [
+    let missing_said = format!("TLS certificate file {}: no such file", missing.display());
+    let keyless_said = format!("TLS key file {cert}: no PEM private key in it");
+    let cases: [(&[&str], &str); 7] = [
         (&["--http", "0.0.0.0:0"], "off loopback"),
         (&["--http", "[::]:0"], "--http-insecure-plaintext"),
         (
@@ -219,7 +221,15 @@ async fn plain_http_off_loopback_and_bad_tls_files_are_refused() -> anyhow::Resu
                 &["--http-tls-cert", path(&missing), "--http-tls-key", key],
             ]
             .concat(),
-            "missing.pem",
+            &missing_said,
+        ),
+        (
+            &[
+                &loopback[..],
+                &["--http-tls-cert", cert, "--http-tls-key", cert],
+            ]
+            .concat(),
+            &keyless_said,
         ),
         (
             &[

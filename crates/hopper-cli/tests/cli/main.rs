@@ -25,4 +25,5 @@ mod pgbouncer;
 mod queues;
 mod serve_curve;
 mod serve_metrics;
+mod serve_stats;
 mod sqlite_processes;

@@ -22,8 +22,7 @@ use super::mode::Mode;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -160,7 +159,10 @@ impl TlsSettings {
         match &self.client {
             None => Ok(builder.with_no_client_auth()),
             Some((cert, key)) => builder
-                .with_client_auth_cert(load_chain(cert)?, load_key(key)?)
+                .with_client_auth_cert(
+                    hopper_pem::certificates(cert).map_err(|e| format!("sslcert={e}"))?,
+                    hopper_pem::private_key(key).map_err(|e| format!("sslkey={e}"))?,
+                )
                 .map_err(|e| {
                     format!(
                         "sslcert={} and sslkey={}: {e}",
@@ -176,7 +178,8 @@ fn load_roots(roots: &Roots) -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();
     match roots {
         Roots::File(path) => {
-            for cert in load_chain(path)? {
+            let certs = hopper_pem::certificates(path).map_err(|e| format!("sslrootcert={e}"))?;
+            for cert in certs {
                 store
                     .add(cert)
                     .map_err(|e| format!("sslrootcert={}: {e}", path.display()))?;
@@ -199,30 +202,6 @@ fn load_roots(roots: &Roots) -> Result<RootCertStore, String> {
         }
     }
     Ok(store)
-}
-
-/// Every certificate of a PEM file, refusing a missing, unreadable or empty one.
-fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let what = || format!("certificate file {}", path.display());
-    std::fs::metadata(path).map_err(|e| format!("{}: {e}", what()))?;
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{}: {e}", what()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate in it", what()));
-    }
-    Ok(certs)
-}
-
-/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1; not encrypted).
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    std::fs::metadata(path).map_err(|e| format!("key file {}: {e}", path.display()))?;
-    PrivateKeyDer::from_pem_file(path).map_err(|e| {
-        format!(
-            "key file {}: {e} (an unencrypted PEM private key is expected)",
-            path.display()
-        )
-    })
 }
 
 /// The server certificate check of `prefer`, `require` and `verify-ca`. The handshake's

@@ -32,3 +32,4 @@ mod request_timeout;
 mod security;
 mod session;
 mod settings;
+mod stats_reuse;

@@ -13,9 +13,9 @@ use uuid::Uuid;
 use super::object::Object;
 use crate::error::ApiError;
 
-/// The default page size of a job listing.
+/// The default page size of a listing (jobs, nodes).
 pub(crate) const DEFAULT_PAGE: u32 = 50;
-/// The largest page size of a job listing.
+/// The largest page size of a listing (jobs, nodes).
 pub(crate) const MAX_PAGE: u32 = 500;
 /// The longest `delay_ms`: the one bound on durations of every surface.
 pub(crate) const MAX_DELAY_MS: u64 = hopper::limits::MAX_DURATION_MS;
@@ -293,19 +293,7 @@ impl ListQuery {
                 parse_id(&s).map_err(|e| ApiError::bad_request(format!("before: {}", e.message())))
             })
             .transpose()?;
-        let limit = match present(self.limit) {
-            None => DEFAULT_PAGE,
-            Some(s) => s
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=MAX_PAGE).contains(n))
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "limit must be a whole number from 1 to {MAX_PAGE}, got {s:?}"
-                    ))
-                })?,
-        };
+        let limit = page_limit(self.limit)?;
         Ok(ListRequest {
             list: JobListParams {
                 queue,
@@ -320,6 +308,28 @@ impl ListQuery {
             until,
         })
     }
+}
+
+/// The `limit` of a listing's page: [`DEFAULT_PAGE`] when absent or empty, else a whole
+/// number from 1 to [`MAX_PAGE`].
+pub(crate) fn page_limit(limit: Option<String>) -> Result<u32, ApiError> {
+    match limit.filter(|s| !s.trim().is_empty()) {
+        None => Ok(DEFAULT_PAGE),
+        Some(s) => whole_number("limit", &s, MAX_PAGE),
+    }
+}
+
+/// The whole number from 1 to `max` of the query parameter `field`, refused naming it.
+pub(crate) fn whole_number(field: &str, text: &str, max: u32) -> Result<u32, ApiError> {
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "{field} must be a whole number from 1 to {max}, got {text:?}"
+            ))
+        })
 }
 
 fn parse_time(field: &str, s: &str) -> Result<DateTime<Utc>, ApiError> {

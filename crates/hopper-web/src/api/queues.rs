@@ -11,6 +11,7 @@ use hopper::backend::{JobStatsParams, MinuteStats};
 use hopper::{Error, QueueSettings, QueueStats};
 use serde::{Deserialize, Serialize};
 
+use super::input::whole_number;
 use crate::WebState;
 use crate::error::ApiError;
 
@@ -152,18 +153,9 @@ pub(crate) async fn stats(
     query: Result<Query<StatsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Stats>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let window_minutes = match query.minutes.filter(|m| !m.is_empty()) {
+    let window_minutes = match query.minutes.filter(|m| !m.trim().is_empty()) {
         None => DEFAULT_MINUTES,
-        Some(m) => m
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_MINUTES).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "minutes must be a whole number from 1 to {MAX_MINUTES}, got {m:?}"
-                ))
-            })?,
+        Some(m) => whole_number("minutes", &m, MAX_MINUTES)?,
     };
     let queues = state.queue_stats().await?;
     let totals = totals(&queues);

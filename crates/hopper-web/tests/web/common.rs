@@ -140,6 +140,20 @@ impl Web {
 }
 
 /// The `error.code` of an error answer.
+/// Asserts that `GET uri` is refused as invalid input (400), with a message holding
+/// `expected` (the parameter at fault).
+pub async fn assert_refused(web: &Web, uri: &str, expected: &str) -> anyhow::Result<()> {
+    let answer = web.get(uri).await?;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{uri}: {answer:?}");
+    assert_eq!(code(&answer), "invalid_input", "{uri}");
+    assert!(
+        message(&answer).contains(expected),
+        "{uri}: {:?}",
+        message(&answer)
+    );
+    Ok(())
+}
+
 pub fn code(answer: &Answer) -> &str {
     answer.json["error"]["code"].as_str().unwrap_or("")
 }

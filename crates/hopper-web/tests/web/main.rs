@@ -10,6 +10,7 @@ mod dashboard;
 mod jobs;
 mod listing;
 mod meta;
+mod nodes;
 mod scheduling;
 mod security;
 mod stats;

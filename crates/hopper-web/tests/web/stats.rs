@@ -1,4 +1,4 @@
-//! `/api/v1/queues`, `/api/v1/stats`, `/api/v1/nodes` and `/metrics`.
+//! `/api/v1/queues`, `/api/v1/stats` and `/metrics`.
 
 use std::time::Duration;
 
@@ -276,44 +276,6 @@ async fn metrics_show_runtime_counters_and_histograms() -> anyhow::Result<()> {
         has("hopper_jobs{queue=\"metered\",state=\"completed\"} 4"),
         "{page}"
     );
-    Ok(())
-}
-
-/// `GET /api/v1/nodes`: every registered node with its queues, concurrency and last
-/// heartbeat, by name; a deregistered one is gone.
-#[tokio::test]
-async fn nodes_are_listed_with_their_queues_and_last_heartbeat() -> anyhow::Result<()> {
-    let web = Web::new().await?;
-    let answer = web.get("/api/v1/nodes").await?;
-    assert_eq!(answer.status, StatusCode::OK);
-    assert_eq!(answer.json, json!({"nodes": []}));
-
-    let node = hopper::backend::NodeInfo {
-        id: uuid::Uuid::now_v7(),
-        name: "web-7".to_owned(),
-        queues: vec!["mail".to_owned(), "pdf".to_owned()],
-        concurrency: 12,
-    };
-    web.backend().node_heartbeat(&node).await?;
-    let answer = web.get("/api/v1/nodes").await?;
-    assert_eq!(answer.status, StatusCode::OK);
-    let nodes = answer.json["nodes"].as_array().cloned().unwrap_or_default();
-    assert_eq!(nodes.len(), 1, "{}", answer.json);
-    assert_eq!(nodes[0]["id"], node.id.to_string());
-    assert_eq!(nodes[0]["name"], "web-7");
-    assert_eq!(nodes[0]["queues"], json!(["mail", "pdf"]));
-    assert_eq!(nodes[0]["concurrency"], 12);
-    for time in ["started_at", "heartbeat_at"] {
-        let text = nodes[0][time].as_str().unwrap_or_default();
-        assert!(
-            chrono::DateTime::parse_from_rfc3339(text).is_ok(),
-            "{time}: {text}"
-        );
-    }
-
-    let gone = hopper::backend::NodeDeregisterParams { node: node.id };
-    web.backend().node_deregister(&gone).await?;
-    assert_eq!(web.get("/api/v1/nodes").await?.json, json!({"nodes": []}));
     Ok(())
 }
 

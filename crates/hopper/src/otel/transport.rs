@@ -12,8 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hopper_core::error::with_causes;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
 
 /// How long one export may take when `OTEL_EXPORTER_OTLP_TIMEOUT` does not say (the
@@ -56,9 +55,8 @@ pub(super) fn client(
         (None, None) => builder.with_no_client_auth(),
         (Some((cert_var, cert)), Some((key_var, key))) => {
             let chain = certificates(&cert_var, Path::new(&cert))?;
-            let key = PrivateKeyDer::from_pem_file(&key).map_err(|e| {
-                format!("{key_var}={key}: {e} (an unencrypted PEM private key is expected)")
-            })?;
+            let key =
+                hopper_pem::private_key(Path::new(&key)).map_err(|e| format!("{key_var}={e}"))?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| format!("{cert_var} and {key_var}: {e}"))?
@@ -110,17 +108,10 @@ fn system_roots() -> RootCertStore {
     ROOTS.clone()
 }
 
-/// Every certificate of a PEM file, refusing a missing, unreadable or empty one.
+/// Every certificate of the PEM file `path` named by the variable `var`, refusing a
+/// missing, unreadable or empty one in `VAR=PATH: why`.
 fn certificates(var: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let refused = |why: String| format!("{var}={}: {why}", path.display());
-    std::fs::metadata(path).map_err(|e| refused(e.to_string()))?;
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| refused(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(refused("no PEM certificate in it".to_owned()));
-    }
-    Ok(certs)
+    hopper_pem::certificates(path).map_err(|e| format!("{var}={e}"))
 }
 
 /// The HTTP client handed to the exporters: reqwest's, logging each new reason of failure
@@ -197,6 +188,26 @@ mod tests {
             timeout.contains("not a number of milliseconds"),
             "{timeout}"
         );
+    }
+
+    #[test]
+    fn a_client_key_file_without_a_key_is_refused_naming_the_variable() {
+        let key = rcgen::KeyPair::generate().expect("a key pair");
+        let cert = rcgen::CertificateParams::new(vec!["client.test".to_owned()])
+            .and_then(|params| params.self_signed(&key))
+            .expect("a certificate");
+        let path =
+            std::env::temp_dir().join(format!("hopper-otel-client-{}.pem", std::process::id()));
+        std::fs::write(&path, cert.pem()).expect("a temporary file");
+        let path_text = path.display().to_string();
+        // The certificate given as the key too.
+        let refused = refusal(&[
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", path_text.as_str()),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", path_text.as_str()),
+        ]);
+        let _ = std::fs::remove_file(&path);
+        let lacks = format!("OTEL_EXPORTER_OTLP_CLIENT_KEY={path_text}: no PEM private key in it");
+        assert!(refused.starts_with(&lacks), "{refused}");
     }
 
     #[test]

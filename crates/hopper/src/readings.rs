@@ -1,8 +1,10 @@
 //! The whole-table readings (counts by queue and state, what finished per minute) shared
-//! by every request that needs them. Each reads the jobs table whole (there is no index on
-//! the finished states, which would cost every completion), so with a day of finished jobs
-//! kept it takes about a second on a few million rows, and the dashboard asks for three of
-//! them every two seconds per open tab.
+//! by every request that needs them: the HTTP API, the dashboard and `/metrics` of
+//! `hopper-web`, and the `queue_stats` and `job_stats` requests of `hopper serve`'s ZeroMQ
+//! server. Each reads the jobs table whole (there is no index on the finished states, which
+//! would cost every completion), so with a day of finished jobs kept it takes about a
+//! second on a few million rows, and the dashboard asks for three of them every two seconds
+//! per open tab.
 //!
 //! Two rules bound what they cost the database:
 //!
@@ -11,16 +13,25 @@
 //! - **An expensive reading is reused.** One that took at least
 //!   [`StatsReuse::above`] is served again for [`StatsReuse::factor`] times as long as it
 //!   took (at most [`StatsReuse::at_most`]): the database spends at most a tenth of its
-//!   time on each kind of reading, however many dashboards poll. A cheap reading (a small
-//!   table) is never reused: the counts stay exact.
+//!   time on each kind of reading, however many dashboards and scripts poll. A cheap
+//!   reading (a small table) is never reused: the counts stay exact.
+//!
+//! One [`Readings`] serves every surface of a process that reads the same database: its
+//! clones share the readings, so `hopper serve` gives the same one to its HTTP side
+//! (`WebState::with_readings`) and its ZeroMQ server (`ServeConfig::readings`), and a
+//! reading taken for either is served to both.
+//!
+//! It lives here, in the library both surfaces use, rather than in `hopper-core`: it waits
+//! on an async lock and on tokio's clock (paused in its tests), and the core crate has no
+//! runtime.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopper::QueueStats;
-use hopper::backend::MinuteStats;
+use hopper_core::backend::MinuteStats;
+use hopper_core::backend::QueueStats;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -104,9 +115,11 @@ impl<T: Clone> Slot<T> {
     }
 }
 
-/// The readings of one web state, shared by its handlers. Cheap to clone.
+/// The shared readings of one database, each kind taken at most once at a time and reused
+/// under a [`StatsReuse`]. Cheap to clone; clones share the readings. Give one only to
+/// surfaces that read the same database: a reading is served to all of them.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Readings {
+pub struct Readings {
     reuse: StatsReuse,
     queues: Arc<Slot<Vec<QueueStats>>>,
     /// Per window, in minutes: the dashboard asks for one, scripts for a few others.
@@ -120,27 +133,33 @@ type MinuteSlots = HashMap<u32, Arc<Slot<Vec<MinuteStats>>>>;
 const WINDOWS_KEPT: usize = 16;
 
 impl Readings {
-    pub(crate) fn with_reuse(reuse: StatsReuse) -> Self {
+    /// Readings reused under `reuse` ([`Readings::default`]: under
+    /// [`StatsReuse::default`]).
+    pub fn new(reuse: StatsReuse) -> Self {
         Readings {
             reuse,
             ..Readings::default()
         }
     }
 
-    pub(crate) fn reuse(&self) -> StatsReuse {
+    /// When a reading is served again.
+    pub fn reuse(&self) -> StatsReuse {
         self.reuse
     }
 
-    /// The counts by queue and state.
-    pub(crate) async fn queues<E>(
+    /// The counts by queue and state: the last reading if it is still good under the
+    /// reuse rules, else the one `read` takes (`read` is not polled when it is not needed).
+    /// A failed reading is not kept.
+    pub async fn queues<E>(
         &self,
         read: impl Future<Output = Result<Vec<QueueStats>, E>>,
     ) -> Result<Vec<QueueStats>, E> {
         self.queues.get(&self.reuse, read).await
     }
 
-    /// What finished per minute over the last `window` minutes.
-    pub(crate) async fn minutes<E>(
+    /// What finished per minute over the last `window` minutes, as [`Readings::queues`]
+    /// (each window is a reading of its own).
+    pub async fn minutes<E>(
         &self,
         window: u32,
         read: impl Future<Output = Result<Vec<MinuteStats>, E>>,
