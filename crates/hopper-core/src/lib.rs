@@ -22,6 +22,7 @@
 //!   repeated event at most once per interval;
 //! - [`meta`]: job metadata (a JSON object beside the arguments) and the W3C trace
 //!   context kept in it;
+//! - [`value_path`]: how messages name where a value sits (`jobs[2].args.ratio`);
 //! - [`pace`]: how long a node's jobs take, and how many to hold ahead of its free slots
 //!   (the runtime's prefetch, the server's extra credit);
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
@@ -40,6 +41,7 @@ pub mod meta;
 pub mod pace;
 pub mod policy;
 pub mod scheduling;
+pub mod value_path;
 
 pub use backend::{
     AppliedMigration, Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,

@@ -17,9 +17,9 @@
 use ciborium::Value;
 use ciborium::value::Integer;
 use ciborium_ll::{Decoder, Header, simple};
-use hopper_core::log_limit::capped;
 
 use crate::codec::MAX_DEPTH;
+use crate::path::{Step, written};
 
 /// A frame read as one CBOR value.
 #[derive(Debug)]
@@ -63,15 +63,10 @@ thread_local! {
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Where a value sits in the frame.
-enum Step {
-    /// The key of the entry being read, moved here meanwhile (not copied).
-    Key(Value),
-    Index(usize),
-}
-
 struct Reader<'a> {
     decoder: Decoder<&'a [u8]>,
+    /// Where the item being read sits; a map's key is moved here while its value is read
+    /// (not copied).
     path: Vec<Step>,
     refused: Option<String>,
     scratch: Vec<u8>,
@@ -93,18 +88,7 @@ impl Reader<'_> {
         if self.refused.is_some() {
             return;
         }
-        let mut path = String::new();
-        for step in &self.path {
-            match step {
-                Step::Key(key) => {
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push_str(&capped(key.as_text().unwrap_or("?")).to_string());
-                }
-                Step::Index(i) => path.push_str(&format!("[{i}]")),
-            }
-        }
+        let path = written(&self.path);
         self.refused = Some(if path.is_empty() {
             why.to_owned()
         } else {

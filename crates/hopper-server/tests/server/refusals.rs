@@ -103,6 +103,55 @@ async fn nan_infinity_and_undefined_in_args_and_meta_are_refused() -> anyhow::Re
 }
 
 #[tokio::test]
+async fn a_value_of_the_wrong_type_is_refused_naming_its_path() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    let submit = |job: Vec<(&str, Value)>| {
+        map(vec![
+            ("type", text("submit")),
+            ("req", int(2)),
+            ("job", map(job)),
+        ])
+    };
+    for (request, said) in [
+        (
+            map(vec![
+                ("type", text("retry_failed")),
+                ("req", int(2)),
+                ("queue", int(5)),
+            ]),
+            "retry_failed: queue: invalid type: integer `5`, expected a string",
+        ),
+        (
+            submit(vec![("kind", text("k")), ("queue", int(5))]),
+            "submit: job.queue: invalid type: integer `5`, expected a string",
+        ),
+    ] {
+        assert_eq!(
+            refusal(&mut peer, request).await,
+            ("invalid".to_owned(), said.to_owned())
+        );
+    }
+    // A hello with a wrong type is refused alike, and the session goes on.
+    let r = peer
+        .hello("worker", TOKEN, vec![("concurrency", text("x"))])
+        .await;
+    assert_eq!(
+        (text_of(&r, "code"), text_of(&r, "message")),
+        (
+            "invalid",
+            "hello: concurrency: invalid type: string \"x\", expected u32"
+        )
+    );
+    assert_eq!(job_count(&db).await?, 0);
+    peer.send(&submit(vec![("kind", text("k")), ("queue", text("mail"))]))
+        .await;
+    assert_eq!(text_of(&peer.recv().await, "type"), "submitted");
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_negative_run_time_is_refused_and_nothing_is_written() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(5)).await).await;
@@ -283,7 +332,7 @@ async fn a_filter_given_as_an_array_is_refused() -> anyhow::Result<()> {
         ]);
         let (code, message) = refusal(&mut peer, request).await;
         assert_eq!(code, "invalid", "{message}");
-        assert_eq!(message, "list_jobs: filter must be a map, got an array");
+        assert_eq!(message, "list_jobs: filter: must be a map, got an array");
     }
     peer.send(&map(vec![
         ("type", text("list_jobs")),
