@@ -62,8 +62,8 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
 }
 
 /// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread, and values
-/// JSON cannot hold (`undefined`, NaN, ±Infinity), tags and non-text keys anywhere in it.
-/// An error names the path of the value at fault.
+/// JSON cannot hold (`undefined`, NaN, ±Infinity, byte strings, integers below -2^63),
+/// tags and non-text keys anywhere in it. An error names the path of the value at fault.
 pub fn decode_request(frame: &[u8], max_frame: usize) -> Result<Request, DecodeError> {
     decode(frame, max_frame, &Request::TYPES, Strict::Yes)
 }
@@ -994,6 +994,92 @@ mod tests {
             let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
             assert_eq!(err.code, ErrorCode::Invalid, "{err}");
             assert_eq!(err.message, why);
+        }
+    }
+
+    #[test]
+    fn byte_strings_and_integers_beyond_64_bits_are_refused_naming_the_field() {
+        let t = |s: &str| Value::Text(s.into());
+        let bytes = |s: &str| Value::Bytes(s.as_bytes().to_vec());
+        let request = |ty: &str, fields: Vec<(&str, Value)>| {
+            let mut entries = vec![("type", t(ty)), ("req", Value::Integer(6.into()))];
+            entries.extend(fields);
+            cbor(&map(entries))
+        };
+        let submit = |job: Vec<(&str, Value)>| request("submit", vec![("job", map(job))]);
+        let wide = |n: i128| Value::Integer(n.try_into().expect("CBOR holds it"));
+        for (frame, why) in [
+            (
+                request("retry_failed", vec![("queue", bytes("mail"))]),
+                "retry_failed: queue: a byte string",
+            ),
+            (
+                request("status", vec![("id", bytes(&Uuid::nil().to_string()))]),
+                "status: id: a byte string",
+            ),
+            (
+                submit(vec![("kind", bytes("k"))]),
+                "submit: job.kind: a byte string",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    (
+                        "args",
+                        map(vec![("to", Value::Array(vec![t("a"), bytes("b")]))]),
+                    ),
+                ]),
+                "submit: job.args.to[1]: a byte string",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    ("meta", map(vec![("tenant", bytes("acme"))])),
+                ]),
+                "submit: job.meta.tenant: a byte string",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    ("args", map(vec![("n", wide(-(1 << 63) - 1))])),
+                ]),
+                "submit: job.args.n: the integer -9223372036854775809 does not fit in 64 bits",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    ("args", Value::Array(vec![wide(-(1 << 64))])),
+                ]),
+                "submit: job.args[0]: the integer -18446744073709551616 does not fit in 64 bits",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    (
+                        "args",
+                        map(vec![("n", Value::Tag(2, Box::new(bytes("\x01\x00"))))]),
+                    ),
+                ]),
+                "submit: job.args.n: an integer in a CBOR bignum (tag 2) does not fit",
+            ),
+        ] {
+            let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+            assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(6)), "{err}");
+            assert!(err.message.starts_with(why), "{err}");
+        }
+        // The 64-bit extremes are held exactly.
+        let frame = submit(vec![
+            ("kind", t("k")),
+            (
+                "args",
+                Value::Array(vec![wide(i128::from(i64::MIN)), wide(i128::from(u64::MAX))]),
+            ),
+        ]);
+        match decode_request(&frame, MAX_FRAME) {
+            Ok(Request::Submit { job, .. }) => {
+                assert_eq!(job.args, json!([i64::MIN, u64::MAX]));
+            }
+            other => panic!("unexpected {other:?}"),
         }
     }
 

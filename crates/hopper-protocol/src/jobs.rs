@@ -90,7 +90,9 @@ pub struct JobSpec {
     pub id: Option<Uuid>,
     /// The kind of job: which worker runs it.
     pub kind: String,
-    /// The arguments: a JSON-compatible map or array (default `{}`).
+    /// The arguments: a JSON-compatible map or array (default `{}`). Its numbers are
+    /// integers from -2^63 to 2^64 - 1 or doubles: a wider integer is refused (send it as
+    /// text).
     #[serde(default = "empty_object")]
     pub args: serde_json::Value,
     /// The queue (default `"default"`).

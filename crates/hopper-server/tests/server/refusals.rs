@@ -152,6 +152,62 @@ async fn a_value_of_the_wrong_type_is_refused_naming_its_path() -> anyhow::Resul
 }
 
 #[tokio::test]
+async fn byte_strings_and_integers_beyond_64_bits_are_refused_naming_their_path()
+-> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    let bytes = |s: &str| Value::Bytes(s.as_bytes().to_vec());
+    let submit = |job: Vec<(&str, Value)>| {
+        map(vec![
+            ("type", text("submit")),
+            ("req", int(2)),
+            ("job", map(job)),
+        ])
+    };
+    // -2^63 - 1: a CBOR negative integer that no 64-bit integer holds.
+    let below_i64 = Value::Integer((-(1_i128 << 63) - 1).try_into()?);
+    for (request, said) in [
+        (
+            submit(vec![("kind", text("k")), ("queue", bytes("mail"))]),
+            "submit: job.queue: a byte string: the protocol's values are JSON values",
+        ),
+        (
+            submit(vec![("kind", bytes("k"))]),
+            "submit: job.kind: a byte string",
+        ),
+        (
+            submit(vec![
+                ("kind", text("k")),
+                ("args", map(vec![("to", bytes("a@b"))])),
+            ]),
+            "submit: job.args.to: a byte string",
+        ),
+        (
+            submit(vec![
+                ("kind", text("k")),
+                ("args", map(vec![("n", below_i64)])),
+            ]),
+            "submit: job.args.n: the integer -9223372036854775809 does not fit in 64 bits",
+        ),
+    ] {
+        let (code, message) = refusal(&mut peer, request).await;
+        assert_eq!(code, "invalid", "{message}");
+        assert!(message.starts_with(said), "{message}");
+    }
+    assert_eq!(job_count(&db).await?, 0);
+    let lowest = Value::Integer(i64::MIN.into());
+    peer.send(&submit(vec![
+        ("kind", text("k")),
+        ("args", map(vec![("n", lowest)])),
+    ]))
+    .await;
+    assert_eq!(text_of(&peer.recv().await, "type"), "submitted");
+    assert_eq!(job_count(&db).await?, 1);
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_negative_run_time_is_refused_and_nothing_is_written() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(5)).await).await;
