@@ -270,7 +270,9 @@ pub(crate) fn stats_row(s: &QueueStats) -> Vec<String> {
 }
 
 /// The job arguments: inline JSON, `@path` for a file, or `-` for stdin. A file or stdin is
-/// read only just past [`hopper::core::MAX_ARGS_BYTES`] (`@/dev/zero` would never end).
+/// read only just past [`hopper::core::MAX_ARGS_BYTES`] (`@/dev/zero` would never end). An
+/// integer no 64-bit integer holds is refused, not stored rounded
+/// ([`hopper::core::json_numbers`]).
 fn read_args(spec: &str) -> anyhow::Result<serde_json::Value> {
     let (text, source) = if spec == "-" {
         let text = read_bounded(std::io::stdin().lock(), "stdin")?;
@@ -282,7 +284,11 @@ fn read_args(spec: &str) -> anyhow::Result<serde_json::Value> {
     } else {
         (spec.to_owned(), "--args".to_owned())
     };
-    serde_json::from_str(&text).with_context(|| format!("{source} is not valid JSON"))
+    let args =
+        serde_json::from_str(&text).with_context(|| format!("{source} is not valid JSON"))?;
+    hopper::core::json_numbers::check_integers(&text, "args")
+        .map_err(|why| anyhow::anyhow!("{source}: {why}"))?;
+    Ok(args)
 }
 
 /// `input` to its end as text, refused as soon as it passes the arguments' limit:

@@ -185,7 +185,9 @@ pub struct NewJob {
     pub queue: String,
     /// The kind of job: which worker runs it.
     pub kind: String,
-    /// The arguments, as JSON. Must be an object or array, at most [`MAX_ARGS_BYTES`].
+    /// The arguments, as JSON. Must be an object or array, at most [`MAX_ARGS_BYTES`]. Its
+    /// numbers are 64-bit integers or doubles ([`crate::json_numbers`]): send a wider
+    /// integer as a string.
     pub args: serde_json::Value,
     /// Lower runs first.
     pub priority: Priority,
@@ -520,7 +522,8 @@ pub struct JobRecord {
     pub queue: String,
     /// Its kind.
     pub kind: String,
-    /// Its arguments.
+    /// Its arguments. A number is read as a 64-bit integer or a double: an integer beyond
+    /// 64 bits, which only SQL can store, is read rounded ([`crate::json_numbers`]).
     pub args: serde_json::Value,
     /// Its state.
     pub state: JobState,

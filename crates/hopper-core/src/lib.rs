@@ -22,6 +22,9 @@
 //!   repeated event at most once per interval;
 //! - [`meta`]: job metadata (a JSON object beside the arguments) and the W3C trace
 //!   context kept in it;
+//! - [`json_numbers`]: how the numbers of `args` and `meta` are held (64-bit integers or
+//!   doubles), and the check that refuses wider integers in JSON text;
+//! - [`value_path`]: how messages name where a value sits (`jobs[2].args.ratio`);
 //! - [`pace`]: how long a node's jobs take, and how many to hold ahead of its free slots
 //!   (the runtime's prefetch, the server's extra credit);
 //! - [`error`]: the error type ([`Error`]) and its [`Result`] alias.
@@ -32,6 +35,7 @@ pub mod clock;
 pub mod error;
 pub mod job;
 pub mod job_log;
+pub mod json_numbers;
 pub mod lease;
 pub mod limits;
 pub mod liveness;
@@ -40,6 +44,7 @@ pub mod meta;
 pub mod pace;
 pub mod policy;
 pub mod scheduling;
+pub mod value_path;
 
 pub use backend::{
     AppliedMigration, Backend, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,

@@ -22,6 +22,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::json_numbers::check_integers;
 
 /// The largest metadata accepted, as encoded JSON text (16 KiB). Metadata is read with
 /// every claim, so it stays small; larger data belongs in the arguments or elsewhere.
@@ -191,6 +192,7 @@ pub fn validate_meta_filter(filter: &Value) -> Result<()> {
 pub fn parse_meta_filter(text: &str) -> Result<Value> {
     let value: Value = serde_json::from_str(text)
         .map_err(|e| Error::InvalidInput(format!("the meta filter is not valid JSON: {e}")))?;
+    check_integers(text, "the meta filter").map_err(Error::InvalidInput)?;
     validate_meta_filter(&value)?;
     Ok(value)
 }
@@ -199,6 +201,7 @@ pub fn parse_meta_filter(text: &str) -> Result<Value> {
 pub fn parse_meta(text: &str) -> Result<Map<String, Value>> {
     let value: Value = serde_json::from_str(text)
         .map_err(|e| Error::InvalidInput(format!("meta is not valid JSON: {e}")))?;
+    check_integers(text, "meta").map_err(Error::InvalidInput)?;
     validate_meta(&value)?;
     match value {
         Value::Object(map) => Ok(map),
@@ -298,5 +301,16 @@ mod tests {
         assert_eq!(parse_meta(r#"{"a":"b"}"#).ok().map(|m| m.len()), Some(1));
         assert!(parse_meta("{").is_err());
         assert!(parse_meta("[]").is_err());
+        // An integer no 64-bit integer holds would be stored rounded.
+        let wide = parse_meta(r#"{"n": 123456789012345678901}"#);
+        assert!(
+            matches!(&wide, Err(Error::InvalidInput(m)) if m.starts_with("meta.n: the integer 123456789012345678901 does not fit")),
+            "{wide:?}"
+        );
+        let filter = parse_meta_filter(r#"{"n": -9223372036854775809}"#);
+        assert!(
+            matches!(&filter, Err(Error::InvalidInput(m)) if m.starts_with("the meta filter.n: the integer")),
+            "{filter:?}"
+        );
     }
 }

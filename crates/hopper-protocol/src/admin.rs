@@ -30,14 +30,14 @@ pub struct JobFilter {
     /// Only jobs created at or after this instant.
     #[serde(
         default,
-        deserialize_with = "time_str::created_after",
+        deserialize_with = "time_str::optional",
         skip_serializing_if = "Option::is_none"
     )]
     pub created_after: Option<DateTime<Utc>>,
     /// Only jobs created before this instant.
     #[serde(
         default,
-        deserialize_with = "time_str::created_before",
+        deserialize_with = "time_str::optional",
         skip_serializing_if = "Option::is_none"
     )]
     pub created_before: Option<DateTime<Utc>>,

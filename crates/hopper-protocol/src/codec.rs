@@ -3,7 +3,8 @@
 //! Decoding goes in two steps so that every bad frame gets the right error code: the bytes
 //! are read as a generic CBOR value first (not CBOR, or not a map: `bad_frame`), then its
 //! `type` is checked (`unknown_type`), then the map is read as that message (`invalid`,
-//! naming the field). The `req` is picked out of the map first, so even an invalid request
+//! naming the field's path, found by `locate` when serde's message does not say it). The
+//! `req` is picked out of the map first, so even an invalid request
 //! gets an error reply that its sender can match.
 
 use ciborium::Value;
@@ -61,7 +62,8 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
 }
 
 /// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread, and values
-/// JSON cannot hold (`undefined`, NaN, ±Infinity), tags and non-text keys anywhere in it.
+/// JSON cannot hold (`undefined`, NaN, ±Infinity, byte strings, integers below -2^63),
+/// tags and non-text keys anywhere in it. An error names the path of the value at fault.
 pub fn decode_request(frame: &[u8], max_frame: usize) -> Result<Request, DecodeError> {
     decode(frame, max_frame, &Request::TYPES, Strict::Yes)
 }
@@ -158,15 +160,47 @@ fn decode<T: DeserializeOwned>(
             format!("{ty}: {why}"),
         ));
     }
-    let ty = ty.to_owned();
     value.deserialized::<T>().map_err(|e| {
-        let ciborium::value::Error::Custom(why) = e;
+        let why = said(e);
+        let path = crate::locate::locate(&value, &why, |probe| {
+            probe.deserialized::<T>().map(drop).map_err(said)
+        });
+        let at = if path.is_empty() {
+            why
+        } else {
+            format!("{path}: {why}")
+        };
         DecodeError::new(
             ErrorCode::Invalid,
             req,
-            format!("{ty}: {}", echoes_cut(&why)),
+            format!("{ty}: {}", echoes_cut(&in_words(at))),
         )
     })
+}
+
+/// The terse expectations of ciborium's reader (a nested map's fields are read by it),
+/// in the words serde's own use.
+fn in_words(message: String) -> String {
+    const WORDS: [(&str, &str); 6] = [
+        ("expected str", "expected a string"),
+        ("expected (big)int", "expected an integer"),
+        ("expected bool", "expected a boolean"),
+        ("expected f64", "expected a number"),
+        ("expected array", "expected a sequence"),
+        ("expected map", "expected a map"),
+    ];
+    for (terse, words) in WORDS {
+        if let Some(start) = message.strip_suffix(terse) {
+            return format!("{start}{words}");
+        }
+    }
+    message
+}
+
+/// What serde said, from ciborium's error.
+fn said(e: ciborium::value::Error) -> String {
+    let ciborium::value::Error::Custom(why) = e;
+    why
 }
 
 /// The longest message a decoding error is given, whatever a peer sent.
@@ -736,15 +770,18 @@ mod tests {
         let frame = submit(vec![("run_at", Value::Text("infinity".into()))]);
         assert_eq!(
             message(&frame),
-            "submit: job: run_at: not an RFC 3339 time such as 2026-11-22T10:00:00Z: \"infinity\""
+            "submit: job.run_at: not an RFC 3339 time such as 2026-11-22T10:00:00Z: \"infinity\""
         );
         let frame = submit(vec![("run_at", Value::Integer(5.into()))]);
-        assert!(message(&frame).contains("expected an RFC 3339 time for run_at"));
+        assert_eq!(
+            message(&frame),
+            "submit: job.run_at: invalid type: integer `5`, expected an RFC 3339 time"
+        );
         for n in [32768, -32769, i64::MAX] {
             let frame = submit(vec![("priority", Value::Integer(n.into()))]);
             assert_eq!(
                 message(&frame),
-                format!("submit: job: priority: must be -32768..32767 or high/normal/low, got {n}")
+                format!("submit: job.priority: must be -32768..32767 or high/normal/low, got {n}")
             );
         }
         let frame = submit(vec![("priority", Value::Integer((-32768).into()))]);
@@ -758,13 +795,338 @@ mod tests {
             ),
         ]));
         assert!(
-            message(&filter).starts_with("list_jobs: filter: created_before: not an RFC 3339 time")
+            message(&filter).starts_with("list_jobs: filter.created_before: not an RFC 3339 time")
         );
         // A frame cut short.
         let whole = submit(vec![]);
         assert_eq!(
             message(&whole[..whole.len() - 1]),
             "not CBOR: the frame ends in the middle of a value"
+        );
+    }
+
+    #[test]
+    fn every_decode_error_names_the_path_of_the_value_at_fault() {
+        let t = |s: &str| Value::Text(s.into());
+        let n = |i: i64| Value::Integer(i.into());
+        let id = || t(&Uuid::nil().to_string());
+        let request = |ty: &str, fields: Vec<(&str, Value)>| {
+            let mut entries = vec![("type", t(ty))];
+            entries.extend(fields);
+            cbor(&map(entries))
+        };
+        let worker = |field: &str, value: Value| {
+            let mut fields = vec![("req", n(7)), ("version", n(1)), ("role", t("worker"))];
+            fields.retain(|(k, _)| *k != field);
+            fields.push((field, value));
+            request("hello", fields)
+        };
+        let outcome = |fields: Vec<(&str, Value)>| {
+            request(
+                "outcomes",
+                vec![("req", n(7)), ("outcomes", Value::Array(vec![map(fields)]))],
+            )
+        };
+        let cases = [
+            (
+                worker("concurrency", t("x")),
+                "hello: concurrency: invalid type: string \"x\", expected u32",
+            ),
+            (
+                worker("role", t("boss")),
+                "hello: role: unknown variant `boss`, expected `client` or `worker`",
+            ),
+            (
+                worker("kinds", Value::Array(vec![t("a"), n(5)])),
+                "hello: kinds[1]: invalid type: integer `5`, expected a string",
+            ),
+            (
+                worker("queues", t("mail")),
+                "hello: queues: invalid type: string \"mail\", expected a sequence",
+            ),
+            (
+                request("retry_failed", vec![("req", n(7)), ("queue", n(5))]),
+                "retry_failed: queue: invalid type: integer `5`, expected a string",
+            ),
+            (
+                request("status", vec![("id", n(3)), ("req", n(7))]),
+                "status: id: invalid type: integer `3`, expected a string",
+            ),
+            (
+                request("status", vec![("req", t("x")), ("id", id())]),
+                "status: req: invalid type: string \"x\", expected u64",
+            ),
+            (
+                request(
+                    "extend",
+                    vec![
+                        ("req", n(7)),
+                        ("id", id()),
+                        ("attempt", n(1)),
+                        ("by_ms", n(-1)),
+                    ],
+                ),
+                "extend: by_ms: invalid value: integer `-1`, expected u64",
+            ),
+            (
+                request(
+                    "completed",
+                    vec![("req", n(7)), ("id", n(5)), ("attempt", n(1))],
+                ),
+                "completed: id: invalid type: integer `5`, expected a string",
+            ),
+            (
+                request(
+                    "submit",
+                    vec![
+                        ("req", n(7)),
+                        ("job", map(vec![("kind", t("k")), ("queue", n(5))])),
+                    ],
+                ),
+                "submit: job.queue: invalid type: integer `5`, expected a string",
+            ),
+            (
+                request(
+                    "submit_batch",
+                    vec![
+                        ("req", n(7)),
+                        (
+                            "jobs",
+                            Value::Array(vec![
+                                map(vec![("kind", t("k"))]),
+                                map(vec![("kind", n(1))]),
+                            ]),
+                        ),
+                    ],
+                ),
+                "submit_batch: jobs[1].kind: invalid type: integer `1`, expected a string",
+            ),
+            (
+                outcome(vec![
+                    ("outcome", t("completed")),
+                    ("id", n(5)),
+                    ("attempt", n(1)),
+                ]),
+                "outcomes: outcomes[0].id: invalid type: integer `5`, expected a string",
+            ),
+            (
+                outcome(vec![
+                    ("outcome", t("finished")),
+                    ("id", id()),
+                    ("attempt", n(1)),
+                ]),
+                "outcomes: outcomes[0].outcome: unknown variant `finished`, expected one of \
+                 `completed`, `failed`, `snoozed`, `released`",
+            ),
+            (
+                request(
+                    "heartbeat",
+                    vec![
+                        ("req", n(7)),
+                        (
+                            "leases",
+                            Value::Array(vec![map(vec![("id", id()), ("attempt", t("x"))])]),
+                        ),
+                    ],
+                ),
+                "heartbeat: leases[0].attempt: invalid type: string \"x\", expected an integer",
+            ),
+            (
+                request(
+                    "update_queue",
+                    vec![
+                        ("req", n(7)),
+                        (
+                            "update",
+                            map(vec![
+                                ("queue", t("q")),
+                                ("rate", map(vec![("jobs", t("x")), ("per_ms", n(1))])),
+                            ]),
+                        ),
+                    ],
+                ),
+                "update_queue: update.rate.jobs: invalid type: string \"x\", expected an integer",
+            ),
+            (
+                request(
+                    "log",
+                    vec![
+                        ("req", n(7)),
+                        ("id", id()),
+                        ("attempt", n(1)),
+                        (
+                            "lines",
+                            Value::Array(vec![map(vec![("level", n(5)), ("message", t("m"))])]),
+                        ),
+                    ],
+                ),
+                "log: lines[0].level: invalid type: integer `5`, expected a string",
+            ),
+            // A missing field is named by the map that lacks it.
+            (
+                request(
+                    "submit",
+                    vec![("req", n(7)), ("job", map(vec![("args", map(vec![]))]))],
+                ),
+                "submit: job: missing field `kind`",
+            ),
+            (
+                request("hello", vec![("req", n(7)), ("version", n(1))]),
+                "hello: missing field `role`",
+            ),
+            (
+                request(
+                    "failed",
+                    vec![("req", n(7)), ("id", id()), ("attempt", n(1))],
+                ),
+                "failed: missing field `error`",
+            ),
+            // No one value is at fault.
+            (
+                request(
+                    "retry_failed",
+                    vec![("req", n(7)), ("queue", t("a")), ("queue", n(5))],
+                ),
+                "retry_failed: duplicate field `queue`",
+            ),
+        ];
+        for (frame, why) in cases {
+            let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+            assert_eq!(err.code, ErrorCode::Invalid, "{err}");
+            assert_eq!(err.message, why);
+        }
+    }
+
+    #[test]
+    fn byte_strings_and_integers_beyond_64_bits_are_refused_naming_the_field() {
+        let t = |s: &str| Value::Text(s.into());
+        let bytes = |s: &str| Value::Bytes(s.as_bytes().to_vec());
+        let request = |ty: &str, fields: Vec<(&str, Value)>| {
+            let mut entries = vec![("type", t(ty)), ("req", Value::Integer(6.into()))];
+            entries.extend(fields);
+            cbor(&map(entries))
+        };
+        let submit = |job: Vec<(&str, Value)>| request("submit", vec![("job", map(job))]);
+        let wide = |n: i128| Value::Integer(n.try_into().expect("CBOR holds it"));
+        for (frame, why) in [
+            (
+                request("retry_failed", vec![("queue", bytes("mail"))]),
+                "retry_failed: queue: a byte string",
+            ),
+            (
+                request("status", vec![("id", bytes(&Uuid::nil().to_string()))]),
+                "status: id: a byte string",
+            ),
+            (
+                submit(vec![("kind", bytes("k"))]),
+                "submit: job.kind: a byte string",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    (
+                        "args",
+                        map(vec![("to", Value::Array(vec![t("a"), bytes("b")]))]),
+                    ),
+                ]),
+                "submit: job.args.to[1]: a byte string",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    ("meta", map(vec![("tenant", bytes("acme"))])),
+                ]),
+                "submit: job.meta.tenant: a byte string",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    ("args", map(vec![("n", wide(-(1 << 63) - 1))])),
+                ]),
+                "submit: job.args.n: the integer -9223372036854775809 does not fit in 64 bits",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    ("args", Value::Array(vec![wide(-(1 << 64))])),
+                ]),
+                "submit: job.args[0]: the integer -18446744073709551616 does not fit in 64 bits",
+            ),
+            (
+                submit(vec![
+                    ("kind", t("k")),
+                    (
+                        "args",
+                        map(vec![("n", Value::Tag(2, Box::new(bytes("\x01\x00"))))]),
+                    ),
+                ]),
+                "submit: job.args.n: an integer in a CBOR bignum (tag 2) does not fit",
+            ),
+        ] {
+            let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+            assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(6)), "{err}");
+            assert!(err.message.starts_with(why), "{err}");
+        }
+        // The 64-bit extremes are held exactly.
+        let frame = submit(vec![
+            ("kind", t("k")),
+            (
+                "args",
+                Value::Array(vec![wide(i128::from(i64::MIN)), wide(i128::from(u64::MAX))]),
+            ),
+        ]);
+        match decode_request(&frame, MAX_FRAME) {
+            Ok(Request::Submit { job, .. }) => {
+                assert_eq!(job.args, json!([i64::MIN, u64::MAX]));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_field_at_fault_is_found_among_many() {
+        // 100,000 unknown keys and one bad value, last: found by halving, not one by one.
+        let mut entries: Vec<(Value, Value)> = (0..100_000)
+            .map(|i| (Value::Text(format!("k{i}")), Value::Null))
+            .collect();
+        entries.insert(
+            0,
+            (
+                Value::Text("type".into()),
+                Value::Text("retry_failed".into()),
+            ),
+        );
+        entries.push((Value::Text("queue".into()), Value::Integer(5.into())));
+        entries.push((Value::Text("req".into()), Value::Integer(1.into())));
+        let err = decode_request(&cbor(&Value::Map(entries)), MAX_FRAME).expect_err("refused");
+        assert_eq!(
+            err.message,
+            "retry_failed: queue: invalid type: integer `5`, expected a string"
+        );
+        // So is a bad item among 10,000 outcomes.
+        let good = || {
+            map(vec![
+                ("outcome", Value::Text("released".into())),
+                ("id", Value::Text(Uuid::nil().to_string())),
+                ("attempt", Value::Integer(1.into())),
+            ])
+        };
+        let mut items: Vec<Value> = (0..10_000).map(|_| good()).collect();
+        items[7_777] = map(vec![
+            ("outcome", Value::Text("released".into())),
+            ("id", Value::Text(Uuid::nil().to_string())),
+            ("attempt", Value::Text("one".into())),
+        ]);
+        let frame = cbor(&map(vec![
+            ("type", Value::Text("outcomes".into())),
+            ("req", Value::Integer(2.into())),
+            ("outcomes", Value::Array(items)),
+        ]));
+        let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+        assert!(
+            err.message
+                .starts_with("outcomes: outcomes[7777].attempt: invalid type"),
+            "{err}"
         );
     }
 
@@ -830,15 +1192,15 @@ mod tests {
         for (frame, why) in [
             (
                 request("list_jobs", "filter", Value::Array(vec![])),
-                "list_jobs: filter must be a map, got an array",
+                "list_jobs: filter: must be a map, got an array",
             ),
             (
                 request("list_jobs", "filter", Value::Array(vec![text("mail")])),
-                "list_jobs: filter must be a map, got an array",
+                "list_jobs: filter: must be a map, got an array",
             ),
             (
                 request("submit", "job", Value::Array(vec![text("k")])),
-                "submit: job must be a map, got an array",
+                "submit: job: must be a map, got an array",
             ),
             (
                 request(
@@ -846,15 +1208,15 @@ mod tests {
                     "jobs",
                     Value::Array(vec![Value::Array(vec![text("k")])]),
                 ),
-                "submit_batch: jobs[0] must be a map, got an array",
+                "submit_batch: jobs[0]: must be a map, got an array",
             ),
             (
                 request("heartbeat", "leases", Value::Array(vec![lease])),
-                "heartbeat: leases[0] must be a map, got an array",
+                "heartbeat: leases[0]: must be a map, got an array",
             ),
             (
                 request("update_queue", "update", Value::Array(vec![text("q")])),
-                "update_queue: update must be a map, got an array",
+                "update_queue: update: must be a map, got an array",
             ),
             (
                 request(
@@ -862,7 +1224,7 @@ mod tests {
                     "outcomes",
                     Value::Array(vec![Value::Array(vec![text("released")])]),
                 ),
-                "outcomes: outcomes[0] must be a map, got an array",
+                "outcomes: outcomes[0]: must be a map, got an array",
             ),
         ] {
             let err = decode_request(&frame, MAX_FRAME).expect_err("refused");

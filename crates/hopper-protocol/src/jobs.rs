@@ -26,7 +26,7 @@ impl<'de> Deserialize<'de> for PriorityValue {
     }
 }
 
-const PRIORITY_RANGE: &str = "priority: must be -32768..32767 or high/normal/low";
+const PRIORITY_RANGE: &str = "must be -32768..32767 or high/normal/low";
 
 struct PriorityVisitor;
 
@@ -90,7 +90,9 @@ pub struct JobSpec {
     pub id: Option<Uuid>,
     /// The kind of job: which worker runs it.
     pub kind: String,
-    /// The arguments: a JSON-compatible map or array (default `{}`).
+    /// The arguments: a JSON-compatible map or array (default `{}`). Its numbers are
+    /// integers from -2^63 to 2^64 - 1 or doubles: a wider integer is refused (send it as
+    /// text).
     #[serde(default = "empty_object")]
     pub args: serde_json::Value,
     /// The queue (default `"default"`).
@@ -102,7 +104,7 @@ pub struct JobSpec {
     /// Not before this instant (RFC 3339).
     #[serde(
         default,
-        deserialize_with = "time_str::run_at",
+        deserialize_with = "time_str::optional",
         skip_serializing_if = "Option::is_none"
     )]
     pub run_at: Option<DateTime<Utc>>,
@@ -168,7 +170,7 @@ pub struct LogLineSpec {
     /// When it was written (RFC 3339; default: when the server received it).
     #[serde(
         default,
-        deserialize_with = "time_str::at",
+        deserialize_with = "time_str::optional",
         skip_serializing_if = "Option::is_none"
     )]
     pub at: Option<DateTime<Utc>>,

@@ -77,7 +77,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The job.
-        #[serde(deserialize_with = "map_only::job")]
+        #[serde(deserialize_with = "map_only::one")]
         job: JobSpec,
     },
     /// Submit many jobs in one transaction: all or none. Reply: `submitted`.
@@ -85,7 +85,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The jobs.
-        #[serde(deserialize_with = "map_only::jobs")]
+        #[serde(deserialize_with = "map_only::each")]
         jobs: Vec<JobSpec>,
     },
     /// Read a job. Reply: `job`, or `not_found`.
@@ -144,7 +144,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// Every order the worker still holds (started or not).
-        #[serde(default, deserialize_with = "map_only::leases")]
+        #[serde(default, deserialize_with = "map_only::each")]
         leases: Vec<LeaseRef>,
     },
     /// Extend one lease to `by_ms` from now (a long job). Reply: `ack`.
@@ -172,7 +172,7 @@ pub enum Request {
         /// The attempt from the order.
         attempt: i32,
         /// The lines, oldest first.
-        #[serde(deserialize_with = "map_only::lines")]
+        #[serde(deserialize_with = "map_only::each")]
         lines: Vec<LogLineSpec>,
         /// Lines the worker wrote but did not send (past its own bound), counted as
         /// dropped (default 0).
@@ -205,7 +205,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The outcomes.
-        #[serde(deserialize_with = "map_only::outcomes")]
+        #[serde(deserialize_with = "map_only::each")]
         outcomes: Vec<OutcomeItem>,
     },
     /// Admin: list jobs, newest first. Reply: `jobs`.
@@ -213,7 +213,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The filters, cursor and page size.
-        #[serde(default, deserialize_with = "map_only::filter")]
+        #[serde(default, deserialize_with = "map_only::one")]
         filter: JobFilter,
     },
     /// Admin: put a failed or cancelled job back to `available` with fresh attempts.
@@ -268,7 +268,7 @@ pub enum Request {
         /// The request number.
         req: u64,
         /// The change.
-        #[serde(deserialize_with = "map_only::update")]
+        #[serde(deserialize_with = "map_only::one")]
         update: QueueChange,
     },
     /// Admin: every registered periodic job. Reply: `cron`.

@@ -9,17 +9,23 @@
 //! - the bytes are not one well-formed CBOR item, or nest too deep: the frame cannot be
 //!   read at all ([`read`] fails; `bad_frame`);
 //! - the item is well-formed but holds a value the protocol has no use for (`undefined`,
-//!   a non-finite float, a tag, a map key that is not text): it is read on, so that the
-//!   request's `req` can still be answered, and the first such value is named by its
-//!   path in [`Read::refused`] (`invalid`, for a request; a reply is read as ciborium
-//!   would: `undefined` as null, the rest as sent).
+//!   a non-finite float, a byte string, an integer below -2^63, a tag, a map key that is
+//!   not text): it is read on, so that the request's `req` can still be answered, and the
+//!   first such value is named by its path in [`Read::refused`] (`invalid`, for a
+//!   request; a reply is read as ciborium would: `undefined` as null, the rest as sent).
+//!
+//! Every value of the protocol is text, a number, a boolean, null, an array or a map with
+//! text keys: what JSON holds, as `args` and `meta` are JSON. A byte string is refused
+//! wherever it is (serde would read one as text, where a field wants text), and so is an
+//! integer that JSON numbers, read as 64-bit integers, cannot hold exactly: CBOR's
+//! negative integers reach -2^64, and a bignum (tags 2 and 3) any size.
 
 use ciborium::Value;
 use ciborium::value::Integer;
 use ciborium_ll::{Decoder, Header, simple};
-use hopper_core::log_limit::capped;
 
 use crate::codec::MAX_DEPTH;
+use crate::path::{Step, written};
 
 /// A frame read as one CBOR value.
 #[derive(Debug)]
@@ -54,6 +60,14 @@ pub(crate) fn read(frame: &[u8]) -> Result<Read, String> {
     })
 }
 
+/// Why an integer beyond 64 bits is refused, after what it is.
+const WIDE: &str = "does not fit in 64 bits: numbers are JSON numbers, read as 64-bit \
+                    integers or doubles; send it as a string";
+
+/// CBOR's tags of an unsigned and a negative bignum (RFC 8949 §3.4.3).
+const BIGNUM: u64 = 2;
+const NEGATIVE_BIGNUM: u64 = 3;
+
 /// How much of a text or byte string is copied at a time.
 const SCRATCH_BYTES: usize = 4096;
 
@@ -63,15 +77,10 @@ thread_local! {
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Where a value sits in the frame.
-enum Step {
-    /// The key of the entry being read, moved here meanwhile (not copied).
-    Key(Value),
-    Index(usize),
-}
-
 struct Reader<'a> {
     decoder: Decoder<&'a [u8]>,
+    /// Where the item being read sits; a map's key is moved here while its value is read
+    /// (not copied).
     path: Vec<Step>,
     refused: Option<String>,
     scratch: Vec<u8>,
@@ -93,18 +102,7 @@ impl Reader<'_> {
         if self.refused.is_some() {
             return;
         }
-        let mut path = String::new();
-        for step in &self.path {
-            match step {
-                Step::Key(key) => {
-                    if !path.is_empty() {
-                        path.push('.');
-                    }
-                    path.push_str(&capped(key.as_text().unwrap_or("?")).to_string());
-                }
-                Step::Index(i) => path.push_str(&format!("[{i}]")),
-            }
-        }
+        let path = written(&self.path);
         self.refused = Some(if path.is_empty() {
             why.to_owned()
         } else {
@@ -121,8 +119,13 @@ impl Reader<'_> {
         Ok(match header {
             Header::Positive(n) => Value::Integer(n.into()),
             Header::Negative(n) => {
-                // CBOR's negative integers run down to -2^64, which Integer holds.
-                let n = Integer::try_from(-1 - i128::from(n))
+                // CBOR's negative integers run down to -2^64, which Integer holds; JSON
+                // numbers, read as 64-bit integers, stop at -2^63.
+                let n = -1 - i128::from(n);
+                if i64::try_from(n).is_err() {
+                    self.refuse(&format!("the integer {n} {WIDE}"));
+                }
+                let n = Integer::try_from(n)
                     .map_err(|_| "a negative integer out of range".to_owned())?;
                 Value::Integer(n)
             }
@@ -146,6 +149,10 @@ impl Reader<'_> {
                     "the CBOR simple value {n} is not one the protocol uses"
                 ));
             }
+            Header::Tag(tag @ (BIGNUM | NEGATIVE_BIGNUM)) => {
+                self.refuse(&format!("an integer in a CBOR bignum (tag {tag}) {WIDE}"));
+                Value::Tag(tag, Box::new(self.item(depth + 1)?))
+            }
             Header::Tag(tag) => {
                 self.refuse(&format!(
                     "a CBOR tag ({tag}): the protocol uses none, send the value untagged"
@@ -163,6 +170,10 @@ impl Reader<'_> {
                         bytes.extend_from_slice(chunk);
                     }
                 }
+                self.refuse(
+                    "a byte string: the protocol's values are JSON values, send text as a \
+                     CBOR text string",
+                );
                 Value::Bytes(bytes)
             }
             Header::Text(len) => Value::Text(self.text(len)?),
@@ -178,10 +189,16 @@ impl Reader<'_> {
             Header::Map(len) => {
                 let mut entries = Vec::new();
                 while self.more(len, entries.len())? {
+                    let clean = self.refused.is_none();
                     let key = self.item(depth + 1)?;
                     let text = key.is_text();
                     self.path.push(Step::Key(key));
                     if !text {
+                        // What is wrong with the key itself (a byte string, a tag) matters
+                        // less than that it is not text.
+                        if clean {
+                            self.refused = None;
+                        }
                         self.refuse("map keys must be text");
                     }
                     let value = self.item(depth + 1)?;
@@ -263,6 +280,46 @@ mod tests {
                 .expect("refused")
                 .starts_with("id: a CBOR tag (37)")
         );
+        // A byte string, anywhere: {"job": {"kind": h'6b'}}, {"a": [h'00']}.
+        for bytes in [
+            &b"\xa1\x63job\xa1\x64kind\x41k"[..],
+            b"\xa1\x61a\x81\x41\x00",
+        ] {
+            let why = refused(bytes).expect("refused");
+            assert!(
+                why.starts_with("job.kind: a byte string")
+                    || why.starts_with("a[0]: a byte string"),
+                "{why}"
+            );
+        }
+        // A byte-string key is a key that is not text.
+        assert_eq!(
+            refused(b"\xa1\x41k\x01").as_deref(),
+            Some("?: map keys must be text")
+        );
+        // Integers JSON numbers cannot hold exactly: below -2^63, or in a bignum.
+        let wide = [
+            (
+                &b"\xa1\x61n\x3b\x80\x00\x00\x00\x00\x00\x00\x00"[..],
+                "n: the integer -9223372036854775809 does not fit in 64 bits",
+            ),
+            (
+                b"\xa1\x61n\x3b\xff\xff\xff\xff\xff\xff\xff\xff",
+                "n: the integer -18446744073709551616 does not fit in 64 bits",
+            ),
+            (
+                b"\xa1\x61n\xc2\x49\x01\x00\x00\x00\x00\x00\x00\x00\x00",
+                "n: an integer in a CBOR bignum (tag 2) does not fit in 64 bits",
+            ),
+        ];
+        for (frame, why) in wide {
+            let refused = refused(frame).expect("refused");
+            assert!(refused.starts_with(why), "{refused}");
+            assert!(refused.ends_with("send it as a string"), "{refused}");
+        }
+        // The 64-bit extremes pass: -2^63 and 2^64 - 1.
+        assert_eq!(refused(b"\x3b\x7f\xff\xff\xff\xff\xff\xff\xff"), None);
+        assert_eq!(refused(b"\x1b\xff\xff\xff\xff\xff\xff\xff\xff"), None);
         // Ordinary values pass, and read as ciborium reads them.
         let fine = b"\xa3\x61a\xfb\x3f\xb9\x99\x99\x99\x99\x99\x9a\x61b\xf6\x61c\x7f\x61x\x61y\xff";
         let read = read(fine).expect("well-formed");

@@ -1,8 +1,9 @@
 //! Reading the optional RFC 3339 times a peer sends (`run_at`, a log line's `at`, a
-//! filter's `created_after` and `created_before`) with errors that name the field and say
-//! what was expected, in words: chrono's own say "input contains invalid characters" and
-//! no more. Use with `#[serde(default, deserialize_with = "time_str::run_at")]`; times are
-//! written as chrono writes them.
+//! filter's `created_after` and `created_before`) with errors that say what was expected,
+//! in words: chrono's own say "input contains invalid characters" and no more. The decoder
+//! names the field (`crate::locate`). Use with
+//! `#[serde(default, deserialize_with = "time_str::optional")]`; times are written as chrono
+//! writes them.
 
 use std::fmt;
 
@@ -12,21 +13,18 @@ use serde::Deserializer;
 use serde::de::{self, Visitor};
 
 /// Reads `null` (or nothing) as `None` and an RFC 3339 string as the instant; anything
-/// else fails naming `field`.
-fn optional<'de, D: Deserializer<'de>>(
-    d: D,
-    field: &'static str,
-) -> Result<Option<DateTime<Utc>>, D::Error> {
-    d.deserialize_option(Instant(field))
+/// else fails.
+pub(crate) fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    d.deserialize_option(Instant)
 }
 
-struct Instant(&'static str);
+struct Instant;
 
 impl<'de> Visitor<'de> for Instant {
     type Value = Option<DateTime<Utc>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "an RFC 3339 time for {}", self.0)
+        f.write_str("an RFC 3339 time")
     }
 
     fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
@@ -44,34 +42,9 @@ impl<'de> Visitor<'de> for Instant {
     fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
         text.parse::<DateTime<Utc>>().map(Some).map_err(|_| {
             E::custom(format!(
-                "{}: not an RFC 3339 time such as 2026-11-22T10:00:00Z: {:?}",
-                self.0,
+                "not an RFC 3339 time such as 2026-11-22T10:00:00Z: {:?}",
                 capped(text).to_string()
             ))
         })
     }
-}
-
-/// A job's `run_at`.
-pub(crate) fn run_at<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
-    optional(d, "run_at")
-}
-
-/// A log line's `at`.
-pub(crate) fn at<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
-    optional(d, "at")
-}
-
-/// A job filter's `created_after`.
-pub(crate) fn created_after<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<DateTime<Utc>>, D::Error> {
-    optional(d, "created_after")
-}
-
-/// A job filter's `created_before`.
-pub(crate) fn created_before<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<DateTime<Utc>>, D::Error> {
-    optional(d, "created_before")
 }

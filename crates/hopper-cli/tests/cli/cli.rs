@@ -539,6 +539,14 @@ async fn bad_input_is_refused_and_writes_nothing() {
     let cases: &[(&[&str], &str)] = &[
         (&["--args", "{not json"], "--args is not valid JSON"),
         (&["--args", "3"], "args must be a JSON object or array"),
+        (
+            &["--args", r#"{"id": [123456789012345678901]}"#],
+            "--args: args.id[0]: the integer 123456789012345678901 does not fit in 64 bits",
+        ),
+        (
+            &["--meta", r#"{"n": -9223372036854775809}"#],
+            "--meta: meta.n: the integer -9223372036854775809 does not fit in 64 bits",
+        ),
         (&["--args", "@/nonexistent/args.json"], "cannot read --args"),
         (&["--queue", "it's"], "queue name"),
         (&["--queue", "q;drop table jobs"], "queue name"),

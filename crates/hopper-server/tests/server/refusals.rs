@@ -103,6 +103,111 @@ async fn nan_infinity_and_undefined_in_args_and_meta_are_refused() -> anyhow::Re
 }
 
 #[tokio::test]
+async fn a_value_of_the_wrong_type_is_refused_naming_its_path() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    let submit = |job: Vec<(&str, Value)>| {
+        map(vec![
+            ("type", text("submit")),
+            ("req", int(2)),
+            ("job", map(job)),
+        ])
+    };
+    for (request, said) in [
+        (
+            map(vec![
+                ("type", text("retry_failed")),
+                ("req", int(2)),
+                ("queue", int(5)),
+            ]),
+            "retry_failed: queue: invalid type: integer `5`, expected a string",
+        ),
+        (
+            submit(vec![("kind", text("k")), ("queue", int(5))]),
+            "submit: job.queue: invalid type: integer `5`, expected a string",
+        ),
+    ] {
+        assert_eq!(
+            refusal(&mut peer, request).await,
+            ("invalid".to_owned(), said.to_owned())
+        );
+    }
+    // A hello with a wrong type is refused alike, and the session goes on.
+    let r = peer
+        .hello("worker", TOKEN, vec![("concurrency", text("x"))])
+        .await;
+    assert_eq!(
+        (text_of(&r, "code"), text_of(&r, "message")),
+        (
+            "invalid",
+            "hello: concurrency: invalid type: string \"x\", expected u32"
+        )
+    );
+    assert_eq!(job_count(&db).await?, 0);
+    peer.send(&submit(vec![("kind", text("k")), ("queue", text("mail"))]))
+        .await;
+    assert_eq!(text_of(&peer.recv().await, "type"), "submitted");
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn byte_strings_and_integers_beyond_64_bits_are_refused_naming_their_path()
+-> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    let bytes = |s: &str| Value::Bytes(s.as_bytes().to_vec());
+    let submit = |job: Vec<(&str, Value)>| {
+        map(vec![
+            ("type", text("submit")),
+            ("req", int(2)),
+            ("job", map(job)),
+        ])
+    };
+    // -2^63 - 1: a CBOR negative integer that no 64-bit integer holds.
+    let below_i64 = Value::Integer((-(1_i128 << 63) - 1).try_into()?);
+    for (request, said) in [
+        (
+            submit(vec![("kind", text("k")), ("queue", bytes("mail"))]),
+            "submit: job.queue: a byte string: the protocol's values are JSON values",
+        ),
+        (
+            submit(vec![("kind", bytes("k"))]),
+            "submit: job.kind: a byte string",
+        ),
+        (
+            submit(vec![
+                ("kind", text("k")),
+                ("args", map(vec![("to", bytes("a@b"))])),
+            ]),
+            "submit: job.args.to: a byte string",
+        ),
+        (
+            submit(vec![
+                ("kind", text("k")),
+                ("args", map(vec![("n", below_i64)])),
+            ]),
+            "submit: job.args.n: the integer -9223372036854775809 does not fit in 64 bits",
+        ),
+    ] {
+        let (code, message) = refusal(&mut peer, request).await;
+        assert_eq!(code, "invalid", "{message}");
+        assert!(message.starts_with(said), "{message}");
+    }
+    assert_eq!(job_count(&db).await?, 0);
+    let lowest = Value::Integer(i64::MIN.into());
+    peer.send(&submit(vec![
+        ("kind", text("k")),
+        ("args", map(vec![("n", lowest)])),
+    ]))
+    .await;
+    assert_eq!(text_of(&peer.recv().await, "type"), "submitted");
+    assert_eq!(job_count(&db).await?, 1);
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_negative_run_time_is_refused_and_nothing_is_written() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(5)).await).await;
@@ -283,7 +388,7 @@ async fn a_filter_given_as_an_array_is_refused() -> anyhow::Result<()> {
         ]);
         let (code, message) = refusal(&mut peer, request).await;
         assert_eq!(code, "invalid", "{message}");
-        assert_eq!(message, "list_jobs: filter must be a map, got an array");
+        assert_eq!(message, "list_jobs: filter: must be a map, got an array");
     }
     peer.send(&map(vec![
         ("type", text("list_jobs")),

@@ -18,8 +18,10 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use axum::{Extension, Json, Router};
+use hopper::core::json_numbers::check_integers;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use serde_json::value::RawValue;
 
 use crate::WebState;
 use crate::auth::Role;
@@ -80,7 +82,9 @@ pub(crate) async fn method_not_allowed(method: Method, OriginalUri(uri): Origina
 }
 
 /// A JSON object body, refused with hopper's error shape instead of axum's plain text
-/// (an array or a scalar is refused too: see [`Object`]).
+/// (an array or a scalar is refused too: see [`Object`]), and refused when it holds an
+/// integer no 64-bit integer holds, which serde_json would read as the nearest double
+/// ([`hopper::core::json_numbers`]): the message names its path (`args.id: the integer …`).
 #[derive(Debug)]
 pub(crate) struct ApiJson<T>(pub T);
 
@@ -92,7 +96,13 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<Object<T>>::from_request(req, state).await {
+        // JSON first (the content type, the size, the syntax), its integers then, and
+        // only then `T`, whose fields would take a wide integer for a double.
+        let Json(body) = Json::<Box<RawValue>>::from_request(req, state)
+            .await
+            .map_err(json_rejection)?;
+        check_integers(body.get(), "").map_err(ApiError::bad_request)?;
+        match Json::<Object<T>>::from_bytes(body.get().as_bytes()) {
             Ok(Json(Object(value))) => Ok(ApiJson(value)),
             Err(rejection) => Err(json_rejection(rejection)),
         }

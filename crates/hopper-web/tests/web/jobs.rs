@@ -90,6 +90,60 @@ async fn enqueue_defaults_and_delay() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn an_integer_beyond_64_bits_is_refused_naming_its_path() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    let post = |uri: &str, body: &'static str| {
+        axum::http::Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(axum::body::Body::from(body))
+    };
+    for (uri, body, said) in [
+        (
+            "/api/v1/jobs",
+            r#"{"kind": "k", "args": {"id": 123456789012345678901}}"#,
+            "args.id: the integer 123456789012345678901 does not fit in 64 bits",
+        ),
+        (
+            "/api/v1/jobs",
+            r#"{"kind": "k", "meta": {"n": 18446744073709551616}}"#,
+            "meta.n: the integer 18446744073709551616 does not fit in 64 bits",
+        ),
+        (
+            "/api/v1/jobs/batch",
+            r#"{"jobs": [{"kind": "a"}, {"kind": "b", "args": [-9223372036854775809]}]}"#,
+            "jobs[1].args[0]: the integer -9223372036854775809 does not fit in 64 bits",
+        ),
+        (
+            "/api/v1/jobs",
+            r#"{"kind": "k", "delay_ms": 100000000000000000000}"#,
+            "delay_ms: the integer 100000000000000000000 does not fit in 64 bits",
+        ),
+    ] {
+        let answer = web.send(post(uri, body)?).await?;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{body}: {answer:?}");
+        assert_eq!(code(&answer), "invalid_input");
+        assert!(message(&answer).starts_with(said), "{answer:?}");
+        assert!(
+            message(&answer).ends_with("send it as a string"),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(web.job_count().await?, 0);
+    // The 64-bit extremes are kept exactly, a number written as a double is a double.
+    let body = r#"{"kind": "k", "args": {"max": 18446744073709551615, "min": -9223372036854775808, "big": 1e30}}"#;
+    let answer = web.send(post("/api/v1/jobs", body)?).await?;
+    assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
+    assert_eq!(
+        answer.json["args"],
+        json!({"max": u64::MAX, "min": i64::MIN, "big": 1e30})
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn bad_input_is_refused_with_a_clear_message_and_nothing_written() -> anyhow::Result<()> {
     let web = Web::new().await?;
     let cases = [
