@@ -5,7 +5,7 @@
 
 import { hostname } from "node:os";
 
-import { Decoder, Encoder } from "cbor-x";
+import { Decoder, Encoder, type Options } from "cbor-x";
 import { Dealer, capability, curveKeyPair } from "zeromq";
 
 import { HopperError, Unavailable, Unencodable } from "./errors.js";
@@ -39,7 +39,12 @@ export interface Logger {
 
 // Plain maps with text keys, no CBOR tags, no record extension: what the protocol wants.
 const encoder = new Encoder({ useRecords: false, mapsAsObjects: true, tagUint8Array: false });
-const decoder = new Decoder({ useRecords: false, mapsAsObjects: true });
+// Integers of 33 to 64 bits arrive in 8 bytes, which cbor-x would decode as `bigint`s: a
+// job's `{"at": 1700000000000}` would reach its handler as a value no arithmetic with
+// numbers accepts and `JSON.stringify` refuses. They are read as numbers, as `JSON.parse`
+// reads them (exact up to 2^53). The option is in cbor-x's README, not in its types.
+const decoding: Options & { int64AsNumber: boolean } = { useRecords: false, mapsAsObjects: true, int64AsNumber: true };
+const decoder = new Decoder(decoding);
 
 const Z85 = /^[0-9a-zA-Z.\-:+=^!/*?&<>()[\]{}@%$#]{40}$/;
 

@@ -5,7 +5,7 @@ import { statSync } from "node:fs";
 import { after, before, test } from "node:test";
 
 import { Client, HopperError } from "../src/index.js";
-import { ID, Server } from "./server.js";
+import { ID, Server, psql } from "./server.js";
 
 let server: Server;
 before(async () => {
@@ -22,6 +22,21 @@ async function refused(call: Promise<unknown>, code: string): Promise<void> {
 test("the generated token file is private and required", async () => {
   assert.equal(statSync(server.tokenFile).mode & 0o777, 0o600);
   await refused(Client.connect(server.endpoint, { token: "not-the-token", timeoutMs: 5_000 }), "unauthorized");
+});
+
+test("integers past 32 bits come back as numbers, as JSON.parse reads them", async () => {
+  // Written as integers, as a Rust or Python client or SQL writes them (Node sends such
+  // numbers as doubles), they come back in CBOR's 8-byte integers.
+  const args = { at: 1_700_000_000_000, below: -(2 ** 40), safe: Number.MAX_SAFE_INTEGER, small: 7 };
+  const id = psql(`SELECT ${server.schema}.enqueue('wide', '${JSON.stringify(args)}', 'wide')`);
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    const job = await client.status(id);
+    assert.deepEqual(job.args, args);
+    assert.equal(JSON.stringify(job.args), JSON.stringify(args));
+  } finally {
+    client.close();
+  }
 });
 
 test("submit, status, cancel", async () => {
