@@ -5,7 +5,7 @@
 
 import { hostname } from "node:os";
 
-import { Decoder, Encoder, type Options } from "cbor-x";
+import { Decoder, Encoder } from "cbor-x";
 import { Dealer, capability, curveKeyPair } from "zeromq";
 
 import { HopperError, Unavailable, Unencodable } from "./errors.js";
@@ -39,12 +39,36 @@ export interface Logger {
 
 // Plain maps with text keys, no CBOR tags, no record extension: what the protocol wants.
 const encoder = new Encoder({ useRecords: false, mapsAsObjects: true, tagUint8Array: false });
-// Integers of 33 to 64 bits arrive in 8 bytes, which cbor-x would decode as `bigint`s: a
-// job's `{"at": 1700000000000}` would reach its handler as a value no arithmetic with
-// numbers accepts and `JSON.stringify` refuses. They are read as numbers, as `JSON.parse`
-// reads them (exact up to 2^53). The option is in cbor-x's README, not in its types.
-const decoding: Options & { int64AsNumber: boolean } = { useRecords: false, mapsAsObjects: true, int64AsNumber: true };
-const decoder = new Decoder(decoding);
+const decoder = new Decoder({ useRecords: false, mapsAsObjects: true });
+
+/**
+ * `value` with every `bigint` that `Number` holds exactly made a `number`. Integers of 33 to
+ * 64 bits arrive in CBOR's 8-byte form, which cbor-x reads as `bigint`s, so a job's
+ * `{"at": 1700000000000}` would reach its handler as a value that arithmetic with numbers
+ * and `JSON.stringify` refuse. Up to 2^53 − 1 they are read as `JSON.parse` reads them;
+ * past it they stay `bigint`s, exact, as a `bigint` sent comes back.
+ */
+function safeIntegers(value: unknown): unknown {
+  if (typeof value === "bigint") {
+    return value >= MIN_SAFE && value <= MAX_SAFE ? Number(value) : value;
+  }
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) value[i] = safeIntegers(value[i]);
+  } else if (value !== null && typeof value === "object") {
+    const map = value as Record<string, unknown>;
+    for (const key of Object.keys(map)) map[key] = safeIntegers(map[key]);
+  }
+  return value;
+}
+
+const MIN_SAFE = BigInt(Number.MIN_SAFE_INTEGER);
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** A frame decoded, its safe integers as numbers: walked only if it may hold an 8-byte one. */
+function decodeFrame(frame: Buffer): unknown {
+  const message: unknown = decoder.decode(frame);
+  return frame.includes(0x1b) || frame.includes(0x3b) ? safeIntegers(message) : message;
+}
 
 const Z85 = /^[0-9a-zA-Z.\-:+=^!/*?&<>()[\]{}@%$#]{40}$/;
 
@@ -286,7 +310,7 @@ export class Connection {
         const last = frames[frames.length - 1];
         let message: unknown;
         try {
-          message = last === undefined ? undefined : decoder.decode(last);
+          message = last === undefined ? undefined : decodeFrame(last);
         } catch {
           message = undefined;
         }

@@ -34,6 +34,9 @@ test("integers past 32 bits come back as numbers, as JSON.parse reads them", asy
     const job = await client.status(id);
     assert.deepEqual(job.args, args);
     assert.equal(JSON.stringify(job.args), JSON.stringify(args));
+    // Past 2^53 − 1 an integer stays a bigint, exact.
+    const wide = psql(`SELECT ${server.schema}.enqueue('wide', '{"n": 9223372036854775807}', 'wide')`);
+    assert.deepEqual((await client.status(wide)).args, { n: 2n ** 63n - 1n });
   } finally {
     client.close();
   }
