@@ -447,12 +447,17 @@ class Worker:
                 log.warning("server error %s: %s", code, message.get("message"))
 
     def _start(self, order: Any) -> None:
-        """Runs one order on the pool (an order without a lease is logged and skipped)."""
+        """Runs one order on the pool (an order without a lease is logged and skipped); once
+        the worker is stopping, hands it back instead (``released``)."""
         if not (isinstance(order, dict) and isinstance(order.get("id"), str)
                 and isinstance(order.get("attempt"), int)):
             log.warning("skipped an order without a lease (id, attempt): %.200r", order)
             return
         job = Job(order, self)
+        if self._stop.is_set():
+            # Sent before the server read the bye: not started, as the held ones.
+            self._send_outcome({"type": "released", "id": job.id, "attempt": job.attempt})
+            return
         self._running[job.id] = job
         if self._pool is None:
             raise RuntimeError("an order arrived outside Worker.run()")

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 import pathlib
+from concurrent.futures import ThreadPoolExecutor
 
 from conftest import counting_nap, psql
 from hopper_client import Client, Permanent, Snooze, Worker
@@ -142,6 +143,25 @@ def test_server_enforces_timeouts_on_workers_that_cannot(server):
     assert cancelled.is_set()
     assert job["attempts_used"] == 2
     assert "timed out" in job["errors"][0]["error"]
+
+
+def test_an_order_arriving_once_the_worker_stops_is_handed_back_unstarted():
+    """An order the server sent before it read the bye is released, never run: as a held
+    one, not started after the running jobs (prolonging the stop) or lost at the close."""
+    from hopper_client._connection import Connection
+
+    ran = []
+    worker = Worker("tcp://127.0.0.1:1", token="t" * 16, handlers={"k": ran.append})
+    worker._conn = Connection("tcp://127.0.0.1:1", token="t" * 16)  # never opened
+    worker._pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        worker.stop()
+        worker._on_message({"type": "order", "job": {"id": "j", "attempt": 2, "kind": "k"}})
+    finally:
+        worker._pool.shutdown(wait=True)
+    assert ran == [] and worker._running == {}
+    assert [m for _, m in worker._unacked.values()] == [
+        {"type": "released", "id": "j", "attempt": 2}]
 
 
 def test_prefetched_orders_are_held_and_handed_back_unstarted(server):
