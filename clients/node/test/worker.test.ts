@@ -179,10 +179,13 @@ test("prefetched orders are held and handed back unstarted", async () => {
     },
     { concurrency: 1, prefetch: 5 },
   );
-  // One running, two held: 1 + twice the concurrency.
-  await server.waitFor((c) => c["running"] === 3 && c["available"] === 7);
+  // One running, two held: 1 + twice the concurrency. The counts say the server claimed
+  // them, which it does before it sends their orders: a worker stopped before the first one
+  // arrived would hand them all back. So the first one started, too.
+  await server.waitFor((c) => c["running"] === 3 && c["available"] === 7 && started.length === 1);
   worker.stop();
-  // The held orders go back at once, while the started one still runs.
+  // The held orders go back at once (any still on the wire as they arrive), while the
+  // started one still runs.
   await server.waitFor((c) => c["running"] === 1 && c["available"] === 9);
   go();
   await stopAll();

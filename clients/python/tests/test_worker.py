@@ -180,10 +180,14 @@ def test_prefetched_orders_are_held_and_handed_back_unstarted(server):
                     handlers={"slow": slow})
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    # One running, two held: 1 + twice the concurrency.
-    server.wait_for(lambda c: c.get("running") == 3 and c.get("available") == 7)
+    # One running, two held: 1 + twice the concurrency. The counts say the server claimed
+    # them, which it does before it sends their orders: a worker stopped before the first one
+    # arrived would hand them all back. So the first one started, too.
+    server.wait_for(lambda c: c.get("running") == 3 and c.get("available") == 7
+                    and len(started) == 1)
     worker.stop()
-    # The two held orders go back at once, while the started one still runs.
+    # The two held orders go back at once (any still on the wire as they arrive), while the
+    # started one still runs.
     server.wait_for(lambda c: c.get("running") == 1 and c.get("available") == 9)
     go.set()
     thread.join(timeout=30)
