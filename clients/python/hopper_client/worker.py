@@ -332,6 +332,11 @@ class Worker:
         except HopperError as e:
             log.warning("reconnecting failed: %s", e)
             return
+        if self._stop.is_set():
+            # A new session: without its own bye, the server would send it orders (handed
+            # back, and sent again) until the worker closed, then count the attempts of those
+            # it held as a vanished worker's.
+            self._send({"type": "bye"})
         # Outcomes not yet acknowledged go again (a repeat is answered lease_lost), and so
         # do log requests: the old socket's replies never come.
         pending = [m for _, m in self._unacked.values()]

@@ -9,7 +9,7 @@ import time
 import pathlib
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import counting_nap, psql
+from conftest import Server, counting_nap, psql, wait
 from hopper_client import Client, Permanent, Snooze, Worker
 
 
@@ -162,6 +162,39 @@ def test_an_order_arriving_once_the_worker_stops_is_handed_back_unstarted():
     assert ran == [] and worker._running == {}
     assert [m for _, m in worker._unacked.values()] == [
         {"type": "released", "id": "j", "attempt": 2}]
+
+
+def test_a_worker_that_reconnects_while_it_stops_says_bye_again(schema, tmp_path):
+    """The restarted server forgets the session: the worker's new one must say bye too, or
+    it is sent orders (a slot is free) that it hands back, again and again."""
+    server = Server(schema, tmp_path, log_filter="warn,hopper_server::server=info").start()
+    go = threading.Event()
+    started = threading.Event()
+
+    def slow(job):
+        started.set()
+        go.wait(30)
+
+    try:
+        with Client(server.endpoint, token=server.token) as client:
+            client.submit("slow", {})
+            worker, thread = start_worker(server, {"slow": slow}, concurrency=2)
+            assert started.wait(30)
+            worker.stop()
+            server.kill()
+            server.start()
+            wait(lambda: "peer said bye" in server.log.read_text(),
+                 what="the worker's bye to the new server")
+            # So the new session gets no order: this job stays untouched.
+            later = client.submit("slow", {})
+            go.set()
+            thread.join(timeout=30)
+            assert not thread.is_alive()
+            assert client.status(later)["state"] == "available"
+        assert psql(f"SELECT attempt FROM {schema}.jobs WHERE id = '{later}'") == "0"
+    finally:
+        go.set()
+        server.kill(signal.SIGTERM)
 
 
 def test_prefetched_orders_are_held_and_handed_back_unstarted(server):
