@@ -368,6 +368,7 @@ export class Worker {
         this.finished = resolve;
       });
       await conn.reconnect();
+      this.connected();
       this.tick();
       await done;
     } finally {
@@ -381,11 +382,13 @@ export class Worker {
     }
   }
 
-  /** Asks `run()` to leave gracefully: no more orders; running jobs finish and are reported. */
+  /** Asks `run()` to leave gracefully: no more orders; running jobs finish and are reported.
+   * Called before `run()` has connected, the worker says hello and bye at once. */
   stop(): void {
     if (this.stopping) return;
     this.stopping = true;
     this.leaveBy = Date.now() + this.shutdownTimeoutMs;
+    // Before the hello, the bye goes once the connection is made (`connected`).
     if (this.conn === null) return;
     this.send({ type: "bye" });
     // Held orders never started go back untouched: available at once, no attempt used.
@@ -472,12 +475,20 @@ export class Worker {
     this.timer = setTimeout(() => this.tick(), conn.heartbeatMs);
   }
 
+  /** A hello was answered (a new session): a worker stopping says bye in it too. Without
+   * it, the server would send the session orders until the worker closed, then take the
+   * close for a vanished worker's and count those orders' attempts. */
+  private connected(): void {
+    if (this.stopping) this.send({ type: "bye" });
+  }
+
   private async reconnect(): Promise<void> {
     const conn = this.conn;
     if (conn === null || this.reconnecting) return;
     this.reconnecting = true;
     try {
       await conn.reconnect(Date.now() + 2 * conn.heartbeatMs);
+      this.connected();
       // Outcomes not yet acknowledged go again (a repeat is answered lease_lost), and so do
       // log requests: the old socket's replies never come.
       const pending = [...this.unacked.values()].map((u) => u.message);

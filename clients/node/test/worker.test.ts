@@ -2,6 +2,7 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, test } from "node:test";
 
@@ -179,10 +180,13 @@ test("prefetched orders are held and handed back unstarted", async () => {
     },
     { concurrency: 1, prefetch: 5 },
   );
-  // One running, two held: 1 + twice the concurrency.
-  await server.waitFor((c) => c["running"] === 3 && c["available"] === 7);
+  // One running, two held: 1 + twice the concurrency. The counts say the server claimed
+  // them, which it does before it sends their orders: a worker stopped before the first one
+  // arrived would hand them all back. So the first one started, too.
+  await server.waitFor((c) => c["running"] === 3 && c["available"] === 7 && started.length === 1);
   worker.stop();
-  // The held orders go back at once, while the started one still runs.
+  // The held orders go back at once (any still on the wire as they arrive), while the
+  // started one still runs.
   await server.waitFor((c) => c["running"] === 1 && c["available"] === 9);
   go();
   await stopAll();
@@ -190,6 +194,64 @@ test("prefetched orders are held and handed back unstarted", async () => {
   assert.equal(counts["available"], 9);
   assert.equal(started.length, 1);
   assert.equal(psql(`SELECT count(*) FROM ${server.schema}.jobs WHERE state = 'available' AND attempt - uncounted > 0`), "0");
+});
+
+test("a worker stopped before it connected says bye: its orders use no attempt", async () => {
+  // Its own server, to read when the session ends ("left after bye" is logged at info).
+  const own = await Server.start({ logFilter: "warn,hopper_server::dispatch=info" });
+  try {
+    const client = await Client.connect(own.endpoint, { token: own.token });
+    await client.submitBatch(Array.from({ length: 3 }, (_, n) => ({ kind: "k", args: { n } })));
+    client.close();
+    const worker = new Worker(own.endpoint, { token: own.token, name: "early", concurrency: 1, prefetch: 5, stopOnSignals: false });
+    worker.handle("k", () => {});
+    const done = worker.run();
+    worker.stop();
+    await done;
+    // Without its bye, the server took the close for a vanished worker's: the orders sent
+    // to its session (claimed at its hello) were retried with their attempts counted.
+    const ended = (): string | undefined => readFileSync(own.log, "utf8").split("\n").find((l) => / name=early /.test(l) && /left after bye|connection closed|went silent/.test(l));
+    await waitUntil(() => ended() !== undefined, "the end of the worker's session");
+    assert.match(ended() ?? "", /peer left after bye/);
+    await own.waitFor((c) => c["available"] === 3);
+    assert.equal(psql(`SELECT count(*) FROM ${own.schema}.jobs WHERE attempt - uncounted > 0`), "0");
+  } finally {
+    await own.stop();
+  }
+});
+
+test("a worker that reconnects while it stops says bye again: no orders come to it", async () => {
+  const own = await Server.start({ logFilter: "warn,hopper_server::server=info" });
+  let go: () => void = () => {};
+  const gate = new Promise<void>((done) => (go = done));
+  let started = false;
+  const worker = new Worker(own.endpoint, { token: own.token, concurrency: 2, stopOnSignals: false });
+  worker.handle("k", async () => {
+    started = true;
+    await gate;
+  });
+  const done = worker.run();
+  const client = await Client.connect(own.endpoint, { token: own.token });
+  try {
+    await client.submit("k", {});
+    await waitUntil(() => started, "the job started");
+    worker.stop();
+    // The new server forgets the session: the worker says hello again (with a slot free).
+    await own.kill("SIGKILL");
+    await own.start();
+    const said = (): boolean => readFileSync(own.log, "utf8").includes("peer said bye");
+    await waitUntil(() => said(), "the worker's bye to the new server");
+    // So the new session gets no order: this job stays untouched while the other finishes.
+    const later = await client.submit("k", {});
+    go();
+    await done;
+    assert.equal((await client.status(later)).state, "available");
+    assert.equal(psql(`SELECT attempt FROM ${own.schema}.jobs WHERE id = '${later}'`), "0");
+  } finally {
+    go();
+    client.close();
+    await own.stop();
+  }
 });
 
 test("a killed worker's jobs complete elsewhere", async () => {

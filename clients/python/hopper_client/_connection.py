@@ -13,6 +13,8 @@ import cbor2
 import zmq
 from zmq.utils import z85
 
+from ._values import well_formed
+
 VERSION = 1
 
 #: A protocol message: one CBOR map with text keys (docs/protocol.md §2).
@@ -47,8 +49,9 @@ class Unencodable(HopperError):
 
 
 def default_name() -> str:
-    """The name a peer gives in its hello unless told otherwise: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """The name a peer gives in its hello unless told otherwise: ``host:pid`` (a host name
+    that is not UTF-8 with U+FFFD in its place)."""
+    return well_formed(f"{socket.gethostname()}:{os.getpid()}")
 
 
 def check_server_key(key: str) -> bytes:

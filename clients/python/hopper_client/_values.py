@@ -1,11 +1,13 @@
 """Checking what a caller gives before it is sent: the protocol's values are JSON-compatible
-(no CBOR tags: docs/protocol.md §2), its instants RFC 3339 text with a zone and its
-durations bounded, so a bad value is a clear local error instead of the server's refusal (or,
-for a log line, a value made loggable instead of a lost batch)."""
+(no CBOR tags: docs/protocol.md §2), its text UTF-8, its instants RFC 3339 text with a zone
+and its durations bounded, so a bad value is a clear local error instead of the server's
+refusal or the encoder's (or, for a log line or an error text, a value made sendable
+instead of a lost batch or a lost outcome)."""
 
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from typing import Any, Dict, Mapping, Optional
 
@@ -23,6 +25,30 @@ _MAX_LOG_DEPTH = 32
 
 _JSON_TYPES = "maps with text keys, lists, text, numbers, booleans and None"
 
+#: A surrogate code point (U+D800 to U+DFFF): Python text may hold one (bytes decoded with
+#: ``errors="surrogateescape"``, as ``os.fsdecode`` does, leave U+DC80 to U+DCFF), but UTF-8,
+#: and so the protocol's CBOR, cannot encode it. Python's text is code points, so it is
+#: always lone: ``"\ud83d\ude00"`` is two of them, not ``"\U0001f600"``.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def well_formed(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so that UTF-8 can encode it."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _encodable(text: str, what: str) -> str:
+    """``text`` if it holds no lone surrogate; ValueError naming ``what`` and where
+    otherwise."""
+    found = None if text.isascii() else _SURROGATE.search(text)
+    if found is not None:
+        raise ValueError(f"{what} holds a lone surrogate {found.group()!r} at index"
+                         f" {found.start()}, which UTF-8 cannot encode (bytes decoded with"
+                         " errors='surrogateescape', as file names are, hold such)")
+    return text
+
 
 def _type_name(value: Any) -> str:
     kind = type(value)
@@ -34,13 +60,16 @@ def _type_name(value: Any) -> str:
 def json_value(value: Any, what: str) -> Any:
     """``value`` as plain JSON-compatible data (dicts, lists, str, int, float, bool, None),
     or TypeError/ValueError naming the first part of ``what`` that is not: a datetime, UUID,
-    set, Decimal, bytes..., a non-text key, NaN or an infinity, an integer out of 64 bits."""
+    set, Decimal, bytes..., a non-text key, NaN or an infinity, an integer out of 64 bits,
+    text or a key holding a lone surrogate."""
     return _json(value, what, 0)
 
 
 def _json(value: Any, path: str, depth: int) -> Any:
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return _encodable(value, path)
     if isinstance(value, int):
         if not _MIN_INT <= value <= _MAX_INT:
             raise ValueError(f"{path}: the integer {value} does not fit in 64 bits")
@@ -58,6 +87,7 @@ def _json(value: Any, path: str, depth: int) -> Any:
             if not isinstance(key, str):
                 raise TypeError(f"{path}: the key {key!r} is of type {_type_name(key)};"
                                 " JSON keys are text")
+            _encodable(key, f"{path}: the key {key!r}")
             plain[key] = _json(item, f"{path}[{key!r}]", depth + 1)
         return plain
     if isinstance(value, (list, tuple)):
@@ -68,19 +98,23 @@ def _json(value: Any, path: str, depth: int) -> Any:
 
 
 def safe_str(value: Any) -> str:
-    """``str(value)``, or a placeholder when its ``__str__`` raises."""
+    """``str(value)`` made well-formed (see :func:`well_formed`), or a placeholder when its
+    ``__str__`` raises."""
     try:
-        return str(value)
+        return well_formed(str(value))
     except Exception:  # noqa: BLE001 - a broken __str__ must not make a log line raise
         return f"<{_type_name(value)} that cannot be shown: its __str__ raised>"
 
 
 def loggable(value: Any, depth: int = 0) -> Any:
-    """A copy of ``value`` that is JSON-compatible, every value that is not a JSON type (or
-    not a finite, 64-bit number) replaced by its ``str()``, every key by its ``str()``;
+    """A copy of ``value`` that is JSON-compatible and UTF-8 can encode, every value that is
+    not a JSON type (or not a finite, 64-bit number) replaced by its ``str()``, every key by
+    its ``str()``, lone surrogates in text and keys by U+FFFD (see :func:`well_formed`);
     nesting past 32 levels is shown as ``str()`` too. Never raises."""
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return well_formed(value)
     if isinstance(value, int):
         return value if _MIN_INT <= value <= _MAX_INT else safe_str(value)
     if isinstance(value, float):
@@ -89,7 +123,7 @@ def loggable(value: Any, depth: int = 0) -> Any:
         return safe_str(value)
     try:
         if isinstance(value, Mapping):
-            return {k if isinstance(k, str) else safe_str(k): loggable(v, depth + 1)
+            return {well_formed(k) if isinstance(k, str) else safe_str(k): loggable(v, depth + 1)
                     for k, v in list(value.items())}
         if isinstance(value, (list, tuple)):
             return [loggable(v, depth + 1) for v in list(value)]
@@ -100,7 +134,8 @@ def loggable(value: Any, depth: int = 0) -> Any:
 
 def rfc3339(value: Any, what: str) -> str:
     """An instant as RFC 3339 text: a timezone-aware ``datetime``, or text passed as is.
-    A naive datetime is ValueError (its zone would be a guess); anything else TypeError."""
+    A naive datetime (its zone would be a guess) or text that UTF-8 cannot encode is
+    ValueError; anything else TypeError."""
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(f"{what} must be a timezone-aware datetime"
@@ -108,7 +143,7 @@ def rfc3339(value: Any, what: str) -> str:
                              f" {value.isoformat()}")
         return value.isoformat()
     if isinstance(value, str):
-        return value
+        return _encodable(value, what)
     raise TypeError(f"{what} must be a timezone-aware datetime or RFC 3339 text, not of"
                     f" type {_type_name(value)}")
 
@@ -137,8 +172,15 @@ def seconds_ms(seconds: Any, what: str, minimum_ms: int = 0) -> int:
     return int(seconds * 1000)
 
 
-def optional_str(value: Optional[Any], what: str) -> Optional[str]:
-    """``value`` if it is text or None; TypeError naming ``what`` otherwise."""
-    if value is not None and not isinstance(value, str):
+def text(value: Any, what: str) -> str:
+    """``value`` if it is text that UTF-8 can encode; TypeError (not a str) or ValueError (a
+    lone surrogate) naming ``what`` otherwise."""
+    if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not of type {_type_name(value)}")
-    return value
+    return _encodable(value, what)
+
+
+def optional_str(value: Optional[Any], what: str) -> Optional[str]:
+    """``value`` if it is None or :func:`text`; TypeError or ValueError naming ``what``
+    otherwise."""
+    return None if value is None else text(value, what)

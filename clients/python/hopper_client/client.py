@@ -9,7 +9,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Type, Union
 
 from ._connection import Connection, HopperError, Message, Unavailable
 from ._uuid7 import uuid7
-from ._values import MAX_DURATION_MS, integer, json_value, optional_str, rfc3339
+from ._values import MAX_DURATION_MS, integer, json_value, optional_str, rfc3339, text
 
 #: A job's arguments: a JSON-compatible map or array.
 Args = Union[Mapping[str, Any], List[Any]]
@@ -27,7 +27,7 @@ def _option(key: str, value: Any) -> Any:
         return optional_str(value, "queue")
     if key == "priority":
         if isinstance(value, str):
-            return value
+            return text(value, "priority")
         return integer(value, "priority (an int or \"high\", \"normal\", \"low\")",
                        -32768, 32767)
     if key == "run_at":
@@ -40,9 +40,8 @@ def _option(key: str, value: Any) -> Any:
 
 
 def _job_spec(kind: str, args: Optional[Args] = None, **options: Any) -> Message:
-    if not isinstance(kind, str):
-        raise TypeError(f"kind must be a str, not of type {type(kind).__name__}")
-    spec: Message = {"kind": kind, "args": {} if args is None else json_value(args, "args")}
+    spec: Message = {"kind": text(kind, "kind"),
+                     "args": {} if args is None else json_value(args, "args")}
     for key in _OPTIONS:
         value = options.pop(key, None)
         if value is not None:
@@ -75,7 +74,7 @@ class Client:
     ) -> None:
         hello: Message = {"role": "client"}
         if name:
-            hello["name"] = name
+            hello["name"] = text(name, "name")
         self._conn = Connection(
             endpoint, token=token, hello=hello, timeout=timeout, server_key=server_key
         )
@@ -112,8 +111,9 @@ class Client:
         ``timeout_ms``, ``meta``. ``args`` and ``meta`` must be JSON-compatible (dicts
         with str keys, lists, str, finite numbers, bools, None): a datetime, UUID, set,
         Decimal, bytes... raises TypeError before anything is sent, as does an option of
-        the wrong type or an unknown one; a naive datetime or a value out of the
-        protocol's range raises ValueError.
+        the wrong type or an unknown one; a naive datetime, a value out of the protocol's
+        range or text holding a lone surrogate (which UTF-8 cannot encode) raises
+        ValueError naming where it is.
         """
         spec = _job_spec(kind, args, **options)
         try:
@@ -132,7 +132,7 @@ class Client:
 
     def status(self, job_id: str) -> Message:
         """The job as a dict (``state``, ``attempt``, ``errors``, ...)."""
-        job: Message = self._call("status", {"id": str(job_id)})["job"]
+        job: Message = self._call("status", {"id": _job_id(job_id)})["job"]
         return job
 
     def job_logs(self, job_id: str) -> List[Message]:
@@ -144,7 +144,7 @@ class Client:
         logs: List[Message] = []
         after = 0
         while True:
-            reply = self._call("job_logs", {"id": str(job_id), "after": after})
+            reply = self._call("job_logs", {"id": _job_id(job_id), "after": after})
             logs.extend(reply["logs"])
             following = reply.get("next")
             # A cursor that does not move on would loop for ever.
@@ -155,7 +155,7 @@ class Client:
     def cancel(self, job_id: str) -> Message:
         """Cancels a job that has not finished; returns it. ``HopperError`` with code
         ``conflict`` if it already finished."""
-        job: Message = self._call("cancel", {"id": str(job_id)})["job"]
+        job: Message = self._call("cancel", {"id": _job_id(job_id)})["job"]
         return job
 
     # Admin requests (docs/protocol.md, "Admin requests"): what `hopper jobs`, `hopper
@@ -181,7 +181,7 @@ class Client:
             if value is not None:
                 wanted[key] = optional_str(value, key)
         if before is not None:
-            wanted["before"] = str(before)
+            wanted["before"] = text(str(before), "before")
         for key, instant in (("created_after", created_after),
                              ("created_before", created_before)):
             if instant is not None:
@@ -193,21 +193,22 @@ class Client:
 
     def retry(self, job_id: str) -> Message:
         """Puts a failed or cancelled job back to available; returns it."""
-        job: Message = self._call("retry", {"id": str(job_id)})["job"]
+        job: Message = self._call("retry", {"id": _job_id(job_id)})["job"]
         return job
 
     def delete(self, job_id: str) -> None:
         """Deletes a job that is not running."""
-        self._call("delete", {"id": str(job_id)})
+        self._call("delete", {"id": _job_id(job_id)})
 
     def retry_failed(self, queue: Optional[str] = None, kind: Optional[str] = None) -> int:
         """Retries every failed job (of ``queue`` and/or ``kind``); returns how many."""
-        fields = {k: v for k, v in (("queue", queue), ("kind", kind)) if v is not None}
+        fields = {k: text(v, k) for k, v in (("queue", queue), ("kind", kind)) if v is not None}
         return int(self._call("retry_failed", fields)["count"])
 
     def clear(self, queue: Optional[str] = None) -> int:
         """Deletes every job that is not running (of ``queue``); returns how many."""
-        return int(self._call("clear", {} if queue is None else {"queue": queue})["count"])
+        fields = {} if queue is None else {"queue": text(queue, "queue")}
+        return int(self._call("clear", fields)["count"])
 
     def queue_stats(self) -> List[Message]:
         """Counts by queue and state, as a list of dicts."""
@@ -253,6 +254,12 @@ class Client:
         minutes = integer(minutes, "minutes", -(2**31), _MAX_INT32)
         stats: List[Message] = self._call("job_stats", {"minutes": minutes})["minutes"]
         return stats
+
+
+def _job_id(job_id: Any) -> str:
+    """A job id as sent: ``str(job_id)`` (a UUID is taken too), ValueError if that holds a
+    lone surrogate."""
+    return text(str(job_id), "id")
 
 
 def _deadline(timeout: float) -> float:

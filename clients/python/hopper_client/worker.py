@@ -23,7 +23,7 @@ from ._connection import (
 )
 from ._log_sender import LogSender
 from ._tracing import job_span
-from ._values import loggable, safe_str, seconds_ms
+from ._values import loggable, safe_str, seconds_ms, text
 
 log = logging.getLogger("hopper_client")
 
@@ -52,8 +52,9 @@ _MAX_ERROR = 16 * 1024
 
 
 def _error_text(error: BaseException, prefix: str = "") -> str:
-    """An outcome's error text: ``prefix`` and ``str(error)`` (never raising), cut at
-    16 Ki characters."""
+    """An outcome's error text: ``prefix`` and ``str(error)`` (never raising, its lone
+    surrogates replaced by U+FFFD: an outcome that cannot be encoded is dropped, and its job
+    runs again after its lease), cut at 16 Ki characters."""
     text = prefix + safe_str(error)
     if len(text) > _MAX_ERROR:
         text = f"{text[:_MAX_ERROR]}... ({len(text) - _MAX_ERROR} more characters cut)"
@@ -133,7 +134,8 @@ class Job:
         Any other level raises ValueError (a programming error, as with a bad level in
         :mod:`logging`). ``fields`` are structured details, made JSON-compatible when the
         line is written: a value that is not a JSON type (a datetime, a UUID, a set, NaN,
-        any object) is written as its ``str()``. Otherwise never raises (whatever the
+        any object) is written as its ``str()``; a lone surrogate in the message, a field or
+        a key, which UTF-8 cannot encode, as U+FFFD. Otherwise never raises (whatever the
         message or the fields hold) nor waits: lines are sent while the job runs, a second
         after the first of them was written (or once 16 KiB of them wait), and the rest just
         before the outcome. An attempt keeps at most 64 KiB of lines; the rest are counted
@@ -143,8 +145,8 @@ class Job:
         line: Message = {"level": log_level(level), "message": safe_str(message)[:_MAX_MESSAGE],
                          "at": datetime.now(timezone.utc).isoformat()}
         if fields:
-            # A copy, of JSON types only: what the line holds cannot fail to encode when it
-            # is sent, nor change meanwhile.
+            # A copy, of JSON types and UTF-8 text only: what the line holds cannot fail to
+            # encode when it is sent (losing the lines sent with it), nor change meanwhile.
             line["fields"] = loggable(fields)
         try:
             size = len(json.dumps(line))
@@ -199,6 +201,9 @@ class Worker:
     A handler returns normally to complete its job, raises :class:`Snooze` or
     :class:`Permanent`, or raises anything else to fail the attempt (retried with the
     server's backoff while attempts last).
+
+    ``name``, each of ``queues`` and each handler's kind must be a str (TypeError otherwise;
+    ``queues`` as one str too) that UTF-8 can encode (ValueError for a lone surrogate).
     """
 
     def __init__(
@@ -220,11 +225,13 @@ class Worker:
         if isinstance(queues, str):
             # list("mail") would serve the queues m, a, i and l.
             raise TypeError(f"queues must be a list of queue names, not a str: [{queues!r}]")
-        self.queues = list(queues)
+        # Text UTF-8 can encode: the hello could not be sent otherwise.
+        self.queues = [text(q, f"queues[{i}]") for i, q in enumerate(queues)]
         self.concurrency = int(concurrency)
         self.prefetch = int(prefetch)
-        self.name = name or default_name()
-        self.handlers: Dict[str, Handler] = dict(handlers or {})
+        self.name = text(name, "name") if name else default_name()
+        self.handlers: Dict[str, Handler] = {
+            text(kind, "the kind of a handler"): fn for kind, fn in (handlers or {}).items()}
         self.shutdown_timeout = shutdown_timeout
         self.ack_timeout = ack_timeout
         self._stop = threading.Event()
@@ -246,7 +253,9 @@ class Worker:
         return self._conn
 
     def handler(self, kind: str) -> Callable[[Handler], Handler]:
-        """Decorator: registers ``fn(job)`` for ``kind``."""
+        """Decorator: registers ``fn(job)`` for ``kind`` (TypeError if it is not a str,
+        ValueError if it holds a lone surrogate)."""
+        text(kind, "kind")
 
         def register(fn: Handler) -> Handler:
             self.handlers[kind] = fn
@@ -323,6 +332,11 @@ class Worker:
         except HopperError as e:
             log.warning("reconnecting failed: %s", e)
             return
+        if self._stop.is_set():
+            # A new session: without its own bye, the server would send it orders (handed
+            # back, and sent again) until the worker closed, then count the attempts of those
+            # it held as a vanished worker's.
+            self._send({"type": "bye"})
         # Outcomes not yet acknowledged go again (a repeat is answered lease_lost), and so
         # do log requests: the old socket's replies never come.
         pending = [m for _, m in self._unacked.values()]
@@ -438,12 +452,17 @@ class Worker:
                 log.warning("server error %s: %s", code, message.get("message"))
 
     def _start(self, order: Any) -> None:
-        """Runs one order on the pool (an order without a lease is logged and skipped)."""
+        """Runs one order on the pool (an order without a lease is logged and skipped); once
+        the worker is stopping, hands it back instead (``released``)."""
         if not (isinstance(order, dict) and isinstance(order.get("id"), str)
                 and isinstance(order.get("attempt"), int)):
             log.warning("skipped an order without a lease (id, attempt): %.200r", order)
             return
         job = Job(order, self)
+        if self._stop.is_set():
+            # Sent before the server read the bye: not started, as the held ones.
+            self._send_outcome({"type": "released", "id": job.id, "attempt": job.attempt})
+            return
         self._running[job.id] = job
         if self._pool is None:
             raise RuntimeError("an order arrived outside Worker.run()")

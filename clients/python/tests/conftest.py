@@ -43,8 +43,10 @@ def psql(sql):
 class Server:
     """One `hopper serve` process; `kill()` and `start()` again for restarts."""
 
-    def __init__(self, schema, tmp_path, extra=()):
+    def __init__(self, schema, tmp_path, extra=(), log_filter=None):
         self.schema = schema
+        #: The server's HOPPER_LOG filter: the tests' HOPPER_LOG, or warn.
+        self.log_filter = log_filter or os.environ.get("HOPPER_LOG", "warn")
         self.port = free_port()
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
         self.token_file = tmp_path / "token"
@@ -56,7 +58,7 @@ class Server:
 
     def start(self):
         env = dict(os.environ, DATABASE_URL=DATABASE_URL, HOPPER_SCHEMA=self.schema,
-                   HOPPER_LOG=os.environ.get("HOPPER_LOG", "warn"))
+                   HOPPER_LOG=self.log_filter)
         args = [hopper_bin(), "serve", "--listen", self.endpoint,
                 "--heartbeat", "300ms", "--lease", "5s"]
         if "--insecure-no-auth" not in self.extra:

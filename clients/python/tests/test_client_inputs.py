@@ -1,6 +1,7 @@
 """What the client refuses before sending: values the protocol has no form for (not JSON,
-CBOR tags), naive datetimes, options of the wrong type or out of range, unknown filters and
-settings; each a clear TypeError or ValueError, and nothing submitted."""
+CBOR tags, text UTF-8 cannot encode), naive datetimes, options of the wrong type or out of
+range, unknown filters and settings; each a clear TypeError or ValueError, and nothing
+submitted."""
 
 import datetime
 import decimal
@@ -84,4 +85,47 @@ def test_options_of_the_wrong_type_or_range_are_refused_before_sending(server):
             client.job_stats("5")
         # What stays the server's to say, and is clear: the shape of args.
         assert client.submit("k", (1, 2))
+    assert server.counts() == {"available": 1}
+
+
+def test_text_that_utf8_cannot_encode_is_refused_naming_where(server):
+    """A lone surrogate (here from bytes decoded with surrogateescape, as file names are) is
+    a ValueError naming where it is, not the encoder's Unencodable without a path."""
+    file_name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+    assert file_name == "caf\udce9.txt"
+    with Client(server.endpoint, token=server.token) as client:
+        for call, where in [
+            (lambda: client.submit("k", {"file": file_name}),
+             "args['file'] holds a lone surrogate '\\udce9' at index 3,"
+             " which UTF-8 cannot encode"),
+            (lambda: client.submit("k", {"faces": ["ok", "\ud83d\ude00"]}),
+             "args['faces'][1] holds a lone surrogate '\\ud83d' at index 0"),
+            (lambda: client.submit("k", {}, meta={"\udc00": 1}),
+             "meta: the key '\\udc00' holds a lone surrogate"),
+            (lambda: client.submit("k\udbff"), "kind holds a lone surrogate '\\udbff' at index 1"),
+            (lambda: client.submit("k", {}, queue="q\ud800"), "queue holds"),
+            (lambda: client.submit("k", {}, priority="high\ud800"), "priority holds"),
+            (lambda: client.submit("k", {}, run_at="2030-01-01T00:00:00Z\ud800"), "run_at holds"),
+            (lambda: client.submit_batch([{"kind": "k"}, {"kind": "k", "args": ["\ud800"]}]),
+             "args[0] holds"),
+            (lambda: client.status("\ud83d"), "id holds"),
+            (lambda: client.job_logs("\ud83d"), "id holds"),
+            (lambda: client.cancel("\ud83d"), "id holds"),
+            (lambda: client.retry("\ud83d"), "id holds"),
+            (lambda: client.delete("\ud83d"), "id holds"),
+            (lambda: client.list_jobs(kind="k\udc80"), "kind holds"),
+            (lambda: client.list_jobs(before="\udc80"), "before holds"),
+            (lambda: client.retry_failed(queue="q\udc80"), "queue holds"),
+            (lambda: client.clear("q\udc80"), "queue holds"),
+            (lambda: client.update_queue("q\udc80", paused=True), "queue holds"),
+            (lambda: client.update_queue("q", rate={"jobs\udc80": 1}),
+             "the queue settings['rate']: the key 'jobs\\udc80' holds"),
+            (lambda: Client(server.endpoint, token=server.token, name="n\udc80"), "name holds"),
+        ]:
+            with pytest.raises(ValueError) as refused:
+                call()
+            assert str(refused.value).startswith(where), str(refused.value)
+        # Text without a surrogate goes, astral characters too.
+        job_id = client.submit("k", {"face": "\U0001f600"})
+        assert client.status(job_id)["args"] == {"face": "\U0001f600"}
     assert server.counts() == {"available": 1}

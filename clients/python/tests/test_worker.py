@@ -7,8 +7,9 @@ import sys
 import threading
 import time
 import pathlib
+from concurrent.futures import ThreadPoolExecutor
 
-from conftest import counting_nap, psql
+from conftest import Server, counting_nap, psql, wait
 from hopper_client import Client, Permanent, Snooze, Worker
 
 
@@ -144,6 +145,58 @@ def test_server_enforces_timeouts_on_workers_that_cannot(server):
     assert "timed out" in job["errors"][0]["error"]
 
 
+def test_an_order_arriving_once_the_worker_stops_is_handed_back_unstarted():
+    """An order the server sent before it read the bye is released, never run: as a held
+    one, not started after the running jobs (prolonging the stop) or lost at the close."""
+    from hopper_client._connection import Connection
+
+    ran = []
+    worker = Worker("tcp://127.0.0.1:1", token="t" * 16, handlers={"k": ran.append})
+    worker._conn = Connection("tcp://127.0.0.1:1", token="t" * 16)  # never opened
+    worker._pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        worker.stop()
+        worker._on_message({"type": "order", "job": {"id": "j", "attempt": 2, "kind": "k"}})
+    finally:
+        worker._pool.shutdown(wait=True)
+    assert ran == [] and worker._running == {}
+    assert [m for _, m in worker._unacked.values()] == [
+        {"type": "released", "id": "j", "attempt": 2}]
+
+
+def test_a_worker_that_reconnects_while_it_stops_says_bye_again(schema, tmp_path):
+    """The restarted server forgets the session: the worker's new one must say bye too, or
+    it is sent orders (a slot is free) that it hands back, again and again."""
+    server = Server(schema, tmp_path, log_filter="warn,hopper_server::server=info").start()
+    go = threading.Event()
+    started = threading.Event()
+
+    def slow(job):
+        started.set()
+        go.wait(30)
+
+    try:
+        with Client(server.endpoint, token=server.token) as client:
+            client.submit("slow", {})
+            worker, thread = start_worker(server, {"slow": slow}, concurrency=2)
+            assert started.wait(30)
+            worker.stop()
+            server.kill()
+            server.start()
+            wait(lambda: "peer said bye" in server.log.read_text(),
+                 what="the worker's bye to the new server")
+            # So the new session gets no order: this job stays untouched.
+            later = client.submit("slow", {})
+            go.set()
+            thread.join(timeout=30)
+            assert not thread.is_alive()
+            assert client.status(later)["state"] == "available"
+        assert psql(f"SELECT attempt FROM {schema}.jobs WHERE id = '{later}'") == "0"
+    finally:
+        go.set()
+        server.kill(signal.SIGTERM)
+
+
 def test_prefetched_orders_are_held_and_handed_back_unstarted(server):
     """With `prefetch`, orders beyond the concurrency are held (twice the concurrency before
     any job finished); the ones not started when the worker stops go back untouched."""
@@ -160,10 +213,14 @@ def test_prefetched_orders_are_held_and_handed_back_unstarted(server):
                     handlers={"slow": slow})
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
-    # One running, two held: 1 + twice the concurrency.
-    server.wait_for(lambda c: c.get("running") == 3 and c.get("available") == 7)
+    # One running, two held: 1 + twice the concurrency. The counts say the server claimed
+    # them, which it does before it sends their orders: a worker stopped before the first one
+    # arrived would hand them all back. So the first one started, too.
+    server.wait_for(lambda c: c.get("running") == 3 and c.get("available") == 7
+                    and len(started) == 1)
     worker.stop()
-    # The two held orders go back at once, while the started one still runs.
+    # The two held orders go back at once (any still on the wire as they arrive), while the
+    # started one still runs.
     server.wait_for(lambda c: c.get("running") == 1 and c.get("available") == 9)
     go.set()
     thread.join(timeout=30)

@@ -1,17 +1,18 @@
 """What a handler gives the worker that the server would refuse: log fields that are not JSON,
-unknown log levels, messages that cannot be encoded, snoozes out of range, huge or
-unprintable errors. None of them may kill the worker, lose other lines, or leave a job held
-(and heartbeated) or looping."""
+unknown log levels, text UTF-8 cannot encode in a log line or an error, messages that cannot
+be encoded, snoozes out of range, huge or unprintable errors. None of them may kill the
+worker, lose other lines, or leave a job held (and heartbeated) or looping."""
 
 import datetime
 import math
 import threading
 import uuid
+from pathlib import PurePosixPath as Path
 
 import pytest
 
 from conftest import wait
-from hopper_client import Client, Snooze, Worker
+from hopper_client import Client, Permanent, Snooze, Worker
 
 TEN_YEARS_S = 315_360_000
 
@@ -66,6 +67,62 @@ def test_log_fields_that_are_not_json_are_written_as_text(server):
     assert fields["id"] == str(marker) and fields["tags"] == "{'a'}"
     assert fields["nan"] == "nan" and fields["big"] == str(2**70) and fields["raw"] == "b'x'"
     assert fields["nested"] == {"1": [str(aware), [2, 3]]}
+
+
+def test_lone_surrogates_in_log_lines_and_errors_are_sent_as_replacement_characters(server):
+    """Without the fix, the log batch holding such a line is given up (the other lines with
+    it), and a failure's outcome cannot be encoded: dropped, the job runs again after its
+    lease."""
+    file_name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")  # as os.fsdecode gives
+
+    def logs(job):
+        job.log("info", "before")
+        job.log("info", "half \ud800 a pair", file=file_name, nested={"k\udc00": ["\udbff"]},
+                odd={1: Path("\udc80")})
+        job.log("info", "\ud83d\ude00 is two code points in Python")
+        job.log("info", "after")
+
+    def fails(job):
+        if job.args["how"] == "error":
+            raise RuntimeError(f"cannot open {file_name}")
+        if job.args["how"] == "permanent":
+            raise Permanent("half \udfff a pair")
+        raise SystemExit(f"gave up on {file_name}")
+
+    with Client(server.endpoint, token=server.token) as client:
+        logged = client.submit("logs", {})
+        failed = {how: client.submit("fails", {"how": how}, max_attempts=1)
+                  for how in ("error", "permanent", "exit")}
+        worker, thread = start_worker(server, {"logs": logs, "fails": fails})
+        # Without the fix the failures stay running until their lease ends.
+        server.wait_for(lambda c: c.get("completed") == 1 and c.get("failed") == 3, timeout=30)
+        errors = {how: client.status(i)["errors"] for how, i in failed.items()}
+        wait(lambda: len(client.job_logs(logged)) == 1, what="the log")
+        [log] = client.job_logs(logged)
+    stop(worker, thread)
+    assert [len(e) for e in errors.values()] == [1, 1, 1], "each ran once"
+    assert errors["error"][0]["error"] == "RuntimeError: cannot open caf\ufffd.txt"
+    assert errors["permanent"][0]["error"] == "half \ufffd a pair"
+    assert errors["exit"][0]["error"] == ("the worker failed while running the handler:"
+                                          " SystemExit: gave up on caf\ufffd.txt")
+    assert [line["message"] for line in log["lines"]] == [
+        "before", "half \ufffd a pair", "\ufffd\ufffd is two code points in Python", "after"]
+    assert log["lines"][1]["fields"] == {"file": "caf\ufffd.txt", "nested": {"k\ufffd": ["\ufffd"]},
+                                         "odd": {"1": "\ufffd"}}
+
+
+def test_names_queues_and_kinds_that_utf8_cannot_encode_are_refused_when_made():
+    endpoint, token = "tcp://127.0.0.1:1", "t" * 16
+    for options, where in [({"name": "n\udc80"}, "name holds a lone surrogate '\\udc80'"),
+                           ({"queues": ["a", "q\ud800"]}, "queues[1] holds"),
+                           ({"handlers": {"k\udc80": print}}, "the kind of a handler holds")]:
+        with pytest.raises(ValueError) as refused:
+            Worker(endpoint, token=token, **options)
+        assert str(refused.value).startswith(where), str(refused.value)
+    with pytest.raises(ValueError, match="^kind holds a lone surrogate"):
+        Worker(endpoint, token=token).handler("k\udc80")
+    with pytest.raises(TypeError, match="queues\\[0\\] must be a str"):
+        Worker(endpoint, token=token, queues=[5])
 
 
 def test_log_levels_are_the_servers_and_pythons_names_and_others_raise(server):
