@@ -64,6 +64,8 @@ DECLARE
     grp        text := group_key;
     held_by    uuid;
     timeout_ms numeric := round(extract(epoch FROM timeout) * 1000);
+    args_why   text := hopper.unreadable_json(args);
+    meta_why   text := hopper.unreadable_json(meta);
 BEGIN
     PERFORM hopper.check_name('kind', kind);
     PERFORM hopper.check_name('queue', queue);
@@ -74,10 +76,12 @@ BEGIN
         format('args must be a JSON object or array, got %s', coalesce(jsonb_typeof(args), 'NULL')));
     PERFORM hopper.refuse_if(octet_length(args::text) > 1048576,
         format('args are %s bytes as JSON, over the limit of 1048576 bytes', octet_length(args::text)));
+    PERFORM hopper.refuse_if(args_why IS NOT NULL, format('args cannot be read by hopper: %s', args_why));
     PERFORM hopper.refuse_if(meta IS NULL OR jsonb_typeof(meta) <> 'object',
         format('meta must be a JSON object, got %s', coalesce(jsonb_typeof(meta), 'NULL')));
     PERFORM hopper.refuse_if(octet_length(meta::text) > 16384,
         format('meta is %s bytes as JSON, over the limit of 16384 bytes', octet_length(meta::text)));
+    PERFORM hopper.refuse_if(meta_why IS NOT NULL, format('meta cannot be read by hopper: %s', meta_why));
     PERFORM hopper.refuse_if(meta ? 'traceparent' AND (jsonb_typeof(meta -> 'traceparent') <> 'string'
             OR NOT hopper.is_traceparent(meta ->> 'traceparent')),
         format('meta.traceparent %s is not a W3C traceparent (version-traceid-parentid-flags, e.g. 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01)',
@@ -229,6 +233,20 @@ CREATE FUNCTION hopper.unfinished_jobs() RETURNS bigint
          + (SELECT count(*) FROM hopper.jobs WHERE state = 'scheduled')
          + (SELECT count(*) FROM hopper.jobs WHERE state = 'running')
 $$;
+
+
+CREATE FUNCTION hopper.unreadable_json(value jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT CASE
+        WHEN jsonb_path_exists(value, 'strict $.**{128 to last}')
+        THEN 'nested deeper than 127 levels'
+        WHEN jsonb_path_exists(value, 'strict $.** ? (@.type() == "number" && '
+                                      '(@ >= 1.797693134862315807937289714053e308 || '
+                                      '@ <= -1.797693134862315807937289714053e308))')
+        THEN 'a number beyond a double''s range (about 1.8e308)'
+    END
+$_$;
 
 
 CREATE FUNCTION hopper.uuid_v7() RETURNS uuid

@@ -14,9 +14,11 @@
 //! - Rust values: serde_json refuses to serialize an `i128` or `u128` beyond 64 bits, and a
 //!   `serde_json::Value` holds none.
 //!
-//! A row written by SQL cannot be refused: PostgreSQL's `jsonb` keeps every number exactly,
-//! and a worker reads it as above (an integer beyond 64 bits, or a decimal of more digits
-//! than a double holds, reaches it rounded). `jsonb` keeps a number's value, not its
+//! A row written by SQL cannot be refused for a wide integer: PostgreSQL's `jsonb` keeps
+//! every number exactly, and a worker reads it as above (an integer beyond 64 bits, or a
+//! decimal of more digits than a double holds, reaches it rounded). `hopper.enqueue` does
+//! refuse what hopper cannot read at all: a number beyond a double's range, and nesting
+//! deeper than 127 levels (migration 0014). `jsonb` keeps a number's value, not its
 //! writing: a whole double written with an exponent (`1e19`, as serde_json writes the
 //! doubles from 10^16) reads back as an integer when one holds it.
 

@@ -102,11 +102,15 @@ impl PgBackend {
             .filter(|j| j.history_unreadable)
             .map(|j| j.id)
             .collect();
+        let (args, meta) = self.unreadable_json(&ids).await?;
         let now = self.inner.clock.now();
         let client = self.client().await?;
         let rows = self
             .text(&self.inner.queries.job_quarantine)
-            .query(&**client, &[&ids, &reasons, &now, &unreadable])
+            .query(
+                &**client,
+                &[&ids, &reasons, &now, &unreadable, &args, &meta],
+            )
             .await
             .map_err(map_pg)?;
         let moved = rows
@@ -117,6 +121,30 @@ impl PgBackend {
             tracing::error!(job = %job.id, reason = %job.reason, "moved an unreadable job to failed");
         }
         Ok(moved)
+    }
+
+    /// Of the jobs `ids`, those whose arguments, and those whose metadata, serde_json does
+    /// not read (`job_json_texts.sql`): the quarantine replaces them, so that the row reads
+    /// from then on rather than being moved again at every read.
+    async fn unreadable_json(&self, ids: &[JobId]) -> Result<(Vec<JobId>, Vec<JobId>)> {
+        let client = self.client().await?;
+        let rows = self
+            .text(&self.inner.queries.job_json_texts)
+            .query(&**client, &[&ids])
+            .await
+            .map_err(map_pg)?;
+        let reads = |text: &str| serde_json::from_str::<serde_json::Value>(text).is_ok();
+        let (mut args, mut meta) = (Vec::new(), Vec::new());
+        for row in &rows {
+            let id: JobId = row.try_get(0).map_err(Error::database)?;
+            if !reads(row.try_get(1).map_err(Error::database)?) {
+                args.push(id);
+            }
+            if !reads(row.try_get(2).map_err(Error::database)?) {
+                meta.push(id);
+            }
+        }
+        Ok((args, meta))
     }
 
     /// Moves the jobs claims held ([`Quarantine::hold`]). Those whose rows another

@@ -82,6 +82,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "names_checked_by_every_function",
         include_str!("../migrations/0013_names_checked_by_every_function.sql"),
     ),
+    (
+        14,
+        "enqueue_refuses_json_hopper_cannot_read",
+        include_str!("../migrations/0014_enqueue_refuses_json_hopper_cannot_read.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -251,7 +256,15 @@ queries!(
     job_promote_scheduled(TIMESTAMPTZ),
     job_prune(INT8, INT8, INT8, TIMESTAMPTZ),
     job_prune_count(INT8, INT8, TIMESTAMPTZ),
-    job_quarantine(UUID_ARRAY, TEXT_ARRAY, TIMESTAMPTZ, UUID_ARRAY),
+    job_json_texts(UUID_ARRAY),
+    job_quarantine(
+        UUID_ARRAY,
+        TEXT_ARRAY,
+        TIMESTAMPTZ,
+        UUID_ARRAY,
+        UUID_ARRAY,
+        UUID_ARRAY
+    ),
     job_replace(
         UUID,
         TEXT,

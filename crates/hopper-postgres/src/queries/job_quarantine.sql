@@ -5,12 +5,15 @@
 -- the range of hopper_core::limits becomes now (NULL where the column may be NULL), an
 -- error history that is not a list of attempt objects, or that the caller found does not
 -- decode ($4: an entry's `at` that is no instant, a `node` that is no UUID, which SQL does
--- not check), is replaced by one holding its text.
+-- not check), is replaced by one holding its text; arguments ($5) or metadata ($6) that
+-- serde_json does not read (a number beyond a double's range, nesting past 128 levels:
+-- job_json_texts.sql) are replaced by an object holding their text, as on SQLite.
 -- A row another transaction holds is skipped, not waited for: the quarantine runs after a
 -- claim and inside reads (a listing, a job's page), which one held row must not stop,
 -- whatever the pool's lock bound (the runtime's has none). The ids moved come back; the
 -- caller tries the others again later.
--- $1 ids, $2 reasons, $3 now, $4 the ids whose history does not decode. Index: jobs_pkey,
+-- $1 ids, $2 reasons, $3 now, $4 the ids whose history does not decode, $5 and $6 those
+-- whose arguments and metadata do not. Index: jobs_pkey,
 -- one probe per id. Rare: only rows that failed to decode come here.
 WITH free AS (
     SELECT b.id, b.reason
@@ -35,6 +38,12 @@ SET state = CASE WHEN j.state IN ('completed', 'cancelled') THEN j.state
                                               AND timestamptz '9999-12-31 23:59:59.999999+00'
                        THEN j.finished_at ELSE coalesce($3::timestamptz, now()) END,
     lease_expires_at = NULL,
+    args = CASE WHEN j.id = ANY ($5::uuid[])
+                THEN jsonb_build_object('unreadable_args', left(j.args::text, 65536))
+                ELSE j.args END,
+    meta = CASE WHEN j.id = ANY ($6::uuid[])
+                THEN jsonb_build_object('unreadable_meta', left(j.meta::text, 65536))
+                ELSE j.meta END,
     errors = CASE
             WHEN j.id <> ALL ($4::uuid[]) AND jsonb_typeof(j.errors) = 'array' AND NOT EXISTS (
                 SELECT 1 FROM jsonb_array_elements(j.errors) AS e

@@ -212,6 +212,48 @@ async fn an_unreadable_row_held_elsewhere_stops_no_read() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Arguments or metadata that jsonb holds and serde_json does not read (a number beyond a
+/// double's range, nesting past 128 levels) are replaced by an object holding their text
+/// by the first read that meets them, and the job is shown from then on; later reads
+/// write nothing. Before, every read moved the job again (one more history entry each) and
+/// left it out.
+#[tokio::test]
+async fn arguments_and_meta_serde_cannot_read_are_kept_as_text_once() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let huge = write_by_hand(&db, "q", "available", ", args", r#", '{"n": 1e400}'"#).await?;
+    let nested = write_by_hand(&db, "q", "available", ", args", &format!(", '{deep}'")).await?;
+    let meta = write_by_hand(&db, "q", "completed", ", meta", r#", '{"m": -1e400}'"#).await?;
+    let all = JobListParams {
+        limit: 100,
+        ..JobListParams::default()
+    };
+    for read in 0..3 {
+        let listed = db.backend().job_list(&all).await?;
+        assert_eq!(listed.len(), 3, "read {read}: every job is listed");
+    }
+    for (id, column, key, state) in [
+        (huge, "args", "unreadable_args", JobState::Failed),
+        (nested, "args", "unreadable_args", JobState::Failed),
+        (meta, "meta", "unreadable_meta", JobState::Completed),
+    ] {
+        let mended = job(&db, id).await?;
+        assert_eq!(mended.state, state, "{mended:?}");
+        let kept = if column == "args" {
+            &mended.args
+        } else {
+            &mended.meta
+        };
+        let text = kept[key].as_str().context("the text kept")?;
+        assert!(
+            text.starts_with(if id == nested { "[[[" } else { "{" }),
+            "{text}"
+        );
+        assert_eq!(mended.errors.len(), 1, "moved once: {:?}", mended.errors);
+    }
+    Ok(())
+}
+
 /// An error history whose entries have the right shape but do not decode (an `at` that is
 /// no instant, a `node` that is no UUID): the first read moves the job and replaces the
 /// history, and later reads find it readable and write nothing.

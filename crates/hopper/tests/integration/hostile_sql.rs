@@ -23,7 +23,7 @@ async fn sql_enqueue_refuses_every_hostile_value_with_a_clear_message() -> anyho
     let db = TestDatabase::new().await?;
     let client = connect(db.url()).await?;
     let schema = db.schema();
-    let calls = [
+    let calls: [(&str, &str); _] = [
         ("run_at => 'infinity'", "run_at infinity is out of range"),
         ("run_at => '-infinity'", "run_at -infinity is out of range"),
         (
@@ -92,6 +92,26 @@ async fn sql_enqueue_refuses_every_hostile_value_with_a_clear_message() -> anyho
             "meta => jsonb_build_object('tracestate', 'a' || chr(10))",
             "meta.tracestate must be a string",
         ),
+        (
+            "args => '{\"n\": 1e400}'",
+            "args cannot be read by hopper: a number beyond a double's range",
+        ),
+        (
+            "args => '[1.797693134862315807937289714053e308]'",
+            "args cannot be read by hopper: a number beyond a double's range",
+        ),
+        (
+            "meta => '{\"m\": [-1e309]}'",
+            "meta cannot be read by hopper: a number beyond a double's range",
+        ),
+        (
+            &format!("args => '{}'", nested(128)),
+            "args cannot be read by hopper: nested deeper than 127 levels",
+        ),
+        (
+            &format!("meta => '{{\"m\": {}}}'", nested(127)),
+            "meta cannot be read by hopper: nested deeper than 127 levels",
+        ),
     ];
     for (argument, expected) in calls {
         let sql = format!("SELECT {schema}.enqueue('k', queue => 'q', {argument})");
@@ -107,6 +127,35 @@ async fn sql_enqueue_refuses_every_hostile_value_with_a_clear_message() -> anyho
         assert!(db_error.detail().is_none(), "{sql}: the row is not printed");
     }
     assert_eq!(job_count(&db).await?, 0, "nothing was written");
+    Ok(())
+}
+
+/// `depth` arrays, one inside the other, around a number: JSON of that nesting depth.
+fn nested(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+/// What `hopper.enqueue` takes at the edges of what hopper reads, a worker reads: the
+/// largest double and nesting 127 levels deep (serde_json's limit is 128 containers).
+#[tokio::test]
+async fn sql_enqueue_takes_json_at_the_edges_of_what_hopper_reads() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = connect(db.url()).await?;
+    let schema = db.schema();
+    for args in [
+        "[1.7976931348623157e308, -1.7976931348623157e308, 1e-400]".to_owned(),
+        nested(127),
+    ] {
+        let sql = format!("SELECT {schema}.enqueue('k', '{args}', 'q')");
+        let id: uuid::Uuid = client.query_one(&sql, &[]).await?.get(0);
+        let job = db
+            .backend()
+            .job_get(&hopper::backend::JobGetParams { id })
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("job {id} was not read"))?;
+        assert_eq!(job.state, hopper::JobState::Available, "{args}: {job:?}");
+        assert!(job.errors.is_empty(), "{args}: {:?}", job.errors);
+    }
     Ok(())
 }
 
