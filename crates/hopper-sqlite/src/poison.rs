@@ -76,19 +76,20 @@ pub fn quarantine(
 ) -> Result<u64> {
     let mut moved = 0u64;
     for job in jobs {
-        let stored: Option<(String, String)> = conn
+        let stored: Option<(String, String, String)> = conn
             .prepare_cached(&q.job_quarantine[0])
             .and_then(|mut s| {
                 s.query_row(named_params! { ":id": job.id }, |r| {
-                    Ok((r.get(0)?, r.get(1)?))
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })
                 .optional()
             })
             .map_err(map_sqlite)?;
-        let Some((args, errors)) = stored else {
+        let Some((args, errors, meta)) = stored else {
             continue;
         };
         let args_ok = serde_json::from_str::<serde_json::Value>(&args).is_ok();
+        let meta_ok = serde_json::from_str::<serde_json::Value>(&meta).is_ok();
         let errors_ok = serde_json::from_str::<Vec<AttemptError>>(&errors).is_ok();
         let changed = conn
             .prepare_cached(&q.job_quarantine[1])
@@ -101,6 +102,7 @@ pub fn quarantine(
                     ":min_us": MIN_INSTANT_MICROS,
                     ":max_us": MAX_INSTANT_MICROS,
                     ":args_ok": args_ok,
+                    ":meta_ok": meta_ok,
                     ":errors_ok": errors_ok,
                 })
             })

@@ -1,7 +1,7 @@
 -- Statement 1: the columns of one job (:id) whose decoding the caller checks on its own
--- (SQL cannot tell whether serde reads them): its arguments and its error history.
--- Index: the primary key.
-SELECT args, errors
+-- (SQL cannot tell whether serde reads them): its arguments, its error history and its
+-- metadata. Index: the primary key.
+SELECT args, errors, meta
 FROM hopper_jobs
 WHERE id = :id;
 
@@ -12,7 +12,8 @@ WHERE id = :id;
 -- finishing time if that reads), and makes the row readable again: every instant outside
 -- [:min_us, :max_us] (the range of hopper_core::limits) becomes :now (NULL where the
 -- column may be NULL), counts are clamped to 32 bits, arguments that do not decode
--- (:args_ok = 0) become an object holding their text, an error history that does not
+-- (:args_ok = 0) become an object holding their text, and so does metadata (:meta_ok = 0,
+-- under unreadable_meta), an error history that does not
 -- decode (:errors_ok = 0) is replaced by one holding its text. The SET expressions read
 -- the row as it was. A row this cannot make readable (an id that is no UUID) is moved
 -- once: when its history already ends with :reason, nothing is written, so reading it again
@@ -32,6 +33,8 @@ SET state = CASE WHEN state IN ('completed', 'cancelled') THEN state ELSE 'faile
     max_attempts = min(max_attempts, 2147483647),
     args = CASE WHEN :args_ok THEN args
                 ELSE json_object('unreadable_args', substr(args, 1, 65536)) END,
+    meta = CASE WHEN :meta_ok THEN meta
+                ELSE json_object('unreadable_meta', substr(meta, 1, 65536)) END,
     errors = json_insert(
         CASE WHEN :errors_ok THEN errors
              ELSE json_array(json_object(

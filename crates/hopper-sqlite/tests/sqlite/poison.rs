@@ -157,6 +157,11 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
         &format!("state = 'completed', created_at = {}", i64::MAX),
     )?;
     let args = write_by_hand(&store, "q", "state = 'cancelled', args = '{broken'")?;
+    let meta = write_by_hand(
+        &store,
+        "q",
+        &format!("state = 'completed', meta = {}", too_deep()),
+    )?;
 
     let stats = backend.queue_stats().await?;
     let q = stats.iter().find(|s| s.queue == "q").expect("queue q");
@@ -174,13 +179,14 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
             ..JobListParams::default()
         })
         .await?;
-    assert_eq!(listed.len(), 5, "every row is listed");
+    assert_eq!(listed.len(), 6, "every row is listed");
     assert_failed_as_unreadable(&job(&store, minus).await?);
     // Finished jobs are mended but keep their state, and their finishing time if it reads.
     for (id, state) in [
         (history, JobState::Completed),
         (created, JobState::Completed),
         (args, JobState::Cancelled),
+        (meta, JobState::Completed),
     ] {
         assert_mended(&job(&store, id).await?, state);
     }
@@ -194,6 +200,9 @@ async fn listing_showing_and_stats_survive_unreadable_rows() -> anyhow::Result<(
     assert!(history.errors[0].error.contains("unreadable error history"));
     let args = job(&store, args).await?;
     assert_eq!(args.args, json!({ "unreadable_args": "{broken" }));
+    let meta = job(&store, meta).await?;
+    let kept = meta.meta["unreadable_meta"].as_str().unwrap_or("");
+    assert!(kept.starts_with("[[["), "{:?}", meta.meta);
 
     // A row shown by id is moved too.
     let shown = write_by_hand(&store, "q", &format!("attempted_at = {}", i64::MAX))?;
