@@ -32,10 +32,6 @@ pub(crate) struct Poisoned {
     pub id: JobId,
     /// The decode error, as its error history will show it.
     pub reason: String,
-    /// Whether its error history is known not to decode, so that the quarantine replaces it
-    /// whatever its shape: SQL can check the history's shape, not whether serde reads each
-    /// entry (an `at` that is no instant, a `node` that is no UUID).
-    pub history_unreadable: bool,
 }
 
 impl Poisoned {
@@ -48,21 +44,16 @@ impl Poisoned {
                 "the job's row could not be read, so what did not read was replaced and, \
                  unless the job had finished, it was failed: {error}"
             ),
-            history_unreadable: false,
         })
     }
+}
 
-    /// [`Poisoned::of`] for a row of `job_get.sql`'s columns, whose error history is read
-    /// too: if it does not decode, the quarantine replaces it, so that the row reads.
-    fn of_record(row: &Row, error: &Error) -> Result<Self> {
-        let history: Option<serde_json::Value> = row.try_get(rows::ERRORS_COLUMN).ok();
-        let readable =
-            history.is_some_and(|h| serde_json::from_value::<Vec<AttemptError>>(h).is_ok());
-        Ok(Poisoned {
-            history_unreadable: !readable,
-            ..Poisoned::of(row, 0, error)?
-        })
-    }
+/// The jobs whose columns of JSON serde_json does not read, by column.
+#[derive(Debug, Default)]
+struct UnreadableJson {
+    args: Vec<JobId>,
+    meta: Vec<JobId>,
+    errors: Vec<JobId>,
 }
 
 /// Jobs a claim could not read, waiting to be moved once the claim has committed.
@@ -97,19 +88,21 @@ impl PgBackend {
         }
         let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
         let reasons: Vec<&str> = jobs.iter().map(|j| j.reason.as_str()).collect();
-        let unreadable: Vec<JobId> = jobs
-            .iter()
-            .filter(|j| j.history_unreadable)
-            .map(|j| j.id)
-            .collect();
-        let (args, meta) = self.unreadable_json(&ids).await?;
+        let unreadable = self.unreadable_json(&ids).await?;
         let now = self.inner.clock.now();
         let client = self.client().await?;
         let rows = self
             .text(&self.inner.queries.job_quarantine)
             .query(
                 &**client,
-                &[&ids, &reasons, &now, &unreadable, &args, &meta],
+                &[
+                    &ids,
+                    &reasons,
+                    &now,
+                    &unreadable.errors,
+                    &unreadable.args,
+                    &unreadable.meta,
+                ],
             )
             .await
             .map_err(map_pg)?;
@@ -123,28 +116,33 @@ impl PgBackend {
         Ok(moved)
     }
 
-    /// Of the jobs `ids`, those whose arguments, and those whose metadata, serde_json does
-    /// not read (`job_json_texts.sql`): the quarantine replaces them, so that the row reads
-    /// from then on rather than being moved again at every read.
-    async fn unreadable_json(&self, ids: &[JobId]) -> Result<(Vec<JobId>, Vec<JobId>)> {
+    /// Of the jobs `ids`, those whose error history, arguments or metadata serde_json does
+    /// not read (`job_json_texts.sql`: jsonb holds what serde does not, such as an `at` that
+    /// is no instant, a number beyond a double's range, nesting past 128 levels): the
+    /// quarantine replaces those columns, so that the row reads from then on rather than
+    /// being moved again at every read.
+    async fn unreadable_json(&self, ids: &[JobId]) -> Result<UnreadableJson> {
         let client = self.client().await?;
         let rows = self
             .text(&self.inner.queries.job_json_texts)
             .query(&**client, &[&ids])
             .await
             .map_err(map_pg)?;
-        let reads = |text: &str| serde_json::from_str::<serde_json::Value>(text).is_ok();
-        let (mut args, mut meta) = (Vec::new(), Vec::new());
+        let mut found = UnreadableJson::default();
         for row in &rows {
             let id: JobId = row.try_get(0).map_err(Error::database)?;
-            if !reads(row.try_get(1).map_err(Error::database)?) {
-                args.push(id);
+            let text = |column| row.try_get::<_, Option<&str>>(column).ok().flatten();
+            if text(1).is_none_or(|t| serde_json::from_str::<serde_json::Value>(t).is_err()) {
+                found.args.push(id);
             }
-            if !reads(row.try_get(2).map_err(Error::database)?) {
-                meta.push(id);
+            if text(2).is_none_or(|t| serde_json::from_str::<serde_json::Value>(t).is_err()) {
+                found.meta.push(id);
+            }
+            if text(3).is_none_or(|t| serde_json::from_str::<Vec<AttemptError>>(t).is_err()) {
+                found.errors.push(id);
             }
         }
-        Ok((args, meta))
+        Ok(found)
     }
 
     /// Moves the jobs claims held ([`Quarantine::hold`]). Those whose rows another
@@ -186,7 +184,6 @@ impl PgBackend {
                     reason: format!(
                         "the job's run_at {run_at} could not be read ({cause}), so it was failed"
                     ),
-                    history_unreadable: false,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -203,7 +200,7 @@ impl PgBackend {
             match rows::job_record(row) {
                 Ok(job) => jobs.push(job),
                 Err(e) => {
-                    let poisoned = Poisoned::of_record(row, &e)?;
+                    let poisoned = Poisoned::of(row, 0, &e)?;
                     if self
                         .quarantine(std::slice::from_ref(&poisoned))
                         .await?

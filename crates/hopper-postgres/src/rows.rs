@@ -5,7 +5,7 @@ use hopper_core::{AttemptError, Error, JobRecord, Priority, Result};
 use tokio_postgres::Row;
 
 /// The column of a job's error history in `job_get.sql`'s rows.
-pub const ERRORS_COLUMN: usize = 17;
+const ERRORS_COLUMN: usize = 17;
 
 /// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`.
 pub fn job_record(row: &Row) -> Result<JobRecord> {

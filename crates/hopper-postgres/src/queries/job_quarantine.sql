@@ -2,19 +2,17 @@
 -- column from an older version, a bug) to 'failed', with the reason appended to their
 -- error history, and makes the row readable again; a job already finished (completed or
 -- cancelled) keeps its state and its finishing time if that reads: every instant outside
--- the range of hopper_core::limits becomes now (NULL where the column may be NULL), an
--- error history that is not a list of attempt objects, or that the caller found does not
--- decode ($4: an entry's `at` that is no instant, a `node` that is no UUID, which SQL does
--- not check), is replaced by one holding its text; arguments ($5) or metadata ($6) that
--- serde_json does not read (a number beyond a double's range, nesting past 128 levels:
--- job_json_texts.sql) are replaced by an object holding their text, as on SQLite.
+-- the range of hopper_core::limits becomes now (NULL where the column may be NULL), and
+-- an error history ($4), arguments ($5) or metadata ($6) that serde_json does not read
+-- (job_json_texts.sql, checked by the caller: SQL cannot tell) are replaced by what holds
+-- their text, as on SQLite.
 -- A row another transaction holds is skipped, not waited for: the quarantine runs after a
 -- claim and inside reads (a listing, a job's page), which one held row must not stop,
 -- whatever the pool's lock bound (the runtime's has none). The ids moved come back; the
 -- caller tries the others again later.
 -- $1 ids, $2 reasons, $3 now, $4 the ids whose history does not decode, $5 and $6 those
--- whose arguments and metadata do not. Index: jobs_pkey,
--- one probe per id. Rare: only rows that failed to decode come here.
+-- whose arguments and metadata do not. Index: jobs_pkey, one probe per id. Rare: only
+-- rows that failed to decode come here.
 WITH free AS (
     SELECT b.id, b.reason
     FROM unnest($1::uuid[], $2::text[]) AS b(id, reason)
@@ -45,13 +43,7 @@ SET state = CASE WHEN j.state IN ('completed', 'cancelled') THEN j.state
                 THEN jsonb_build_object('unreadable_meta', left(j.meta::text, 65536))
                 ELSE j.meta END,
     errors = CASE
-            WHEN j.id <> ALL ($4::uuid[]) AND jsonb_typeof(j.errors) = 'array' AND NOT EXISTS (
-                SELECT 1 FROM jsonb_array_elements(j.errors) AS e
-                WHERE jsonb_typeof(e) <> 'object'
-                   OR jsonb_typeof(e -> 'attempt') IS DISTINCT FROM 'number'
-                   OR jsonb_typeof(e -> 'at') IS DISTINCT FROM 'string'
-                   OR jsonb_typeof(e -> 'error') IS DISTINCT FROM 'string')
-            THEN j.errors
+            WHEN j.id <> ALL ($4::uuid[]) THEN j.errors
             ELSE jsonb_build_array(jsonb_build_object(
                 'attempt', j.attempt,
                 'at', coalesce($3::timestamptz, now()),
