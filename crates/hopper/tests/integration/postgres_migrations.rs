@@ -104,12 +104,12 @@ async fn migrating_a_migrated_schema_again_changes_nothing() -> anyhow::Result<(
     Ok(())
 }
 
-#[tokio::test]
-async fn a_schema_newer_than_this_build_is_refused() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
+/// Records in `db`'s schema a migration one past what this build knows, as a newer
+/// hopper would have; returns its version.
+async fn record_a_newer_migration(db: &TestDatabase) -> anyhow::Result<i32> {
     let future = known_version() + 1;
-    let client = connect(db.url()).await?;
-    client
+    connect(db.url())
+        .await?
         .execute(
             &format!(
                 "INSERT INTO {}.migrations (version, name) VALUES ($1, 'from_the_future')",
@@ -118,6 +118,13 @@ async fn a_schema_newer_than_this_build_is_refused() -> anyhow::Result<()> {
             &[&future],
         )
         .await?;
+    Ok(future)
+}
+
+#[tokio::test]
+async fn a_schema_newer_than_this_build_is_refused() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let future = record_a_newer_migration(&db).await?;
     match db.backend().migrate().await {
         Err(Error::Schema(message)) => {
             assert!(message.contains(&future.to_string()), "{message}");
@@ -135,16 +142,7 @@ async fn a_schema_newer_than_this_build_is_refused() -> anyhow::Result<()> {
 async fn schema_check_refuses_newer_and_unmigrated_schemas() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     db.backend().schema_check().await?;
-    let client = connect(db.url()).await?;
-    client
-        .execute(
-            &format!(
-                "INSERT INTO {}.migrations (version, name) VALUES ($1, 'from_the_future')",
-                db.schema()
-            ),
-            &[&(known_version() + 1)],
-        )
-        .await?;
+    record_a_newer_migration(&db).await?;
     match db.backend().schema_check().await {
         Err(Error::Schema(message)) => assert!(message.contains("upgrade hopper"), "{message}"),
         other => panic!("expected Error::Schema, got {other:?}"),
@@ -160,7 +158,8 @@ async fn schema_check_refuses_newer_and_unmigrated_schemas() -> anyhow::Result<(
         Err(Error::Schema(message)) => assert!(message.contains("hopper migrate"), "{message}"),
         other => panic!("expected Error::Schema, got {other:?}"),
     }
-    let exists = client
+    let exists = connect(db.url())
+        .await?
         .query_one(
             "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
             &[&unborn],
