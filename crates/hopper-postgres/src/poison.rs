@@ -48,9 +48,19 @@ impl Poisoned {
     }
 }
 
-/// The jobs whose columns of JSON serde_json does not read, by column.
+/// What a repair did: the jobs it moved, and those it skipped because another
+/// transaction holds their rows.
+#[derive(Debug, Default)]
+pub(crate) struct Repair {
+    pub moved: Vec<JobId>,
+    pub held: Vec<JobId>,
+}
+
+/// Of the jobs asked about, those whose rows were found, and by column those whose JSON
+/// serde_json does not read.
 #[derive(Debug, Default)]
 struct UnreadableJson {
+    found: Vec<JobId>,
     args: Vec<JobId>,
     meta: Vec<JobId>,
     errors: Vec<JobId>,
@@ -81,10 +91,11 @@ impl Quarantine {
 
 impl PgBackend {
     /// Moves `jobs` to `failed` with their reasons (`job_quarantine.sql`), but for rows
-    /// another transaction holds, which are skipped; returns the ids of those moved.
-    pub(crate) async fn quarantine(&self, jobs: &[Poisoned]) -> Result<Vec<JobId>> {
+    /// another transaction holds, which are skipped; says which were moved and which are
+    /// held (a job whose row is gone is neither).
+    pub(crate) async fn quarantine(&self, jobs: &[Poisoned]) -> Result<Repair> {
         if jobs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Repair::default());
         }
         let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
         let reasons: Vec<&str> = jobs.iter().map(|j| j.reason.as_str()).collect();
@@ -113,7 +124,12 @@ impl PgBackend {
         for job in jobs.iter().filter(|j| moved.contains(&j.id)) {
             tracing::error!(job = %job.id, reason = %job.reason, "moved an unreadable job to failed");
         }
-        Ok(moved)
+        let held = unreadable
+            .found
+            .into_iter()
+            .filter(|id| !moved.contains(id))
+            .collect();
+        Ok(Repair { moved, held })
     }
 
     /// Of the jobs `ids`, those whose error history, arguments or metadata serde_json does
@@ -131,6 +147,7 @@ impl PgBackend {
         let mut found = UnreadableJson::default();
         for row in &rows {
             let id: JobId = row.try_get(0).map_err(Error::database)?;
+            found.found.push(id);
             let text = |column| row.try_get::<_, Option<&str>>(column).ok().flatten();
             if text(1).is_none_or(|t| serde_json::from_str::<serde_json::Value>(t).is_err()) {
                 found.args.push(id);
@@ -146,15 +163,17 @@ impl PgBackend {
     }
 
     /// Moves the jobs claims held ([`Quarantine::hold`]). Those whose rows another
-    /// transaction holds, and all of them on a failure, stay held for the next claim; a
-    /// failure is logged, not returned: the claim itself succeeded.
+    /// transaction holds, and all of them on a failure, stay held for the next claim (a
+    /// row deleted meanwhile does not: it would cost every claim two statements for ever);
+    /// a failure is logged, not returned: the claim itself succeeded.
     pub(crate) async fn quarantine_held(&self) {
         let mut held = self.inner.quarantine.take();
         if held.is_empty() {
             return;
         }
         match self.quarantine(&held).await {
-            Ok(moved) => held.retain(|job| !moved.contains(&job.id)),
+            // A row deleted meanwhile is dropped: only held rows wait for the next claim.
+            Ok(repair) => held.retain(|job| repair.held.contains(&job.id)),
             Err(e) => {
                 tracing::error!(error = %e, jobs = held.len(), "failing unreadable jobs failed; trying again at the next claim");
             }
@@ -187,7 +206,7 @@ impl PgBackend {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(self.quarantine(&jobs).await?.len() as u64)
+        Ok(self.quarantine(&jobs).await?.moved.len() as u64)
     }
 
     /// Reads job records; a row that cannot be read is moved to `failed` and read again.
@@ -201,9 +220,10 @@ impl PgBackend {
                 Ok(job) => jobs.push(job),
                 Err(e) => {
                     let poisoned = Poisoned::of(row, 0, &e)?;
-                    if self
+                    if !self
                         .quarantine(std::slice::from_ref(&poisoned))
                         .await?
+                        .held
                         .is_empty()
                     {
                         if one {
@@ -241,5 +261,50 @@ impl PgBackend {
         let client = self.client().await?;
         let statement = self.prepare(&client, &self.inner.queries.job_get).await?;
         statement.query_opt(&**client, &[&id]).await.map_err(map_pg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestDatabase;
+    use hopper_core::{Backend, NewJob};
+
+    fn poisoned(id: JobId) -> Poisoned {
+        Poisoned {
+            id,
+            reason: "the test's reason".to_owned(),
+        }
+    }
+
+    /// The jobs a claim holds for repair: one whose row another transaction holds waits
+    /// for the next claim and is moved once free; one whose row is gone is dropped, not
+    /// tried again at every claim.
+    #[tokio::test]
+    async fn a_claim_keeps_for_later_only_the_rows_held_elsewhere() -> Result<()> {
+        let db = TestDatabase::new().await?;
+        let pg = db.pg();
+        let job = NewJob::new("k", serde_json::json!({}));
+        pg.job_insert(&job).await?;
+        let hold = db.hold_job(job.id).await?;
+        pg.inner.quarantine.hold(poisoned(job.id));
+        pg.inner.quarantine.hold(poisoned(uuid::Uuid::now_v7()));
+
+        pg.quarantine_held().await;
+        let waiting: Vec<JobId> = pg.inner.quarantine.take().iter().map(|j| j.id).collect();
+        assert_eq!(
+            waiting,
+            [job.id],
+            "the held row waits, the gone one is dropped"
+        );
+
+        pg.inner.quarantine.hold(poisoned(job.id));
+        hold.release().await?;
+        pg.quarantine_held().await;
+        assert!(pg.inner.quarantine.take().is_empty(), "moved once free");
+        let row = pg.job_row(job.id).await?.expect("the job");
+        let state: String = row.try_get(4).map_err(Error::database)?;
+        assert_eq!(state, "failed");
+        Ok(())
     }
 }
