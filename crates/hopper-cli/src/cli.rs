@@ -61,8 +61,9 @@ pub enum Command {
     /// Periodic jobs registered by runtimes.
     #[command(subcommand)]
     Cron(crate::queues::CronCommand),
-    /// The registered nodes (runtimes and servers): queues, concurrency, last heartbeat.
-    Nodes,
+    /// The registered nodes (runtimes and servers): queues, concurrency, last heartbeat; a
+    /// page at a time, by name.
+    Nodes(NodesArgs),
     /// Run the demo: 500 jobs, mixed priorities, every 12th fails; prints a summary.
     Demo(DemoArgs),
     /// Run the standard benchmark workloads.
@@ -165,6 +166,17 @@ pub enum JobsCommand {
     },
     /// Delete finished jobs past their retention now, as the runtime's pruner does.
     Prune(PruneArgs),
+}
+
+/// `hopper nodes`: which page of the nodes.
+#[derive(Debug, Args)]
+pub struct NodesArgs {
+    /// At most this many (at least 1; 0 is refused).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+    /// The page after another: the cursor it printed (`next_before` under `--json`).
+    #[arg(long)]
+    pub before: Option<String>,
 }
 
 /// `hopper stats`.

@@ -52,6 +52,9 @@ const CONCURRENCY: usize = 50;
 /// How often the counts are read while the jobs run.
 const POLL: Duration = Duration::from_millis(50);
 
+/// Nodes read at once while looking for the queues they serve: the most a server answers.
+const NODES_PAGE: u32 = 1000;
+
 /// What the demo prints at the end, read back from the database.
 #[derive(Debug, Serialize)]
 struct Summary {
@@ -143,11 +146,20 @@ async fn clear_ended_runs(client: &Client, own: &str) -> anyhow::Result<()> {
     if demo_queues.is_empty() {
         return Ok(());
     }
-    let served: HashSet<String> = match client.nodes().await {
-        Ok(nodes) => nodes.into_iter().flat_map(|n| n.info.queues).collect(),
-        Err(hopper::Error::Unsupported(_)) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
+    let mut served: HashSet<String> = HashSet::new();
+    let mut params = hopper::NodeListParams::first(NODES_PAGE);
+    loop {
+        let page = match client.nodes(&params).await {
+            Ok(page) => page,
+            Err(hopper::Error::Unsupported(_)) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        served.extend(page.nodes.into_iter().flat_map(|n| n.info.queues));
+        match page.next_before {
+            Some(next) => params.before = Some(next),
+            None => break,
+        }
+    }
     for queue in demo_queues.iter().filter(|q| !served.contains(*q)) {
         client.clear(Some(queue)).await?;
     }

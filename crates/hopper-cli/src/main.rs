@@ -165,7 +165,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             queues::queues(&open_admin(url).await?, action, json).await
         }
         Command::Cron(cmd) => queues::cron(&open_admin(url).await?, cmd, json).await,
-        Command::Nodes => nodes::nodes(&open_admin(url).await?, json).await,
+        Command::Nodes(args) => {
+            let params = nodes::params(&args).map_err(output::invalid_input)?;
+            nodes::nodes(&open_admin(url).await?, &params, json).await
+        }
         Command::Demo(args) => demo::run(open_creating(url).await?, args, json).await,
         Command::Bench(args) => {
             let backend = open_patiently(url).await?;

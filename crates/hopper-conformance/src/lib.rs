@@ -345,6 +345,7 @@ macro_rules! conformance_suite {
                 a_held_liveness_lock_keeps_a_silent_node_alive,
                 a_liveness_lock_is_held_by_one_holder_at_a_time,
                 registered_nodes_are_listed_as_their_last_heartbeat_left_them,
+                registered_nodes_are_paged_by_name_bytes_then_id,
             }
             admin {
                 retry_of_failed_job_gives_fresh_attempts,

@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hopper_core::backend::{NodeDeregisterParams, NodeReleaseDeadParams};
-use hopper_core::{JobId, JobState, NewJob};
+use hopper_core::backend::{NodeDeregisterParams, NodeListParams, NodePage, NodeReleaseDeadParams};
+use hopper_core::{Error, JobId, JobState, NewJob, NodeId};
 
 use crate::{Harness, job, node_info, secs};
 
@@ -168,7 +168,10 @@ pub async fn registered_nodes_are_listed_as_their_last_heartbeat_left_them(
     h.advance(Duration::from_secs(7));
     h.backend.node_heartbeat(&beta).await?;
 
-    let nodes = stats.node_list().await?;
+    let every = NodeListParams::first(100);
+    let page = stats.node_list(&every).await?;
+    assert_eq!(page.next_before, None, "one page holds them all");
+    let nodes = page.nodes;
     let names: Vec<&str> = nodes.iter().map(|n| n.info.name.as_str()).collect();
     assert_eq!(names, ["alpha", "beta", h.node.name.as_str()], "by name");
     let listed = nodes
@@ -183,11 +186,69 @@ pub async fn registered_nodes_are_listed_as_their_last_heartbeat_left_them(
     h.backend
         .node_deregister(&NodeDeregisterParams { node: beta.id })
         .await?;
-    let nodes = stats.node_list().await?;
+    let nodes = stats.node_list(&every).await?.nodes;
     assert!(
         nodes.iter().all(|n| n.info.id != beta.id),
         "deregistered: not listed"
     );
+    Ok(())
+}
+
+/// The nodes are listed a page at a time, by the bytes of their names (`B` before `a`,
+/// whatever the database's collation) and then by id: pages walk every node once, a page
+/// goes on after its cursor's node even when that node has deregistered, and a page of no
+/// nodes is refused.
+pub async fn registered_nodes_are_paged_by_name_bytes_then_id(h: &Harness) -> anyhow::Result<()> {
+    let Some(stats) = h.stats() else {
+        return Ok(());
+    };
+    let names = [
+        "web-3", "B-node", "a-node", "twin", "twin", "web-10", "Ω", "twin",
+    ];
+    let mut expected = vec![(h.node.name.clone(), h.node.id)];
+    for name in names {
+        let node = node_info(name);
+        h.backend.node_heartbeat(&node).await?;
+        expected.push((node.name, node.id));
+    }
+    expected.sort();
+
+    let listed = |page: &NodePage| -> Vec<(String, NodeId)> {
+        page.nodes
+            .iter()
+            .map(|n| (n.info.name.clone(), n.info.id))
+            .collect()
+    };
+    let mut params = NodeListParams::first(3);
+    let mut walked = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let page = stats.node_list(&params).await?;
+        assert_eq!(page.nodes.len(), 3, "{} nodes: pages of 3", expected.len());
+        walked.extend(listed(&page));
+        pages.push(params.clone());
+        match page.next_before {
+            Some(next) => params.before = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(walked, expected);
+    assert_eq!(pages.len(), 3);
+
+    // The first page's last node deregisters: the second page is the same.
+    let second = stats.node_list(&pages[1]).await?;
+    h.backend
+        .node_deregister(&NodeDeregisterParams {
+            node: expected[2].1,
+        })
+        .await?;
+    assert_eq!(stats.node_list(&pages[1]).await?, second);
+    assert_eq!(listed(&second), expected[3..6]);
+
+    assert!(matches!(
+        stats.node_list(&NodeListParams::first(0)).await,
+        Err(Error::InvalidInput(m)) if m.contains("limit")
+    ));
     Ok(())
 }
 

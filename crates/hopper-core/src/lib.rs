@@ -9,6 +9,8 @@
 //!   ([`job_log::LogStore`]);
 //! - [`lease`]: the fencing token a worker holds while it runs a job ([`Lease`]);
 //! - [`liveness`]: the capability of backends that see a node die at once ([`NodeLiveness`]);
+//! - [`node_list`]: the listing of the registered nodes, a page at a time (its order, its
+//!   cursor, how a page is cut);
 //! - [`backend`]: the storage seam ([`Backend`] and its capability traits), for backend
 //!   authors and outside semver, with one params struct per method;
 //! - [`policy`]: the rules every backend applies the same way (the rate bucket, keys of
@@ -41,6 +43,7 @@ pub mod limits;
 pub mod liveness;
 pub mod log_limit;
 pub mod meta;
+pub mod node_list;
 pub mod pace;
 pub mod policy;
 pub mod scheduling;
@@ -63,6 +66,7 @@ pub use job::{
 };
 pub use lease::{Lease, NodeId};
 pub use liveness::{NodeHold, NodeLiveness};
+pub use node_list::{NodeCursor, NodeListParams, NodePage};
 pub use scheduling::{
     CronAdvance, CronEntry, InsertOutcome, QueueSettings, QueueUpdate, RateLimit, UniquePolicy,
 };

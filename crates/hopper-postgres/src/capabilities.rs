@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MaintenanceStore, MinuteStats, NodeInfo, NodeRecord, NodeReleaseDeadParams, SchedulingStore,
-    StatsStore,
+    MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
+    NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
 
@@ -131,17 +131,18 @@ impl StatsStore for PgBackend {
             .collect()
     }
 
-    async fn node_list(&self) -> Result<Vec<NodeRecord>> {
+    async fn node_list(&self, params: &NodeListParams) -> Result<NodePage> {
         let client = self.client().await?;
         let rows = self
             .text(&self.inner.queries.node_list)
             .query(&**client, &[])
             .await
             .map_err(map_pg)?;
-        Ok(rows
+        let nodes = rows
             .iter()
             .filter_map(|r| crate::rows::listed("node", node_record(r)))
-            .collect())
+            .collect();
+        hopper_core::node_list::page(nodes, params)
     }
 }
 

@@ -429,7 +429,11 @@ mod tests {
                 },
             },
             Request::ListCron { req: 21 },
-            Request::ListNodes { req: 22 },
+            Request::ListNodes {
+                req: 22,
+                before: Some("AZC0b2Fy".into()),
+                limit: Some(5),
+            },
             Request::JobStats {
                 req: 23,
                 minutes: 60,
@@ -550,6 +554,7 @@ mod tests {
                     started_at: now,
                     heartbeat_at: now,
                 }],
+                next_before: Some("AZC0b2Fy".into()),
             },
             Reply::Minutes {
                 req: 14,
@@ -616,6 +621,48 @@ mod tests {
             decode_request(&two, MAX_FRAME).map_err(|e| e.code),
             Err(ErrorCode::BadFrame)
         );
+    }
+
+    #[test]
+    fn list_nodes_without_paging_reads_as_a_first_page_and_a_last_reply() {
+        // A peer that predates paging sends neither `before` nor `limit`.
+        let frame = cbor(&map(vec![
+            ("type", Value::Text("list_nodes".into())),
+            ("req", Value::Integer(3.into())),
+        ]));
+        assert_eq!(
+            decode_request(&frame, MAX_FRAME),
+            Ok(Request::ListNodes {
+                req: 3,
+                before: None,
+                limit: None,
+            })
+        );
+        // A server that predates paging sends no `next_before`: there is no next page.
+        let frame = cbor(&map(vec![
+            ("type", Value::Text("nodes".into())),
+            ("req", Value::Integer(3.into())),
+            ("nodes", Value::Array(Vec::new())),
+        ]));
+        assert_eq!(
+            decode_reply(&frame, MAX_FRAME),
+            Ok(Reply::Nodes {
+                req: 3,
+                nodes: Vec::new(),
+                next_before: None,
+            })
+        );
+        // A limit that is not a count is refused, naming it.
+        for limit in [Value::Integer((-1).into()), Value::Text("20".into())] {
+            let frame = cbor(&map(vec![
+                ("type", Value::Text("list_nodes".into())),
+                ("req", Value::Integer(4.into())),
+                ("limit", limit),
+            ]));
+            let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
+            assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(4)));
+            assert!(err.message.starts_with("list_nodes: limit: "), "{err}");
+        }
     }
 
     #[test]

@@ -276,10 +276,18 @@ pub enum Request {
         /// The request number.
         req: u64,
     },
-    /// Admin: every registered node (runtimes and servers). Reply: `nodes`.
+    /// Admin: one page of the registered nodes (runtimes and servers), by name. Reply:
+    /// `nodes`. Without `before` and `limit`, the first page of the default size.
     ListNodes {
         /// The request number.
         req: u64,
+        /// The cursor of the page: the `next_before` of the previous reply (absent: the
+        /// first page).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before: Option<String>,
+        /// At most this many (default 20, at most 1,000), as `list_jobs`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
     },
     /// Admin: what finished in each minute of the last `minutes` (1 to
     /// [`crate::MAX_STATS_MINUTES`]). Reply: `minutes`.
@@ -319,7 +327,7 @@ impl Request {
             | Request::ListQueues { req }
             | Request::UpdateQueue { req, .. }
             | Request::ListCron { req }
-            | Request::ListNodes { req }
+            | Request::ListNodes { req, .. }
             | Request::JobStats { req, .. } => *req,
         }
     }
@@ -526,12 +534,16 @@ pub enum Reply {
         /// Every entry, by name.
         entries: Vec<CronInfo>,
     },
-    /// Registered nodes (`list_nodes`).
+    /// One page of the registered nodes (`list_nodes`).
     Nodes {
         /// The `req` of the request.
         req: u64,
-        /// Every node, by name.
+        /// The nodes, by name (bytes), then id.
         nodes: Vec<NodeInfo>,
+        /// The `before` of the next page; `None` (null) on the last page. A server that
+        /// predates paging sends none, and every node in one reply.
+        #[serde(default)]
+        next_before: Option<String>,
     },
     /// What finished per minute (`job_stats`), oldest first; minutes in which nothing
     /// finished are left out.

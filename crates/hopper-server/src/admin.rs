@@ -80,15 +80,17 @@ pub(crate) async fn handle(
                 .map(CronInfo::from)
                 .collect(),
         },
-        Request::ListNodes { req } => Reply::Nodes {
-            req,
-            nodes: stats_store(&*backend, "listing nodes")?
-                .node_list()
-                .await?
-                .into_iter()
-                .map(NodeInfo::from)
-                .collect(),
-        },
+        Request::ListNodes { req, before, limit } => {
+            let params = convert::node_list_params(before, limit)?;
+            let page = stats_store(&*backend, "listing nodes")?
+                .node_list(&params)
+                .await?;
+            Reply::Nodes {
+                req,
+                nodes: page.nodes.into_iter().map(NodeInfo::from).collect(),
+                next_before: page.next_before.map(|cursor| cursor.to_string()),
+            }
+        }
         Request::JobStats { req, minutes } => {
             if !(1..=hopper_protocol::MAX_STATS_MINUTES).contains(&minutes) {
                 return Err(Error::InvalidInput(format!(

@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use hopper_core::backend::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MaintenanceStore, MinuteStats, NodeInfo, NodeRecord, NodeReleaseDeadParams, SchedulingStore,
-    StatsStore,
+    MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
+    NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, Result};
 use rusqlite::named_params;
@@ -249,9 +249,10 @@ impl StatsStore for SqliteBackend {
         minute_stats::per_minute(&finished)
     }
 
-    async fn node_list(&self) -> Result<Vec<NodeRecord>> {
+    async fn node_list(&self, params: &NodeListParams) -> Result<NodePage> {
         let inner = self.inner.clone();
-        self.inner
+        let nodes = self
+            .inner
             .pool
             .read(move |conn| {
                 let mut statement = conn
@@ -264,7 +265,8 @@ impl StatsStore for SqliteBackend {
                 }
                 Ok(nodes)
             })
-            .await
+            .await?;
+        hopper_core::node_list::page(nodes, params)
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use hopper_core::backend::{JobCancelParams, JobClearParams, JobGetParams, JobRetryParams};
 use hopper_core::{
     AppliedMigration, Backend, Error, InsertOutcome, JobArgs, JobId, JobListParams, JobRecord,
-    NewJob, QueueStats, Result,
+    NewJob, NodeListParams, NodePage, QueueStats, Result,
 };
 #[cfg(feature = "postgres")]
 use hopper_postgres::{PgBackend, PgOptions};
@@ -294,13 +294,15 @@ impl Client {
         self.backend.queue_stats().await
     }
 
-    /// The registered nodes (runtimes and `hopper serve` processes) by name, with the
-    /// queues each serves and its last heartbeat; [`Error::Unsupported`] on a backend that
-    /// keeps no statistics. Over the remote transport, the server's database's nodes (an
-    /// admin request).
-    pub async fn nodes(&self) -> Result<Vec<hopper_core::NodeRecord>> {
+    /// One page of the registered nodes (runtimes and `hopper serve` processes) by name,
+    /// with the queues each serves and its last heartbeat, and the cursor of the next page
+    /// (`params.before` of the next call; see [`hopper_core::node_list`]). A `limit` of 0
+    /// is [`Error::InvalidInput`]; [`Error::Unsupported`] on a backend that keeps no
+    /// statistics. Over the remote transport, the server's database's nodes (an admin
+    /// request), whose `limit` is at most 1,000 (the server's bound, as for jobs).
+    pub async fn nodes(&self, params: &NodeListParams) -> Result<NodePage> {
         match self.backend.stats() {
-            Some(store) => store.node_list().await,
+            Some(store) => store.node_list(params).await,
             None => Err(Error::Unsupported(format!(
                 "listing nodes ({} backend)",
                 self.backend.name()

@@ -103,6 +103,7 @@ pub use hopper_core::{
 pub use hopper_core::{
     CronEntry, InsertOutcome, QueueSettings, QueueUpdate, RateLimit, UniquePolicy,
 };
+pub use hopper_core::{NodeCursor, NodeListParams, NodePage};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use hopper_sqlite::{SqliteBackend, SqliteOptions};

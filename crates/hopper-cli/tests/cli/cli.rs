@@ -28,7 +28,7 @@ impl Run {
     }
 
     /// Asserts success and parses stdout as JSON.
-    fn json(self) -> Value {
+    pub(crate) fn json(self) -> Value {
         let stdout = self.ok();
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
     }
@@ -446,7 +446,7 @@ async fn stored_text_is_printed_inert() {
 /// Starts `hopper serve` on `db`'s schema on a free loopback port, its token in `dir`;
 /// returns it (killed when dropped) and the URL, with the admin token it generated, to
 /// reach it.
-fn serve(db: &TestDatabase, dir: &std::path::Path) -> (crate::common::Hopper, String) {
+pub(crate) fn serve(db: &TestDatabase, dir: &std::path::Path) -> (crate::common::Hopper, String) {
     let token_file = dir.join("serve.token");
     let token_file = token_file.to_str().expect("a UTF-8 path");
     let args = [

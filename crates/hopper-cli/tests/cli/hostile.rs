@@ -137,6 +137,18 @@ async fn hostile_names_json_and_times_are_refused_and_write_nothing() {
     }
     refused(&run(&db, &["jobs", "show", "not-a-uuid"]), "invalid job id");
     refused(&run(&db, &["jobs", "list", "--limit", "0"]), "0");
+    for limit in ["0", "-1", "99999999999", "ten"] {
+        refused(&run(&db, &["nodes", &format!("--limit={limit}")]), limit);
+    }
+    let long = "A".repeat(100_000) + "!";
+    for cursor in ["zzz", "", "0190f3c2-0000-7000-8000-000000000000", &long] {
+        let flag = format!("--before={cursor}");
+        refused(&run(&db, &["nodes", &flag]), "--before");
+        refused(
+            &run(&db, &["nodes", &flag]),
+            "is not a cursor of the node listing",
+        );
+    }
     refused(&run(&db, &["jobs", "list", "--state", "'; --"]), "state");
     assert_eq!(job_count(&db).await, 0, "nothing was written");
     assert!(no_queue_settings(&db).await);
@@ -310,6 +322,11 @@ async fn errors_under_json_are_json_objects() {
     refused_json(
         &run(&db, &["--json", "jobs", "list", "--limit", "0"]),
         "usage",
+    );
+    refused_json(&run(&db, &["--json", "nodes", "--limit", "0"]), "usage");
+    refused_json(
+        &run(&db, &["--json", "nodes", "--before", "zzz"]),
+        "invalid_input",
     );
     // clap's whole message, on one line without its usage footer: what is missing.
     let missing = refused_json(&run(&db, &["--json", "enqueue"]), "usage");

@@ -20,6 +20,7 @@ mod http_tokens;
 mod injection;
 mod kill;
 mod node_death;
+mod nodes;
 mod open_files;
 mod pgbouncer;
 mod queues;

@@ -202,7 +202,7 @@ async fn nodes_lists_the_running_runtimes() -> anyhow::Result<()> {
     handle.shutdown().await;
     assert_eq!(
         json(&db, &["--json", "nodes"]),
-        serde_json::json!({"nodes": []})
+        serde_json::json!({"nodes": [], "next_before": null})
     );
     Ok(())
 }

@@ -5,10 +5,11 @@ use async_trait::async_trait;
 
 use super::params::{
     JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MinuteStats, NodeRecord, NodeReleaseDeadParams,
+    MinuteStats, NodeReleaseDeadParams,
 };
 use crate::error::Result;
 use crate::job::NewJob;
+use crate::node_list::{NodeListParams, NodePage};
 use crate::scheduling::{CronAdvance, CronEntry, InsertOutcome};
 
 #[cfg(doc)]
@@ -71,6 +72,9 @@ pub trait StatsStore: Send + Sync {
     /// which nothing finished are left out.
     async fn job_stats_per_minute(&self, params: &JobStatsParams) -> Result<Vec<MinuteStats>>;
 
-    /// The registered nodes (runtimes and servers, alive or not yet released), by name.
-    async fn node_list(&self) -> Result<Vec<NodeRecord>>;
+    /// One page of the registered nodes (runtimes and servers, alive or not yet released),
+    /// in the listing's order: a backend that reads them gives them all to
+    /// [`crate::node_list::page`], which cuts the page; the remote transport asks its
+    /// server for the page. A `limit` of 0 is [`crate::Error::InvalidInput`].
+    async fn node_list(&self, params: &NodeListParams) -> Result<NodePage>;
 }

@@ -20,7 +20,8 @@
 //!     server does this work).
 //!   - [`SchedulingStore`] ([`Backend::scheduling`]): unique and grouped inserts, and the
 //!     writes of periodic jobs.
-//!   - [`StatsStore`] ([`Backend::stats`]): per-minute throughput and latency.
+//!   - [`StatsStore`] ([`Backend::stats`]): per-minute throughput and latency, and the
+//!     registered nodes a page at a time.
 //!   - [`NodeLiveness`] ([`Backend::node_liveness`]): a node's death seen by the storage
 //!     itself (a session lock), at once instead of after silent heartbeats.
 //!
@@ -36,6 +37,7 @@ mod params;
 
 use async_trait::async_trait;
 
+pub use crate::node_list::{NodeListParams, NodePage};
 pub use capabilities::{MaintenanceStore, SchedulingStore, StatsStore};
 pub use params::{
     AppliedMigration, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{PgBackend, PgOptions, Pooler};
-use hopper_core::{Backend, Clock, QueueStats, Result, SystemClock};
+use hopper_core::{Backend, Clock, NodeInfo, QueueStats, Result, SystemClock};
 
 use super::PgBouncer;
 
@@ -101,6 +101,26 @@ impl TestDatabase {
     /// The PostgreSQL backend itself.
     pub fn pg(&self) -> &PgBackend {
         &self.backend
+    }
+
+    /// Registers a node of each name (a fresh id, queue `default`, concurrency 1), as a
+    /// runtime's first heartbeat does, for tests of what lists nodes; returns them in order.
+    pub async fn register_nodes(
+        &self,
+        names: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<Vec<NodeInfo>> {
+        let mut nodes = Vec::new();
+        for name in names {
+            let node = NodeInfo {
+                id: uuid::Uuid::now_v7(),
+                name: name.into(),
+                queues: vec![hopper_core::DEFAULT_QUEUE.to_owned()],
+                concurrency: 1,
+            };
+            self.backend.node_heartbeat(&node).await?;
+            nodes.push(node);
+        }
+        Ok(nodes)
     }
 
     /// Counts of one queue (zeros if it has no jobs).

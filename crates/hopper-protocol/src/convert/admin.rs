@@ -7,17 +7,41 @@ use std::time::Duration;
 use hopper_core::job::validate_name;
 use hopper_core::{
     CronEntry, Error, JobClearParams, JobListParams, JobRetryManyParams, JobSearchParams,
-    NodeRecord, Priority, QueueSettings, QueueStats, QueueUpdate, RateLimit, Result,
+    NodeCursor, NodeListParams, NodeRecord, Priority, QueueSettings, QueueStats, QueueUpdate,
+    RateLimit, Result,
 };
 
 use super::millis;
 use crate::admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};
 
-/// Most jobs one `list_jobs` returns.
+/// Most jobs one `list_jobs` returns, and most nodes one `list_nodes` returns.
 pub const MAX_LIST_JOBS: u32 = 1000;
 
-/// How many jobs `list_jobs` returns when its filter says nothing.
+/// How many jobs `list_jobs` returns when its filter says nothing, and how many nodes
+/// `list_nodes` returns.
 const DEFAULT_LIST_JOBS: u32 = 20;
+
+/// The page size of a listing request (`list_jobs`, `list_nodes`): [`DEFAULT_LIST_JOBS`]
+/// when absent, else from 1 to [`MAX_LIST_JOBS`].
+fn list_limit(limit: Option<u32>) -> Result<u32> {
+    let limit = limit.unwrap_or(DEFAULT_LIST_JOBS);
+    if limit == 0 || limit > MAX_LIST_JOBS {
+        return Err(Error::InvalidInput(format!(
+            "limit must be from 1 to {MAX_LIST_JOBS}, got {limit}"
+        )));
+    }
+    Ok(limit)
+}
+
+/// What `list_nodes` asks for: its `before` a cursor of the node listing (a `next_before`
+/// of an earlier reply), its `limit` bounded as `list_jobs`'s.
+pub fn node_list_params(before: Option<String>, limit: Option<u32>) -> Result<NodeListParams> {
+    let limit = list_limit(limit)?;
+    let before = before
+        .map(|cursor| NodeCursor::parse("before", &cursor))
+        .transpose()?;
+    Ok(NodeListParams { before, limit })
+}
 
 /// A search as a `list_jobs` filter.
 impl From<&JobSearchParams> for JobFilter {
@@ -70,12 +94,7 @@ impl TryFrom<JobFilter> for JobSearchParams {
     fn try_from(filter: JobFilter) -> Result<Self> {
         let queue = checked_name("queue", filter.queue)?;
         let kind = checked_name("kind", filter.kind)?;
-        let limit = filter.limit.unwrap_or(DEFAULT_LIST_JOBS);
-        if limit == 0 || limit > MAX_LIST_JOBS {
-            return Err(Error::InvalidInput(format!(
-                "limit must be from 1 to {MAX_LIST_JOBS}, got {limit}"
-            )));
-        }
+        let limit = list_limit(filter.limit)?;
         let state = filter.state.as_deref().map(str::parse).transpose()?;
         Ok(JobSearchParams {
             list: JobListParams {
@@ -411,6 +430,46 @@ mod tests {
         let fine = retry_failed_params(Some("mail".into()), Some("send:v2".into()));
         assert_eq!(fine.expect("valid").kind.as_deref(), Some("send:v2"));
         assert_eq!(clear_params(None).expect("valid").queue, None);
+    }
+
+    #[test]
+    fn a_node_listing_takes_the_job_listings_bounds_and_its_own_cursors() {
+        let first = node_list_params(None, None).expect("valid");
+        assert_eq!(first, NodeListParams::first(20));
+        assert_eq!(
+            node_list_params(None, Some(1000)).expect("valid").limit,
+            1000
+        );
+        for limit in [0, 1001, u32::MAX] {
+            match node_list_params(None, Some(limit)) {
+                Err(Error::InvalidInput(m)) => {
+                    assert_eq!(m, format!("limit must be from 1 to 1000, got {limit}"));
+                }
+                other => panic!("{limit}: {other:?}"),
+            }
+        }
+        let node = NodeRecord {
+            info: hopper_core::NodeInfo {
+                id: uuid::Uuid::now_v7(),
+                name: "web-3".into(),
+                queues: Vec::new(),
+                concurrency: 1,
+            },
+            started_at: Utc::now(),
+            heartbeat_at: Utc::now(),
+        };
+        let cursor = NodeCursor::after(&node);
+        let next = node_list_params(Some(cursor.to_string()), Some(5)).expect("valid");
+        assert_eq!(next.before, Some(cursor));
+        for before in ["", "a job id?", "0190f3c2-0000-7000-8000-000000000000"] {
+            match node_list_params(Some(before.to_owned()), None) {
+                Err(Error::InvalidInput(m)) => {
+                    assert!(m.starts_with("before: "), "{m}");
+                    assert!(m.contains("next_before"), "{m}");
+                }
+                other => panic!("{before:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

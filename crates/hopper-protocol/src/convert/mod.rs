@@ -14,11 +14,13 @@
 //! `JobSearchParams` (from the wire: its limit checked, at most [`MAX_LIST_JOBS`]),
 //! [`crate::QueueCounts`] and `QueueStats`, [`crate::QueueInfo`] and `QueueSettings`,
 //! [`crate::QueueChange`] and `QueueUpdate`, [`crate::RateInfo`] and `RateLimit`,
-//! [`crate::CronInfo`] and `CronEntry`, [`crate::NodeInfo`] and `NodeRecord`.
+//! [`crate::CronInfo`] and `CronEntry`, [`crate::NodeInfo`] and `NodeRecord`; and from the
+//! wire only, `list_nodes`'s `before` and `limit` as `NodeListParams` ([`node_list_params`]:
+//! the limit bounded as `list_jobs`'s).
 
 mod admin;
 
-pub use admin::{MAX_LIST_JOBS, clear_params, retry_failed_params};
+pub use admin::{MAX_LIST_JOBS, clear_params, node_list_params, retry_failed_params};
 
 use std::time::Duration;
 

@@ -274,9 +274,10 @@ async fn a_remote_client_lists_nodes_and_statistics_per_minute() -> anyhow::Resu
     let seeded = |nodes: Vec<hopper::backend::NodeRecord>| {
         nodes.into_iter().find(|n| n.info.name == "seeded-node")
     };
-    let listed = seeded(remote.nodes().await?).expect("the seeded node, remotely");
+    let every = hopper::NodeListParams::first(1000);
+    let listed = seeded(remote.nodes(&every).await?.nodes).expect("the seeded node, remotely");
     assert_eq!(listed.info, node);
-    assert_eq!(Some(listed), seeded(direct.nodes().await?));
+    assert_eq!(Some(listed), seeded(direct.nodes(&every).await?.nodes));
 
     // Two jobs completed and one failed in this minute: the same minutes either way.
     let mut workers = hopper::Workers::new();

@@ -21,6 +21,7 @@ mod idle_workers;
 mod log_batching;
 mod log_flush;
 mod log_held;
+mod node_pages;
 mod outcome_held;
 mod pool_share;
 mod prefetch;

@@ -287,7 +287,8 @@ async fn one_unreadable_cron_or_node_row_hides_no_other() -> anyhow::Result<()> 
     let names: Vec<&str> = cron.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["good"]);
     let stats = store.stats().ok_or_else(|| anyhow::anyhow!("stats"))?;
-    let nodes = stats.node_list().await?;
+    let every = hopper_core::NodeListParams::first(u32::MAX);
+    let nodes = stats.node_list(&every).await?.nodes;
     let names: Vec<&str> = nodes.iter().map(|n| n.info.name.as_str()).collect();
     assert!(
         names.contains(&"good") && !names.contains(&"endless"),

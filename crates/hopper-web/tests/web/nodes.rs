@@ -6,18 +6,6 @@ use serde_json::{Value, json};
 
 use crate::common::{Web, assert_refused};
 
-/// Registers a node named `name`.
-async fn register(web: &Web, name: &str) -> anyhow::Result<NodeInfo> {
-    let node = NodeInfo {
-        id: uuid::Uuid::now_v7(),
-        name: name.to_owned(),
-        queues: vec!["default".to_owned()],
-        concurrency: 1,
-    };
-    web.backend().node_heartbeat(&node).await?;
-    Ok(node)
-}
-
 /// The names and ids of a page, and its cursor.
 fn page(answer: &Value) -> (Vec<(String, String)>, Option<String>) {
     let nodes = answer["nodes"].as_array().cloned().unwrap_or_default();
@@ -81,11 +69,13 @@ async fn pages_walk_every_node_by_name_without_repeats() -> anyhow::Result<()> {
     let names = [
         "web-3", "B-node", "a-node", "twin", "twin", "web-10", "Ω", "twin",
     ];
-    let mut expected = Vec::new();
-    for name in names {
-        let node = register(&web, name).await?;
-        expected.push((node.name, node.id.to_string()));
-    }
+    let mut expected: Vec<(String, String)> = web
+        .db
+        .register_nodes(names)
+        .await?
+        .into_iter()
+        .map(|node| (node.name, node.id.to_string()))
+        .collect();
     expected.sort();
 
     let mut walked = Vec::new();
@@ -122,9 +112,9 @@ async fn pages_walk_every_node_by_name_without_repeats() -> anyhow::Result<()> {
 #[tokio::test]
 async fn the_page_size_is_bounded_and_bad_cursors_are_named() -> anyhow::Result<()> {
     let web = Web::new().await?;
-    for n in 0..51 {
-        register(&web, &format!("node-{n:02}")).await?;
-    }
+    web.db
+        .register_nodes((0..51).map(|n| format!("node-{n:02}")))
+        .await?;
     let (nodes, next) = page(&web.get("/api/v1/nodes").await?.json);
     assert_eq!(nodes.len(), 50);
     let next = next.expect("a second page");

@@ -6,7 +6,8 @@
 
 use hopper_core::{
     CronEntry, Error, JobId, JobRecord, JobRetryManyParams, JobSearchParams, JobStatsParams,
-    MinuteStats, NodeRecord, QueueSettings, QueueStats, QueueUpdate, Result, StatsStore,
+    MinuteStats, NodeCursor, NodeListParams, NodePage, NodeRecord, QueueSettings, QueueStats,
+    QueueUpdate, Result, StatsStore,
 };
 use hopper_protocol::{JobFilter, MAX_STATS_MINUTES, QueueChange, Reply, Request};
 
@@ -108,10 +109,20 @@ impl StatsStore for RemoteBackend {
         }
     }
 
-    async fn node_list(&self) -> Result<Vec<NodeRecord>> {
-        let reply = self.request(|req| Request::ListNodes { req });
+    /// One request. A server that predates paging answers every node, with no next page.
+    async fn node_list(&self, params: &NodeListParams) -> Result<NodePage> {
+        let before = params.before.as_ref().map(ToString::to_string);
+        let limit = Some(params.limit);
+        let reply = self.request(|req| Request::ListNodes { req, before, limit });
         match reply.await.map_err(|e| predates(e, "list_nodes"))? {
-            Reply::Nodes { nodes, .. } => Ok(nodes.into_iter().map(NodeRecord::from).collect()),
+            Reply::Nodes {
+                nodes, next_before, ..
+            } => Ok(NodePage {
+                nodes: nodes.into_iter().map(NodeRecord::from).collect(),
+                next_before: next_before
+                    .map(|cursor| NodeCursor::parse("next_before", &cursor))
+                    .transpose()?,
+            }),
             other => Err(unexpected(&other)),
         }
     }

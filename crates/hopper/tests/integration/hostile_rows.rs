@@ -331,8 +331,9 @@ async fn one_unreadable_cron_or_node_row_hides_no_other() -> anyhow::Result<()> 
     let cron = backend.cron_list().await?;
     let names: Vec<&str> = cron.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["good"]);
-    let nodes = backend.stats().context("stats")?.node_list().await?;
-    let names: Vec<&str> = nodes.iter().map(|n| n.info.name.as_str()).collect();
+    let every = hopper::NodeListParams::first(u32::MAX);
+    let nodes = backend.stats().context("stats")?.node_list(&every).await?;
+    let names: Vec<&str> = nodes.nodes.iter().map(|n| n.info.name.as_str()).collect();
     assert_eq!(names, ["good"]);
     Ok(())
 }
