@@ -159,7 +159,7 @@ class Client:
         return job
 
     # Admin requests (docs/protocol.md, "Admin requests"): what `hopper jobs`, `hopper
-    # queues` and `hopper cron` do, through the server.
+    # queues`, `hopper cron` and `hopper nodes` do, through the server.
 
     def list_jobs(
         self,
@@ -240,11 +240,21 @@ class Client:
         entries: List[Message] = self._call("list_cron", {})["entries"]
         return entries
 
-    def nodes(self) -> List[Message]:
-        """The registered nodes (runtimes and servers) by name, as a list of dicts: ``id``,
-        ``name``, ``queues``, ``concurrency``, ``started_at``, ``heartbeat_at``."""
-        nodes: List[Message] = self._call("list_nodes", {})["nodes"]
-        return nodes
+    def nodes(self, *, before: Optional[str] = None, limit: Optional[int] = None) -> Message:
+        """One page of the registered nodes (runtimes and servers) by name, as a dict:
+        ``nodes`` (dicts with ``id``, ``name``, ``queues``, ``concurrency``,
+        ``started_at``, ``heartbeat_at``) and ``next_before``, the ``before`` of the next
+        page (None on the last). Paged as :meth:`list_jobs` is: ``before`` (the previous
+        page's ``next_before``), ``limit`` (1 to 1000, default 20). A cursor that is not
+        one is the server's ``invalid``."""
+        wanted: Message = {}
+        if before is not None:
+            wanted["before"] = text(before, "before")
+        if limit is not None:
+            wanted["limit"] = integer(limit, "limit", 1, 1000)
+        reply = self._call("list_nodes", wanted)
+        # A server that predates paging answers every node, without a cursor.
+        return {"nodes": reply["nodes"], "next_before": reply.get("next_before")}
 
     def job_stats(self, minutes: int = 60) -> List[Message]:
         """What finished in each minute of the last ``minutes`` (1 to 1440), oldest first,

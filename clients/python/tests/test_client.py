@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from conftest import ID
+from conftest import ID, psql
 from hopper_client import Client, HopperError
 
 
@@ -74,7 +74,9 @@ def test_admin_requests(server):
         assert [q["queue"] for q in client.queues()] == ["mail"]
         assert client.cron() == []
         # The server registered itself; nothing has finished yet.
-        [node] = client.nodes()
+        listed = client.nodes()
+        assert listed["next_before"] is None
+        [node] = listed["nodes"]
         assert set(node) == {"id", "name", "queues", "concurrency", "started_at",
                              "heartbeat_at"}
         assert client.job_stats() == []
@@ -93,3 +95,45 @@ def test_a_batch_is_listed_newest_first_and_paged_in_order(server):
         first = [j["id"] for j in client.list_jobs(limit=30)]
         rest = [j["id"] for j in client.list_jobs(limit=30, before=first[-1])]
     assert first + rest == ids[::-1]
+
+
+def register_nodes(schema, names):
+    """Nodes of these names in the server's database, as runtimes register them; their last
+    heartbeat an hour ahead, so that the server does not release them as silent meanwhile."""
+    rows = ", ".join(f"(gen_random_uuid(), '{name}', '{{default}}', 1, now(),"
+                     " now() + interval '1 hour')" for name in names)
+    psql(f"INSERT INTO {schema}.nodes (id, name, queues, concurrency, started_at,"
+         f" heartbeat_at) VALUES {rows}")
+
+
+def test_nodes_are_paged_as_jobs_are(server):
+    register_nodes(server.schema, [f"node-{n:02}" for n in range(24)])
+    with Client(server.endpoint, token=server.token) as client:
+        # 20 a page unless told, as list_jobs; the server's own node is among them.
+        first = client.nodes()
+        assert len(first["nodes"]) == 20 and isinstance(first["next_before"], str)
+        rest = client.nodes(before=first["next_before"])
+        assert rest["next_before"] is None
+        every = first["nodes"] + rest["nodes"]
+        names = [n["name"] for n in every]
+        assert len(names) == 25 and sorted(names, key=str.encode) == names
+        assert len({n["id"] for n in every}) == 25
+
+        walked, before = [], None
+        while True:
+            page = client.nodes(limit=7, before=before)
+            assert len(page["nodes"]) <= 7
+            walked += [n["id"] for n in page["nodes"]]
+            before = page["next_before"]
+            if before is None:
+                break
+        assert walked == [n["id"] for n in every]
+        assert client.nodes(limit=1000) == {"nodes": every, "next_before": None}
+
+        # A cursor that is not one is the server's to refuse, naming it; nothing changes.
+        for cursor in ["zzz", "", every[0]["id"], "A" * 10_000 + "!"]:
+            with pytest.raises(HopperError) as refused:
+                client.nodes(before=cursor)
+            assert refused.value.code == "invalid", cursor[:20]
+            assert "before" in str(refused.value) and "next_before" in str(refused.value)
+        assert client.nodes(limit=1000)["nodes"] == every

@@ -39,6 +39,22 @@ def test_run_at_and_created_filters_take_aware_datetimes_only(server):
     assert server.counts() == {"scheduled": 1}
 
 
+def test_a_page_of_nodes_is_asked_for_with_a_limit_and_a_text_cursor(server):
+    with Client(server.endpoint, token=server.token) as client:
+        for limit, error in [(0, ValueError), (-1, ValueError), (1001, ValueError),
+                             (2**70, ValueError), ("5", TypeError), (True, TypeError),
+                             (2.0, TypeError)]:
+            with pytest.raises(error, match="limit"):
+                client.nodes(limit=limit)
+        for before, error in [(5, TypeError), (b"AZC0", TypeError),
+                              ("AZC0\udc80", ValueError)]:
+            with pytest.raises(error, match="before"):
+                client.nodes(before=before)
+        with pytest.raises(TypeError):
+            client.nodes(after="AZC0")  # a typo is not the first page
+        assert len(client.nodes(limit=1)["nodes"]) == 1
+
+
 @pytest.mark.parametrize("bad, error, names", [
     ({"when": datetime.datetime.now(UTC)}, TypeError, "args['when'] is of type datetime"),
     ({"id": uuid.uuid4()}, TypeError, "args['id'] is of type uuid.UUID"),
