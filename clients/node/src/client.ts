@@ -91,6 +91,23 @@ export interface JobFilter {
   limit?: number | undefined;
 }
 
+/** Which page of the registered nodes `nodes` reads (the protocol's `before` and `limit`,
+ * as `listJobs` takes them); `undefined` ones are left out. */
+export interface NodePageRequest {
+  /** The previous page's `next_before`: the page after it. */
+  before?: string | undefined;
+  /** 1 to 1,000; default 20. */
+  limit?: number | undefined;
+}
+
+/** One page of the registered nodes, by name (byte by byte), then id. */
+export interface NodePage {
+  /** Each with `id`, `name`, `queues`, `concurrency`, `started_at`, `heartbeat_at`. */
+  nodes: Record<string, unknown>[];
+  /** The `before` of the next page; `null` on the last page. */
+  next_before: string | null;
+}
+
 /** A change of a queue's settings: `null` removes a limit, a setting left out (or
  * `undefined`) stays as it is. Names as on the wire (docs/protocol.md, "Admin requests"). */
 export interface QueueUpdate {
@@ -291,10 +308,21 @@ export class Client {
     return (await this.call("list_cron", {}))["entries"] as Record<string, unknown>[];
   }
 
-  /** The registered nodes (runtimes and servers) by name: `id`, `name`, `queues`,
-   * `concurrency`, `started_at`, `heartbeat_at`. */
-  async nodes(): Promise<Record<string, unknown>[]> {
-    return (await this.call("list_nodes", {}))["nodes"] as Record<string, unknown>[];
+  /** One page of the registered nodes (runtimes and servers) by name, and the cursor of
+   * the next: paged as `listJobs` is, `before` (the previous page's `next_before`) and
+   * `limit` (1 to 1,000, default 20). Rejects before anything is sent with a `TypeError`
+   * for an unknown field or one of the wrong type, a `RangeError` for a `limit` out of
+   * range or a `before` UTF-8 cannot encode; a `before` that is not a cursor is the
+   * server's `invalid`. */
+  async nodes(page: NodePageRequest = {}): Promise<NodePage> {
+    const wire: Message = {};
+    for (const [key, value] of knownEntries(page, "node page fields", ["before", "limit"])) {
+      wire[key] = key === "limit" ? integer(value, key, 1, 1000) : string(value, key);
+    }
+    const reply = await this.call("list_nodes", wire);
+    // A server that predates paging answers every node, without a cursor.
+    const next = reply["next_before"];
+    return { nodes: reply["nodes"] as Record<string, unknown>[], next_before: typeof next === "string" ? next : null };
   }
 
   /** What finished in each minute of the last `minutes` (1 to 1440), oldest first

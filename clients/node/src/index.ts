@@ -15,7 +15,7 @@
  */
 
 export { Client, jobSpec } from "./client.js";
-export type { Args, AttemptLog, JobFilter, JobOptions, JobRecord, JobSpec, LogLine, QueueUpdate } from "./client.js";
+export type { Args, AttemptLog, JobFilter, JobOptions, JobRecord, JobSpec, LogLine, NodePage, NodePageRequest, QueueUpdate } from "./client.js";
 export { PROTOCOL_VERSION } from "./connection.js";
 export type { ConnectionOptions, Logger, Message } from "./connection.js";
 export { HopperError, Unavailable } from "./errors.js";

@@ -95,8 +95,9 @@ test("admin requests", async () => {
     assert.deepEqual((await client.queues()).map((q) => q["queue"]), ["admin"]);
     assert.deepEqual(await client.cron(), []);
     // The server registered itself; nothing has finished yet.
-    const nodes = await client.nodes();
+    const { nodes, next_before } = await client.nodes();
     assert.equal(nodes.length, 1);
+    assert.equal(next_before, null);
     assert.deepEqual(Object.keys(nodes[0] ?? {}).sort(), [
       "concurrency", "heartbeat_at", "id", "name", "queues", "started_at",
     ]);

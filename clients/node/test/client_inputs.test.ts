@@ -52,6 +52,22 @@ test("listJobs takes Dates and RFC 3339 text for its instants, and checks every 
   await refuses(() => list("failed"), TypeError, /^the job filters must be a plain object, not a string$/);
 });
 
+test("nodes takes a limit and a text cursor, checked as listJobs checks them", async () => {
+  const nodes = (page: unknown): Promise<unknown> => loose()["nodes"]!(page);
+  await refuses(() => nodes({ limit: 0 }), RangeError, /^limit must be an integer from 1 to 1,000, got 0$/);
+  await refuses(() => nodes({ limit: -1 }), RangeError, /^limit must be an integer from 1 to 1,000, got -1$/);
+  await refuses(() => nodes({ limit: 1001 }), RangeError, /^limit must be an integer from 1 to 1,000, got 1001$/);
+  await refuses(() => nodes({ limit: 2.5 }), RangeError, /^limit must be an integer from 1 to 1,000, got 2.5$/);
+  await refuses(() => nodes({ limit: Number.MAX_SAFE_INTEGER * 4 }), RangeError, /^limit must be an integer/);
+  await refuses(() => nodes({ limit: "5" }), TypeError, /^limit must be an integer, not a string$/);
+  await refuses(() => nodes({ before: 5 }), TypeError, /^before must be a string, not a number$/);
+  await refuses(() => nodes({ before: null }), TypeError, /^before must be a string, not null$/);
+  await refuses(() => nodes({ before: "AZC0\udc80" }), RangeError, /^before /);
+  await refuses(() => nodes({ after: "AZC0" }), TypeError, /^unknown node page fields: "after" \(expected some of before, limit\)$/);
+  await refuses(() => nodes(20), TypeError, /^the node page fields must be a plain object, not a number$/);
+  assert.equal((await client.nodes({ limit: 1, before: undefined })).nodes.length, 1, "undefined is left out");
+});
+
 test("updateQueue takes the known settings only, of JSON values, for a queue named by text", async () => {
   const update = (queue: unknown, settings: unknown): Promise<unknown> => loose()["updateQueue"]!(queue, settings);
   await refuses(() => update("mail", { pausd: true }), TypeError, /^unknown queue settings: "pausd" \(expected some of paused, max_running, max_running_per_group, rate\)$/);
