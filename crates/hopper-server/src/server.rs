@@ -528,7 +528,10 @@ impl Core {
                     return;
                 }
                 let grace = self.config.heartbeat * 2;
-                if let Some(held) = self.peers.held_mut(&peer, &id) {
+                // Only the held attempt's timeout moves: another attempt's extend is lost.
+                if let Some(held) = self.peers.held_mut(&peer, &id)
+                    && held.attempt == attempt
+                {
                     held.deadline = Some(now + by + grace);
                 }
                 self.extend(

@@ -84,12 +84,19 @@ impl Core {
         if !self.peers.contains(&peer) {
             return;
         }
-        // Adopt what the worker holds of an earlier run ...
-        let listed: HashSet<JobId> = leases.iter().map(|l| l.id).collect();
+        // Adopt what the worker holds of an earlier run ... (a lease of another attempt than
+        // the order it holds is not that order: the database answers it lost, and the order
+        // stays held, to be listed with its own attempt)
+        let listed: HashSet<(JobId, i32)> = leases.iter().map(|l| (l.id, l.attempt)).collect();
         for l in &leases {
-            if let Some(held) = self.peers.held_mut(&peer, &l.id) {
-                held.attempt = l.attempt;
-            } else if inherited.contains(&l.id) {
+            if self
+                .peers
+                .get(&peer)
+                .is_some_and(|p| p.held().contains_key(&l.id))
+            {
+                continue;
+            }
+            if inherited.contains(&l.id) {
                 let held = Held {
                     attempt: l.attempt,
                     counted_attempt: 1,
@@ -107,7 +114,8 @@ impl Core {
                 p.held()
                     .iter()
                     .filter(|(id, h)| {
-                        !listed.contains(id) && now.duration_since(h.sent_at) > stale_after
+                        !listed.contains(&(**id, h.attempt))
+                            && now.duration_since(h.sent_at) > stale_after
                     })
                     .map(|(id, _)| *id)
                     .collect()
