@@ -253,7 +253,8 @@ export interface WorkerOptions extends ConnectionOptions {
   prefetch?: number;
   /** How long `stop()` waits for running jobs. Default 30,000 ms. */
   shutdownTimeoutMs?: number;
-  /** An outcome not acknowledged in this long is sent again. Default 10,000 ms. */
+  /** An outcome not acknowledged in this long is sent again; a `bye` not acknowledged in
+   * this long is given up on, when stopping. Default 10,000 ms. */
   ackTimeoutMs?: number;
   /** Stop gracefully on SIGINT and SIGTERM while `run()` runs. Default true. */
   stopOnSignals?: boolean;
@@ -308,6 +309,11 @@ export class Worker {
   private readonly logs: LogSender;
   private stopping = false;
   private leaveBy = Infinity;
+  /** The `req` of the bye of this session not acknowledged yet (null: none waits). */
+  private byeReq: number | null = null;
+  /** When the worker stops waiting for that acknowledgement (`Date.now()` ms). */
+  private byeBy = Infinity;
+  private byeTimer: NodeJS.Timeout | null = null;
   private reconnecting = false;
   private timer: NodeJS.Timeout | null = null;
   private finished: (() => void) | null = null;
@@ -373,6 +379,7 @@ export class Worker {
       await done;
     } finally {
       if (this.timer !== null) clearTimeout(this.timer);
+      if (this.byeTimer !== null) clearTimeout(this.byeTimer);
       this.logs.close();
       if (signals) {
         process.off("SIGINT", stop);
@@ -382,15 +389,17 @@ export class Worker {
     }
   }
 
-  /** Asks `run()` to leave gracefully: no more orders; running jobs finish and are reported.
-   * Called before `run()` has connected, the worker says hello and bye at once. */
+  /** Asks `run()` to leave gracefully: the worker says bye (no more orders); running jobs
+   * finish and are reported, and `run()` resolves once the outcomes and the bye are
+   * acknowledged (the bye waited for at most `ackTimeoutMs`). Called before `run()` has
+   * connected, the worker says hello and bye at once. */
   stop(): void {
     if (this.stopping) return;
     this.stopping = true;
     this.leaveBy = Date.now() + this.shutdownTimeoutMs;
     // Before the hello, the bye goes once the connection is made (`connected`).
     if (this.conn === null) return;
-    this.send({ type: "bye" });
+    this.sayBye();
     // Held orders never started go back untouched: available at once, no attempt used.
     const held = this.held;
     this.held = [];
@@ -440,8 +449,27 @@ export class Worker {
     this.unacked.set(req, { sentAt: Date.now(), message });
   }
 
+  /** Says bye in this session and waits for its acknowledgement (at most `ackTimeoutMs`):
+   * a bye closed away unread (the socket does not linger) would leave the server to take
+   * the close for a vanished worker's, and count the attempts of the orders it sent
+   * meanwhile. Orders sent before the bye arrive before its acknowledgement, and are
+   * handed back. */
+  private sayBye(): void {
+    this.byeReq = this.send({ type: "bye" });
+    this.byeBy = Date.now() + this.ackTimeoutMs;
+    if (this.byeTimer !== null) clearTimeout(this.byeTimer);
+    this.byeTimer = setTimeout(() => {
+      this.byeTimer = null;
+      if (this.byeReq !== null) {
+        this.logger.warn(`hopper worker ${this.name}: the server did not acknowledge the bye within ${this.ackTimeoutMs} ms`);
+      }
+      this.finishIfDone();
+    }, this.ackTimeoutMs);
+  }
+
   private finishIfDone(): void {
-    const done = this.running.size === 0 && this.unacked.size === 0 && !this.logs.pending();
+    const byeWaits = this.byeReq !== null && Date.now() < this.byeBy;
+    const done = this.running.size === 0 && this.unacked.size === 0 && !this.logs.pending() && !byeWaits;
     if (this.stopping && (done || Date.now() > this.leaveBy) && this.finished !== null) {
       this.finished();
       this.finished = null;
@@ -479,7 +507,7 @@ export class Worker {
    * it, the server would send the session orders until the worker closed, then take the
    * close for a vanished worker's and count those orders' attempts. */
   private connected(): void {
-    if (this.stopping) this.send({ type: "bye" });
+    if (this.stopping) this.sayBye();
   }
 
   private async reconnect(): Promise<void> {
@@ -521,6 +549,7 @@ export class Worker {
       case "ack": {
         if (this.logs.onReply(message)) break;
         const req = message["req"];
+        if (req === this.byeReq) this.byeReq = null;
         if (typeof req === "number") this.unacked.delete(req);
         this.finishIfDone();
         break;
@@ -533,7 +562,11 @@ export class Worker {
           void this.reconnect(); // the server restarted and forgot this session
         }
         if (this.logs.onReply(message) || code === "unauthorized") {
-          // a log request's answer, or a hello to say again
+          // a log request's answer, or a hello to say again (and the bye with it)
+        } else if (req === this.byeReq) {
+          this.byeReq = null;
+          this.logger.warn(`hopper worker ${this.name}: bye refused: ${String(message["message"])}`);
+          this.finishIfDone();
         } else if (outcome !== undefined && code !== "internal" && typeof req === "number") {
           this.unacked.delete(req);
           this.logger.warn(`hopper worker ${this.name}: outcome of ${String(outcome.message["id"])} refused: ${String(message["message"])}`);

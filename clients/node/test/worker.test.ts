@@ -220,6 +220,46 @@ test("a worker stopped before it connected says bye: its orders use no attempt",
   }
 });
 
+test("an idle worker's stop waits for its bye to be acknowledged", async () => {
+  const own = await Server.start({ logFilter: "warn,hopper_server::server=info,hopper_server::dispatch=info" });
+  try {
+    const worker = new Worker(own.endpoint, { token: own.token, name: "idle", stopOnSignals: false });
+    const done = worker.run();
+    const log = (): string[] => readFileSync(own.log, "utf8").split("\n").filter((l) => / name=idle /.test(l));
+    await waitUntil(() => log().some((l) => /peer said hello/.test(l)), "the worker's hello");
+    worker.stop();
+    await done;
+    // Acknowledged, so read: the server knows it left on purpose. A bye closed away unread
+    // makes the close look like a vanished worker's, whose orders' attempts count.
+    assert.ok(log().some((l) => /peer said bye/.test(l)), log().join("\n"));
+    const ended = (): string | undefined => log().find((l) => /left after bye|connection closed|went silent/.test(l));
+    await waitUntil(() => ended() !== undefined, "the end of the worker's session");
+    assert.match(ended() ?? "", /peer left after bye/);
+  } finally {
+    await own.stop();
+  }
+});
+
+test("a stop waits for the bye's acknowledgement at most ackTimeoutMs", async () => {
+  const own = await Server.start({ logFilter: "warn,hopper_server::server=info" });
+  try {
+    const warnings: string[] = [];
+    const logger = { warn: (m: string) => void warnings.push(m) };
+    const worker = new Worker(own.endpoint, { token: own.token, name: "orphan", ackTimeoutMs: 300, stopOnSignals: false, logger });
+    const done = worker.run();
+    await waitUntil(() => readFileSync(own.log, "utf8").includes("peer said hello"), "the worker's hello");
+    await own.kill("SIGKILL");
+    const stopped = Date.now();
+    worker.stop();
+    await done;
+    const waited = Date.now() - stopped;
+    assert.ok(waited >= 250 && waited < 5_000, `stop took ${waited} ms`);
+    assert.ok(warnings.some((w) => /did not acknowledge the bye/.test(w)), warnings.join("\n"));
+  } finally {
+    await own.stop();
+  }
+});
+
 test("a worker that reconnects while it stops says bye again: no orders come to it", async () => {
   const own = await Server.start({ logFilter: "warn,hopper_server::server=info" });
   let go: () => void = () => {};

@@ -241,6 +241,10 @@ class Worker:
         self._futures: Dict[str, Future[None]] = {}
         self._unacked: Dict[int, Tuple[float, Message]] = {}
         self._rehello = False
+        #: The ``req`` of this session's bye not acknowledged yet (None: none waits), and
+        #: until when (``time.monotonic()``) the worker waits for its acknowledgement.
+        self._bye_req: Optional[int] = None
+        self._bye_by = 0.0
         self._pool: Optional[ThreadPoolExecutor] = None
         self._conn: Optional[Connection] = None
         self._logs = LogSender(self._try_send, reply_timeout=ack_timeout)
@@ -264,8 +268,10 @@ class Worker:
         return register
 
     def stop(self) -> None:
-        """Asks :meth:`run` to leave gracefully: no more orders, running jobs finish (within
-        ``shutdown_timeout``) and are reported."""
+        """Asks :meth:`run` to leave gracefully: the worker says bye (no more orders),
+        running jobs finish (within ``shutdown_timeout``) and are reported, and :meth:`run`
+        returns once the outcomes and the bye are acknowledged (the bye waited for at most
+        ``ack_timeout``)."""
         self._stop.set()
 
     # -- the loop -------------------------------------------------------------------------
@@ -289,10 +295,15 @@ class Worker:
                 now = time.monotonic()
                 if self._stop.is_set() and leave_by is None:
                     leave_by = now + self.shutdown_timeout
-                    self._send({"type": "bye"})
+                    self._say_bye()
                     self._release_unstarted()
-                done = not self._running and not self._unacked and not self._logs.pending()
+                bye_waits = self._bye_req is not None and now < self._bye_by
+                done = (not self._running and not self._unacked and not self._logs.pending()
+                        and not bye_waits)
                 if leave_by is not None and (done or now > leave_by):
+                    if self._bye_req is not None:
+                        log.warning("the server did not acknowledge the bye within %s s",
+                                    self.ack_timeout)
                     break
                 self._report_results()
                 self._send_due_logs(now)
@@ -336,7 +347,7 @@ class Worker:
             # A new session: without its own bye, the server would send it orders (handed
             # back, and sent again) until the worker closed, then count the attempts of those
             # it held as a vanished worker's.
-            self._send({"type": "bye"})
+            self._say_bye()
         # Outcomes not yet acknowledged go again (a repeat is answered lease_lost), and so
         # do log requests: the old socket's replies never come.
         pending = [m for _, m in self._unacked.values()]
@@ -344,6 +355,15 @@ class Worker:
         for message in pending:
             self._send_outcome(message)
         self._logs.resend(time.monotonic())
+
+    def _say_bye(self) -> None:
+        """Says bye in this session; :meth:`run` then waits for its acknowledgement (at
+        most ``ack_timeout``): a bye closed away unread (the socket does not linger) would
+        leave the server to take the close for a vanished worker's, and count the attempts
+        of the orders it sent meanwhile. Orders sent before the bye arrive before its
+        acknowledgement, and are handed back."""
+        self._bye_req = self._send({"type": "bye"})
+        self._bye_by = time.monotonic() + self.ack_timeout
 
     def _send(self, message: Message) -> Optional[int]:
         """Sends a message (with a fresh ``req`` unless it has one) and returns its ``req``,
@@ -436,6 +456,8 @@ class Worker:
             if self._logs.on_reply(message, time.monotonic()):
                 return
             acked = message.get("req")
+            if acked == self._bye_req:
+                self._bye_req = None
             if isinstance(acked, int):
                 self._unacked.pop(acked, None)
         elif kind == "error":
@@ -444,8 +466,11 @@ class Worker:
             if code == "unauthorized":
                 self._rehello = True  # the server restarted and forgot this session
             if self._logs.on_reply(message, time.monotonic()) or code == "unauthorized":
-                return  # a log request's answer, or a hello to say again
-            if isinstance(req, int) and req in self._unacked and code != "internal":
+                return  # a log request's answer, or a hello to say again (and the bye)
+            if req is not None and req == self._bye_req:
+                self._bye_req = None
+                log.warning("bye refused: %s", message.get("message"))
+            elif isinstance(req, int) and req in self._unacked and code != "internal":
                 _, refused = self._unacked.pop(req)
                 log.warning("outcome of %s refused: %s", refused.get("id"), message.get("message"))
             else:

@@ -197,6 +197,49 @@ def test_a_worker_that_reconnects_while_it_stops_says_bye_again(schema, tmp_path
         server.kill(signal.SIGTERM)
 
 
+def test_an_idle_worker_stops_once_its_bye_is_acknowledged(schema, tmp_path):
+    """A bye closed away unread (the socket does not linger) leaves the server to take the
+    close for a vanished worker's, whose orders' attempts count: the stop waits for the
+    bye's acknowledgement, so the server has read it."""
+    log_filter = "warn,hopper_server::server=info,hopper_server::dispatch=info"
+    server = Server(schema, tmp_path, log_filter=log_filter).start()
+
+    def lines():
+        return [line for line in server.log.read_text().splitlines() if " name=idle " in line]
+
+    try:
+        worker, thread = start_worker(server, {}, name="idle")
+        wait(lambda: any("peer said hello" in line for line in lines()), what="the hello")
+        worker.stop()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert any("peer said bye" in line for line in lines()), lines()
+        ends = ("left after bye", "connection closed", "went silent")
+        wait(lambda: any(end in line for line in lines() for end in ends),
+             what="the end of the worker's session")
+        ended = [line for line in lines() if any(end in line for end in ends)]
+        assert "peer left after bye" in ended[0], ended
+    finally:
+        server.kill(signal.SIGTERM)
+
+
+def test_a_stop_waits_for_the_bye_at_most_ack_timeout(schema, tmp_path):
+    server = Server(schema, tmp_path, log_filter="warn,hopper_server::server=info").start()
+    worker = Worker(server.endpoint, token=server.token, name="orphan", ack_timeout=0.3)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait(lambda: "peer said hello" in server.log.read_text(), what="the hello")
+    finally:
+        server.kill()
+    stopped = time.monotonic()
+    worker.stop()
+    thread.join(timeout=30)
+    waited = time.monotonic() - stopped
+    assert not thread.is_alive()
+    assert 0.25 <= waited < 5, waited
+
+
 def test_prefetched_orders_are_held_and_handed_back_unstarted(server):
     """With `prefetch`, orders beyond the concurrency are held (twice the concurrency before
     any job finished); the ones not started when the worker stops go back untouched."""

@@ -126,33 +126,11 @@ fn decode<T: DeserializeOwned>(
     let req = field("req")
         .and_then(Value::as_integer)
         .and_then(|i| u64::try_from(i).ok());
-    let ty = match field("type") {
-        Some(Value::Text(ty)) => ty.as_str(),
-        Some(_) => {
-            return Err(DecodeError::new(
-                ErrorCode::Invalid,
-                req,
-                "\"type\" must be a string",
-            ));
-        }
-        None => {
-            return Err(DecodeError::new(
-                ErrorCode::Invalid,
-                req,
-                "the map has no \"type\" key",
-            ));
-        }
-    };
-    if !types.contains(&ty) {
-        return Err(DecodeError::new(
-            ErrorCode::UnknownType,
-            req,
-            format!(
-                "unknown message type {:?}; expected one of {types:?}",
-                capped(ty).to_string()
-            ),
-        ));
+    let ty = field("type").map(|ty| ty.as_text());
+    if let Some(refused) = type_error(ty, req, types) {
+        return Err(refused);
     }
+    let ty = ty.flatten().unwrap_or_default();
     if let Some(why) = read.refused.filter(|_| strict == Strict::Yes) {
         return Err(DecodeError::new(
             ErrorCode::Invalid,
@@ -176,6 +154,28 @@ fn decode<T: DeserializeOwned>(
             format!("{ty}: {}", echoes_cut(&in_words(at))),
         )
     })
+}
+
+/// The refusal of a frame whose `type` is `ty` (`None`: no such key; `Some(None)`: not
+/// text), when it is not one of `types`.
+pub(crate) fn type_error(
+    ty: Option<Option<&str>>,
+    req: Option<u64>,
+    types: &[&str],
+) -> Option<DecodeError> {
+    let (code, message) = match ty {
+        None => (ErrorCode::Invalid, "the map has no \"type\" key".to_owned()),
+        Some(None) => (ErrorCode::Invalid, "\"type\" must be a string".to_owned()),
+        Some(Some(ty)) if types.contains(&ty) => return None,
+        Some(Some(ty)) => (
+            ErrorCode::UnknownType,
+            format!(
+                "unknown message type {:?}; expected one of {types:?}",
+                capped(ty).to_string()
+            ),
+        ),
+    };
+    Some(DecodeError::new(code, req, message))
 }
 
 /// The terse expectations of ciborium's reader (a nested map's fields are read by it),

@@ -27,6 +27,7 @@ mod admin;
 mod batch;
 mod codec;
 pub mod convert;
+mod envelope;
 mod jobs;
 mod locate;
 mod map_only;
@@ -39,6 +40,7 @@ pub mod uuid_str;
 pub use admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};
 pub use batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 pub use codec::{DecodeError, decode_reply, decode_request, encode};
+pub use envelope::{Envelope, envelope};
 pub use jobs::{AttemptInfo, JobInfo, JobSpec, LogLineSpec, Order, PriorityValue};
 pub use messages::{ErrorCode, FinishResult, LeaseRef, Reply, Request, Role};
 

@@ -49,7 +49,7 @@ pub(crate) use peers::{Held, Peers, Registration};
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// The most of a refused frame's reason a log line shows: the reason quotes what the peer
 /// sent (an unknown `type`, a field's value).
-const REFUSAL_LOG_CHARS: usize = 160;
+pub(crate) const REFUSAL_LOG_CHARS: usize = 160;
 
 /// How often per heartbeat period the loop looks for silent peers and late orders: a peer
 /// silent for three periods is dropped within 3.2.
@@ -362,6 +362,12 @@ impl Core {
     }
 
     fn on_frame(&mut self, peer: PeerId, frame: Bytes) {
+        if frame.len() > hello::MAX_HELLO_FRAME
+            && frame.len() <= self.config.max_frame
+            && let Some(refusal) = self.refuse_unread(&peer, &frame)
+        {
+            return self.reply(&peer, refusal);
+        }
         let request = match decode_request(&frame, self.config.max_frame) {
             Ok(request) => request,
             Err(e) => {
@@ -412,11 +418,7 @@ impl Core {
                     }
                     self.reply(
                         &peer,
-                        Reply::error(
-                            Some(req),
-                            ErrorCode::Unauthorized,
-                            "say hello (with a valid token) first",
-                        ),
+                        Reply::error(Some(req), ErrorCode::Unauthorized, hello::BEFORE_HELLO),
                     );
                     return;
                 };
@@ -528,7 +530,10 @@ impl Core {
                     return;
                 }
                 let grace = self.config.heartbeat * 2;
-                if let Some(held) = self.peers.held_mut(&peer, &id) {
+                // Only the held attempt's timeout moves: another attempt's extend is lost.
+                if let Some(held) = self.peers.held_mut(&peer, &id)
+                    && held.attempt == attempt
+                {
                     held.deadline = Some(now + by + grace);
                 }
                 self.extend(

@@ -382,8 +382,14 @@ pub fn log_append(
                 )));
             }
         };
+        // Within the instants every other way into hopper takes: a year before the common
+        // era parses, but no reader of the log can show it.
+        let at = match line.at {
+            Some(at) => hopper_core::limits::check_instant(&format!("line {i}: at"), at)?,
+            None => now,
+        };
         buffer.push_line(hopper_core::job_log::LogLine {
-            at: line.at.unwrap_or(now),
+            at,
             level,
             message: line.message,
             fields,

@@ -5,7 +5,7 @@ use hopper_core::log_limit::capped;
 use hopper_protocol::{ErrorCode, Reply, Role, VERSION};
 use tokio::time::Instant;
 
-use super::{Core, PeerId, Registration, hex};
+use super::{Core, PeerId, REFUSAL_LOG_CHARS, Registration, hex};
 use crate::auth::Access;
 
 /// Most queues one worker may serve: each served queue is claimed from for it, so the
@@ -23,6 +23,17 @@ pub(crate) const MAX_NAME_CHARS: usize = 128;
 
 /// Most orders a worker may run at once (`concurrency`) or hold ahead (`prefetch`).
 const MAX_CREDIT: u32 = 10_000;
+
+/// The largest `hello` frame, and the largest frame of a peer without a session that is
+/// read whole: 1,000 kinds and 100 queues of 128 characters take about 150 KB. A larger
+/// frame of such a peer has only its `type` and `req` read ([`hopper_protocol::envelope`]),
+/// so that a peer that never said hello cannot have the server decode frames of 2 MiB
+/// (which takes the one loop every peer waits on a third of a second each, in a debug
+/// build) as fast as it sends them, only to refuse them.
+pub(crate) const MAX_HELLO_FRAME: usize = 256 * 1024;
+
+/// The refusal of a request before a hello.
+pub(crate) const BEFORE_HELLO: &str = "say hello (with a valid token) first";
 
 /// The fields of a hello.
 pub(crate) struct Hello {
@@ -106,6 +117,55 @@ impl Core {
             max_frame: self.config.max_frame as u64,
         };
         self.reply(&peer, welcome);
+    }
+}
+
+impl Core {
+    /// The refusal of a frame over [`MAX_HELLO_FRAME`] read no further than its `type` and
+    /// `req`: a `hello` (too large), or anything from a peer without a session (not one
+    /// CBOR map, a `type` that names no request, or a request before a hello), answered as
+    /// decoding it would be. `None`: it is to be decoded whole.
+    pub(super) fn refuse_unread(&mut self, peer: &PeerId, frame: &[u8]) -> Option<Reply> {
+        let session = self.peers.contains(peer);
+        let Some(envelope) = hopper_protocol::envelope(frame) else {
+            if session {
+                return None; // decoded, to say what is wrong with it
+            }
+            if let Some(held_back) = self.frame_refusals.check() {
+                tracing::warn!(peer = %hex(peer), held_back, bytes = frame.len(), "refused a frame before hello: not one CBOR map");
+            }
+            let message = "not one well-formed CBOR map (a frame before hello is read no further)";
+            return Some(Reply::error(None, ErrorCode::BadFrame, message));
+        };
+        if let Some(refused) = envelope.type_refusal() {
+            if session {
+                return None; // decoded, as any frame of a peer with a session is
+            }
+            if let Some(held_back) = self.frame_refusals.check() {
+                let why = capped(&refused.message).max_chars(REFUSAL_LOG_CHARS);
+                tracing::warn!(peer = %hex(peer), code = %refused.code, held_back, "refused a frame: {why}");
+            }
+            return Some(refused.to_reply());
+        }
+        if envelope.ty == Some(Some("hello".to_owned())) {
+            crate::recording::hello_refused("invalid");
+            let message = format!(
+                "hello: a hello frame is at most {MAX_HELLO_FRAME} bytes, this one is {} bytes",
+                frame.len()
+            );
+            return Some(Reply::error(envelope.req, ErrorCode::Invalid, message));
+        }
+        if session {
+            return None;
+        }
+        if let Some(held_back) = self.early_refusals.check() {
+            tracing::warn!(peer = %hex(peer), held_back, "refused a request before hello");
+        }
+        Some(Reply::error(
+            envelope.req,
+            ErrorCode::Unauthorized,
+            BEFORE_HELLO,
+        ))
     }
 }
 

@@ -53,6 +53,18 @@ impl Core {
         if !foreign.is_empty() {
             tracing::warn!(peer = %hex(&peer), jobs = foreign.len(), "refused a heartbeat for jobs leased to another peer");
         }
+        // Extending is a database request like the peer's others: within its share of the
+        // requests in flight, or refused as busy before anything changes. Unbounded, a peer
+        // heartbeating faster than the database answers would start a statement for each,
+        // every one waiting for a connection of the pool that claims and outcomes use.
+        let queued = if leases.is_empty() {
+            None
+        } else {
+            match self.requests.try_queue(&peer) {
+                Ok(queued) => Some(queued),
+                Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
+            }
+        };
         // Inherited: leases of an earlier run of this server (its map starts empty), known
         // while they are pending and only if this run never claimed, saw or had them
         // reported. A lease this run sent is listed until its outcome's ack arrives, after
@@ -72,12 +84,19 @@ impl Core {
         if !self.peers.contains(&peer) {
             return;
         }
-        // Adopt what the worker holds of an earlier run ...
-        let listed: HashSet<JobId> = leases.iter().map(|l| l.id).collect();
+        // Adopt what the worker holds of an earlier run ... (a lease of another attempt than
+        // the order it holds is not that order: the database answers it lost, and the order
+        // stays held, to be listed with its own attempt)
+        let listed: HashSet<(JobId, i32)> = leases.iter().map(|l| (l.id, l.attempt)).collect();
         for l in &leases {
-            if let Some(held) = self.peers.held_mut(&peer, &l.id) {
-                held.attempt = l.attempt;
-            } else if inherited.contains(&l.id) {
+            if self
+                .peers
+                .get(&peer)
+                .is_some_and(|p| p.held().contains_key(&l.id))
+            {
+                continue;
+            }
+            if inherited.contains(&l.id) {
                 let held = Held {
                     attempt: l.attempt,
                     counted_attempt: 1,
@@ -95,7 +114,8 @@ impl Core {
                 p.held()
                     .iter()
                     .filter(|(id, h)| {
-                        !listed.contains(id) && now.duration_since(h.sent_at) > stale_after
+                        !listed.contains(&(**id, h.attempt))
+                            && now.duration_since(h.sent_at) > stale_after
                     })
                     .map(|(id, _)| *id)
                     .collect()
@@ -116,9 +136,9 @@ impl Core {
                 outcome: Outcome::Released,
             });
         }
-        if leases.is_empty() {
+        let Some(queued) = queued else {
             return self.reply(&peer, Reply::HeartbeatAck { req, lost: foreign });
-        }
+        };
         let as_lease = |l: &LeaseRef| Lease {
             job_id: l.id,
             attempt: l.attempt,
@@ -131,6 +151,10 @@ impl Core {
         let backend = self.backend.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
+            // Not run once the peer's session ended: its leases are no one's to keep.
+            let Some(_running) = queued.turn().await else {
+                return;
+            };
             let lost = backend.job_extend_many(&extend).await.map(|mut lost| {
                 lost.extend(foreign);
                 lost

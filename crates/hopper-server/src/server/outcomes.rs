@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hopper_core::{Finish, Lease, Outcome};
+use hopper_core::{Finish, JobId, Lease, Outcome};
 use hopper_protocol::{Completed, ErrorCode, Failed, FinishResult, OutcomeItem, Reply};
 
 use super::{Core, PeerId, hex};
@@ -45,10 +45,15 @@ impl Core {
     }
 
     /// The write for one outcome of `peer`'s, whose order (if it held it) is no longer
-    /// outstanding. `None` when an outcome for the same lease is already queued: only the
-    /// first counts.
+    /// outstanding. `None` (`lease_lost`) when an outcome for the same lease is already
+    /// queued (only the first counts), or when the peer holds the job under another attempt:
+    /// a late outcome of an earlier attempt, or a wrong one, is not the order's, which stays
+    /// held and its credit taken.
     pub(super) fn take_finish(&mut self, peer: &PeerId, item: OutcomeItem) -> Option<Finish> {
         let (id, attempt) = item.lease();
+        if self.holds_other_attempt(peer, id, attempt) {
+            return None;
+        }
         self.saw(id);
         let lease = Lease {
             job_id: id,
@@ -76,6 +81,16 @@ impl Core {
         };
         crate::recording::outcome_taken(&finish.outcome);
         Some(finish)
+    }
+}
+
+impl Core {
+    /// Whether `peer` holds order `id` under another attempt than `attempt`.
+    pub(super) fn holds_other_attempt(&self, peer: &PeerId, id: JobId, attempt: i32) -> bool {
+        self.peers
+            .get(peer)
+            .and_then(|p| p.held().get(&id))
+            .is_some_and(|held| held.attempt != attempt)
     }
 }
 

@@ -148,3 +148,77 @@ async fn a_rust_client_with_a_wrong_token_gets_a_clear_error() -> anyhow::Result
     server.shutdown().await;
     Ok(())
 }
+
+/// An `outcomes` frame of about 1.7 MB (25,000 items), its `req` last (as the Node client
+/// writes its maps).
+fn big_outcomes(req: i64) -> Value {
+    let item = map(vec![
+        ("outcome", text("completed")),
+        ("id", text(&uuid::Uuid::now_v7().to_string())),
+        ("attempt", int(1)),
+    ]);
+    map(vec![
+        ("type", text("outcomes")),
+        ("outcomes", Value::Array(vec![item; 25_000])),
+        ("req", int(req)),
+    ])
+}
+
+/// A peer that never said hello is refused at the cost of a pass over each frame's bytes,
+/// never of decoding it: its large frames are answered `unauthorized`, with their `req`,
+/// and another peer is answered meanwhile as at any time. Decoded whole, 100 such frames
+/// held the server's one loop for over half a minute (a debug build), every peer waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_frames_before_hello_are_refused_unread() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let mut good = RawPeer::connect(server.endpoint()).await;
+    let r = good.hello("client", TOKEN, vec![]).await;
+    assert_eq!(text_of(&r, "type"), "welcome", "{r:?}");
+
+    let mut bad = RawPeer::connect(server.endpoint()).await;
+    let frame = {
+        let mut out = Vec::new();
+        ciborium::into_writer(&big_outcomes(7), &mut out)?;
+        out
+    };
+    assert!(frame.len() > 1_500_000 && frame.len() < 2 * 1024 * 1024);
+    for _ in 0..100 {
+        bad.send_bytes(frame.clone()).await;
+    }
+    let status = map(vec![
+        ("type", text("status")),
+        ("req", int(2)),
+        ("id", text(&uuid::Uuid::now_v7().to_string())),
+    ]);
+    good.send(&status).await;
+    let r = good.recv().await;
+    assert_eq!(text_of(&r, "code"), "not_found", "{r:?}");
+    for _ in 0..100 {
+        let r = bad.recv().await;
+        assert_eq!(text_of(&r, "code"), "unauthorized", "{r:?}");
+        assert_eq!(field(&r, "req"), Some(&int(7)), "{r:?}");
+    }
+
+    // A hello that large is refused as such, and gives no session.
+    let name = "n".repeat(300 * 1024);
+    let r = bad
+        .hello("client", TOKEN, vec![("name", text(&name))])
+        .await;
+    assert_eq!(text_of(&r, "code"), "invalid", "{r:?}");
+    assert!(
+        text_of(&r, "message").starts_with("hello: a hello frame is at most 262144 bytes"),
+        "{r:?}"
+    );
+    bad.send(&big_outcomes(8)).await;
+    assert_eq!(text_of(&bad.recv().await, "code"), "unauthorized");
+    // Broken past its envelope's bound: refused without a req.
+    let mut broken = frame[..frame.len() - 1].to_vec();
+    broken.truncate(400 * 1024);
+    bad.send_bytes(broken).await;
+    let r = bad.recv().await;
+    assert_eq!(text_of(&r, "code"), "bad_frame", "{r:?}");
+    assert_eq!(field(&r, "req"), Some(&Value::Null), "{r:?}");
+    server.shutdown().await;
+    Ok(())
+}

@@ -50,8 +50,14 @@ async fn flood(peer: &mut RawPeer, id: JobId, first: usize, count: usize) -> Vec
     }
 }
 
-/// Each reply is the transient `internal` error a busy server answers.
+/// The flooder's refused requests: all but its own share of the requests in flight, each
+/// answered with the transient `internal` error a busy server answers.
 fn assert_busy(replies: &[Value]) {
+    assert_eq!(
+        replies.len(),
+        FLOOD - PER_PEER,
+        "the flooder holds its own share of the requests in flight, no more"
+    );
     for r in replies {
         assert_eq!(text_of(r, "type"), "error", "{r:?}");
         assert_eq!(text_of(r, "code"), "internal", "{r:?}");
@@ -67,38 +73,51 @@ async fn assert_acked(peer: &mut RawPeer, count: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flooding_peer_does_not_leave_the_others_busy() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
-    let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(&db, 2).await?;
-    let mut flooder = worker(server.endpoint(), "flooder").await;
-    let mut other = worker(server.endpoint(), "other").await;
+/// A server on `db` with two jobs running elsewhere, a worker that floods it and another.
+async fn scene(
+    db: &TestDatabase,
+) -> anyhow::Result<(hopper_server::ServerHandle, Vec<JobId>, RawPeer, RawPeer)> {
+    let server = start(config(db, Duration::from_secs(30)).await).await;
+    let jobs = attempts(db, 2).await?;
+    let flooder = worker(server.endpoint(), "flooder").await;
+    let other = worker(server.endpoint(), "other").await;
+    Ok((server, jobs, flooder, other))
+}
 
-    let lock = sql(&db).await?;
-    lock.batch_execute(&format!(
-        "BEGIN; LOCK TABLE {}.job_logs IN SHARE MODE",
-        db.schema()
-    ))
-    .await?;
-    let refused = flood(&mut flooder, jobs[0], 1, FLOOD).await;
+/// A connection holding a SHARE lock on the schema's `table` (writes to it wait) until it
+/// commits.
+async fn lock(db: &TestDatabase, table: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let lock = sql(db).await?;
+    let schema = db.schema();
+    lock.batch_execute(&format!("BEGIN; LOCK TABLE {schema}.{table} IN SHARE MODE"))
+        .await?;
+    Ok(lock)
+}
 
-    // The other peer is still served: a read at once, a log queued to be stored.
+/// `peer` is still served: its `status` of `id` is answered at once.
+async fn assert_served(peer: &mut RawPeer, id: JobId) {
     let status = map(vec![
         ("type", text("status")),
         ("req", int(1)),
-        ("id", text(&jobs[1].to_string())),
+        ("id", text(&id.to_string())),
     ]);
-    other.send(&status).await;
-    let reply = other.recv().await;
+    peer.send(&status).await;
+    let reply = peer.recv().await;
     assert_eq!(text_of(&reply, "type"), "job", "{reply:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_peer_does_not_leave_the_others_busy() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, jobs, mut flooder, mut other) = scene(&db).await?;
+
+    let lock = lock(&db, "job_logs").await?;
+    let refused = flood(&mut flooder, jobs[0], 1, FLOOD).await;
+
+    // The other peer is still served: a read at once, a log queued to be stored.
+    assert_served(&mut other, jobs[1]).await;
     assert!(flood(&mut other, jobs[1], 2, 1).await.is_empty());
 
-    assert_eq!(
-        refused.len(),
-        FLOOD - PER_PEER,
-        "the flooder holds its own share of the requests in flight, no more"
-    );
     assert_busy(&refused);
 
     lock.batch_execute("COMMIT").await?;
@@ -115,6 +134,63 @@ async fn a_flooding_peer_does_not_leave_the_others_busy() -> anyhow::Result<()> 
     assert!(refused.is_empty(), "{refused:?}");
     lock.batch_execute("COMMIT").await?;
     assert_acked(&mut flooder, PER_PEER).await;
+    server.shutdown().await;
+    Ok(())
+}
+
+/// A heartbeat (numbered `req`) listing attempt 1 of `id`.
+fn heartbeat(req: usize, id: JobId) -> Value {
+    let lease = map(vec![("id", text(&id.to_string())), ("attempt", int(1))]);
+    let req = i64::try_from(req).expect("a small req");
+    map(vec![
+        ("type", text("heartbeat")),
+        ("req", int(req)),
+        ("leases", Value::Array(vec![lease])),
+    ])
+}
+
+/// Heartbeats listing leases are database requests like the others: a peer sending them
+/// faster than the database answers holds its own share of the requests in flight, no
+/// more, while another peer's requests are still taken and answered. Without the bound,
+/// every heartbeat started a statement of its own, each waiting for a connection of the
+/// pool, which the server's claims and outcomes then waited behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_flooding_heartbeats_takes_its_share_only() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, jobs, mut flooder, mut other) = scene(&db).await?;
+
+    // Extending leases notes the rows held elsewhere in held_leases: its statements wait.
+    let lock = lock(&db, "held_leases").await?;
+    for req in 1..=FLOOD {
+        flooder.send(&heartbeat(req, jobs[0])).await;
+    }
+    // A heartbeat without leases is answered at once: what came before it was refused.
+    let marker = FLOOD + 1;
+    flooder
+        .send(&map(vec![
+            ("type", text("heartbeat")),
+            ("req", int(i64::try_from(marker)?)),
+        ]))
+        .await;
+    let mut refused = Vec::new();
+    loop {
+        let reply = flooder.recv().await;
+        if field(&reply, "req") == Some(&int(i64::try_from(marker)?)) {
+            break;
+        }
+        refused.push(reply);
+    }
+
+    // The other peer is still served.
+    assert_served(&mut other, jobs[1]).await;
+
+    assert_busy(&refused);
+
+    lock.batch_execute("COMMIT").await?;
+    for _ in 0..PER_PEER {
+        let reply = flooder.recv().await;
+        assert_eq!(text_of(&reply, "type"), "heartbeat_ack", "{reply:?}");
+    }
     server.shutdown().await;
     Ok(())
 }

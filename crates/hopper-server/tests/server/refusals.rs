@@ -400,3 +400,59 @@ async fn a_filter_given_as_an_array_is_refused() -> anyhow::Result<()> {
     server.shutdown().await;
     Ok(())
 }
+
+/// A log line's `at` is an instant like any other a peer gives: outside 1970 … 9999 it is
+/// refused, naming the line, and nothing of the request is stored. Before, a year before
+/// the common era (`-0001-…`, which no RFC 3339 time has) was stored as sent, and every
+/// reader of the log (the HTTP API, the dashboard, the clients) was handed it.
+#[tokio::test]
+async fn a_log_line_at_out_of_range_is_refused_and_nothing_is_stored() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, mut peer) = admin_peer(&db).await?;
+    let id = attempts(&db, 1).await?[0];
+    for (req, at) in [
+        (2, "-0001-01-01T00:00:00Z"),
+        (3, "0000-06-01T00:00:00Z"),
+        (4, "1969-12-31T23:59:59Z"),
+    ] {
+        let request = request_with_line_at(log_request(req, id, "too early"), at);
+        let (code, message) = refusal(&mut peer, request).await;
+        assert_eq!(code, "invalid", "{message}");
+        assert!(
+            message.contains("line 0") && message.contains("out of range"),
+            "{at}: {message}"
+        );
+    }
+    let sql = sql(&db).await?;
+    let row = sql
+        .query_one(
+            &format!("SELECT count(*) FROM {}.job_logs", db.schema()),
+            &[],
+        )
+        .await?;
+    assert_eq!(row.get::<_, i64>(0), 0, "nothing stored");
+
+    // The bounds themselves are taken.
+    for (req, at) in [(5, "1970-01-01T00:00:00Z"), (6, "9999-12-31T23:59:59Z")] {
+        peer.send(&request_with_line_at(log_request(req, id, "in range"), at))
+            .await;
+        let r = peer.recv().await;
+        assert_eq!(text_of(&r, "type"), "ack", "{at}: {r:?}");
+    }
+    server.shutdown().await;
+    Ok(())
+}
+
+/// `request` (a `log` of one line) with that line's `at` set.
+fn request_with_line_at(mut request: Value, at: &str) -> Value {
+    if let Value::Map(entries) = &mut request
+        && let Some((_, Value::Array(lines))) = entries
+            .iter_mut()
+            .find(|(k, _)| k.as_text() == Some("lines"))
+        && let Some(Value::Map(line)) = lines.first_mut()
+    {
+        line.retain(|(k, _)| k.as_text() != Some("at"));
+        line.push((text("at"), text(at)));
+    }
+    request
+}

@@ -285,6 +285,71 @@ async fn only_the_first_outcome_of_a_lease_counts() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A worker's requests for another attempt of an order it holds (a late outcome of an
+/// earlier attempt, a wrong or forged one) are `lease_lost` and leave the order it holds
+/// alone: still its own, its credit still taken, reported as usual. Before, an outcome or a
+/// heartbeat of another attempt let go of the order (so the worker was sent more than its
+/// concurrency, and the order was no longer retried at once when the worker vanished), and
+/// an `extend` of another attempt moved the order's timeout.
+#[tokio::test]
+async fn another_attempt_of_an_order_leaves_the_order_held() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let mut w = worker(server.endpoint(), "one", 1).await;
+    let backend = db.backend();
+    backend
+        .job_insert(&NewJob::new("one", serde_json::json!({})))
+        .await?;
+    let (id, attempt) = order(&mut w).await;
+    let other = attempt + 1;
+
+    w.send(&on_lease("completed", 3, &id, other, vec![])).await;
+    assert_eq!(text_of(&w.recv_type("ack").await, "result"), "lease_lost");
+    let released = vec![item("released", &id, other, vec![])];
+    w.send(&map(vec![
+        ("type", text("outcomes")),
+        ("req", int(4)),
+        ("outcomes", Value::Array(released)),
+    ]))
+    .await;
+    assert_eq!(results(&w.recv_type("acks").await), ["lease_lost"]);
+    let lease = map(vec![("id", text(&id)), ("attempt", int(other))]);
+    w.send(&map(vec![
+        ("type", text("heartbeat")),
+        ("req", int(5)),
+        ("leases", Value::Array(vec![lease])),
+    ]))
+    .await;
+    let ack = w.recv_type("heartbeat_ack").await;
+    assert_eq!(
+        field(&ack, "lost").and_then(Value::as_array).map(Vec::len),
+        Some(1),
+        "{ack:?}"
+    );
+
+    // Its one slot is still taken: a second job is not sent to it...
+    backend
+        .job_insert(&NewJob::new("one", serde_json::json!({})))
+        .await?;
+    w.set_timeout(Duration::from_millis(1500));
+    let extra = w.try_recv_bytes().await;
+    assert!(
+        extra.is_none(),
+        "an order past the worker's concurrency: {:?}",
+        extra.map(|f| ciborium::from_reader::<Value, _>(&f[..]))
+    );
+    // ... until the order it holds is reported, with its own attempt.
+    w.set_timeout(Duration::from_secs(10));
+    w.send(&on_lease("completed", 6, &id, attempt, vec![]))
+        .await;
+    assert_eq!(text_of(&w.recv_type("ack").await, "result"), "recorded");
+    let (next, _) = order(&mut w).await;
+    assert_ne!(next, id);
+    assert_eq!(state(&*backend, &id).await?.state, JobState::Completed);
+    server.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn each_token_does_what_its_role_allows() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
