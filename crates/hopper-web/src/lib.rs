@@ -48,6 +48,7 @@ mod dashboard;
 mod error;
 mod health;
 pub mod metrics;
+mod send_timeout;
 mod tls;
 
 use std::future::Future;
@@ -70,7 +71,8 @@ use tracing::Instrument;
 pub use auth::{AuthConfig, Role, Secret};
 pub use body::DEFAULT_BODY_TIMEOUT;
 pub use connections::{
-    ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, serve_connections,
+    ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SEND_TIMEOUT,
+    serve_connections,
 };
 pub use cross_site::AllowedHosts;
 pub use error::{ApiError, Error, Result};
