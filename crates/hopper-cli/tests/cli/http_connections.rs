@@ -207,8 +207,8 @@ async fn a_declared_body_over_the_limit_is_refused_before_it_is_sent() -> anyhow
 /// connection only until the server has gone `--http-send-timeout` without getting a byte
 /// of them out; it needs no token, since the dashboard's files are public. With one
 /// connection allowed, the next peer is served once the reader's connection is closed,
-/// and the close is counted as `send_timeout`. (Without the timeout, hyper waited on the
-/// full socket for ever: 1,024 such peers locked every client out of the server.)
+/// and the close is counted as `send_timeout`. (hyper alone waits on the full socket for
+/// ever: as many such peers as the connection limit would lock every client out.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_never_reads_its_responses_is_closed_at_the_send_timeout() -> anyhow::Result<()>
 {
