@@ -24,18 +24,60 @@ async fn dashboard_files_are_served_with_safe_headers() -> anyhow::Result<()> {
     ] {
         let answer = web.call(Method::GET, uri, None, None).await?;
         assert_eq!(answer.status, StatusCode::OK, "{uri}");
-        let header_of = |name| {
-            answer
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned()
-        };
-        assert_eq!(header_of(header::CONTENT_TYPE), content_type, "{uri}");
+        assert_eq!(answer.header(header::CONTENT_TYPE), content_type, "{uri}");
         assert!(answer.text.contains(needle), "{uri} lacks {needle:?}");
-        assert!(header_of(header::CONTENT_SECURITY_POLICY).contains("default-src 'self'"));
-        assert_eq!(header_of(header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+        assert!(
+            answer
+                .header(header::CONTENT_SECURITY_POLICY)
+                .contains("default-src 'self'")
+        );
+        assert_eq!(answer.header(header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+    }
+    Ok(())
+}
+
+/// Every response, data, error or file, forbids sniffing and framing; what the API
+/// answers (jobs' arguments, metadata, errors, metrics) is never stored by a browser's
+/// cache, where it would outlive the tab that holds the token, while the dashboard's files
+/// may be (revalidated at every load).
+#[tokio::test]
+async fn every_response_forbids_framing_and_api_answers_are_not_stored() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    web.enqueue(json!({"kind": "k", "args": {"card": "4111 1111 1111 1111"}}))
+        .await?;
+    let cases = [
+        (Method::GET, "/api/v1/jobs", Some(ADMIN), "no-store"),
+        (Method::GET, "/api/v1/queues", Some(READ), "no-store"),
+        (Method::GET, "/api/v1/stats", Some(READ), "no-store"),
+        (Method::GET, "/api/v1/jobs", None, "no-store"),
+        (Method::GET, "/api/v1/nothing", Some(ADMIN), "no-store"),
+        (
+            Method::POST,
+            "/api/v1/queues/q/pause",
+            Some(READ),
+            "no-store",
+        ),
+        (Method::GET, "/metrics", Some(READ), "no-store"),
+        (Method::GET, "/health", None, "no-store"),
+        (Method::GET, "/api/v1/openapi.json", None, "no-store"),
+        (Method::GET, "/", None, "no-cache"),
+        (Method::GET, "/assets/app.js", None, "no-cache"),
+    ];
+    for (method, uri, token, cache) in cases {
+        let answer = web.call(method.clone(), uri, token, None).await?;
+        assert_eq!(
+            answer.header(header::CACHE_CONTROL),
+            cache,
+            "{method} {uri}"
+        );
+        assert_eq!(
+            answer.header(header::X_CONTENT_TYPE_OPTIONS),
+            "nosniff",
+            "{uri}"
+        );
+        assert_eq!(answer.header(header::X_FRAME_OPTIONS), "DENY", "{uri}");
+        let policy = answer.header(header::CONTENT_SECURITY_POLICY);
+        assert!(policy.contains("frame-ancestors 'none'"), "{uri}: {policy}");
     }
     Ok(())
 }
