@@ -2,8 +2,9 @@
 
 On a freshly seeded schema it signs in with the generated admin token, checks the counts
 of the seeded database, retries a failed job by clicking, runs a worker
-(`hopper bench --workload drain`) and sees the job complete. Screenshots are saved under
-$HOPPER_ARTIFACTS (default target/browser-artifacts).
+(`hopper bench --workload drain`) and sees the job complete. Markup stored in every field
+the dashboard shows, and put in the URL's hash, is shown as text and never runs.
+Screenshots are saved under $HOPPER_ARTIFACTS (default target/browser-artifacts).
 
 Needs: Debian `chromium` and `chromium-driver`, `pip install selenium pytest`,
 PostgreSQL at $DATABASE_URL, and the binary at $HOPPER_BIN (default target/debug/hopper).
@@ -291,3 +292,60 @@ def test_more_nodes_than_a_page_are_paged_through(server, browser):
     assert not d.find_element(By.ID, "nodes-next").is_enabled(), "the last page"
     click(d, "#nodes-first")
     until(d, lambda d: page(50, "node-00"), "the first page again")
+
+
+# Markup that runs script wherever text is taken for HTML: each counts in window.__xss.
+HOSTILE = [
+    '<img src=x onerror="window.__xss=(window.__xss||0)+1">',
+    '"><svg onload="window.__xss=(window.__xss||0)+1">',
+    "</pre><script>window.__xss=(window.__xss||0)+1</script>",
+]
+
+
+def test_stored_text_is_shown_as_text_never_run(server, browser):
+    """Whatever others stored (arguments, metadata, a unique key, an error, a log line and
+    its fields, a node's name) and whatever a link carries in the URL's hash is shown as
+    text: no element is made of it and no script of it runs."""
+    schema = server["schema"]
+    h = ["$h$" + s + "$h$" for s in HOSTILE]
+    psql(
+        f"""
+        INSERT INTO {schema}.jobs (id, queue, kind, args, state, attempt, max_attempts,
+                                   finished_at, errors, meta, unique_key)
+        VALUES ({schema}.uuid_v7(), 'hostile', 'hostile', jsonb_build_object('a', {h[0]}, {h[1]}, {h[2]}),
+                'failed', 1, 1, now(),
+                jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', {h[0]} || {h[2]},
+                                                     'node', NULL, 'duration_ms', 3)),
+                jsonb_build_object('t', {h[1]}), {h[2]});
+        INSERT INTO {schema}.job_logs (job_id, attempt, lines, bytes, dropped)
+        SELECT id, 1, jsonb_build_array(jsonb_build_object('at', now(), 'level', 'warn',
+                      'message', {h[1]} || {h[2]}, 'fields', jsonb_build_object({h[0]}, {h[1]}))),
+               100, 0
+        FROM {schema}.jobs WHERE queue = 'hostile';
+        INSERT INTO {schema}.nodes (id, name, queues, concurrency)
+        VALUES ({schema}.uuid_v7(), {h[0]} || {h[1]}, '{{hostile}}', 1);
+        """
+    )
+    d = browser
+    sign_in(d, server)
+    injected = "img[src=x], svg[onload], #app script"
+
+    def clean(d):
+        return d.execute_script("return window.__xss || 0") == 0 and not d.find_elements(
+            By.CSS_SELECTOR, injected
+        )
+
+    until(d, lambda d: HOSTILE[0] in d.find_element(By.ID, "nodes-body").text, "the node")
+    assert clean(d), "the overview ran stored markup"
+    d.get(server["url"] + "#/jobs?queue=hostile")
+    click(d, '#jobs-body tr[data-state="failed"] a')
+    text_is(d, "job-errors-body", HOSTILE[2])
+    text_is(d, "job-logs-body", HOSTILE[1])
+    text_is(d, "job-args", "onerror")
+    text_is(d, "job-meta", "onload")
+    assert HOSTILE[2] in text_of(d, '[data-field="unique key"]')
+    assert clean(d), "the job's page ran stored markup"
+    for hash_ in ("#/jobs/" + HOSTILE[0], "#/jobs?kind=" + urllib.parse.quote(HOSTILE[1])):
+        d.get(server["url"] + hash_)
+        until(d, lambda d: d.find_element(By.ID, "live-status").text != "", "the page")
+        assert clean(d), f"{hash_} ran markup"

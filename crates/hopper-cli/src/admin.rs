@@ -364,10 +364,12 @@ fn print_logs(logs: &[hopper::AttemptLog]) -> anyhow::Result<()> {
     for log in logs {
         outln!("log of attempt {}:", log.attempt);
         for line in &log.lines {
+            // JSON escapes C0 controls, not C1 controls nor bidirectional overrides.
             let fields = if line.fields.is_empty() {
                 String::new()
             } else {
-                format!(" {}", serde_json::Value::Object(line.fields.clone()))
+                let json = serde_json::Value::Object(line.fields.clone()).to_string();
+                format!(" {}", printable(&json))
             };
             outln!(
                 "  {} {:<5} {}{fields}",

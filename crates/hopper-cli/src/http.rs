@@ -86,6 +86,10 @@ pub struct HttpArgs {
     /// 30s); a slower one is answered 408 and its connection closed.
     #[arg(long, default_value = "30s", requires = "http")]
     pub http_body_timeout: String,
+    /// Longest a response may wait for the peer to read any of it (e.g. 30s); a peer that
+    /// stops reading is closed. A slow client that keeps reading is never cut.
+    #[arg(long, default_value = "30s", requires = "http")]
+    pub http_send_timeout: String,
 }
 
 impl HttpArgs {
@@ -118,10 +122,12 @@ impl HttpArgs {
         };
         let header = timeout("--http-header-timeout", &self.http_header_timeout)?;
         let body = timeout("--http-body-timeout", &self.http_body_timeout)?;
+        let send = timeout("--http-send-timeout", &self.http_send_timeout)?;
         let max = usize::try_from(self.http_max_connections).unwrap_or(usize::MAX);
         let limits = ConnectionLimits::default()
             .with_max_connections(max)
-            .with_header_timeout(header);
+            .with_header_timeout(header)
+            .with_send_timeout(send);
         Ok((limits, body))
     }
 

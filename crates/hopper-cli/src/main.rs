@@ -175,7 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             schema::refuse_newer(&backend).await?;
             bench::run(backend, args, json).await
         }
-        Command::Serve(args) => serve::run(url, pg.clone(), args).await,
+        Command::Serve(args) => serve::run(configured_or_embedded(url), pg.clone(), args).await,
         Command::Worker(args) => {
             let backend = open_patiently(url).await?;
             schema::refuse_newer(&backend).await?;
@@ -211,6 +211,17 @@ fn connect_options(pg: PgOptions, missing: Missing) -> ConnectOptions {
         .with_postgres(pg)
 }
 
+/// The configured database (`DATABASE_URL` / `--database-url`), or the embedded SQLite
+/// default, said in one line on stderr.
+fn configured_or_embedded(url: Option<&str>) -> &str {
+    url.unwrap_or_else(|| {
+        eprintln!(
+            "hopper: no DATABASE_URL set; using the embedded SQLite database {DEFAULT_DATABASE_URL} (set DATABASE_URL=postgres://… for PostgreSQL)"
+        );
+        DEFAULT_DATABASE_URL
+    })
+}
+
 /// Connects to the configured database (`DATABASE_URL` / `--database-url`) with `options`
 /// (schema, pooler), or to the embedded SQLite default, said in one line on stderr.
 async fn open(
@@ -218,15 +229,7 @@ async fn open(
     options: PgOptions,
     missing: Missing,
 ) -> anyhow::Result<Arc<dyn Backend>> {
-    let url = match url {
-        Some(url) => url,
-        None => {
-            eprintln!(
-                "hopper: no DATABASE_URL set; using the embedded SQLite database {DEFAULT_DATABASE_URL} (set DATABASE_URL=postgres://… for PostgreSQL)"
-            );
-            DEFAULT_DATABASE_URL
-        }
-    };
+    let url = configured_or_embedded(url);
     let what = match url.split_once('?') {
         // A `hopper serve` endpoint, named without its token.
         _ if !url.starts_with("tcp://") => "cannot open the database".to_owned(),

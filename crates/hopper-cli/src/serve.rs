@@ -133,7 +133,7 @@ fn duration(what: &str, text: &str) -> anyhow::Result<Duration> {
 }
 
 /// Runs the server until SIGINT or SIGTERM.
-pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(url: &str, pg: PgOptions, args: ServeArgs) -> anyhow::Result<()> {
     crate::open_files::raise();
     let schema = pg.schema.clone();
     let schema = schema.as_str();
@@ -154,9 +154,6 @@ pub async fn run(url: Option<&str>, pg: PgOptions, args: ServeArgs) -> anyhow::R
     let (auth, curve) = match &listen {
         Some(listen) => (Some(auth(&args)?), curve_keys(&args, listen)?),
         None => (None, None),
-    };
-    let Some(url) = url else {
-        anyhow::bail!("no database: set DATABASE_URL or pass --database-url postgres://…");
     };
     let options = pg.with_pool_size(usize::from(args.pool_size));
     // A database that is starting, restarting or shutting down is waited for (the server

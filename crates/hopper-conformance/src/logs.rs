@@ -119,3 +119,40 @@ pub async fn logs_are_kept_per_attempt_bounded_and_deleted_with_the_job(
     );
     Ok(())
 }
+
+/// What a test that wrote a job's log lines by hand expects to read of one of them: its
+/// attempt, and either its message (a line hopper reads) or a piece of the line as stored
+/// (one it cannot read, which must be shown as a `warn` line saying so).
+#[derive(Debug, Clone, Copy)]
+pub enum StoredLine<'a> {
+    /// A line that reads: its attempt and message.
+    Read(i32, &'a str),
+    /// A line that does not: its attempt and a piece of its stored text.
+    Unreadable(i32, &'a str),
+}
+
+/// Checks that `logs` (read through a backend from rows written by hand) hold exactly the
+/// `expected` lines, in order.
+pub fn ensure_stored_lines(
+    logs: &[hopper_core::job_log::AttemptLog],
+    expected: &[StoredLine<'_>],
+) -> anyhow::Result<()> {
+    let lines: Vec<(i32, &LogLine)> = logs
+        .iter()
+        .flat_map(|log| log.lines.iter().map(move |l| (log.attempt, l)))
+        .collect();
+    ensure!(lines.len() == expected.len(), "{lines:?}");
+    for ((attempt, line), expected) in lines.into_iter().zip(expected) {
+        match *expected {
+            StoredLine::Read(want, message) => {
+                ensure!(attempt == want && line.message == message, "{line:?}");
+            }
+            StoredLine::Unreadable(want, stored) => {
+                ensure!(attempt == want && line.level == LogLevel::Warn, "{line:?}");
+                ensure!(line.message.contains("could not be read"), "{line:?}");
+                ensure!(line.message.contains(stored), "{stored} not in {line:?}");
+            }
+        }
+    }
+    Ok(())
+}

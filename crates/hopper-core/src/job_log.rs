@@ -281,6 +281,50 @@ fn cut_message(message: &mut String) {
     message.push('…');
 }
 
+/// The lines of an attempt's log as stored (a JSON array of lines), each read as a
+/// [`LogLine`]. A line hopper cannot read (written by hand or by another program: a level
+/// it does not know, no time, not an object) hides neither the job nor the other lines: it
+/// is read as a `warn` line whose message says so and holds the line's JSON (cut at
+/// [`MAX_LOG_MESSAGE_BYTES`]), at its own time when that reads, else at the Unix epoch.
+/// Stored lines that are not an array at all are read as one such line.
+pub fn read_stored_lines(stored: Value) -> Vec<LogLine> {
+    let lines = match stored {
+        Value::Array(lines) => lines,
+        other => vec![other],
+    };
+    lines
+        .into_iter()
+        .map(|line| match LogLine::deserialize(&line) {
+            Ok(read) => read,
+            Err(e) => unreadable_line(&line, &e),
+        })
+        .collect()
+}
+
+/// [`read_stored_lines`] of stored text: text that is not JSON is read as one unreadable
+/// line holding it.
+pub fn read_stored_text(stored: &str) -> Vec<LogLine> {
+    read_stored_lines(
+        serde_json::from_str(stored).unwrap_or_else(|_| Value::String(stored.to_owned())),
+    )
+}
+
+/// The line that stands for a stored `line` hopper cannot read.
+fn unreadable_line(line: &Value, error: &serde_json::Error) -> LogLine {
+    let at = line
+        .get("at")
+        .and_then(|at| DateTime::<Utc>::deserialize(at).ok())
+        .unwrap_or(DateTime::UNIX_EPOCH);
+    let mut message = format!("this log line could not be read ({error}); as stored: {line}");
+    cut_message(&mut message);
+    LogLine {
+        at,
+        level: LogLevel::Warn,
+        message,
+        fields: Map::new(),
+    }
+}
+
 /// The error of an append that [`LogStore::job_log_append`] returned as held by another
 /// transaction: transient, so that its writer sends it again.
 pub fn held_elsewhere() -> Error {

@@ -21,6 +21,7 @@
 use async_trait::async_trait;
 use hopper_core::job_log::{
     AttemptLog, JobLogAppend, LogLine, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends,
+    read_stored_lines,
 };
 use hopper_core::{Error, JobId, Lease, Result};
 use tokio_postgres::Row;
@@ -64,7 +65,7 @@ impl LogStore for PgBackend {
                 let lines: serde_json::Value = r.try_get(1).map_err(Error::database)?;
                 Ok(AttemptLog {
                     attempt: r.try_get(0).map_err(Error::database)?,
-                    lines: serde_json::from_value(lines)?,
+                    lines: read_stored_lines(lines),
                     dropped: r.try_get(2).map_err(Error::database)?,
                 })
             })

@@ -12,7 +12,7 @@ use rusqlite::named_params;
 
 use hopper_core::JobId;
 use hopper_core::job_log::{
-    AttemptLog, JobLogAppend, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends,
+    AttemptLog, JobLogAppend, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends, read_stored_text,
 };
 
 use crate::error::map_sqlite;
@@ -321,7 +321,7 @@ impl LogStore for SqliteBackend {
                 while let Some(r) = rows.next().map_err(map_sqlite)? {
                     logs.push(AttemptLog {
                         attempt: rows::int(col(r, 0)?, "attempt")?,
-                        lines: serde_json::from_str(&col::<String>(r, 1)?)?,
+                        lines: read_stored_text(&col::<String>(r, 1)?),
                         dropped: col(r, 2)?,
                     });
                 }

@@ -1,5 +1,6 @@
-//! The HTTP server's connections: how many may be open at once, and how long one may take
-//! to send a request's headers or stay idle between two requests.
+//! The HTTP server's connections: how many may be open at once, how long one may take
+//! to send a request's headers or stay idle between two requests, and how long its
+//! responses may wait for the peer to read them.
 //!
 //! `axum::serve` sets neither: a peer that opens a connection and sends nothing, or half a
 //! request line, or nothing more after its first request, keeps its connection, its task
@@ -9,7 +10,8 @@
 //! bounds both waits (hyper starts it when it begins reading a request's head, which on a
 //! kept-alive connection is as soon as the last response went out), and at most
 //! [`ConnectionLimits::max_connections`] are open at once: past that, new connections wait
-//! in the listen backlog until one closes.
+//! in the listen backlog until one closes. A peer that stops reading its responses is cut
+//! at [`ConnectionLimits::send_timeout`] ([`crate::send_timeout`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,13 +27,18 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::send_timeout::{SendTimeout, is_stalled};
 use crate::tls::Tls;
 
-/// The defaults of [`ConnectionLimits`]: 1,024 connections, 10 s for a request's headers.
+/// The defaults of [`ConnectionLimits`]: 1,024 connections, 10 s for a request's headers,
+/// 30 s for a response's write to make progress.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// See [`DEFAULT_MAX_CONNECTIONS`].
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// See [`DEFAULT_MAX_CONNECTIONS`].
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The pause after an accept that failed for want of resources (descriptors, memory), so
 /// that the loop does not spin while none is freed.
@@ -55,6 +62,11 @@ pub struct ConnectionLimits {
     /// or from the end of its last response (so also the longest it may stay idle between
     /// two requests), past which it is closed (default [`DEFAULT_HEADER_TIMEOUT`]).
     pub header_timeout: Duration,
+    /// Longest a write to the peer (a response, a TLS record) may wait without the peer
+    /// taking a byte of it, past which the connection is closed (default
+    /// [`DEFAULT_SEND_TIMEOUT`]). It runs only while a write waits, and starts again at
+    /// every byte taken: a slow client that keeps reading is never cut.
+    pub send_timeout: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -62,6 +74,7 @@ impl Default for ConnectionLimits {
         ConnectionLimits {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
         }
     }
 }
@@ -79,6 +92,14 @@ impl ConnectionLimits {
     pub fn with_header_timeout(self, header_timeout: Duration) -> Self {
         ConnectionLimits {
             header_timeout,
+            ..self
+        }
+    }
+
+    /// With `send_timeout` for a write to the peer to make progress.
+    pub fn with_send_timeout(self, send_timeout: Duration) -> Self {
+        ConnectionLimits {
+            send_timeout,
             ..self
         }
     }
@@ -120,6 +141,7 @@ pub async fn serve_connections(
             // The connection's place, given back when the task ends, however it ends.
             let _open = Open::new(permit);
             // A peer's own failure (reset, timeout, bad request) ends its connection only.
+            let stream = SendTimeout::new(stream, limits.send_timeout);
             let served = match tls {
                 None => {
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
@@ -146,6 +168,7 @@ pub async fn serve_connections(
             match served {
                 Ok(()) => closed("done"),
                 Err(e) if e.is_timeout() => closed("header_timeout"),
+                Err(e) if is_stalled(&e) => closed("send_timeout"),
                 Err(e) => {
                     tracing::debug!(error = %e, "an HTTP connection ended");
                     closed("error");

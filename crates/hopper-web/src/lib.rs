@@ -48,6 +48,7 @@ mod dashboard;
 mod error;
 mod health;
 pub mod metrics;
+mod send_timeout;
 mod tls;
 
 use std::future::Future;
@@ -70,7 +71,8 @@ use tracing::Instrument;
 pub use auth::{AuthConfig, Role, Secret};
 pub use body::DEFAULT_BODY_TIMEOUT;
 pub use connections::{
-    ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, serve_connections,
+    ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SEND_TIMEOUT,
+    serve_connections,
 };
 pub use cross_site::AllowedHosts;
 pub use error::{ApiError, Error, Result};
@@ -317,9 +319,15 @@ async fn trace_request(request: axum::extract::Request, next: middleware::Next) 
 }
 
 /// Headers every response carries: no sniffing, no framing, no referrer, and a content
-/// security policy that allows only the dashboard's own files.
+/// security policy that allows only the dashboard's own files. A response that says
+/// nothing of caching (everything but the dashboard's files: jobs' arguments, metadata,
+/// errors, metrics) is not to be stored at all, so that none of it outlives, in a
+/// browser's cache on disk, the tab that holds the token.
 async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

@@ -92,7 +92,8 @@ pub const HTTP_CONNECTIONS: &str = "hopper_http_connections";
 /// Counter: connections the HTTP server ended, by `reason`: `done` (the peer closed it, or
 /// asked for it to be closed after a response), `header_timeout` (no request headers in
 /// time, or idle too long between requests), `tls_handshake` (a TLS handshake that failed
-/// or took too long), `error` (anything else: a reset, a malformed request).
+/// or took too long), `send_timeout` (the peer took none of a response for the send
+/// timeout: it stopped reading), `error` (anything else: a reset, a malformed request).
 pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "hopper_http_connections_closed_total";
 
 /// Counter: outcomes not written because the database refused them for a permanent

@@ -393,9 +393,11 @@ async fn jobs_show_prints_each_attempts_log_and_the_truncation_marker() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Text that others stored (a handler's error, a log line, a node's name) with terminal
-/// escape sequences, tabs and a bidirectional override is printed with those as escapes:
-/// an operator's terminal is not cleared, retitled or recoloured, and rows stay rows.
+/// Text that others stored (a handler's error, a log line and its fields, a node's name)
+/// with terminal escape sequences, tabs, C1 controls and a bidirectional override is
+/// printed with those as escapes: an operator's terminal is not cleared, retitled or
+/// recoloured, and rows stay rows. (A log line's fields are printed as JSON, which
+/// escapes C0 controls but not C1 controls nor bidirectional overrides.)
 #[tokio::test]
 async fn stored_text_is_printed_inert() {
     use hopper::core::job_log::LogLevel;
@@ -408,7 +410,9 @@ async fn stored_text_is_printed_inert() {
         .trim()
         .to_owned();
     let backend = db.backend();
-    let lease = claim_and_log(&db, (LogLevel::Info, HOSTILE, serde_json::Map::new()), 0).await;
+    let fields = serde_json::json!({ "note": format!("{HOSTILE}\u{9b}2J") });
+    let fields = serde_json::from_value(fields).expect("a map");
+    let lease = claim_and_log(&db, (LogLevel::Info, HOSTILE, fields), 0).await;
     backend
         .job_finish_many(&[Finish {
             lease,

@@ -54,13 +54,32 @@ impl Hopper {
     /// with `shell` run first (`""` for none, `ulimit -Sn 256` to lower a limit).
     pub fn start(db: &TestDatabase, shell: &str, args: &[&str]) -> anyhow::Result<Self> {
         let script = format!("{shell}\nexec \"$0\" \"$@\"");
-        let mut child = Command::new("sh")
+        let mut command = Command::new("sh");
+        command
             .arg("-c")
             .arg(script)
             .arg(env!("CARGO_BIN_EXE_hopper"))
             .args(args)
             .env("DATABASE_URL", db.url())
-            .env("HOPPER_SCHEMA", db.schema())
+            .env("HOPPER_SCHEMA", db.schema());
+        Self::spawn(command)
+    }
+
+    /// Starts `hopper ARGS` in `dir` with no database configured: the embedded SQLite
+    /// file, `hopper.db` there.
+    pub fn start_embedded(dir: &Path, args: &[&str]) -> anyhow::Result<Self> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+        command
+            .args(args)
+            .current_dir(dir)
+            .env_remove("DATABASE_URL")
+            .env_remove("HOPPER_SCHEMA");
+        Self::spawn(command)
+    }
+
+    /// Spawns `command` (logging at `info`), its stdout and stderr read line by line.
+    fn spawn(mut command: Command) -> anyhow::Result<Self> {
+        let mut child = command
             .env("HOPPER_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -124,6 +124,35 @@ fn no_database_url_means_embedded_sqlite() {
     assert_eq!(summary["failed"], 2, "{stdout}");
 }
 
+/// `hopper serve` with no `DATABASE_URL` serves the embedded SQLite file too, says so and
+/// creates it, as README's `hopper serve --http 127.0.0.1:7011` expects beside `hopper
+/// enqueue` and `hopper jobs list` in the same directory: the job one enqueues is the job
+/// the other serves.
+#[test]
+fn serve_without_a_database_url_serves_the_embedded_file() -> anyhow::Result<()> {
+    let dir = crate::common::TempDir::new("serve-embedded")?;
+    let serve = crate::common::Hopper::start_embedded(
+        dir.path(),
+        &["serve", "--http", "127.0.0.1:0", "--http-open"],
+    )?;
+    serve.line_with("sqlite://hopper.db", Duration::from_secs(30))?;
+    let line = serve.line_with("HTTP API on http://", Duration::from_secs(30))?;
+    let (_, addr) = crate::common::http_address(&line)?;
+    assert!(dir.path().join("hopper.db").exists());
+    let enqueued = Command::new(env!("CARGO_BIN_EXE_hopper"))
+        .args(["enqueue", "--kind", "k"])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("HOPPER_SCHEMA")
+        .output()?;
+    assert!(enqueued.status.success(), "{enqueued:?}");
+    let id = String::from_utf8_lossy(&enqueued.stdout).trim().to_owned();
+    let path = format!("/api/v1/jobs/{id}");
+    let response = crate::common::http_request(&addr, "GET", &path, Duration::from_secs(20))?;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    Ok(())
+}
+
 /// A SQLite file that does not exist is created only by the commands that migrate
 /// (`migrate`, `demo`, `serve`): every other command says, at once, that it does not exist
 /// and to run `hopper migrate`, and leaves nothing behind (a mistyped path left an empty

@@ -236,7 +236,7 @@ async fn absurd_times_and_delays_are_refused() {
 async fn serve_flags_it_cannot_run_with_are_refused_before_the_database_changes() {
     let db = TestDatabase::new().await.expect("test database");
     let unborn = format!("{}_unborn", db.schema());
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
         (
             &["--heartbeat", "20s", "--lease", "60s"],
             "--node-dead-after",
@@ -261,6 +261,10 @@ async fn serve_flags_it_cannot_run_with_are_refused_before_the_database_changes(
         (
             &["--http", "127.0.0.1:0", "--http-body-timeout", "11y"],
             "--http-body-timeout",
+        ),
+        (
+            &["--http", "127.0.0.1:0", "--http-send-timeout", "0s"],
+            "--http-send-timeout must be more than zero",
         ),
     ];
     for (flags, needle) in cases {

@@ -4,7 +4,8 @@
 //! `--http-max-connections` are open at once: a peer past it waits until one closes. (Served
 //! by `axum::serve`, none was ever closed: 15,000 idle connections held 330 MB and 15,000
 //! descriptors until the process's limit refused every new peer.) A body trickled after
-//! prompt headers is cut at `--http-body-timeout`.
+//! prompt headers is cut at `--http-body-timeout`, and a peer that never reads its
+//! responses at `--http-send-timeout`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -199,5 +200,45 @@ async fn a_declared_body_over_the_limit_is_refused_before_it_is_sent() -> anyhow
     }
     let status = get_status(&mut connect(&addr, PATIENCE), &addr)?;
     assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    Ok(())
+}
+
+/// A peer that asks for responses and never reads them (a slow-read attack) holds its
+/// connection only until the server has gone `--http-send-timeout` without getting a byte
+/// of them out; it needs no token, since the dashboard's files are public. With one
+/// connection allowed, the next peer is served once the reader's connection is closed,
+/// and the close is counted as `send_timeout`. (hyper alone waits on the full socket for
+/// ever: as many such peers as the connection limit would lock every client out.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_reads_its_responses_is_closed_at_the_send_timeout() -> anyhow::Result<()>
+{
+    let db = TestDatabase::new().await?;
+    let limits = [
+        "--http-max-connections",
+        "1",
+        "--http-header-timeout",
+        "60s",
+        "--http-send-timeout",
+        "500ms",
+    ];
+    let (_serve, _, addr) = serve_open_http(&db, &limits)?;
+    // A small receive window, and far more response bytes asked for than the socket
+    // buffers of both ends hold (each app.js is tens of KB).
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_recv_buffer_size(4096)?;
+    let reader = socket.connect(addr.parse()?).await?;
+    let requests = format!("GET /assets/app.js HTTP/1.1\r\nHost: {addr}\r\n\r\n").repeat(400);
+    let mut reader = reader.into_std()?;
+    reader.set_nonblocking(false)?;
+    reader.write_all(requests.as_bytes())?;
+
+    let mut next = connect(&addr, PATIENCE);
+    let status = get_status(&mut next, &addr)
+        .map_err(|e| anyhow::anyhow!("the next peer was not served: {e}"))?;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status:?}");
+    drop(next);
+    let stalled = r#"hopper_http_connections_closed_total{reason="send_timeout"}"#;
+    assert_eq!(metric(&addr, stalled)?, Some(1.0));
+    drop(reader);
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! `crates/hopper/tests/hostile_rows.rs`.
 
 use crate::common::harness;
+use hopper_conformance::logs::{StoredLine, ensure_stored_lines};
 use hopper_conformance::{Harness, t0};
 use hopper_core::backend::{JobGetParams, JobPromoteOutcome, JobRetryParams, JobStatsParams};
 use hopper_core::{ClaimedJob, JobListParams, JobRecord, JobState, NewJob, QueueUpdate, limits};
@@ -294,5 +295,41 @@ async fn one_unreadable_cron_or_node_row_hides_no_other() -> anyhow::Result<()> 
         names.contains(&"good") && !names.contains(&"endless"),
         "{names:?}"
     );
+    Ok(())
+}
+
+/// Log lines written by hand that hopper cannot read (a level it does not know, no time,
+/// text that is not JSON at all) hide neither the job nor the other lines: each is read as
+/// a `warn` line saying so, with what was stored.
+#[tokio::test]
+async fn an_unreadable_log_line_hides_neither_the_job_nor_the_others() -> anyhow::Result<()> {
+    let store = harness().await?;
+    let id = write_by_hand(&store, "q", "state = 'failed', attempt = 2")?;
+    let conn = rusqlite::Connection::open(crate::common::db(&store))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.execute_batch(&format!(
+        r#"PRAGMA ignore_check_constraints = ON;
+           INSERT INTO hopper_job_logs (job_id, attempt, lines)
+           VALUES ('{id}', 1, '[{{"at": "2026-01-01T00:00:00Z", "level": "info", "message": "fine"}},
+                               {{"at": "2026-01-01T00:00:01Z", "level": "fatal", "message": "boom"}},
+                               {{"level": "warn", "message": "no time"}}]'),
+                  ('{id}', 2, 'not json at all');"#
+    ))?;
+    let logs = store
+        .backend
+        .logs()
+        .ok_or_else(|| anyhow::anyhow!("SQLite keeps logs"))?
+        .job_logs(id)
+        .await?;
+    ensure_stored_lines(
+        &logs,
+        &[
+            StoredLine::Read(1, "fine"),
+            StoredLine::Unreadable(1, "\"fatal\""),
+            StoredLine::Unreadable(1, "\"no time\""),
+            StoredLine::Unreadable(2, "not json at all"),
+        ],
+    )?;
+    assert!(job(&store, id).await.is_ok());
     Ok(())
 }

@@ -33,6 +33,16 @@ pub struct Answer {
     pub json: Value,
 }
 
+impl Answer {
+    /// The value of the header `name`, or `""` when it is missing or not text.
+    pub fn header(&self, name: header::HeaderName) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
 impl Web {
     /// A fresh schema with the usual tokens.
     pub async fn new() -> anyhow::Result<Self> {

@@ -5,7 +5,9 @@ use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::common::{ADMIN, Web, code};
+use hopper_web::{AuthConfig, WebState};
+
+use crate::common::{ADMIN, READ, Web, code};
 
 #[tokio::test]
 async fn dashboard_files_are_served_with_safe_headers() -> anyhow::Result<()> {
@@ -22,18 +24,60 @@ async fn dashboard_files_are_served_with_safe_headers() -> anyhow::Result<()> {
     ] {
         let answer = web.call(Method::GET, uri, None, None).await?;
         assert_eq!(answer.status, StatusCode::OK, "{uri}");
-        let header_of = |name| {
-            answer
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned()
-        };
-        assert_eq!(header_of(header::CONTENT_TYPE), content_type, "{uri}");
+        assert_eq!(answer.header(header::CONTENT_TYPE), content_type, "{uri}");
         assert!(answer.text.contains(needle), "{uri} lacks {needle:?}");
-        assert!(header_of(header::CONTENT_SECURITY_POLICY).contains("default-src 'self'"));
-        assert_eq!(header_of(header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+        assert!(
+            answer
+                .header(header::CONTENT_SECURITY_POLICY)
+                .contains("default-src 'self'")
+        );
+        assert_eq!(answer.header(header::X_CONTENT_TYPE_OPTIONS), "nosniff");
+    }
+    Ok(())
+}
+
+/// Every response, data, error or file, forbids sniffing and framing; what the API
+/// answers (jobs' arguments, metadata, errors, metrics) is never stored by a browser's
+/// cache, where it would outlive the tab that holds the token, while the dashboard's files
+/// may be (revalidated at every load).
+#[tokio::test]
+async fn every_response_forbids_framing_and_api_answers_are_not_stored() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    web.enqueue(json!({"kind": "k", "args": {"card": "4111 1111 1111 1111"}}))
+        .await?;
+    let cases = [
+        (Method::GET, "/api/v1/jobs", Some(ADMIN), "no-store"),
+        (Method::GET, "/api/v1/queues", Some(READ), "no-store"),
+        (Method::GET, "/api/v1/stats", Some(READ), "no-store"),
+        (Method::GET, "/api/v1/jobs", None, "no-store"),
+        (Method::GET, "/api/v1/nothing", Some(ADMIN), "no-store"),
+        (
+            Method::POST,
+            "/api/v1/queues/q/pause",
+            Some(READ),
+            "no-store",
+        ),
+        (Method::GET, "/metrics", Some(READ), "no-store"),
+        (Method::GET, "/health", None, "no-store"),
+        (Method::GET, "/api/v1/openapi.json", None, "no-store"),
+        (Method::GET, "/", None, "no-cache"),
+        (Method::GET, "/assets/app.js", None, "no-cache"),
+    ];
+    for (method, uri, token, cache) in cases {
+        let answer = web.call(method.clone(), uri, token, None).await?;
+        assert_eq!(
+            answer.header(header::CACHE_CONTROL),
+            cache,
+            "{method} {uri}"
+        );
+        assert_eq!(
+            answer.header(header::X_CONTENT_TYPE_OPTIONS),
+            "nosniff",
+            "{uri}"
+        );
+        assert_eq!(answer.header(header::X_FRAME_OPTIONS), "DENY", "{uri}");
+        let policy = answer.header(header::CONTENT_SECURITY_POLICY);
+        assert!(policy.contains("frame-ancestors 'none'"), "{uri}: {policy}");
     }
     Ok(())
 }
@@ -212,5 +256,123 @@ async fn openapi_document_matches_the_router() -> anyhow::Result<()> {
         assert!(doc.pointer(&pointer).is_some(), "dangling $ref {pointer}");
     }
     let _: &Value = doc;
+    Ok(())
+}
+
+/// A request body that never arrives: its one frame is pending for ever.
+struct NeverEnds;
+
+impl axum::body::HttpBody for NeverEnds {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+/// Every error code the server answers is one the document's `Error` schema lists, so a
+/// client that validates answers against the document accepts each refusal; and every
+/// operation that takes a body documents the `408` of a body that does not arrive in time.
+#[tokio::test]
+async fn openapi_error_codes_are_the_servers() -> anyhow::Result<()> {
+    let doc: Value = serde_json::from_str(include_str!("../../openapi.json"))?;
+    let listed: Vec<&str> =
+        doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]["enum"]
+            .as_array()
+            .map(|codes| codes.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+    let web = Web::new().await?;
+    let state = WebState::new(web.backend(), AuthConfig::tokens([ADMIN], [READ])?)
+        .with_body_timeout(std::time::Duration::from_millis(50));
+    let router = hopper_web::router(state);
+    let request = |method: Method, uri: &str| {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+    };
+    let json = || header::HeaderValue::from_static("application/json");
+    let cases: Vec<(&str, Request<Body>)> = vec![
+        (
+            "host_not_allowed",
+            request(Method::GET, "/api/v1/queues")
+                .header(header::HOST, "attacker.example")
+                .body(Body::empty())?,
+        ),
+        (
+            "cross_origin",
+            request(Method::POST, "/api/v1/queues/q/pause")
+                .header(header::ORIGIN, "https://attacker.example")
+                .body(Body::empty())?,
+        ),
+        (
+            "unsupported_media_type",
+            request(Method::POST, "/api/v1/jobs")
+                .header(header::CONTENT_TYPE, "text/plain")
+                .body(Body::from("{}"))?,
+        ),
+        (
+            "request_timeout",
+            request(Method::POST, "/api/v1/jobs")
+                .header(header::CONTENT_TYPE, json())
+                .body(Body::new(NeverEnds))?,
+        ),
+        (
+            "payload_too_large",
+            request(Method::POST, "/api/v1/jobs")
+                .header(header::CONTENT_TYPE, json())
+                .header(header::CONTENT_LENGTH, "999999999")
+                .body(Body::empty())?,
+        ),
+        (
+            "method_not_allowed",
+            request(Method::PUT, "/api/v1/queues").body(Body::empty())?,
+        ),
+        (
+            "unauthorized",
+            Request::get("/api/v1/queues").body(Body::empty())?,
+        ),
+        (
+            "forbidden",
+            Request::post("/api/v1/queues/q/pause")
+                .header(header::AUTHORIZATION, format!("Bearer {READ}"))
+                .body(Body::empty())?,
+        ),
+        (
+            "not_found",
+            request(Method::GET, "/api/v1/nothing").body(Body::empty())?,
+        ),
+        (
+            "invalid_input",
+            request(Method::GET, "/api/v1/jobs?limit=0").body(Body::empty())?,
+        ),
+    ];
+    for (expected, request) in cases {
+        let response = router.clone().oneshot(request).await?;
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await?;
+        let body: Value = serde_json::from_slice(&bytes)?;
+        let answered = body["error"]["code"].as_str().unwrap_or_default();
+        assert_eq!(answered, expected, "{body}");
+        assert!(
+            listed.contains(&answered),
+            "{answered} is not in the document's error codes {listed:?}"
+        );
+    }
+    // Every operation with a body says what a body too slow to arrive gets.
+    let paths = doc["paths"].as_object().cloned().unwrap_or_default();
+    for (path, item) in &paths {
+        for (method, operation) in item.as_object().cloned().unwrap_or_default() {
+            if operation.get("requestBody").is_some() {
+                assert!(
+                    operation["responses"].get("408").is_some(),
+                    "{method} {path} documents no 408"
+                );
+            }
+        }
+    }
     Ok(())
 }

@@ -10,6 +10,7 @@ use crate::support::connect;
 use hopper::backend::{ClaimParams, JobGetParams, JobRetryParams};
 use hopper::testing::TestDatabase;
 use hopper::{JobListParams, JobRecord, JobState, NewJob};
+use hopper_conformance::logs::{StoredLine, ensure_stored_lines};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -382,5 +383,42 @@ async fn per_minute_stats_survive_infinite_times() -> anyhow::Result<()> {
         assert!(minute.latency_avg_ms.is_finite(), "{minute:?}");
         assert!(minute.latency_p95_ms.is_finite(), "{minute:?}");
     }
+    Ok(())
+}
+
+/// Log lines written by hand that hopper cannot read (a level it does not know, no time,
+/// not an object) hide neither the job nor the other lines: each is read as a `warn`
+/// line saying so, with its JSON, and its own time when that reads, so that `hopper jobs
+/// show`, the API's job page and the dashboard still show the job.
+#[tokio::test]
+async fn an_unreadable_log_line_hides_neither_the_job_nor_the_others() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let id = write_by_hand(&db, "q", "failed", ", attempt", ", 2").await?;
+    let client = connect(db.url()).await?;
+    let schema = db.schema();
+    client
+        .batch_execute(&format!(
+            r#"INSERT INTO {schema}.job_logs (job_id, attempt, lines)
+               VALUES ('{id}', 1, '[{{"at": "2026-01-01T00:00:00Z", "level": "info", "message": "fine"}},
+                                   {{"at": "2026-01-01T00:00:01Z", "level": "fatal", "message": "boom"}},
+                                   {{"level": "warn", "message": "no time"}},
+                                   42]'),
+                      ('{id}', 2, '[{{"at": "2026-01-01T00:00:02Z", "level": "warn", "message": "later"}}]')"#
+        ))
+        .await?;
+    let logs = hopper::Client::new(db.backend()).job_logs(id).await?;
+    ensure_stored_lines(
+        &logs,
+        &[
+            StoredLine::Read(1, "fine"),
+            StoredLine::Unreadable(1, "\"fatal\""),
+            StoredLine::Unreadable(1, "\"no time\""),
+            StoredLine::Unreadable(1, "42"),
+            StoredLine::Read(2, "later"),
+        ],
+    )?;
+    let boom = &logs[0].lines[1];
+    assert_eq!(boom.at.to_rfc3339(), "2026-01-01T00:00:01+00:00");
+    assert!(job(&db, id).await.is_ok());
     Ok(())
 }
