@@ -145,18 +145,22 @@ pub fn records(
 }
 
 /// Reads a row returned by a claim (`job_claim.sql`, `job_claim_controlled.sql`).
+/// Counts no claim could leave (written by hand) are an error
+/// ([`hopper_core::lease::claimed_counts`]), so the caller fails the job as unreadable.
 pub fn claimed_job(row: &Row<'_>) -> Result<ClaimedJob> {
     let timeout_ms: i64 = col(row, 8)?;
+    let (attempt, counted_attempt) =
+        hopper_core::lease::claimed_counts(col(row, 1)?, col(row, 6)?)?;
     Ok(ClaimedJob {
         lease: Lease {
             job_id: rows::uuid(&col::<String>(row, 0)?)?,
-            attempt: rows::int(col(row, 1)?, "attempt")?,
+            attempt,
         },
         queue: col(row, 2)?,
         kind: col(row, 3)?,
         args: serde_json::from_str(&col::<String>(row, 4)?)?,
         priority: rows::priority(col(row, 5)?)?,
-        counted_attempt: rows::int(col(row, 6)?, "attempt")?,
+        counted_attempt,
         max_attempts: rows::int(col(row, 7)?, "max_attempts")?,
         timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
         created_at: rows::time(col(row, 9)?)?,

@@ -116,6 +116,10 @@ async fn a_claim_fails_unreadable_jobs_and_hands_out_the_others() -> anyhow::Res
             write_by_hand(&store, queue, &format!("run_at = {}", i64::MIN))?,
             write_by_hand(&store, queue, &format!("created_at = {}", i64::MAX))?,
             write_by_hand(&store, queue, &format!("attempt = {}", 1i64 << 40))?,
+            // Its next attempt overflows: the claim must not fail with it.
+            write_by_hand(&store, queue, &format!("attempt = {}", i64::MAX))?,
+            // More claims not counted than claims: its retries would never end.
+            write_by_hand(&store, queue, "uncounted = 7")?,
             write_by_hand(&store, queue, &format!("args = {}", too_deep()))?,
             write_by_hand(&store, queue, "args = 'not json'")?,
         ];

@@ -9,6 +9,7 @@
 #[macro_use]
 mod support;
 
+mod hostile_counts;
 mod hostile_outcomes;
 mod hostile_rows;
 mod hostile_sql;
