@@ -358,6 +358,7 @@ macro_rules! conformance_suite {
                 search_filters_by_creation_time,
                 delete_removes_a_job_unless_it_runs,
                 retry_many_retries_failed_jobs_only,
+                retry_many_skips_jobs_whose_unique_key_is_taken,
                 stats_per_minute_count_and_time_finished_jobs,
             }
             retention {
