@@ -331,6 +331,7 @@ macro_rules! conformance_suite {
                 concurrency_limit_counts_running_jobs_of_every_node,
                 per_group_limit_caps_each_group,
                 rate_limit_refills_with_the_clock,
+                setting_the_same_rate_again_does_not_refill_the_bucket,
             }
             cron {
                 periodic_ticks_are_enqueued_once,
