@@ -315,6 +315,7 @@ macro_rules! conformance_suite {
                 unique_keys_follow_their_policy,
                 two_jobs_of_a_batch_with_one_key_are_named_when_rejected,
                 unique_windows_hold_after_the_job_finished,
+                prune_keeps_a_finished_job_until_its_unique_window_passed,
             }
             fairness {
                 groups_take_turns_whatever_their_backlog,
