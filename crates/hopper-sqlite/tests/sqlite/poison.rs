@@ -299,3 +299,39 @@ async fn one_unreadable_cron_or_node_row_hides_no_other() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+/// A rate bucket written by hand (tokens at minus infinity, a refill time beyond what
+/// hopper reads): the queue's claims go on, the bucket read from its nearest bound or as
+/// never refilled, instead of taking nothing for ever or failing at every claim.
+#[tokio::test]
+async fn a_rate_bucket_written_by_hand_stops_no_claim() -> anyhow::Result<()> {
+    let store = harness().await?;
+    let t0 = t0().timestamp_micros();
+    for (queue, set) in [
+        (
+            "minus-infinity",
+            format!("rate_tokens = -1e999, rate_refilled_at = {t0} - 60000000"),
+        ),
+        ("beyond-refill", format!("rate_refilled_at = {}", i64::MAX)),
+    ] {
+        store
+            .insert(NewJob::new("k", json!({})).with_queue(queue))
+            .await?;
+        store
+            .backend
+            .queue_update(&QueueUpdate {
+                rate: Some(Some(hopper_core::RateLimit::new(
+                    10,
+                    std::time::Duration::from_secs(1),
+                ))),
+                ..QueueUpdate::new(queue)
+            })
+            .await?;
+        let conn = rusqlite::Connection::open(crate::common::db(&store))?;
+        conn.execute_batch(&format!(
+            "UPDATE hopper_queues SET {set} WHERE name = '{queue}'"
+        ))?;
+        assert_eq!(store.claim(queue, 10).await?.len(), 1, "{queue}");
+    }
+    Ok(())
+}

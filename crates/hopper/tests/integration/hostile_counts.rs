@@ -1,8 +1,9 @@
-//! Attempt counts written into PostgreSQL by hand that no claim could leave (an `attempt`
-//! at `i32::MAX` or below zero, an `uncounted` at `i32::MIN` or above the attempt): the
-//! claim of the job's queue, the rescuer and the release of dead nodes go on for every
-//! other job, and the job itself is failed as unreadable rather than left to stop them at
-//! every try, or to be retried for ever. The SQLite twin is in
+//! Rows written into PostgreSQL by hand with counts no claim could leave: attempt counts
+//! (an `attempt` at `i32::MAX` or below zero, an `uncounted` at `i32::MIN` or above the
+//! attempt) and a queue's rate bucket (tokens at minus infinity, a refill time of
+//! `infinity`). The claim of the job's queue, the rescuer and the release of dead nodes go
+//! on for every other job, and such a job is failed as unreadable rather than left to stop
+//! them at every try, or to be retried for ever. The SQLite twin is in
 //! `crates/hopper-sqlite/tests/sqlite/poison.rs`.
 
 use std::time::Duration;
@@ -128,5 +129,41 @@ async fn the_rescuer_and_the_release_of_dead_nodes_survive_counts_past_range() -
     assert_eq!(released, 2);
     assert_eq!(job(&db, good).await?.state, JobState::Available);
     assert_eq!(job(&db, bad).await?.state, JobState::Failed);
+    Ok(())
+}
+
+/// A rate bucket written by hand (tokens at minus infinity, a refill time of `infinity`):
+/// the queue's claims go on, the bucket read from its nearest bound or as never refilled,
+/// instead of taking nothing for ever or failing at every claim.
+#[tokio::test]
+async fn a_rate_bucket_written_by_hand_stops_no_claim() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let backend = db.backend();
+    let client = connect(db.url()).await?;
+    let schema = db.schema();
+    for (queue, set) in [
+        (
+            "minus-infinity",
+            "rate_tokens = '-Infinity', rate_refilled_at = now() - interval '1 minute'",
+        ),
+        ("infinite-refill", "rate_refilled_at = 'infinity'"),
+    ] {
+        backend
+            .job_insert(&NewJob::new("k", json!({})).with_queue(queue))
+            .await?;
+        backend
+            .queue_update(&QueueUpdate {
+                rate: Some(Some(hopper::RateLimit::new(10, Duration::from_secs(1)))),
+                ..QueueUpdate::new(queue)
+            })
+            .await?;
+        client
+            .batch_execute(&format!(
+                "UPDATE {schema}.queues SET {set} WHERE name = '{queue}'"
+            ))
+            .await?;
+        let claimed = backend.job_claim(&claim(queue, None)).await?;
+        assert_eq!(claimed.len(), 1, "{queue}");
+    }
     Ok(())
 }
