@@ -323,6 +323,7 @@ CREATE TABLE hopper.jobs (
     unique_key text,
     unique_window timestamp with time zone,
     meta jsonb DEFAULT '{}'::jsonb NOT NULL,
+    unique_until timestamp with time zone,
     CONSTRAINT jobs_args_check CHECK ((jsonb_typeof(args) = ANY (ARRAY['object'::text, 'array'::text]))),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts > 0)),
     CONSTRAINT jobs_timeout_ms_check CHECK ((timeout_ms > 0)),

@@ -315,6 +315,7 @@ macro_rules! conformance_suite {
                 unique_keys_follow_their_policy,
                 two_jobs_of_a_batch_with_one_key_are_named_when_rejected,
                 unique_windows_hold_after_the_job_finished,
+                prune_keeps_a_finished_job_until_its_unique_window_passed,
             }
             fairness {
                 groups_take_turns_whatever_their_backlog,
@@ -331,6 +332,7 @@ macro_rules! conformance_suite {
                 concurrency_limit_counts_running_jobs_of_every_node,
                 per_group_limit_caps_each_group,
                 rate_limit_refills_with_the_clock,
+                setting_the_same_rate_again_does_not_refill_the_bucket,
             }
             cron {
                 periodic_ticks_are_enqueued_once,
@@ -359,6 +361,7 @@ macro_rules! conformance_suite {
                 search_filters_by_creation_time,
                 delete_removes_a_job_unless_it_runs,
                 retry_many_retries_failed_jobs_only,
+                retry_many_skips_jobs_whose_unique_key_is_taken,
                 stats_per_minute_count_and_time_finished_jobs,
             }
             retention {

@@ -86,19 +86,8 @@ pub async fn per_group_limit_caps_each_group(h: &Harness) -> anyhow::Result<()> 
 /// A new rate limit starts with a full bucket (its burst), refills with the backend's
 /// clock, and never holds more than the burst.
 pub async fn rate_limit_refills_with_the_clock(h: &Harness) -> anyhow::Result<()> {
-    let jobs: Vec<_> = (0..100).map(|_| job("k", "q")).collect();
-    h.backend.job_insert_many(&jobs).await?;
-    let rate = RateLimit {
-        jobs: 10,
-        per: Duration::from_secs(1),
-        burst: 5,
-    };
-    h.backend
-        .queue_update(&QueueUpdate {
-            rate: Some(Some(rate)),
-            ..QueueUpdate::new("q")
-        })
-        .await?;
+    h.backend.job_insert_many(&hundred_jobs()).await?;
+    h.backend.queue_update(&set_rate(TEN_PER_SECOND)).await?;
     assert_eq!(
         h.claim("q", 100).await?.len(),
         5,
@@ -114,4 +103,63 @@ pub async fn rate_limit_refills_with_the_clock(h: &Harness) -> anyhow::Result<()
         "never more than the burst"
     );
     Ok(())
+}
+
+/// Setting a queue's rate limit to the values it already has (a deploy script or every
+/// node's start-up applying its configuration) leaves the bucket as it is: only a new or
+/// changed rate starts full, or each repetition would let another burst through.
+pub async fn setting_the_same_rate_again_does_not_refill_the_bucket(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    h.backend.job_insert_many(&hundred_jobs()).await?;
+    let rate = TEN_PER_SECOND;
+    h.backend.queue_update(&set_rate(rate)).await?;
+    assert_eq!(h.claim("q", 100).await?.len(), 5, "a new rate: its burst");
+    for _ in 0..3 {
+        h.backend.queue_update(&set_rate(rate)).await?;
+        assert_eq!(h.claim("q", 100).await?.len(), 0, "the same rate again");
+    }
+    // Other settings of the queue changed meanwhile leave the bucket as it is too.
+    h.backend
+        .queue_update(&QueueUpdate {
+            max_running: Some(Some(50)),
+            paused: Some(false),
+            ..QueueUpdate::new("q")
+        })
+        .await?;
+    assert_eq!(h.claim("q", 100).await?.len(), 0, "another setting changed");
+    h.advance(Duration::from_millis(300));
+    assert_eq!(
+        h.claim("q", 100).await?.len(),
+        3,
+        "the bucket refills as before"
+    );
+    let changed = RateLimit { burst: 7, ..rate };
+    h.backend.queue_update(&set_rate(changed)).await?;
+    assert_eq!(
+        h.claim("q", 100).await?.len(),
+        7,
+        "a changed rate starts full"
+    );
+    Ok(())
+}
+
+/// 10 jobs a second with a burst of 5.
+const TEN_PER_SECOND: RateLimit = RateLimit {
+    jobs: 10,
+    per: Duration::from_secs(1),
+    burst: 5,
+};
+
+/// A hundred jobs of queue `q`.
+fn hundred_jobs() -> Vec<hopper_core::NewJob> {
+    (0..100).map(|_| job("k", "q")).collect()
+}
+
+/// Sets queue `q`'s rate limit to `rate`.
+fn set_rate(rate: RateLimit) -> QueueUpdate {
+    QueueUpdate {
+        rate: Some(Some(rate)),
+        ..QueueUpdate::new("q")
+    }
 }

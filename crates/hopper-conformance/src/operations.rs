@@ -206,3 +206,64 @@ pub async fn stats_per_minute_count_and_time_finished_jobs(h: &Harness) -> anyho
     assert!(stats.job_stats_per_minute(&params).await?.is_empty());
     Ok(())
 }
+
+/// A bulk retry retries every failed job it can: one whose unique key another job holds
+/// meanwhile (or another failed job of the batch, retried first) stays failed, as its own
+/// retry would refuse it, instead of refusing the whole batch.
+pub async fn retry_many_skips_jobs_whose_unique_key_is_taken(h: &Harness) -> anyhow::Result<()> {
+    let Some(store) = h.scheduling() else {
+        return Ok(());
+    };
+    let fail_next = async || -> anyhow::Result<Uuid> {
+        let claimed = h.claim_one("q").await?;
+        let failed = Outcome::Failed {
+            error: "no".to_owned(),
+            duration_ms: 1,
+        };
+        h.finish(claimed.lease, failed).await?;
+        Ok(claimed.lease.job_id)
+    };
+    let keyed = || job("k", "q").with_unique_key("sync:acme");
+    // Two failed jobs of one key (the key is free once its holder failed), one failed
+    // job without a key, one failed job whose key a waiting job holds now.
+    store.job_upsert_many(&[keyed()]).await?;
+    let first = fail_next().await?;
+    store.job_upsert_many(&[keyed()]).await?;
+    let second = fail_next().await?;
+    h.insert(job("k", "q")).await?;
+    let plain = fail_next().await?;
+    store
+        .job_upsert_many(&[job("k", "q").with_unique_key("sync:globex")])
+        .await?;
+    let taken = fail_next().await?;
+    let holder = job("k", "q")
+        .with_unique_key("sync:globex")
+        .with_run_at(h.now() + secs(3600));
+    store.job_upsert_many(std::slice::from_ref(&holder)).await?;
+
+    let n = h
+        .backend
+        .job_retry_many(&JobRetryManyParams::default())
+        .await?;
+    assert_eq!(n, 2, "the plain job and one of the two sharing a key");
+    assert_eq!(h.get(plain).await?.state, JobState::Available);
+    let states = [h.get(first).await?.state, h.get(second).await?.state];
+    assert!(
+        states.contains(&JobState::Available) && states.contains(&JobState::Failed),
+        "one of a key's failed jobs is retried, the other stays failed: {states:?}"
+    );
+    assert_eq!(
+        h.get(taken).await?.state,
+        JobState::Failed,
+        "its key is held"
+    );
+    assert_eq!(h.get(holder.id).await?.state, JobState::Scheduled);
+    assert_eq!(
+        h.backend
+            .job_retry_many(&JobRetryManyParams::default())
+            .await?,
+        0,
+        "the rest are still held"
+    );
+    Ok(())
+}

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use hopper_core::{Error, InsertOutcome, NewJob, Priority, UniquePolicy};
+use hopper_core::backend::{JobGetParams, JobPruneParams};
+use hopper_core::{Error, InsertOutcome, JobState, NewJob, Priority, UniquePolicy};
 use serde_json::json;
 
 use crate::{Harness, completed, job};
@@ -174,6 +175,59 @@ pub async fn unique_windows_hold_after_the_job_finished(h: &Harness) -> anyhow::
         store.job_upsert_many(&[hourly("three")]).await?,
         vec![InsertOutcome::Inserted],
         "next window"
+    );
+    Ok(())
+}
+
+/// A finished job keeps its unique window however short the retention: prune leaves it
+/// until its window has passed, then deletes it as any other. Before, a retention shorter
+/// than the window deleted the holder and a second job of the key was inserted in the same
+/// window.
+pub async fn prune_keeps_a_finished_job_until_its_unique_window_passed(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let Some(store) = h.scheduling() else {
+        return Ok(());
+    };
+    let hour = Duration::from_secs(3600);
+    let daily = || {
+        job("report", "q")
+            .with_unique_key("daily-report")
+            .with_unique_window(hour * 24)
+    };
+    let first = daily();
+    store.job_upsert_many(std::slice::from_ref(&first)).await?;
+    let plain = h.insert(job("k", "q")).await?;
+    for _ in 0..2 {
+        let c = h.claim_one("q").await?;
+        h.finish(c.lease, completed()).await?;
+    }
+    let prune = JobPruneParams {
+        completed_retention: Duration::ZERO,
+        failed_retention: Duration::ZERO,
+        limit: 100,
+        dry_run: false,
+    };
+    h.advance(hour);
+    let pruned = h.maintenance().job_prune(&prune).await?;
+    assert_eq!(pruned.completed, 1, "the job without a window: {pruned:?}");
+    let got = h.backend.job_get(&JobGetParams { id: plain }).await?;
+    assert!(got.is_none(), "pruned");
+    assert_eq!(h.get(first.id).await?.state, JobState::Completed, "kept");
+    assert_eq!(
+        store.job_upsert_many(&[daily()]).await?,
+        vec![InsertOutcome::Duplicate { existing: first.id }],
+        "the window still holds"
+    );
+    // The window is a day, epoch-aligned: a day later it has passed whatever the start.
+    h.advance(hour * 24);
+    let pruned = h.maintenance().job_prune(&prune).await?;
+    assert_eq!(pruned.completed, 1, "{pruned:?}");
+    let next = daily();
+    assert_eq!(
+        store.job_upsert_many(std::slice::from_ref(&next)).await?,
+        vec![InsertOutcome::Inserted],
+        "the next window"
     );
     Ok(())
 }

@@ -344,6 +344,14 @@ impl NewJob {
         DateTime::from_timestamp_millis(ms - ms.rem_euclid(window))
     }
 
+    /// The end of the unique window that starts at `start` ([`NewJob::unique_window_start`]):
+    /// stored with the job, so that pruning keeps a finished holder until then. `None`
+    /// without a window, or past the instants chrono holds.
+    pub fn unique_window_end(&self, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let window = chrono::Duration::from_std(self.unique_window?).ok()?;
+        start.checked_add_signed(window)
+    }
+
     /// The timeout in whole milliseconds, as stored.
     pub fn timeout_ms(&self) -> i32 {
         i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX)

@@ -21,3 +21,56 @@ pub struct Lease {
     /// The attempt number this lease was granted for (1 for the first run).
     pub attempt: i32,
 }
+
+/// Checks the counts a claim returned, as stored (`i64`, whatever the column's width): the
+/// lease's `attempt` and the attempts used (`attempt` less the claims not counted). A
+/// claim raises the attempt by one and counts at least this one, so a row written by hand
+/// with counts no claim could leave (an attempt at `i32::MAX`, after which no attempt can
+/// follow; more claims not counted than claims) is an [`crate::Error::Schema`]: the backend
+/// fails the job as unreadable rather than run it with counts that would never end its
+/// retries or could never lease it again.
+pub fn claimed_counts(attempt: i64, used: i64) -> crate::Result<(i32, i32)> {
+    let attempt = i32::try_from(attempt)
+        .ok()
+        .filter(|a| *a < i32::MAX)
+        .ok_or_else(|| {
+            crate::Error::Schema(format!(
+                "attempt {attempt} is past the last a lease can count ({})",
+                i32::MAX - 1
+            ))
+        })?;
+    let used = i32::try_from(used)
+        .ok()
+        .filter(|u| (1..=attempt.max(1)).contains(u))
+        .ok_or_else(|| {
+            crate::Error::Schema(format!(
+                "attempts used ({used}: attempt {attempt} less the claims not counted) must be \
+                 between 1 and the attempt"
+            ))
+        })?;
+    Ok((attempt, used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claimed_counts_are_those_a_claim_can_leave() {
+        assert_eq!(claimed_counts(1, 1).ok(), Some((1, 1)));
+        assert_eq!(claimed_counts(9, 2).ok(), Some((9, 2)));
+        let max = i64::from(i32::MAX);
+        assert_eq!(claimed_counts(max - 1, 5).ok(), Some((i32::MAX - 1, 5)));
+        for (attempt, used) in [
+            (max, 1),
+            (i64::MAX, 1),
+            (5, 0),
+            (5, 6),
+            (5, -3),
+            (1, max + 9),
+        ] {
+            let err = claimed_counts(attempt, used).expect_err("refused");
+            assert!(matches!(err, crate::Error::Schema(_)), "{err}");
+        }
+    }
+}

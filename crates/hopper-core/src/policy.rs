@@ -21,8 +21,7 @@ use crate::scheduling::{CronAdvance, RateLimit, UniquePolicy};
 /// The rate bucket of a limited queue at the instant of a claim.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TokenBucket {
-    /// Tokens after refilling up to the claim's instant (never above the burst; below zero
-    /// only if the stored value was).
+    /// Tokens after refilling up to the claim's instant, between zero and the burst.
     pub tokens: f64,
     /// Tokens added per microsecond.
     per_us: f64,
@@ -32,6 +31,9 @@ impl TokenBucket {
     /// Refills a bucket that held `tokens` at `refilled_at` up to `now`, capped at the
     /// burst. A bucket never refilled (`refilled_at` is `None`: the rate was just set)
     /// starts full, whatever was stored, so a new limit lets its burst through at once.
+    /// Stored tokens outside zero to the burst (no claim leaves them so: written by hand,
+    /// `-Infinity`, `NaN`, `-1e308`) count as the nearest bound, `NaN` as empty: a
+    /// bucket stored at minus infinity would never refill, and its queue never run again.
     pub fn refill(
         rate: &RateLimit,
         tokens: f64,
@@ -43,8 +45,13 @@ impl TokenBucket {
         let tokens = match refilled_at {
             None => burst,
             Some(at) => {
+                let stored = if tokens.is_nan() {
+                    0.0
+                } else {
+                    tokens.clamp(0.0, burst)
+                };
                 let elapsed = (now - at).num_microseconds().unwrap_or(i64::MAX).max(0) as f64;
-                (tokens + elapsed * per_us).min(burst)
+                (stored + elapsed * per_us).min(burst)
             }
         };
         TokenBucket { tokens, per_us }
@@ -209,6 +216,20 @@ mod tests {
             TokenBucket::refill(&rate, 2.5, Some(t0), earlier).whole(),
             2
         );
+    }
+
+    /// Found by editing `rate_tokens` by hand: minus infinity (or -1e308) never refilled,
+    /// and the queue's claims took nothing for ever.
+    #[test]
+    fn stored_tokens_no_claim_leaves_refill_from_their_nearest_bound() {
+        let rate = RateLimit::new(100, Duration::from_secs(1));
+        let later = t0() + chrono::Duration::milliseconds(50);
+        for stored in [f64::NEG_INFINITY, -1e308, -3.0, f64::NAN] {
+            let bucket = TokenBucket::refill(&rate, stored, Some(t0()), later);
+            assert_eq!(bucket.whole(), 5, "{stored}: 100/s for 50 ms from empty");
+        }
+        let full = TokenBucket::refill(&rate, f64::INFINITY, Some(t0()), t0());
+        assert_eq!(full.whole(), rate.burst);
     }
 
     #[test]

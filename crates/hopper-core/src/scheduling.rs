@@ -155,7 +155,9 @@ impl std::fmt::Display for RateLimit {
     }
 }
 
-/// `250ms`, `10s`, `5m`, `2h`: the short forms a rate's interval is written in.
+/// `250ms`, `10s`, `5m`, `2h`: the short forms a rate's interval is written in. `None`
+/// for a count of minutes or hours whose seconds overflow (they would wrap to a short,
+/// valid interval in a release build).
 fn parse_short_duration(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| !c.is_ascii_digit())?;
     let (n, unit) = text.split_at(split);
@@ -163,8 +165,8 @@ fn parse_short_duration(text: &str) -> Option<Duration> {
     match unit {
         "ms" => Some(Duration::from_millis(n)),
         "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n * 60)),
-        "h" => Some(Duration::from_secs(n * 3600)),
+        "m" => n.checked_mul(60).map(Duration::from_secs),
+        "h" => n.checked_mul(3600).map(Duration::from_secs),
         _ => None,
     }
 }
@@ -323,7 +325,19 @@ mod tests {
             Duration::from_secs(10)
         );
         assert_eq!(RateLimit::parse("3/m").expect("valid").burst, 1);
-        for bad in ["", "100", "x/s", "0/s", "10/fortnight", "10/0s"] {
+        // 307445734561825861 minutes are 2^64 + 44 seconds: wrapped, 44 s would pass.
+        for bad in [
+            "",
+            "100",
+            "x/s",
+            "0/s",
+            "10/fortnight",
+            "10/0s",
+            "1/307445734561825861m",
+            "1/5124095576030432h",
+            "1/99999999999999999999s",
+            "1/24856h",
+        ] {
             assert!(RateLimit::parse(bad).is_err(), "{bad:?} accepted");
         }
         assert_eq!(RateLimit::parse("20/m").expect("valid").to_string(), "20/m");

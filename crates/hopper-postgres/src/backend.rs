@@ -327,9 +327,19 @@ impl Backend for PgBackend {
         let statement = self.text(&self.inner.queries.job_retry_many);
         let args: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
             [&params.queue, &params.kind, &now];
-        let rows = self
-            .lock_bounded(async |client| statement.query(client, &args).await)
-            .await?;
+        // A unique key taken by an insert between the statement's check and its update
+        // breaks the unique index (a conflict, nothing written): run again, it sees the
+        // holder and leaves that job failed.
+        let mut conflicts = 0;
+        let rows = loop {
+            match self
+                .lock_bounded(async |client| statement.query(client, &args).await)
+                .await
+            {
+                Err(Error::Conflict(_)) if conflicts < 3 => conflicts += 1,
+                rows => break rows?,
+            }
+        };
         let mut total = 0u64;
         for row in rows {
             let n: i64 = row.try_get(0).map_err(Error::database)?;

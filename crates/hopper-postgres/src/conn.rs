@@ -85,6 +85,7 @@ pub(crate) struct Columns<'a> {
     pub groups: Vec<Option<&'a str>>,
     pub keys: Vec<Option<&'a str>>,
     pub windows: Vec<Option<DateTime<Utc>>>,
+    pub window_ends: Vec<Option<DateTime<Utc>>>,
     pub metas: Vec<&'a serde_json::Map<String, serde_json::Value>>,
     /// "Now" by the injected clock (`None`: the database's).
     pub now: Option<DateTime<Utc>>,
@@ -93,6 +94,15 @@ pub(crate) struct Columns<'a> {
 impl<'a> Columns<'a> {
     /// The columns of `jobs`; `local_now` opens the unique windows of jobs due now.
     pub fn of(jobs: &[&'a NewJob], local_now: DateTime<Utc>, now: Option<DateTime<Utc>>) -> Self {
+        let windows: Vec<Option<DateTime<Utc>>> = jobs
+            .iter()
+            .map(|j| j.unique_window_start(j.run_at.unwrap_or(local_now)))
+            .collect();
+        let window_ends = jobs
+            .iter()
+            .zip(&windows)
+            .map(|(j, start)| start.and_then(|s| j.unique_window_end(s)))
+            .collect();
         Columns {
             ids: jobs.iter().map(|j| j.id).collect(),
             queues: jobs.iter().map(|j| j.queue.as_str()).collect(),
@@ -104,10 +114,8 @@ impl<'a> Columns<'a> {
             timeouts: jobs.iter().map(|j| j.timeout_ms()).collect(),
             groups: jobs.iter().map(|j| j.group.as_deref()).collect(),
             keys: jobs.iter().map(|j| j.unique_key.as_deref()).collect(),
-            windows: jobs
-                .iter()
-                .map(|j| j.unique_window_start(j.run_at.unwrap_or(local_now)))
-                .collect(),
+            windows,
+            window_ends,
             metas: jobs.iter().map(|j| &j.meta).collect(),
             now,
         }
@@ -180,6 +188,7 @@ impl<C: GenericClient + Sync> Conn for Tokio<'_, C> {
                     &job.unique_key,
                     &window,
                     &Json(&job.meta),
+                    &window.and_then(|start| job.unique_window_end(start)),
                 ],
             )
             .await
@@ -207,6 +216,7 @@ impl<C: GenericClient + Sync> Conn for Tokio<'_, C> {
                     &c.windows,
                     &c.now,
                     &c.metas.iter().map(|m| Json(*m)).collect::<Vec<_>>(),
+                    &c.window_ends,
                 ],
             )
             .await

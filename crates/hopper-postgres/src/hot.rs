@@ -78,12 +78,7 @@ impl PgBackend {
             )
             .await
             .map_err(map_pg)?;
-        let mut jobs: Vec<ClaimedJob> = rows
-            .iter()
-            .map(|row| claimed_job(row, 0))
-            .collect::<Result<_>>()?;
-        in_claim_order(&mut jobs);
-        Ok(jobs)
+        self.claimed_jobs(&rows)
     }
 
     /// Runs job_claim.sql from `start`: the jobs, and how long the statement had run when
@@ -131,14 +126,21 @@ impl PgBackend {
             }
             None => None,
         };
+        Ok((self.claimed_jobs(&rows)?, took))
+    }
+
+    /// The jobs of `job_claim.sql`'s rows, in claim order; rows that do not read are held
+    /// for the quarantine (moved to `failed` once the claim returned), not handed out, and
+    /// stop none of the others.
+    fn claimed_jobs(&self, rows: &[tokio_postgres::Row]) -> Result<Vec<ClaimedJob>> {
         let mut jobs: Vec<ClaimedJob> = Vec::with_capacity(rows.len());
-        for row in &rows {
+        for row in rows {
             match claimed_job(row, 0) {
                 Ok(job) => jobs.push(job),
                 Err(e) => self.inner.quarantine.hold(Poisoned::of(row, 0, &e)?),
             }
         }
         in_claim_order(&mut jobs);
-        Ok((jobs, took))
+        Ok(jobs)
     }
 }

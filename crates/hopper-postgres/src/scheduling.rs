@@ -28,20 +28,25 @@ use combine::Handoff;
 use fair::FairLimits;
 
 /// Reads a claimed job from `row`, whose job columns start at `at` (the columns of
-/// `job_claim.sql`'s RETURNING, in order).
+/// `job_claim.sql`'s RETURNING, in order). Counts no claim could leave (written by hand)
+/// are an error ([`hopper_core::lease::claimed_counts`]), so the caller fails the job as
+/// unreadable.
 pub(crate) fn claimed_job(row: &Row, at: usize) -> Result<ClaimedJob> {
     let get = |i: usize| at + i;
     let timeout_ms: i32 = row.try_get(get(8)).map_err(Error::database)?;
+    let attempt: i32 = row.try_get(get(1)).map_err(Error::database)?;
+    let used: i64 = row.try_get(get(6)).map_err(Error::database)?;
+    let (attempt, counted_attempt) = hopper_core::lease::claimed_counts(attempt.into(), used)?;
     Ok(ClaimedJob {
         lease: hopper_core::Lease {
             job_id: row.try_get(get(0)).map_err(Error::database)?,
-            attempt: row.try_get(get(1)).map_err(Error::database)?,
+            attempt,
         },
         queue: row.try_get(get(2)).map_err(Error::database)?,
         kind: row.try_get(get(3)).map_err(Error::database)?,
         args: row.try_get(get(4)).map_err(Error::database)?,
         priority: Priority(row.try_get(get(5)).map_err(Error::database)?),
-        counted_attempt: row.try_get(get(6)).map_err(Error::database)?,
+        counted_attempt,
         max_attempts: row.try_get(get(7)).map_err(Error::database)?,
         timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
         created_at: row.try_get(get(9)).map_err(Error::database)?,

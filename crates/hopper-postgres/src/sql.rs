@@ -87,6 +87,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "enqueue_refuses_json_hopper_cannot_read",
         include_str!("../migrations/0014_enqueue_refuses_json_hopper_cannot_read.sql"),
     ),
+    (
+        15,
+        "unique_window_end",
+        include_str!("../migrations/0015_unique_window_end.sql"),
+    ),
 ];
 
 macro_rules! queries {
@@ -214,7 +219,8 @@ queries!(
         TEXT,
         TEXT,
         TIMESTAMPTZ,
-        JSONB
+        JSONB,
+        TIMESTAMPTZ
     ),
     job_insert_many_copy(),
     job_insert_many_full(
@@ -230,7 +236,8 @@ queries!(
         TEXT_ARRAY,
         TIMESTAMPTZ_ARRAY,
         TIMESTAMPTZ,
-        JSONB_ARRAY
+        JSONB_ARRAY,
+        TIMESTAMPTZ_ARRAY
     ),
     job_log_append(
         UUID_ARRAY,

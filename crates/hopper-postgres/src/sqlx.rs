@@ -191,6 +191,7 @@ impl Conn for Sqlx<'_> {
             .bind(&job.unique_key)
             .bind(window)
             .bind(Json(&job.meta))
+            .bind(window.and_then(|start| job.unique_window_end(start)))
             .fetch_one(&mut *self.conn)
             .await;
         let row = self.said(row).await?;
@@ -214,6 +215,7 @@ impl Conn for Sqlx<'_> {
             .bind(&c.windows)
             .bind(c.now)
             .bind(c.metas.iter().map(|m| Json(*m)).collect::<Vec<_>>())
+            .bind(&c.window_ends)
             .fetch_all(&mut *self.conn)
             .await;
         let rows = self.said(rows).await?;

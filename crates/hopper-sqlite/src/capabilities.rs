@@ -124,6 +124,7 @@ impl MaintenanceStore for SqliteBackend {
                 (":below_id", &below_id as &dyn rusqlite::ToSql),
                 (":done_before", &done_before),
                 (":failed_before", &failed_before),
+                (":now", &now),
             ] {
                 if let Some(at) = s.parameter_index(name)? {
                     s.raw_bind_parameter(at, value)?;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use chrono::DateTime;
 use hopper_core::{ClaimedJob, Error, JobId, JobRecord, Lease, NewJob, Result};
 use rusqlite::{Connection, Row, ToSql, named_params};
 
@@ -18,11 +19,11 @@ use crate::sql::Queries;
 pub struct Inserter<'c> {
     statement: rusqlite::CachedStatement<'c>,
     /// Positions of the parameters, in the order of [`PARAMS`].
-    at: [usize; 13],
+    at: [usize; 14],
 }
 
 /// The parameters of `job_insert.sql`.
-const PARAMS: [&str; 13] = [
+const PARAMS: [&str; 14] = [
     ":id",
     ":queue",
     ":kind",
@@ -36,6 +37,7 @@ const PARAMS: [&str; 13] = [
     ":unique_key",
     ":unique_window",
     ":meta",
+    ":unique_until",
 ];
 
 /// What became of one insert.
@@ -53,7 +55,7 @@ pub enum Inserted {
 impl<'c> Inserter<'c> {
     pub fn new(conn: &'c Connection, q: &Queries) -> Result<Self> {
         let statement = conn.prepare_cached(&q.job_insert[0]).map_err(map_sqlite)?;
-        let mut at = [0usize; 13];
+        let mut at = [0usize; 14];
         for (slot, name) in at.iter_mut().zip(PARAMS) {
             *slot = statement
                 .parameter_index(name)
@@ -64,7 +66,7 @@ impl<'c> Inserter<'c> {
     }
 
     /// Inserts one job into `group` (its own, or '' in a grouped queue), with its unique
-    /// key and the start of its unique window, if any.
+    /// key and the start of its unique window, if any (and the window's end).
     pub fn insert(
         &mut self,
         job: &NewJob,
@@ -77,7 +79,11 @@ impl<'c> Inserter<'c> {
         let meta = serde_json::to_string(&job.meta)?;
         let mut id = uuid::Uuid::encode_buffer();
         let id = job.id.hyphenated().encode_lower(&mut id);
-        let values: [&dyn ToSql; 13] = [
+        let until = window
+            .and_then(DateTime::from_timestamp_micros)
+            .and_then(|start| job.unique_window_end(start))
+            .map(micros);
+        let values: [&dyn ToSql; 14] = [
             &&*id,
             &job.queue,
             &job.kind,
@@ -91,6 +97,7 @@ impl<'c> Inserter<'c> {
             &job.unique_key,
             &window,
             &meta,
+            &until,
         ];
         for (at, value) in self.at.into_iter().zip(values) {
             self.statement
@@ -145,18 +152,22 @@ pub fn records(
 }
 
 /// Reads a row returned by a claim (`job_claim.sql`, `job_claim_controlled.sql`).
+/// Counts no claim could leave (written by hand) are an error
+/// ([`hopper_core::lease::claimed_counts`]), so the caller fails the job as unreadable.
 pub fn claimed_job(row: &Row<'_>) -> Result<ClaimedJob> {
     let timeout_ms: i64 = col(row, 8)?;
+    let (attempt, counted_attempt) =
+        hopper_core::lease::claimed_counts(col(row, 1)?, col(row, 6)?)?;
     Ok(ClaimedJob {
         lease: Lease {
             job_id: rows::uuid(&col::<String>(row, 0)?)?,
-            attempt: rows::int(col(row, 1)?, "attempt")?,
+            attempt,
         },
         queue: col(row, 2)?,
         kind: col(row, 3)?,
         args: serde_json::from_str(&col::<String>(row, 4)?)?,
         priority: rows::priority(col(row, 5)?)?,
-        counted_attempt: rows::int(col(row, 6)?, "attempt")?,
+        counted_attempt,
         max_attempts: rows::int(col(row, 7)?, "max_attempts")?,
         timeout: Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0)),
         created_at: rows::time(col(row, 9)?)?,

@@ -283,10 +283,12 @@ pub fn claim(
     }
     // The token bucket, refilled continuously up to its burst.
     let bucket = match s.rate {
+        // A refill time hopper cannot read (written by hand) is read as never refilled, a
+        // full bucket, rather than fail every claim of the queue.
         Some(rate) => Some(TokenBucket::refill(
             &rate,
             queue.tokens,
-            rows::opt_time(queue.refilled_at)?,
+            rows::opt_time(queue.refilled_at).ok().flatten(),
             rows::time(now)?,
         )),
         None => None,

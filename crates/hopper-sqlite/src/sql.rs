@@ -71,6 +71,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "job_logs",
         include_str!("../migrations/0005_job_logs.sql"),
     ),
+    (
+        6,
+        "unique_window_end",
+        include_str!("../migrations/0006_unique_window_end.sql"),
+    ),
 ];
 
 macro_rules! queries {

@@ -38,6 +38,11 @@ pub const MAX_CATCH_UP: usize = 1000;
 /// other nodes may have moved).
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
+/// The most searches for one tick: croner finds a wall time that clocks set back repeat at
+/// its first occurrence, which may lie before the instant searched from, and each further
+/// search steps one tick past it (an hour repeated, at a tick a second, is 3,600).
+const MAX_SEARCHES: usize = 4 * 3600;
+
 /// The key of a periodic job's meta that names the entry that enqueued it
 /// (`{"periodic": "nightly-report"}`); `hopper jobs list --meta periodic=nightly-report`
 /// finds them.
@@ -85,14 +90,23 @@ impl PeriodicJob {
                 return Err(invalid(format!("the {field} field matches nothing")));
             }
         }
-        Ok(PeriodicJob {
+        let periodic = PeriodicJob {
             name,
             schedule: schedule.to_owned(),
             cron,
             timezone: Tz::UTC,
             job,
             catch_up: false,
-        })
+        };
+        // A schedule that matches no date ahead (30 February, a year field in the past):
+        // refused here rather than registered as an entry that is never due.
+        if periodic.next_after(Utc::now()).is_none() {
+            return Err(Error::InvalidInput(format!(
+                "periodic job {}: schedule {schedule:?}: it never fires",
+                periodic.name
+            )));
+        }
+        Ok(periodic)
     }
 
     /// Reads the schedule in an IANA time zone (`Europe/Paris`, `America/New_York`):
@@ -119,33 +133,63 @@ impl PeriodicJob {
         &self.name
     }
 
-    /// The first tick strictly after `t`.
+    /// The first tick strictly after `t`, on a whole second; `None` when the schedule has
+    /// none left (a year field). Daylight saving time: a wall time that does not exist
+    /// (clocks set forward) fires, for a schedule of fixed times, at the first instant after
+    /// the gap; a wall time that repeats (clocks set back) fires once, at its first
+    /// occurrence.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron
-            .find_next_occurrence(&t.with_timezone(&self.timezone), false)
-            .ok()
-            .map(|d| d.with_timezone(&Utc))
+        // Searched from t's whole second: croner keeps a fraction of the start in the ticks
+        // it finds around a change of offset, and a tick must have one value on every node
+        // (its unique key names it).
+        let t = whole_second(t);
+        let mut from = t.with_timezone(&self.timezone);
+        for _ in 0..MAX_SEARCHES {
+            let found = self.cron.find_next_occurrence(&from, false).ok()?;
+            let tick = whole_second(found.with_timezone(&Utc));
+            if tick > t {
+                return Some(tick);
+            }
+            // A repeated wall time, found at its first occurrence, already past.
+            from = found;
+        }
+        None
     }
 
-    /// The last tick at or before `t`.
+    /// The last tick at or before `t`, as [`PeriodicJob::next_after`] places ticks.
     fn latest_at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        // Ticks fall on whole seconds; croner keeps the fraction of an inclusive start.
-        let t = t.with_nanosecond(0).unwrap_or(t);
-        self.cron
-            .find_previous_occurrence(&t.with_timezone(&self.timezone), true)
-            .ok()
-            .map(|d| d.with_timezone(&Utc))
+        let t = whole_second(t);
+        let second = chrono::Duration::seconds(1);
+        let mut before = t;
+        for _ in 0..MAX_SEARCHES {
+            // croner's backward search proposes; the forward one decides, since the two
+            // differ around a change of offset (a fixed time in a gap is the second before
+            // the gap backward, the second after it forward).
+            let proposed = self
+                .cron
+                .find_previous_occurrence(&before.with_timezone(&self.timezone), true)
+                .ok()?
+                .with_timezone(&Utc);
+            let mut latest = self.next_after(proposed - second)?;
+            if latest <= t {
+                for _ in 0..MAX_SEARCHES {
+                    match self.next_after(latest) {
+                        Some(next) if next <= t => latest = next,
+                        _ => break,
+                    }
+                }
+                return Some(latest);
+            }
+            before = whole_second(proposed) - second;
+        }
+        None
     }
 
-    /// The entry to register, with its first tick after `now`.
-    fn entry(&self, now: DateTime<Utc>) -> Result<CronEntry> {
-        let next_run_at = self.next_after(now).ok_or_else(|| {
-            Error::InvalidInput(format!(
-                "periodic job {}: schedule {:?} never fires",
-                self.name, self.schedule
-            ))
-        })?;
-        Ok(CronEntry {
+    /// The entry to register, with its first tick after `now`; one with no tick left is
+    /// [never due](never).
+    fn entry(&self, now: DateTime<Utc>) -> CronEntry {
+        let next_run_at = self.next_after(now).unwrap_or_else(never);
+        CronEntry {
             name: self.name.clone(),
             schedule: self.schedule.clone(),
             timezone: self.timezone.name().to_owned(),
@@ -159,11 +203,11 @@ impl PeriodicJob {
             next_run_at,
             last_run_at: None,
             last_job_id: None,
-        })
+        }
     }
 
-    /// What to do with the stored entry at `now`: the ticks to enqueue and the next one.
-    /// `None` when it is not due.
+    /// What to do with the stored entry at `now`: the ticks to enqueue and the next one
+    /// ([never](never) when the schedule has none left). `None` when it is not due.
     pub fn plan(
         &self,
         stored_next: DateTime<Utc>,
@@ -189,7 +233,7 @@ impl PeriodicJob {
             ticks[0] = latest;
             t = latest;
         }
-        let next = self.next_after(now.max(t))?;
+        let next = self.next_after(now.max(t)).unwrap_or_else(never);
         Some((ticks, next))
     }
 
@@ -232,12 +276,8 @@ pub(crate) async fn run(
     let mut backoff = Duration::from_millis(100);
     loop {
         let now = now(&*clock);
-        let registered: Result<Vec<CronEntry>> = entries.iter().map(|e| e.entry(now)).collect();
-        let result = match registered {
-            Ok(registered) => store.cron_register(&registered).await,
-            Err(e) => Err(e),
-        };
-        match result {
+        let registered: Vec<CronEntry> = entries.iter().map(|e| e.entry(now)).collect();
+        match store.cron_register(&registered).await {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(error = %e, "registering periodic jobs failed");
@@ -262,6 +302,18 @@ pub(crate) async fn run(
             _ = stop.cancelled() => return,
         }
     }
+}
+
+/// The next run of an entry whose schedule has no tick left: the last instant hopper
+/// stores (9999-12-31), so it is never due and its enqueuer does not look again sooner
+/// than usual.
+fn never() -> DateTime<Utc> {
+    hopper_core::limits::max_instant()
+}
+
+/// `t` without its fraction of a second.
+fn whole_second(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.with_nanosecond(0).unwrap_or(t)
 }
 
 /// The clock's instant, or this host's when the clock defers to the database: the
@@ -419,5 +471,115 @@ mod tests {
         assert!(
             PeriodicJob::new("bad", "61 * * * *", NewJob::new("k", serde_json::json!({}))).is_err()
         );
+    }
+
+    fn utc(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .expect("an RFC 3339 instant")
+            .with_timezone(&Utc)
+    }
+
+    fn in_paris(schedule: &str) -> PeriodicJob {
+        PeriodicJob::new("p", schedule, NewJob::new("k", serde_json::json!({})))
+            .expect("valid")
+            .with_timezone("Europe/Paris")
+            .expect("zone")
+    }
+
+    /// Paris sets its clocks back on 2026-10-25 at 03:00 CEST (01:00 UTC): 02:00-02:59
+    /// happen twice. Every tick lies after the instant searched from, on a whole second,
+    /// and a repeated wall time fires once. Before, a search from the second pass answered
+    /// a tick of the first (in the past: an enqueuer started then looked again every
+    /// millisecond for an hour), and ticks near the change kept the fraction of the instant
+    /// searched from (a tick with two names, two unique keys).
+    #[test]
+    fn ticks_around_clocks_set_back_move_forward_on_whole_seconds() {
+        let quarter = in_paris("*/15 * * * *");
+        let mut ticks = Vec::new();
+        let mut t = utc("2026-10-24T23:40:00.5Z");
+        while t < utc("2026-10-25T02:10:00Z") {
+            let next = quarter.next_after(t).expect("a tick");
+            assert!(next > t, "{next} after {t}");
+            ticks.push(next);
+            t = next + chrono::Duration::milliseconds(300);
+        }
+        let expected: Vec<DateTime<Utc>> = [
+            "2026-10-24T23:45:00Z",
+            "2026-10-25T00:00:00Z",
+            "2026-10-25T00:15:00Z",
+            "2026-10-25T00:30:00Z",
+            "2026-10-25T00:45:00Z",
+            "2026-10-25T02:00:00Z",
+            "2026-10-25T02:15:00Z",
+        ]
+        .into_iter()
+        .map(utc)
+        .collect();
+        assert_eq!(ticks, expected);
+        // From inside the second pass, the next tick is the first after it.
+        for second_pass in ["2026-10-25T01:15:00.5Z", "2026-10-25T01:00:00Z"] {
+            let next = quarter.next_after(utc(second_pass));
+            assert_eq!(next, Some(utc("2026-10-25T02:00:00Z")), "{second_pass}");
+        }
+        let fixed = in_paris("30 2 * * *");
+        let next = fixed.next_after(utc("2026-10-25T01:35:00Z"));
+        assert_eq!(next, Some(utc("2026-10-26T01:30:00Z")));
+        let latest = fixed.latest_at_or_before(utc("2026-10-25T01:35:00Z"));
+        assert_eq!(
+            latest,
+            Some(utc("2026-10-25T00:30:00Z")),
+            "its first occurrence"
+        );
+    }
+
+    /// Paris sets its clocks forward on 2026-03-29 at 02:00 CET: 02:30 does not exist, and
+    /// `30 2 * * *` fires at 03:00 CEST (01:00 UTC). After a downtime the latest missed
+    /// tick is that one too; croner's backward search answered 01:59:59 CET, a tick no
+    /// forward search gives (so a node back at 00:59:59.5 UTC enqueued it, then 01:00).
+    #[test]
+    fn a_fixed_time_in_the_gap_is_one_tick_forward_and_back() {
+        let fixed = in_paris("30 2 * * *");
+        let gap_tick = utc("2026-03-29T01:00:00Z");
+        assert_eq!(
+            fixed.next_after(utc("2026-03-28T23:00:00Z")),
+            Some(gap_tick)
+        );
+        assert_eq!(
+            fixed.next_after(utc("2026-03-29T00:59:59.5Z")),
+            Some(gap_tick)
+        );
+        assert_eq!(
+            fixed.latest_at_or_before(utc("2026-03-29T12:00:00Z")),
+            Some(gap_tick)
+        );
+        let day_before = utc("2026-03-28T01:30:00Z");
+        let early = utc("2026-03-29T00:59:59.5Z");
+        assert_eq!(fixed.latest_at_or_before(early), Some(day_before));
+        let (ticks, next) = fixed.plan(day_before, early).expect("due");
+        assert_eq!((ticks, next), (vec![day_before], gap_tick));
+        let (ticks, _) = fixed
+            .plan(day_before, utc("2026-03-29T12:00:00Z"))
+            .expect("due");
+        assert_eq!(ticks, vec![gap_tick]);
+    }
+
+    /// A schedule that matches no date ahead is refused when made (before, the enqueuer
+    /// tried to register it for ever, and with it every other periodic job of the runtime);
+    /// one whose last tick passed enqueues it and is never due again (before, its due tick
+    /// was not enqueued and the enqueuer looked again every millisecond).
+    #[test]
+    fn a_schedule_without_ticks_is_refused_or_never_due() {
+        let job = NewJob::new("k", serde_json::json!({}));
+        for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 0 1 1 * 2020"] {
+            let err = PeriodicJob::new("n", never, job.clone()).expect_err(never);
+            assert!(err.to_string().contains("never fires"), "{err}");
+        }
+        let last = PeriodicJob::new("y", "0 0 0 1 1 * 2999", job).expect("fires once");
+        let tick = utc("2999-01-01T00:00:00Z");
+        let (ticks, next) = last
+            .plan(tick, tick + chrono::Duration::milliseconds(500))
+            .expect("due");
+        assert_eq!((ticks, next), (vec![tick], never()));
+        assert!(last.plan(next, utc("3000-06-01T00:00:00Z")).is_none());
     }
 }

@@ -47,12 +47,17 @@ pub trait Worker: Send + Sync + 'static {
     /// snoozes it (see [`JobError`]). A panic counts as a failed attempt.
     async fn process(&self, ctx: &JobContext, args: Self::Args) -> Result<(), JobError>;
 
-    /// Overrides the timeout stored with each job of this kind.
+    /// Overrides the timeout stored with each job of this kind. Held to
+    /// [`hopper_core::limits::MAX_DURATION`] (ten years; `Duration::MAX` for "never" is
+    /// fine).
     fn timeout(&self) -> Option<Duration> {
         None
     }
 
     /// The delay before retrying after failed attempt number `attempt` (1 for the first).
+    /// A delay past [`hopper_core::limits::MAX_DURATION`] (ten years) is held to it, as
+    /// every retry and snooze delay is; if this panics, the attempt's failure is recorded
+    /// with the panic and [`default_backoff`].
     fn backoff(&self, attempt: i32) -> Duration {
         default_backoff(attempt)
     }

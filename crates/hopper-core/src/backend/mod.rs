@@ -107,7 +107,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     async fn job_retry(&self, params: &JobRetryParams) -> Result<JobRecord>;
 
     /// Puts every `failed` job matching `params` back to `available` with a fresh set of
-    /// attempts, as [`Backend::job_retry`] does for one. Returns how many.
+    /// attempts, as [`Backend::job_retry`] does for one. Returns how many. A job whose
+    /// unique key a waiting or running job holds stays failed (its own retry would be a
+    /// conflict), and of several failed jobs of one key only the latest is retried: one
+    /// such job never refuses the others.
     async fn job_retry_many(&self, params: &JobRetryManyParams) -> Result<u64>;
 
     /// Cancels a job that has not finished. A running job's lease is revoked at once and its

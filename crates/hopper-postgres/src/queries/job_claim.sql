@@ -34,6 +34,12 @@
 -- entry is checked on its heap row and jobs of other kinds are stepped over, untouched
 -- (no index on kind: it would cost every insert and claim a third index entry). Such
 -- claims pass no cursor ($6-$8 NULL) and do not move it.
+--
+-- A count written by hand past what a lease can count stops nothing: the attempt is raised
+-- at most to 2147483647 (`least`: `+ 1` past it would make the whole statement fail, and
+-- with it every claim of the queue), and attempts used are returned as bigint (an
+-- `uncounted` at either end of integer overflows a 32-bit difference); the caller fails
+-- such a job as unreadable (scheduling.rs, `claimed_job`).
 WITH picked AS (
     SELECT id
     FROM hopper.jobs
@@ -50,12 +56,12 @@ WITH picked AS (
 )
 UPDATE hopper.jobs AS j
 SET state = 'running',
-    attempt = j.attempt + 1,
+    attempt = least(j.attempt, 2147483646) + 1,
     node_id = $2,
     attempted_at = coalesce($5::timestamptz, now()),
     lease_expires_at = coalesce($5::timestamptz, now())
                        + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
 WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
+RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt::bigint - j.uncounted,
           j.max_attempts, j.timeout_ms, j.created_at, j.run_at, j.meta,
           clock_timestamp(), statement_timestamp()

@@ -23,6 +23,12 @@
 -- Figures: a limited drain runs at 0.9-1.0 of the plain one (scripts/bench_scheduling.sh);
 -- every variant tried and its measurements are in docs/benchmarks.md ("Claim strategies
 -- measured").
+--
+-- A count written by hand past what a lease can count stops nothing: the attempt is raised
+-- at most to 2147483647 (`least`: `+ 1` past it would make the whole statement fail, and
+-- with it every claim of the queue), and attempts used are returned as bigint (an
+-- `uncounted` at either end of integer overflows a 32-bit difference); the caller fails
+-- such a job as unreadable (scheduling.rs, `claimed_job`).
 WITH settings AS (
     SELECT max_running,
            CASE WHEN paused OR (rate_limit IS NOT NULL AND $6::float8 IS NULL) THEN 0
@@ -71,13 +77,13 @@ picked AS (
 claimed AS (
     UPDATE hopper.jobs AS j
     SET state = 'running',
-        attempt = j.attempt + 1,
+        attempt = least(j.attempt, 2147483646) + 1,
         node_id = $2,
         attempted_at = coalesce($5::timestamptz, now()),
         lease_expires_at = coalesce($5::timestamptz, now())
                            + make_interval(secs => least(j.timeout_ms, $4::integer) / 1000.0)
     WHERE j.id = ANY (ARRAY(SELECT id FROM picked))
-    RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt - j.uncounted,
+    RETURNING j.id, j.attempt, j.queue, j.kind, j.args, j.priority, j.attempt::bigint - j.uncounted,
               j.max_attempts, j.timeout_ms, j.created_at, j.run_at, j.meta
 ),
 bucket AS (

@@ -12,19 +12,21 @@
 --
 -- Jobs that became available at once wake their queues' idle workers (sent at commit,
 -- once per queue), as every other path to `available` does.
+-- Attempts used are counted in bigint: a count written by hand at either end of integer
+-- must not make the statement fail for every job it takes.
 WITH finished AS (
     UPDATE hopper.jobs AS j
     SET state = CASE
-            WHEN f.permanent OR j.attempt - j.uncounted >= j.max_attempts THEN 'failed'
+            WHEN f.permanent OR j.attempt::bigint - j.uncounted >= j.max_attempts THEN 'failed'
             WHEN f.retry_ms > 0 THEN 'scheduled'
             ELSE 'available'
         END::hopper.job_state,
         run_at = CASE
-            WHEN f.permanent OR j.attempt - j.uncounted >= j.max_attempts THEN j.run_at
+            WHEN f.permanent OR j.attempt::bigint - j.uncounted >= j.max_attempts THEN j.run_at
             ELSE coalesce($7::timestamptz, now()) + make_interval(secs => f.retry_ms / 1000.0)
         END,
         finished_at = CASE
-            WHEN f.permanent OR j.attempt - j.uncounted >= j.max_attempts
+            WHEN f.permanent OR j.attempt::bigint - j.uncounted >= j.max_attempts
             THEN coalesce($7::timestamptz, now())
         END,
         lease_expires_at = NULL,

@@ -20,16 +20,22 @@
 -- holds it, nothing is read and the first column is false. Rows are taken FOR UPDATE
 -- SKIP LOCKED, so a job being retried or deleted at the same moment is left alone (and
 -- its state is checked again after the lock, so a job retried just before is kept).
+--
+-- A finished job whose unique window has not ended (unique_until, migration 0015) is kept:
+-- its key stays taken for the rest of the window (docs/scheduling.md), and deleting it
+-- would let a second job of the key in. A condition on the row, like the others.
 WITH elected AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended('hopper.job_prune', 0)) AS held
 ),
 cutoff AS (
-    SELECT coalesce($4::timestamptz, now()) - make_interval(secs => $1::bigint / 1000.0) AS done_before,
+    SELECT coalesce($4::timestamptz, now()) AS now,
+           coalesce($4::timestamptz, now()) - make_interval(secs => $1::bigint / 1000.0) AS done_before,
            coalesce($4::timestamptz, now()) - make_interval(secs => $2::bigint / 1000.0) AS failed_before
 ),
 bound AS (
     -- The smallest UUIDv7 of the later cutoff's millisecond: 48 bits of Unix ms, then zeros.
-    SELECT done_before,
+    SELECT now,
+           done_before,
            failed_before,
            (lpad(to_hex(floor(extract(epoch FROM greatest(done_before, failed_before)) * 1000)::bigint), 12, '0')
             || '00000000000000000000')::uuid AS below_id
@@ -42,6 +48,7 @@ doomed AS (
       AND j.id < b.below_id
       AND (   (j.state IN ('completed', 'cancelled') AND j.finished_at < b.done_before)
            OR (j.state = 'failed' AND j.finished_at < b.failed_before))
+      AND (j.unique_until IS NULL OR j.unique_until <= b.now)
     ORDER BY j.id
     LIMIT $3
     FOR UPDATE OF j SKIP LOCKED

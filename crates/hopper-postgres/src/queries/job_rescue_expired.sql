@@ -7,6 +7,8 @@
 -- held_leases (job_extend_many.sql): left alone while the note is current. Notes past
 -- their time are deleted here (the table holds only the few rows held at a renewal).
 -- $1 now.
+-- Attempts used are counted in bigint: a count written by hand at either end of integer
+-- must not make the statement fail for every job it takes.
 WITH expired AS (
     SELECT j.id
     FROM hopper.jobs AS j
@@ -39,9 +41,9 @@ forgotten AS (
 ),
 rescued AS (
     UPDATE hopper.jobs AS j
-    SET state = CASE WHEN j.attempt - j.uncounted >= j.max_attempts
+    SET state = CASE WHEN j.attempt::bigint - j.uncounted >= j.max_attempts
                      THEN 'failed' ELSE 'available' END::hopper.job_state,
-        finished_at = CASE WHEN j.attempt - j.uncounted >= j.max_attempts
+        finished_at = CASE WHEN j.attempt::bigint - j.uncounted >= j.max_attempts
                            THEN coalesce($1::timestamptz, now()) END,
         run_at = coalesce($1::timestamptz, now()),
         errors = j.errors || jsonb_build_object(

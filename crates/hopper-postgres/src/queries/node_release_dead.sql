@@ -28,6 +28,8 @@
 -- workers, behind a transaction pooler) are judged by their heartbeat alone.
 -- The CASEs fix the order: a lock is tried only for a node already found silent.
 -- $1 dead after (ms), $2 now, $3 vanished.
+-- Attempts used are counted in bigint: a count written by hand at either end of integer
+-- must not make the statement fail for every job it takes.
 WITH found AS (
     SELECT id
     FROM hopper.nodes
@@ -61,9 +63,9 @@ free AS (
 ),
 released AS (
     UPDATE hopper.jobs AS j
-    SET state = CASE WHEN j.attempt - j.uncounted >= j.max_attempts
+    SET state = CASE WHEN j.attempt::bigint - j.uncounted >= j.max_attempts
                      THEN 'failed' ELSE 'available' END::hopper.job_state,
-        finished_at = CASE WHEN j.attempt - j.uncounted >= j.max_attempts
+        finished_at = CASE WHEN j.attempt::bigint - j.uncounted >= j.max_attempts
                            THEN coalesce($2::timestamptz, now()) END,
         run_at = coalesce($2::timestamptz, now()),
         errors = j.errors || jsonb_build_object(

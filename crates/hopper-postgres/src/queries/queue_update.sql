@@ -2,7 +2,9 @@
 -- at commit). $1 queue, $2 paused (NULL: unchanged), then for each limit a flag "change
 -- it" and the new value (NULL: remove): $3/$4 max_running, $5/$6 max_running_per_group,
 -- $7 change the rate, $8 rate_limit, $9 rate_interval_ms, $10 rate_burst.
--- A new or changed rate starts with a full bucket.
+-- A new or changed rate starts with a full bucket; setting the rate it already has (a
+-- deploy or every node's start applying its configuration) leaves the bucket as it is,
+-- or each repetition would let another burst through.
 WITH saved AS (
     INSERT INTO hopper.queues AS q (name, paused, max_running, max_running_per_group,
                                     rate_limit, rate_interval_ms, rate_burst, rate_tokens)
@@ -20,8 +22,12 @@ WITH saved AS (
         rate_limit = CASE WHEN $7 THEN $8::integer ELSE q.rate_limit END,
         rate_interval_ms = CASE WHEN $7 THEN $9::integer ELSE q.rate_interval_ms END,
         rate_burst = CASE WHEN $7 THEN $10::integer ELSE q.rate_burst END,
-        rate_tokens = CASE WHEN $7 THEN coalesce($10::integer, 0) ELSE q.rate_tokens END,
-        rate_refilled_at = CASE WHEN $7 THEN NULL ELSE q.rate_refilled_at END,
+        rate_tokens = CASE WHEN $7 AND (q.rate_limit, q.rate_interval_ms, q.rate_burst)
+                                       IS DISTINCT FROM ($8::integer, $9::integer, $10::integer)
+                           THEN coalesce($10::integer, 0) ELSE q.rate_tokens END,
+        rate_refilled_at = CASE WHEN $7 AND (q.rate_limit, q.rate_interval_ms, q.rate_burst)
+                                            IS DISTINCT FROM ($8::integer, $9::integer, $10::integer)
+                                THEN NULL ELSE q.rate_refilled_at END,
         updated_at = now()
     RETURNING name, paused, grouped, max_running, max_running_per_group,
               rate_limit, rate_interval_ms, rate_burst

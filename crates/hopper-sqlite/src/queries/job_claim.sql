@@ -20,9 +20,13 @@
 -- this transaction has committed them as `running`. Concurrent claimers queue on the
 -- lock (busy_timeout) instead of skipping past each other; a claim holds it for well
 -- under a millisecond per job.
+-- The attempt is raised from at most 2147483647 (`min`): a count written by hand up to
+-- 9223372036854775807 would overflow `+ 1` into a REAL the STRICT column refuses, and the
+-- whole claim, every claim of the queue, would fail; a claimed attempt past 32 bits does
+-- not read, and the job is failed as unreadable (poison.rs).
 UPDATE hopper_jobs
 SET state = 'running',
-    attempt = attempt + 1,
+    attempt = min(attempt, 2147483647) + 1,
     node_id = :node,
     attempted_at = :now,
     lease_expires_at = :now + min(timeout_ms * 1000, :lease_us)

@@ -54,10 +54,11 @@ WHERE state = 'available'
 ORDER BY priority, run_at, id
 LIMIT :limit;
 
--- Statement 6: claims one picked job, as job_claim.sql does.
+-- Statement 6: claims one picked job, as job_claim.sql does (the attempt raised from at
+-- most 2147483647, as there).
 UPDATE hopper_jobs
 SET state = 'running',
-    attempt = attempt + 1,
+    attempt = min(attempt, 2147483647) + 1,
     node_id = :node,
     attempted_at = :now,
     lease_expires_at = :now + min(timeout_ms * 1000, :lease_us)

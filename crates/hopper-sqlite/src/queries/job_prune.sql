@@ -10,6 +10,11 @@
 -- subquery range-scans the primary key below it, oldest first, checks state and
 -- finished_at on each row, and stops after :limit matches.
 --
+-- A finished job whose unique window has not ended by :now (unique_until, migration 0006)
+-- is kept: its key stays taken for the rest of the window (docs/scheduling.md), and
+-- deleting it would let a second job of the key in. A condition on the row, like the
+-- others.
+--
 -- One node at a time: the statement runs in a `BEGIN IMMEDIATE` transaction, which holds
 -- the database's only write lock.
 DELETE FROM hopper_jobs
@@ -19,6 +24,7 @@ WHERE id IN (
     WHERE id < :below_id
       AND (   (state IN ('completed', 'cancelled') AND finished_at < :done_before)
            OR (state = 'failed' AND finished_at < :failed_before))
+      AND (unique_until IS NULL OR unique_until <= :now)
     ORDER BY id
     LIMIT :limit
 )
@@ -31,4 +37,5 @@ SELECT count(*) FILTER (WHERE state = 'completed' AND finished_at < :done_before
        count(*) FILTER (WHERE state = 'failed' AND finished_at < :failed_before)
 FROM hopper_jobs
 WHERE id < :below_id
-  AND state IN ('completed', 'cancelled', 'failed');
+  AND state IN ('completed', 'cancelled', 'failed')
+  AND (unique_until IS NULL OR unique_until <= :now);

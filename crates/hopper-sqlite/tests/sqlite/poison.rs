@@ -117,6 +117,10 @@ async fn a_claim_fails_unreadable_jobs_and_hands_out_the_others() -> anyhow::Res
             write_by_hand(&store, queue, &format!("run_at = {}", i64::MIN))?,
             write_by_hand(&store, queue, &format!("created_at = {}", i64::MAX))?,
             write_by_hand(&store, queue, &format!("attempt = {}", 1i64 << 40))?,
+            // Its next attempt overflows: the claim must not fail with it.
+            write_by_hand(&store, queue, &format!("attempt = {}", i64::MAX))?,
+            // More claims not counted than claims: its retries would never end.
+            write_by_hand(&store, queue, "uncounted = 7")?,
             write_by_hand(&store, queue, &format!("args = {}", too_deep()))?,
             write_by_hand(&store, queue, "args = 'not json'")?,
         ];
@@ -331,5 +335,41 @@ async fn an_unreadable_log_line_hides_neither_the_job_nor_the_others() -> anyhow
         ],
     )?;
     assert!(job(&store, id).await.is_ok());
+    Ok(())
+}
+
+/// A rate bucket written by hand (tokens at minus infinity, a refill time beyond what
+/// hopper reads): the queue's claims go on, the bucket read from its nearest bound or as
+/// never refilled, instead of taking nothing for ever or failing at every claim.
+#[tokio::test]
+async fn a_rate_bucket_written_by_hand_stops_no_claim() -> anyhow::Result<()> {
+    let store = harness().await?;
+    let t0 = t0().timestamp_micros();
+    for (queue, set) in [
+        (
+            "minus-infinity",
+            format!("rate_tokens = -1e999, rate_refilled_at = {t0} - 60000000"),
+        ),
+        ("beyond-refill", format!("rate_refilled_at = {}", i64::MAX)),
+    ] {
+        store
+            .insert(NewJob::new("k", json!({})).with_queue(queue))
+            .await?;
+        store
+            .backend
+            .queue_update(&QueueUpdate {
+                rate: Some(Some(hopper_core::RateLimit::new(
+                    10,
+                    std::time::Duration::from_secs(1),
+                ))),
+                ..QueueUpdate::new(queue)
+            })
+            .await?;
+        let conn = rusqlite::Connection::open(crate::common::db(&store))?;
+        conn.execute_batch(&format!(
+            "UPDATE hopper_queues SET {set} WHERE name = '{queue}'"
+        ))?;
+        assert_eq!(store.claim(queue, 10).await?.len(), 1, "{queue}");
+    }
     Ok(())
 }

@@ -69,13 +69,16 @@ async fn attempt(shared: &Shared, job: ClaimedJob, started: Instant) -> (Option<
         .unwrap_or_default();
     metrics::started(&job.queue, &job.kind, latency);
     let worker = shared.workers.get(&job.kind);
+    // A worker's own timeout may be anything (`Duration::MAX` for "never"): held to the
+    // bound of every duration, which the clock can add.
     let timeout = worker
         .as_ref()
         .and_then(|w| w.timeout())
-        .unwrap_or(job.timeout);
+        .unwrap_or(job.timeout)
+        .min(hopper_core::limits::MAX_DURATION);
     let run = Arc::new(RunState::new(started + timeout));
-    shared.running_insert(
-        lease.job_id,
+    let _running = RunningEntry::insert(
+        shared,
         Running {
             lease,
             run: run.clone(),
@@ -140,11 +143,32 @@ async fn attempt(shared: &Shared, job: ClaimedJob, started: Instant) -> (Option<
             )
         }
     };
-    shared.running_remove(lease.job_id);
     let expect_lost = run
         .completed_in_tx
         .load(std::sync::atomic::Ordering::SeqCst);
     (outcome, expect_lost)
+}
+
+/// A job's entry among the node's running jobs, whose leases its heartbeat renews: removed
+/// when dropped, so that a panic in the attempt (a worker's own code outside its handler)
+/// cannot leave the lease renewed for as long as the node lives.
+struct RunningEntry<'a> {
+    shared: &'a Shared,
+    id: hopper_core::JobId,
+}
+
+impl<'a> RunningEntry<'a> {
+    fn insert(shared: &'a Shared, running: Running) -> Self {
+        let id = running.lease.job_id;
+        shared.running_insert(id, running);
+        RunningEntry { shared, id }
+    }
+}
+
+impl Drop for RunningEntry<'_> {
+    fn drop(&mut self) {
+        self.shared.running_remove(self.id);
+    }
 }
 
 /// Counts how an attempt ended, as the handler reported it (before the completer knows

@@ -127,7 +127,11 @@ pub(crate) fn settled_outcome(
 }
 
 /// The outcome a handler's result stands for: a retry without its own delay takes the
-/// worker's backoff for `attempt`.
+/// worker's backoff for `attempt` (the default backoff, the panic appended to the error,
+/// when the worker's panics). A retry or snooze delay past
+/// [`hopper_core::limits::MAX_DURATION`] (a backoff that grows without bound) is held to
+/// it: refused, the outcome would be lost and the job run again only when its lease
+/// expired, as if its worker had vanished.
 pub(crate) fn outcome(
     result: std::result::Result<(), JobError>,
     worker: &dyn ErasedWorker,
@@ -136,17 +140,58 @@ pub(crate) fn outcome(
 ) -> Outcome {
     match result {
         Ok(()) => Outcome::Completed { duration_ms },
-        Err(JobError::Retry { message, retry_in }) => Outcome::Retry {
-            error: message,
-            retry_in: retry_in.unwrap_or_else(|| worker.backoff(attempt)),
-            duration_ms,
-        },
+        Err(JobError::Retry {
+            mut message,
+            retry_in,
+        }) => {
+            let retry_in = match retry_in {
+                Some(delay) => delay,
+                None => backoff(worker, attempt, &mut message),
+            };
+            Outcome::Retry {
+                error: message,
+                retry_in: bounded("retry", retry_in),
+                duration_ms,
+            }
+        }
         Err(JobError::Permanent(message)) => Outcome::Failed {
             error: message,
             duration_ms,
         },
-        Err(JobError::Snooze(retry_in)) => Outcome::Snoozed { retry_in },
+        Err(JobError::Snooze(retry_in)) => Outcome::Snoozed {
+            retry_in: bounded("snooze", retry_in),
+        },
     }
+}
+
+/// The worker's backoff after failed attempt `attempt`; if it panics, the default backoff,
+/// the panic said at the end of `message` (the attempt's recorded error).
+fn backoff(worker: &dyn ErasedWorker, attempt: i32, message: &mut String) -> Duration {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| worker.backoff(attempt))) {
+        Ok(delay) => delay,
+        Err(panic) => {
+            let panic = panic_message(&*panic);
+            tracing::error!(%panic, attempt, "the worker's backoff panicked; the default backoff is used");
+            message.push_str(&format!(
+                " (the worker's backoff panicked: {panic}; retried after the default backoff)"
+            ));
+            crate::worker::default_backoff(attempt)
+        }
+    }
+}
+
+/// `delay`, held to [`hopper_core::limits::MAX_DURATION`] (said at warn level when it
+/// was past it).
+fn bounded(what: &str, delay: Duration) -> Duration {
+    let bound = hopper_core::limits::MAX_DURATION;
+    if delay > bound {
+        tracing::warn!(
+            ?delay,
+            ?bound,
+            "a {what} delay past the bound of every delay is held to it"
+        );
+    }
+    delay.min(bound)
 }
 
 /// The text of a handler's panic payload.

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 /// Writes one job row by hand, past every check of hopper's, with `columns` / `values`
 /// added to the required ones. Returns its id.
-async fn write_by_hand(
+pub(crate) async fn write_by_hand(
     db: &TestDatabase,
     queue: &str,
     state: &str,
@@ -36,7 +36,7 @@ async fn write_by_hand(
 }
 
 /// The job as stored, read through hopper (after it was made readable).
-async fn job(db: &TestDatabase, id: Uuid) -> anyhow::Result<JobRecord> {
+pub(crate) async fn job(db: &TestDatabase, id: Uuid) -> anyhow::Result<JobRecord> {
     db.backend()
         .job_get(&JobGetParams { id })
         .await?

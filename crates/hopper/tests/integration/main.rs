@@ -9,6 +9,7 @@
 #[macro_use]
 mod support;
 
+mod hostile_counts;
 mod hostile_outcomes;
 mod hostile_rows;
 mod hostile_sql;
@@ -30,6 +31,7 @@ mod postgres_stale_statements;
 mod postgres_tls;
 mod runtime_config;
 mod runtime_failures;
+mod runtime_hostile_workers;
 mod runtime_job_logs;
 mod runtime_liveness;
 mod runtime_load;
