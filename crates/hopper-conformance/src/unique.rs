@@ -180,9 +180,8 @@ pub async fn unique_windows_hold_after_the_job_finished(h: &Harness) -> anyhow::
 }
 
 /// A finished job keeps its unique window however short the retention: prune leaves it
-/// until its window has passed, then deletes it as any other. Before, a retention shorter
-/// than the window deleted the holder and a second job of the key was inserted in the same
-/// window.
+/// until its window has passed, then deletes it as any other: a retention shorter than the
+/// window must not delete the holder and let a second job of the key in within the window.
 pub async fn prune_keeps_a_finished_job_until_its_unique_window_passed(
     h: &Harness,
 ) -> anyhow::Result<()> {

@@ -488,10 +488,10 @@ mod tests {
 
     /// Paris sets its clocks back on 2026-10-25 at 03:00 CEST (01:00 UTC): 02:00-02:59
     /// happen twice. Every tick lies after the instant searched from, on a whole second,
-    /// and a repeated wall time fires once. Before, a search from the second pass answered
-    /// a tick of the first (in the past: an enqueuer started then looked again every
-    /// millisecond for an hour), and ticks near the change kept the fraction of the instant
-    /// searched from (a tick with two names, two unique keys).
+    /// and a repeated wall time fires once. A search from the second pass must not answer a
+    /// tick of the first (in the past: an enqueuer started then would look again every
+    /// millisecond for an hour), and ticks near the change fall on whole seconds (a fraction
+    /// kept from the instant searched from would give a tick two names, two unique keys).
     #[test]
     fn ticks_around_clocks_set_back_move_forward_on_whole_seconds() {
         let quarter = in_paris("*/15 * * * *");

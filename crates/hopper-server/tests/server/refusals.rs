@@ -402,9 +402,9 @@ async fn a_filter_given_as_an_array_is_refused() -> anyhow::Result<()> {
 }
 
 /// A log line's `at` is an instant like any other a peer gives: outside 1970 … 9999 it is
-/// refused, naming the line, and nothing of the request is stored. Before, a year before
-/// the common era (`-0001-…`, which no RFC 3339 time has) was stored as sent, and every
-/// reader of the log (the HTTP API, the dashboard, the clients) was handed it.
+/// refused, naming the line, and nothing of the request is stored: a year before the common
+/// era (`-0001-…`, which no RFC 3339 time has) would reach every reader of the log (the
+/// HTTP API, the dashboard, the clients).
 #[tokio::test]
 async fn a_log_line_at_out_of_range_is_refused_and_nothing_is_stored() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;

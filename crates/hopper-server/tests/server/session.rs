@@ -287,10 +287,9 @@ async fn only_the_first_outcome_of_a_lease_counts() -> anyhow::Result<()> {
 
 /// A worker's requests for another attempt of an order it holds (a late outcome of an
 /// earlier attempt, a wrong or forged one) are `lease_lost` and leave the order it holds
-/// alone: still its own, its credit still taken, reported as usual. Before, an outcome or a
-/// heartbeat of another attempt let go of the order (so the worker was sent more than its
-/// concurrency, and the order was no longer retried at once when the worker vanished), and
-/// an `extend` of another attempt moved the order's timeout.
+/// alone: still its own, its credit still taken, reported as usual. Letting go of it would
+/// send the worker more than its concurrency and leave the order unretried when the worker
+/// vanishes; an `extend` of another attempt must not move the order's timeout either.
 #[tokio::test]
 async fn another_attempt_of_an_order_leaves_the_order_held() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
