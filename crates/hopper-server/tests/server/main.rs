@@ -18,6 +18,7 @@ mod faults;
 mod flood;
 mod housekeeping;
 mod idle_workers;
+mod list_bounds;
 mod log_batching;
 mod log_flush;
 mod log_held;
