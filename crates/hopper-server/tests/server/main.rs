@@ -14,6 +14,7 @@ mod admin;
 mod bad_frames;
 mod dispatch;
 mod drain;
+mod fairness;
 mod faults;
 mod flood;
 mod housekeeping;
