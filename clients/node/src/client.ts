@@ -118,6 +118,8 @@ export interface QueueUpdate {
 }
 
 const MAX_INT32 = 2_147_483_647;
+/** The most jobs one `submitBatch` holds (the server refuses more). */
+export const MAX_BATCH_JOBS = 10_000;
 /** The options of one job, as `submit` takes them. */
 const JOB_OPTIONS = ["queue", "priority", "runAt", "delayMs", "maxAttempts", "timeoutMs", "meta"] as const;
 /** The fields of one job of `submitBatch`. */
@@ -209,9 +211,14 @@ export class Client {
 
   /** Submits many jobs in one transaction (all or none); resolves with their ids, in order.
    * Jobs of one priority run in that order. A job the protocol cannot carry rejects the
-   * batch before anything is sent, naming it (`jobs[3].args.when`). */
+   * batch before anything is sent, naming it (`jobs[3].args.when`); so do more than
+   * `MAX_BATCH_JOBS` (10,000, the server's bound: submit larger ones in several batches),
+   * with a `RangeError`. */
   async submitBatch(jobs: JobSpec[]): Promise<string[]> {
     if (!Array.isArray(jobs)) throw new TypeError(`jobs must be an array of jobs, not ${kindOf(jobs)}`);
+    if (jobs.length > MAX_BATCH_JOBS) {
+      throw new RangeError(`a batch holds at most ${MAX_BATCH_JOBS.toLocaleString("en")} jobs, got ${jobs.length.toLocaleString("en")}: submit larger ones in several batches`);
+    }
     const reply = await this.call("submit_batch", { jobs: jobs.map((job, i) => jobSpec(job, `jobs[${i}]`)) });
     return reply["ids"] as string[];
   }

@@ -14,7 +14,7 @@
  * ```
  */
 
-export { Client, jobSpec } from "./client.js";
+export { Client, jobSpec, MAX_BATCH_JOBS } from "./client.js";
 export type { Args, AttemptLog, JobFilter, JobOptions, JobRecord, JobSpec, LogLine, NodePage, NodePageRequest, QueueUpdate } from "./client.js";
 export { PROTOCOL_VERSION } from "./connection.js";
 export type { ConnectionOptions, Logger, Message } from "./connection.js";

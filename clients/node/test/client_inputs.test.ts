@@ -94,6 +94,7 @@ test("submit refuses unknown options, submitBatch unknown fields and what is not
   await refuses(() => batch([{ kind: "k" }, { kind: "k", run_at: "2030-01-01T00:00:00Z" }]), TypeError, /^unknown job fields of jobs\[1\]: "run_at"/);
   await refuses(() => batch({ kind: "k" }), TypeError, /^jobs must be an array of jobs, not an Object$/);
   await refuses(() => batch(["k"]), TypeError, /^the job fields of jobs\[0\] must be a plain object, not a string$/);
+  await refuses(() => batch(Array.from({ length: 10_001 }, () => ({ kind: "k" }))), RangeError, /^a batch holds at most 10,000 jobs, got 10,001: submit larger ones in several batches$/);
   assert.deepEqual(server.counts(), before, "nothing was submitted");
 });
 

@@ -19,7 +19,7 @@ written from that document alone.
 """
 
 from ._connection import HopperError, Unavailable
-from .client import Client
+from .client import MAX_BATCH_JOBS, Client
 from .worker import Job, Permanent, Snooze, Worker
 
 PROTOCOL_VERSION = 1
@@ -28,6 +28,7 @@ __all__ = [
     "Client",
     "HopperError",
     "Job",
+    "MAX_BATCH_JOBS",
     "Permanent",
     "PROTOCOL_VERSION",
     "Snooze",

@@ -16,6 +16,8 @@ Args = Union[Mapping[str, Any], List[Any]]
 
 _OPTIONS = ("queue", "priority", "run_at", "delay_ms", "max_attempts", "timeout_ms", "meta")
 _MAX_INT32 = 2**31 - 1
+#: The most jobs one ``submit_batch`` holds (the server refuses more).
+MAX_BATCH_JOBS = 10_000
 #: The settings ``update_queue`` changes (docs/protocol.md, "Admin requests").
 _QUEUE_SETTINGS = ("paused", "max_running", "max_running_per_group", "rate")
 
@@ -125,9 +127,14 @@ class Client:
 
     def submit_batch(self, jobs: Iterable[Mapping[str, Any]]) -> List[str]:
         """Submits many jobs in one transaction (all or none). ``jobs`` holds dicts with
-        ``kind``, ``args`` and any option of :meth:`submit`. Returns their ids, in order;
-        jobs of one priority run in that order."""
+        ``kind``, ``args`` and any option of :meth:`submit`, at most :data:`MAX_BATCH_JOBS`
+        (10,000: the server's bound; more raise ValueError before anything is sent, so
+        submit larger ones in several batches). Returns their ids, in order; jobs of one
+        priority run in that order."""
         specs = [_job_spec(**job) for job in jobs]
+        if len(specs) > MAX_BATCH_JOBS:
+            raise ValueError(f"a batch holds at most {MAX_BATCH_JOBS:,} jobs, got {len(specs):,}:"
+                             " submit larger ones in several batches")
         return [str(i) for i in self._call("submit_batch", {"jobs": specs})["ids"]]
 
     def status(self, job_id: str) -> Message:

@@ -61,11 +61,38 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread, and values
+/// Decodes a frame a peer sent, refusing frames over `max_frame` bytes unread, values
 /// JSON cannot hold (`undefined`, NaN, ±Infinity, byte strings, integers below -2^63),
-/// tags and non-text keys anywhere in it. An error names the path of the value at fault.
+/// tags and non-text keys anywhere in it, and lists longer than their bounds
+/// ([`crate::MAX_OUTCOMES`] and the others). An error names the path of the value at fault.
 pub fn decode_request(frame: &[u8], max_frame: usize) -> Result<Request, DecodeError> {
     decode(frame, max_frame, &Request::TYPES, Strict::Yes)
+}
+
+/// The lists a request holds that a frame could otherwise fill with as many items as its
+/// bytes allow, each the server's work grows with: (`type`, field, most items). Checked
+/// before the items are read as the message's types.
+const LIST_BOUNDS: [(&str, &str, usize); 4] = [
+    ("outcomes", "outcomes", crate::MAX_OUTCOMES),
+    ("heartbeat", "leases", crate::MAX_HEARTBEAT_LEASES),
+    ("submit_batch", "jobs", crate::MAX_BATCH_JOBS),
+    ("log", "lines", crate::MAX_LOG_LINES),
+];
+
+/// The refusal of a request of type `ty` (`entries` its map) that holds more items in a
+/// list than [`LIST_BOUNDS`] allows.
+fn list_refusal(ty: &str, entries: &[(Value, Value)]) -> Option<String> {
+    let (_, name, most) = LIST_BOUNDS.iter().find(|(t, _, _)| *t == ty)?;
+    let items = entries
+        .iter()
+        .find(|(k, _)| k.as_text() == Some(name))
+        .and_then(|(_, v)| v.as_array())?;
+    (items.len() > *most).then(|| {
+        format!(
+            "{ty}: {name}: {} items, over the limit of {most} in one message",
+            items.len()
+        )
+    })
 }
 
 /// Decodes a frame the server sent. The server's own values are read as they come (a
@@ -74,7 +101,8 @@ pub fn decode_reply(frame: &[u8], max_frame: usize) -> Result<Reply, DecodeError
     decode(frame, max_frame, &Reply::TYPES, Strict::No)
 }
 
-/// Whether values outside JSON refuse the frame.
+/// Whether the frame is a peer's: values outside JSON, and lists past their bounds,
+/// refuse it.
 #[derive(PartialEq)]
 enum Strict {
     Yes,
@@ -137,6 +165,11 @@ fn decode<T: DeserializeOwned>(
             req,
             format!("{ty}: {why}"),
         ));
+    }
+    if strict == Strict::Yes
+        && let Some(why) = list_refusal(ty, entries)
+    {
+        return Err(DecodeError::new(ErrorCode::Invalid, req, why));
     }
     value.deserialized::<T>().map_err(|e| {
         let why = said(e);
@@ -1150,7 +1183,7 @@ mod tests {
             err.message,
             "retry_failed: queue: invalid type: integer `5`, expected a string"
         );
-        // So is a bad item among 10,000 outcomes.
+        // So is a bad item among as many outcomes as a message holds.
         let good = || {
             map(vec![
                 ("outcome", Value::Text("released".into())),
@@ -1158,8 +1191,8 @@ mod tests {
                 ("attempt", Value::Integer(1.into())),
             ])
         };
-        let mut items: Vec<Value> = (0..10_000).map(|_| good()).collect();
-        items[7_777] = map(vec![
+        let mut items: Vec<Value> = (0..crate::MAX_OUTCOMES).map(|_| good()).collect();
+        items[777] = map(vec![
             ("outcome", Value::Text("released".into())),
             ("id", Value::Text(Uuid::nil().to_string())),
             ("attempt", Value::Text("one".into())),
@@ -1172,7 +1205,7 @@ mod tests {
         let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
         assert!(
             err.message
-                .starts_with("outcomes: outcomes[7777].attempt: invalid type"),
+                .starts_with("outcomes: outcomes[777].attempt: invalid type"),
             "{err}"
         );
     }
@@ -1318,6 +1351,54 @@ mod tests {
         let frame = encode(&Request::Submit { req: 1, job }).expect("encodes");
         let err = decode_request(&frame, MAX_FRAME).expect_err("refused");
         assert_eq!(err.code, ErrorCode::TooLarge);
+    }
+
+    #[test]
+    fn lists_past_their_bounds_are_refused_naming_the_field_and_the_limit() {
+        let id = || Value::Text(Uuid::now_v7().to_string());
+        let lease = || map(vec![("id", id()), ("attempt", Value::Integer(1.into()))]);
+        let outcome = || {
+            map(vec![
+                ("outcome", Value::Text("released".into())),
+                ("id", id()),
+                ("attempt", Value::Integer(1.into())),
+            ])
+        };
+        let job = || map(vec![("kind", Value::Text("k".into()))]);
+        let line = || {
+            map(vec![
+                ("level", Value::Text("info".into())),
+                ("message", Value::Text(String::new())),
+            ])
+        };
+        let lists: [(&str, &str, usize, &dyn Fn() -> Value); 4] = [
+            ("outcomes", "outcomes", crate::MAX_OUTCOMES, &outcome),
+            ("heartbeat", "leases", crate::MAX_HEARTBEAT_LEASES, &lease),
+            ("submit_batch", "jobs", crate::MAX_BATCH_JOBS, &job),
+            ("log", "lines", crate::MAX_LOG_LINES, &line),
+        ];
+        for (ty, name, most, item) in lists {
+            let frame = |n: usize| {
+                cbor(&map(vec![
+                    ("type", Value::Text(ty.into())),
+                    ("req", Value::Integer(3.into())),
+                    ("id", id()),
+                    ("attempt", Value::Integer(1.into())),
+                    (name, Value::Array((0..n).map(|_| item()).collect())),
+                ]))
+            };
+            let at_most = decode_request(&frame(most), MAX_FRAME);
+            assert!(at_most.is_ok(), "{ty} of {most}: {at_most:?}");
+            let err = decode_request(&frame(most + 1), MAX_FRAME).expect_err("refused");
+            assert_eq!((err.code, err.req), (ErrorCode::Invalid, Some(3)), "{err}");
+            assert_eq!(
+                err.message,
+                format!(
+                    "{ty}: {name}: {} items, over the limit of {most} in one message",
+                    most + 1
+                )
+            );
+        }
     }
 
     #[test]

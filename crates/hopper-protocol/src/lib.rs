@@ -53,6 +53,28 @@ pub const VERSION: u32 = 1;
 /// error and are not decoded.
 pub const MAX_FRAME: usize = 2 * 1024 * 1024;
 
+/// The most items one `outcomes` message holds; more are refused (`invalid`) and none of
+/// them is written. A frame's cost to the server grows with its items (each is decoded,
+/// checked and written), so each list a peer sends is bounded, well above what a
+/// well-behaved peer sends: the Rust transport sends at most 500 outcomes a message, the
+/// Python and Node workers one.
+pub const MAX_OUTCOMES: usize = 1_000;
+
+/// The most leases one `heartbeat` lists; more are refused (`invalid`), and none of them
+/// is extended. A worker holds at most its `concurrency` plus its `prefetch` orders (each
+/// at most 10,000), and lists besides those it reported whose ack has not come: 30,000
+/// leaves room for 10,000 of these at the largest credit.
+pub const MAX_HEARTBEAT_LEASES: usize = 30_000;
+
+/// The most jobs one `submit_batch` holds; more are refused (`invalid`) and none is
+/// inserted. A larger batch goes in several messages (each all or none).
+pub const MAX_BATCH_JOBS: usize = 10_000;
+
+/// The most lines one `log` request holds; more are refused (`invalid`) and none is
+/// stored. An attempt keeps at most 64 KiB of lines as JSON, each at least 57 bytes, so
+/// no more than about 1,150 lines of one attempt are ever kept.
+pub const MAX_LOG_LINES: usize = 4_096;
+
 /// The most attempts' logs one `logs` reply holds. An attempt keeps at most 64 KiB of
 /// lines as JSON, which CBOR writes in at most about 2.25 times that (a float such as `0.1`
 /// takes 9 bytes in CBOR, 4 in a JSON array): 8 attempts stay under 1.2 MiB, well within

@@ -33,6 +33,7 @@ use crate::in_flight::{
 use crate::log_writer::{self, LogItem};
 use crate::outcome_writer::{self, FinishItem, ReplyTo};
 use crate::tasks;
+use crate::transport::Frames;
 use crate::{ServeConfig, ServeError, ServerHandle};
 
 mod hello;
@@ -55,13 +56,15 @@ pub(crate) const REFUSAL_LOG_CHARS: usize = 160;
 /// silent for three periods is dropped within 3.2.
 const SWEEPS_PER_HEARTBEAT: u32 = 5;
 
+/// The most events the loop handles after a frame before it takes the next frame.
+const EVENTS_BETWEEN_FRAMES: usize = 256;
+
 /// A peer's ROUTER routing id.
 pub(crate) type PeerId = Bytes;
 
-/// Something for the loop to handle.
+/// Something for the loop to handle, besides peers' frames (which come from the
+/// transport's inbox, [`crate::transport::Frames`], in turn among the peers).
 pub(crate) enum Event {
-    /// A frame from a peer (the last frame of its message).
-    Frame(PeerId, Bytes),
     /// A claim finished.
     Claimed {
         queue: String,
@@ -177,6 +180,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
     let bound = crate::transport::start(&settings, events_tx.clone(), out_rx, stop.clone())
         .map_err(bind_error)?;
     let endpoint = bound.endpoint;
+    let frames = bound.frames;
     let (finish_tx, finish_rx) = mpsc::channel(8192);
     // Each queued `log` holds a request permit, so this channel never fills.
     let (logs_tx, logs_rx) = mpsc::channel(MAX_REQUESTS_IN_FLIGHT);
@@ -252,7 +256,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
                 outcome_writer::finish(backend, items, out, events, 3, lease)
             }
         }),
-        tokio::spawn(run(core, events_rx, stop.clone())),
+        tokio::spawn(run(core, events_rx, frames, stop.clone())),
     ];
     tasks.extend(bound.tasks);
     stop_on_error.disarm();
@@ -284,7 +288,12 @@ where
     supervise(name, health, Policy::default(), stop.clone(), task)
 }
 
-async fn run(mut core: Core, mut events: mpsc::Receiver<Event>, stop: CancellationToken) {
+async fn run(
+    mut core: Core,
+    mut events: mpsc::Receiver<Event>,
+    mut frames: Frames,
+    stop: CancellationToken,
+) {
     let mut poll = tokio::time::interval(core.config.poll_interval);
     let mut sweep = tokio::time::interval(core.config.heartbeat / SWEEPS_PER_HEARTBEAT);
     let mut sweeps: u32 = 0;
@@ -292,8 +301,18 @@ async fn run(mut core: Core, mut events: mpsc::Receiver<Event>, stop: Cancellati
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            (peer, frame) = frames.next() => {
+                core.on_frame(peer, frame);
+                // What finished while the frame was handled (a heartbeat's extend, a claim)
+                // goes before the next frame: a peer's backlog of frames delays the answers
+                // to the others' requests by one frame, not by a coin toss per frame.
+                for _ in 0..EVENTS_BETWEEN_FRAMES {
+                    let Ok(event) = events.try_recv() else { break };
+                    core.on_event_or_gone(event, &mut frames);
+                }
+            }
             event = events.recv() => match event {
-                Some(event) => core.on_event(event),
+                Some(event) => core.on_event_or_gone(event, &mut frames),
                 None => return,
             },
             _ = poll.tick() => core.poll(),
@@ -308,9 +327,19 @@ async fn run(mut core: Core, mut events: mpsc::Receiver<Event>, stop: Cancellati
 }
 
 impl Core {
+    /// Handles `event`; a peer found gone has the frames it sent before handled first, as
+    /// if its turn had come (its last outcomes, a bye).
+    fn on_event_or_gone(&mut self, event: Event, frames: &mut Frames) {
+        if let Event::PeerGone(peer) = &event {
+            for frame in frames.take_all(peer) {
+                self.on_frame(peer.clone(), frame);
+            }
+        }
+        self.on_event(event);
+    }
+
     fn on_event(&mut self, event: Event) {
         match event {
-            Event::Frame(peer, frame) => self.on_frame(peer, frame),
             Event::Claimed {
                 queue,
                 limit,

@@ -2,10 +2,13 @@
 //! event loop by channels.
 //!
 //! libzmq sockets belong to one thread at a time, so a single I/O thread owns the ROUTER
-//! and everything that waits on it, and sleeps in `zmq_poll` on four sockets:
+//! and everything that waits on it, and sleeps in `zmq_poll` on five sockets:
 //!
-//! - the ROUTER, the only listening socket: each message it reads goes to the loop as an
-//!   [`Event::Frame`];
+//! - the ROUTER, the only listening socket: each message it reads goes to its peer's queue
+//!   in the [`inbox`], whose queues the loop takes in turn, and which stops the reading
+//!   while a peer has many frames waiting;
+//! - the wake-up, an inproc PAIR: the loop says there that the inbox has room again after
+//!   the I/O thread stopped reading;
 //! - the outbox, an inproc PAIR: the sender thread writes `[peer, frame]` there and the I/O
 //!   thread forwards it to the ROUTER, so a reply wakes the poll at once (no polling
 //!   interval on the hot path);
@@ -30,6 +33,7 @@
 //! CURVE encrypts and authenticates the server when it has a key pair.
 
 mod gate;
+mod inbox;
 
 use std::time::Duration;
 
@@ -41,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ServerKeys;
 use crate::server::{Event, PeerId, hex};
+pub(crate) use inbox::Frames;
 
 /// How long the I/O thread sleeps in `zmq_poll` at most: the delay before it sees `stop`.
 const POLL_MS: i64 = 100;
@@ -62,18 +67,20 @@ pub(crate) struct Settings {
     pub curve: Option<ServerKeys>,
 }
 
-/// The bound socket and the threads that serve it.
+/// The bound socket, the threads that serve it, and the frames it reads.
 pub(crate) struct Bound {
     pub endpoint: String,
     pub tasks: Vec<JoinHandle<()>>,
+    pub frames: Frames,
 }
 
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
-/// Binds the ROUTER and starts the I/O and sender threads. Messages read go to `events`,
-/// replies are taken from `out`; both threads end after `stop`.
+/// Binds the ROUTER and starts the I/O and sender threads. Frames read go to the returned
+/// [`Frames`], what else happens to `events`; replies are taken from `out`; both threads
+/// end after `stop`.
 pub(crate) fn start(
     settings: &Settings,
     events: mpsc::Sender<Event>,
@@ -122,33 +129,20 @@ pub(crate) fn start(
         Ok(Ok(endpoint)) => endpoint,
         _ => settings.listen.clone(),
     };
-    let outbox_endpoint = format!("inproc://hopper-outbox-{}", uuid::Uuid::now_v7());
-    let inbox = context
-        .socket(zmq::PAIR)
-        .map_err(|e| fail("creating the outbox", e))?;
-    let outbox = context
-        .socket(zmq::PAIR)
-        .map_err(|e| fail("creating the outbox", e))?;
-    for s in [&inbox, &outbox] {
-        s.set_sndhwm(OUTBOX_HWM)
-            .and_then(|()| s.set_rcvhwm(OUTBOX_HWM))
-            .and_then(|()| s.set_linger(0))
-            .map_err(|e| fail("setting outbox options", e))?;
-    }
-    inbox
-        .bind(&outbox_endpoint)
-        .map_err(|e| fail("binding the outbox", e))?;
+    let (replies, outbox) = inproc_pair(&context, "outbox", OUTBOX_HWM)?;
     outbox
         .set_sndtimeo(i32::try_from(POLL_MS).unwrap_or(100))
         .map_err(|e| fail("setting outbox options", e))?;
-    outbox
-        .connect(&outbox_endpoint)
-        .map_err(|e| fail("connecting the outbox", e))?;
+    // At most one wake-up is ever unread: the I/O thread is woken once per pause.
+    let (woken, waker) = inproc_pair(&context, "wake-up", 16)?;
+    let frames = std::sync::Arc::new(inbox::Inbox::default());
     let io = IoThread {
         router,
-        inbox,
+        replies,
         zap,
         monitor,
+        woken,
+        frames: frames.clone(),
         events,
         gate: gate::Gate::new(settings.max_connections),
         drops: gate::Throttle::default(),
@@ -159,7 +153,36 @@ pub(crate) fn start(
         tokio::task::spawn_blocking(move || io.run(&io_stop)),
         tokio::task::spawn_blocking(move || send(&outbox, out, &stop)),
     ];
-    Ok(Bound { endpoint, tasks })
+    let frames = Frames::new(frames, inbox::Waker(waker));
+    Ok(Bound {
+        endpoint,
+        tasks,
+        frames,
+    })
+}
+
+/// Two PAIR sockets joined in-process, queueing up to `hwm` messages each way, not
+/// lingering: the first bound (for the I/O thread), the second connected to it.
+fn inproc_pair(
+    context: &zmq::Context,
+    what: &str,
+    hwm: i32,
+) -> Result<(zmq::Socket, zmq::Socket), String> {
+    let fail = |doing: &str, e: zmq::Error| format!("{doing} the {what}: {e}");
+    let endpoint = format!("inproc://hopper-{what}-{}", uuid::Uuid::now_v7());
+    let bound = context.socket(zmq::PAIR).map_err(|e| fail("creating", e))?;
+    let connected = context.socket(zmq::PAIR).map_err(|e| fail("creating", e))?;
+    for s in [&bound, &connected] {
+        s.set_sndhwm(hwm)
+            .and_then(|()| s.set_rcvhwm(hwm))
+            .and_then(|()| s.set_linger(0))
+            .map_err(|e| fail("setting options of", e))?;
+    }
+    bound.bind(&endpoint).map_err(|e| fail("binding", e))?;
+    connected
+        .connect(&endpoint)
+        .map_err(|e| fail("connecting", e))?;
+    Ok((bound, connected))
 }
 
 /// Makes the routing ids libzmq gives peers that choose none unpredictable.
@@ -214,9 +237,13 @@ fn configure(router: &zmq::Socket, settings: &Settings) -> zmq::Result<()> {
 /// The sockets and channels of the I/O thread.
 struct IoThread {
     router: zmq::Socket,
-    inbox: zmq::Socket,
+    replies: zmq::Socket,
     zap: zmq::Socket,
     monitor: zmq::Socket,
+    /// Where the loop wakes the thread when [`IoThread::frames`] has room again.
+    woken: zmq::Socket,
+    /// The frames read, for the loop.
+    frames: std::sync::Arc<inbox::Inbox>,
     events: mpsc::Sender<Event>,
     gate: gate::Gate,
     drops: gate::Throttle,
@@ -228,18 +255,27 @@ impl IoThread {
     fn run(mut self, stop: &CancellationToken) {
         while !stop.is_cancelled() {
             let mut items = [
-                self.router.as_poll_item(zmq::POLLIN),
-                self.inbox.as_poll_item(zmq::POLLIN),
+                self.woken.as_poll_item(zmq::POLLIN),
+                self.replies.as_poll_item(zmq::POLLIN),
                 self.zap.as_poll_item(zmq::POLLIN),
                 self.monitor.as_poll_item(zmq::POLLIN),
+                self.router.as_poll_item(zmq::POLLIN),
             ];
-            if let Err(e) = zmq::poll(&mut items, POLL_MS) {
+            // While the inbox has no room the ROUTER is left out of the poll, not merely
+            // polled for nothing: polling it makes libzmq take the next message of its
+            // fair queue ahead, which would be chosen before the peers whose messages
+            // arrive during the pause. Its peers' messages wait in libzmq meanwhile.
+            let polled = if self.frames.may_read() { 5 } else { 4 };
+            if let Err(e) = zmq::poll(&mut items[..polled], POLL_MS) {
                 if e == zmq::Error::ETERM {
                     return;
                 }
                 continue;
             }
             let ready = items.map(|i| i.is_readable());
+            if ready[0] {
+                while self.woken.recv_bytes(zmq::DONTWAIT).is_ok() {}
+            }
             if ready[3] {
                 while let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) {
                     self.closed |= self.gate.on_monitor(&frames);
@@ -260,8 +296,8 @@ impl IoThread {
                     }
                 }
             }
-            if ready[0] && !self.receive() {
-                return;
+            if ready[4] {
+                self.receive();
             }
             if ready[1] {
                 self.forward();
@@ -269,11 +305,11 @@ impl IoThread {
         }
     }
 
-    /// Hands the ROUTER's messages to the loop; false when the loop is gone.
-    fn receive(&mut self) -> bool {
+    /// Queues the ROUTER's messages for the loop, until the inbox has no room.
+    fn receive(&mut self) {
         for _ in 0..BURST {
             let Ok(mut frames) = self.router.recv_multipart(zmq::DONTWAIT) else {
-                return true;
+                return;
             };
             // The routing id comes first; an empty delimiter may sit before the CBOR frame.
             if frames.len() < 2 {
@@ -281,27 +317,16 @@ impl IoThread {
             }
             let Some(frame) = frames.pop() else { continue };
             let peer = Bytes::from(frames.swap_remove(0));
-            let event = Event::Frame(peer, Bytes::from(frame));
-            let sent = match self.events.try_send(event) {
-                Ok(()) => Ok(()),
-                // The loop is behind: wait for it, which stops reading the socket, so peers'
-                // messages queue in libzmq up to the high-water mark.
-                Err(mpsc::error::TrySendError::Full(event)) => {
-                    self.events.blocking_send(event).map_err(|_| ())
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
-            };
-            if sent.is_err() {
-                return false;
+            if !self.frames.push(peer, Bytes::from(frame)) {
+                return;
             }
         }
-        true
     }
 
     /// Writes the replies waiting in the outbox to the ROUTER.
     fn forward(&mut self) {
         for _ in 0..BURST {
-            let Ok(message) = self.inbox.recv_multipart(zmq::DONTWAIT) else {
+            let Ok(message) = self.replies.recv_multipart(zmq::DONTWAIT) else {
                 return;
             };
             let id = message.first().cloned().unwrap_or_default();

@@ -499,8 +499,9 @@ impl Backend for RemoteBackend {
         }
     }
 
-    /// Sends the jobs in `submit_batch` messages of up to 1.5 MiB each. Each message is
-    /// inserted all or nothing; a batch larger than one message is not atomic as a whole.
+    /// Sends the jobs in `submit_batch` messages of up to 1.5 MiB and
+    /// [`hopper_protocol::MAX_BATCH_JOBS`] jobs each. Each message is inserted all or
+    /// nothing; a batch larger than one message is not atomic as a whole.
     async fn job_insert_many(&self, jobs: &[NewJob]) -> Result<()> {
         let mut chunk: Vec<JobSpec> = Vec::new();
         let mut size = 0usize;
@@ -508,7 +509,8 @@ impl Backend for RemoteBackend {
             job.validate()?;
             let s = JobSpec::from(job);
             let len = hopper_protocol::encode(&s).map(|b| b.len()).unwrap_or(0);
-            if !chunk.is_empty() && size + len > BATCH_BYTES {
+            let full = size + len > BATCH_BYTES || chunk.len() == hopper_protocol::MAX_BATCH_JOBS;
+            if !chunk.is_empty() && full {
                 self.submit_batch(std::mem::take(&mut chunk)).await?;
                 size = 0;
             }

@@ -7,8 +7,9 @@ use hopper_protocol::{FinishResult as WireResult, OutcomeItem, Reply, Request};
 
 use super::{RemoteBackend, lock, state_after, unexpected};
 
-/// Most outcomes in one message (about 100 bytes each, a failure's error text more).
-const PER_MESSAGE: usize = 500;
+/// Most outcomes in one message (about 100 bytes each, a failure's error text more): half
+/// the protocol's bound ([`hopper_protocol::MAX_OUTCOMES`]).
+const PER_MESSAGE: usize = hopper_protocol::MAX_OUTCOMES / 2;
 
 impl RemoteBackend {
     /// Sends `finishes` in `outcomes` messages, all at once, and gathers the results in
