@@ -10,6 +10,9 @@ use tokio_postgres::error::SqlState;
 /// any other answer of the server [`Error::Refused`].
 pub fn map_pg(e: tokio_postgres::Error) -> Error {
     if let Some(db) = e.as_db_error() {
+        if db.code() == &SqlState::READ_ONLY_SQL_TRANSACTION {
+            crate::read_only::note_refusal();
+        }
         if let Some(taken) = job_id_taken(db.code().code(), db.constraint(), db.detail()) {
             return taken;
         }
@@ -114,6 +117,19 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
              needed; it may succeed once that is free"
         ))));
     }
+    // Transient: the address may lead to the primary soon (a failover under way), and
+    // the connections made before this answer are replaced (`read_only.rs`).
+    if is(&SqlState::READ_ONLY_SQL_TRANSACTION) {
+        return Some(Error::Database(
+            format!(
+                "{message} (SQLSTATE {code}): the server takes no writes: a standby (in \
+                 recovery), or default_transaction_read_only is on; hopper needs the primary: \
+                 give its address, or list every node with target_session_attrs=read-write \
+                 (docs/deployment.md)"
+            )
+            .into(),
+        ));
+    }
     if is_transient_state(code) {
         return None;
     }
@@ -144,13 +160,11 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
 /// True for the SQLSTATEs that waiting may cure, left as a transient [`Error::Database`]:
 /// the connection lost (class 08), a transaction rolled back by a serialization failure or a
 /// deadlock (40), resources short (53), an object busy or a lock not available (55), the
-/// server shutting down, starting or cancelling (57), an I/O error (58), and a read-only
-/// transaction, met on a primary demoted by a failover until the pool reconnects (25006).
+/// server shutting down, starting or cancelling (57), an I/O error (58).
 fn is_transient_state(code: &str) -> bool {
     ["08", "40", "53", "55", "57", "58"]
         .iter()
         .any(|class| code.starts_with(class))
-        || code == SqlState::READ_ONLY_SQL_TRANSACTION.code()
 }
 
 /// Turns a pool error into hopper's error. A backend says it through its connection
@@ -207,7 +221,7 @@ mod tests {
             ("57P01", "transient"), // admin shutdown
             ("57P03", "transient"), // cannot connect now (starting up)
             ("58030", "transient"), // I/O error
-            ("25006", "transient"), // read-only transaction (a demoted primary)
+            ("25006", "transient"), // read-only transaction (a standby, a failover under way)
             ("26000", "transient"), // prepared statement does not exist (a new session)
             ("22023", "invalid"),
             ("23502", "invalid"),

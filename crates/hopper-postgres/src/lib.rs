@@ -40,6 +40,7 @@ mod outcomes;
 mod poison;
 mod pooled;
 mod prune;
+mod read_only;
 mod rows;
 mod scheduling;
 mod settings;
