@@ -11,6 +11,7 @@ mod cli;
 mod databases;
 mod db_restart;
 mod demo;
+mod ended_sessions;
 mod health;
 mod hostile;
 mod http_connections;

@@ -394,7 +394,7 @@ async fn deregister(backend: &Arc<dyn Backend>, node: Uuid) {
     let deletion = tokio::spawn(async move {
         let params = NodeDeregisterParams { node };
         if let Err(e) = backend.node_deregister(&params).await {
-            tracing::warn!(error = %e, "deregistering the node failed");
+            tracing::warn!(error = %e.with_causes(), "deregistering the node failed");
         }
     });
     if tokio::time::timeout(DEREGISTER_WAIT, deletion)
