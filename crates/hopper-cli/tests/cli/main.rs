@@ -28,3 +28,4 @@ mod serve_curve;
 mod serve_metrics;
 mod serve_stats;
 mod sqlite_processes;
+mod stop_signals;
