@@ -79,6 +79,11 @@ pub(crate) fn stale_statement(e: &tokio_postgres::Error) -> bool {
         .is_some_and(|db| is_stale_statement(db.code().code(), db.message(), db.routine()))
 }
 
+/// What to do behind a pooler in transaction mode, said by the errors that show one.
+const TELL_THE_POOLER: &str = "tell hopper: HOPPER_POOLER=transaction (`--pooler \
+     transaction`), or PgOptions::with_pooler(Pooler::Transaction) in Rust \
+     (docs/deployment.md, PgBouncer)";
+
 /// hopper's error for a database error of SQLSTATE `code` (`routine`: the server function
 /// that raised it, when the server says), whichever driver reported it; `None` for a
 /// plain, transient [`Error::Database`].
@@ -99,6 +104,17 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
     if is(&SqlState::UNDEFINED_TABLE) || is(&SqlState::UNDEFINED_FUNCTION) {
         return Some(Error::Schema(format!(
             "{message}: the schema is missing or not migrated; run `hopper migrate`"
+        )));
+    }
+    // A name this connection gave a statement is taken in its server session: only
+    // clients sharing a server session meet it, as behind a transaction pooler that hopper
+    // was not told of. Each new process names its statements from s0 again, so it fails
+    // every time: not transient.
+    if is(&SqlState::DUPLICATE_PSTATEMENT) {
+        return Some(Error::Refused(format!(
+            "{message} (SQLSTATE {code}): another client's statement of that name is in the \
+             server session, which happens behind a pooler in transaction mode; \
+             {TELL_THE_POOLER}"
         )));
     }
     // The rest of class 42 (a privilege revoked, a column or type not as migrated): the
@@ -137,11 +153,13 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
     // the pool's statement caches when it meets one), so the same call then runs.
     if is_stale_statement(code, message, routine) {
         let why = if is(&SqlState::INVALID_SQL_STATEMENT_NAME) {
-            "the server session behind the connection is not the one that prepared it (a \
-             pooler's RECONNECT, a restarted server; behind PgBouncer in transaction mode, \
-             set the pooler to transaction: docs/deployment.md)"
+            format!(
+                "the server session behind the connection is not the one that prepared it (a \
+                 pooler's RECONNECT, a restarted server; behind a pooler in transaction mode, \
+                 {TELL_THE_POOLER})"
+            )
         } else {
-            "a column it returns changed type since (an ALTER TABLE, a migration)"
+            "a column it returns changed type since (an ALTER TABLE, a migration)".to_owned()
         };
         return Some(Error::Database(
             format!(
