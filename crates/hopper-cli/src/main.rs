@@ -44,7 +44,7 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if output::is_broken_pipe(&e) => ExitCode::from(output::BROKEN_PIPE_EXIT),
         Err(e) => {
-            let message = one_line(&e);
+            let message = output::one_line(&e);
             if json {
                 // Best effort: stdout may be the thing that failed.
                 let _ =
@@ -86,34 +86,6 @@ fn usage_message(rendered: &str) -> String {
         .strip_prefix("error: ")
         .unwrap_or(&message)
         .to_owned()
-}
-
-/// The error and its causes on one line, each said once: a cause that the message already
-/// ends with is not repeated, nor a bare `database:` prefix right after a message that
-/// already says what could not be reached.
-fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if line.ends_with(&text) {
-            continue;
-        }
-        let mut text = text.as_str();
-        while let Some(rest) = text.strip_prefix("database: ") {
-            if line.is_empty() {
-                break;
-            }
-            text = rest;
-        }
-        if line.ends_with(text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(text);
-    }
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

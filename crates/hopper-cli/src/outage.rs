@@ -39,7 +39,8 @@ where
             }
             Err(e) if started.elapsed() < PATIENCE && retryable(&e) => {
                 if !reported {
-                    eprintln!("hopper: {what} failed: {e:#}; retrying");
+                    let why = crate::output::one_line(&e);
+                    eprintln!("hopper: {what} failed: {why}; retrying");
                     reported = true;
                 }
                 tokio::time::sleep(backoff).await;

@@ -130,6 +130,34 @@ pub fn error_json(e: &anyhow::Error, message: &str) -> serde_json::Value {
     serde_json::json!({ "error": { "code": code, "message": message } })
 }
 
+/// The error and its causes on one line, each said once: a cause that the message already
+/// ends with is not repeated, nor a bare `database:` prefix right after a message that
+/// already says what could not be reached.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        let mut text = text.as_str();
+        while let Some(rest) = text.strip_prefix("database: ") {
+            if line.is_empty() {
+                break;
+            }
+            text = rest;
+        }
+        if line.ends_with(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -74,10 +74,13 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
     let health = handle.health();
     tokio::select! {
         _ = async { while let Ok(Some(_)) = stdin.next_line().await {} }, if args.stdin_control => {}
-        _ = hopper::shutdown_signal() => {}
+        _ = hopper::shutdown_signal() => tracing::info!(
+            "signal received; stopping (a second SIGINT or SIGTERM hands the running jobs back \
+             at once)"
+        ),
         failure = health.failed() => tracing::error!(%failure, "the runtime is unhealthy; stopping"),
     }
-    handle.shutdown().await;
+    handle.shutdown_until(hopper::shutdown_signal()).await;
     match health.failure() {
         Some(failure) => anyhow::bail!("stopped unhealthy: {failure}"),
         None => Ok(()),

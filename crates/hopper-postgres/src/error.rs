@@ -10,6 +10,9 @@ use tokio_postgres::error::SqlState;
 /// any other answer of the server [`Error::Refused`].
 pub fn map_pg(e: tokio_postgres::Error) -> Error {
     if let Some(db) = e.as_db_error() {
+        if db.code() == &SqlState::READ_ONLY_SQL_TRANSACTION {
+            crate::read_only::note_refusal();
+        }
         if let Some(taken) = job_id_taken(db.code().code(), db.constraint(), db.detail()) {
             return taken;
         }
@@ -76,6 +79,11 @@ pub(crate) fn stale_statement(e: &tokio_postgres::Error) -> bool {
         .is_some_and(|db| is_stale_statement(db.code().code(), db.message(), db.routine()))
 }
 
+/// What to do behind a pooler in transaction mode, said by the errors that show one.
+const TELL_THE_POOLER: &str = "tell hopper: HOPPER_POOLER=transaction (`--pooler \
+     transaction`), or PgOptions::with_pooler(Pooler::Transaction) in Rust \
+     (docs/deployment.md, PgBouncer)";
+
 /// hopper's error for a database error of SQLSTATE `code` (`routine`: the server function
 /// that raised it, when the server says), whichever driver reported it; `None` for a
 /// plain, transient [`Error::Database`].
@@ -98,6 +106,17 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
             "{message}: the schema is missing or not migrated; run `hopper migrate`"
         )));
     }
+    // A name this connection gave a statement is taken in its server session: only
+    // clients sharing a server session meet it, as behind a transaction pooler that hopper
+    // was not told of. Each new process names its statements from s0 again, so it fails
+    // every time: not transient.
+    if is(&SqlState::DUPLICATE_PSTATEMENT) {
+        return Some(Error::Refused(format!(
+            "{message} (SQLSTATE {code}): another client's statement of that name is in the \
+             server session, which happens behind a pooler in transaction mode; \
+             {TELL_THE_POOLER}"
+        )));
+    }
     // The rest of class 42 (a privilege revoked, a column or type not as migrated): the
     // same statement fails again, so it must not be retried as if the database were away.
     if code.starts_with("42") {
@@ -114,6 +133,19 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
              needed; it may succeed once that is free"
         ))));
     }
+    // Transient: the address may lead to the primary soon (a failover under way), and
+    // the connections made before this answer are replaced (`read_only.rs`).
+    if is(&SqlState::READ_ONLY_SQL_TRANSACTION) {
+        return Some(Error::Database(
+            format!(
+                "{message} (SQLSTATE {code}): the server takes no writes: a standby (in \
+                 recovery), or default_transaction_read_only is on; hopper needs the primary: \
+                 give its address, or list every node with target_session_attrs=read-write \
+                 (docs/deployment.md)"
+            )
+            .into(),
+        ));
+    }
     if is_transient_state(code) {
         return None;
     }
@@ -121,11 +153,13 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
     // the pool's statement caches when it meets one), so the same call then runs.
     if is_stale_statement(code, message, routine) {
         let why = if is(&SqlState::INVALID_SQL_STATEMENT_NAME) {
-            "the server session behind the connection is not the one that prepared it (a \
-             pooler's RECONNECT, a restarted server; behind PgBouncer in transaction mode, \
-             set the pooler to transaction: docs/deployment.md)"
+            format!(
+                "the server session behind the connection is not the one that prepared it (a \
+                 pooler's RECONNECT, a restarted server; behind a pooler in transaction mode, \
+                 {TELL_THE_POOLER})"
+            )
         } else {
-            "a column it returns changed type since (an ALTER TABLE, a migration)"
+            "a column it returns changed type since (an ALTER TABLE, a migration)".to_owned()
         };
         return Some(Error::Database(
             format!(
@@ -144,13 +178,11 @@ pub(crate) fn classify(code: &str, message: &str, routine: Option<&str>) -> Opti
 /// True for the SQLSTATEs that waiting may cure, left as a transient [`Error::Database`]:
 /// the connection lost (class 08), a transaction rolled back by a serialization failure or a
 /// deadlock (40), resources short (53), an object busy or a lock not available (55), the
-/// server shutting down, starting or cancelling (57), an I/O error (58), and a read-only
-/// transaction, met on a primary demoted by a failover until the pool reconnects (25006).
+/// server shutting down, starting or cancelling (57), an I/O error (58).
 fn is_transient_state(code: &str) -> bool {
     ["08", "40", "53", "55", "57", "58"]
         .iter()
         .any(|class| code.starts_with(class))
-        || code == SqlState::READ_ONLY_SQL_TRANSACTION.code()
 }
 
 /// Turns a pool error into hopper's error. A backend says it through its connection
@@ -207,7 +239,7 @@ mod tests {
             ("57P01", "transient"), // admin shutdown
             ("57P03", "transient"), // cannot connect now (starting up)
             ("58030", "transient"), // I/O error
-            ("25006", "transient"), // read-only transaction (a demoted primary)
+            ("25006", "transient"), // read-only transaction (a standby, a failover under way)
             ("26000", "transient"), // prepared statement does not exist (a new session)
             ("22023", "invalid"),
             ("23502", "invalid"),

@@ -40,6 +40,7 @@ mod outcomes;
 mod poison;
 mod pooled;
 mod prune;
+mod read_only;
 mod rows;
 mod scheduling;
 mod settings;
@@ -261,8 +262,12 @@ impl PgBackend {
             }
             Pooler::Transaction => None,
         };
-        // Fail now, with the reason in words, if the database cannot be reached.
-        drop(pool.get().await.map_err(|e| connect.pool_error(e))?);
+        let queries = Queries::new(&options.schema);
+        // Fail now, with the reason in words, if the database cannot be reached or reads
+        // the schema name as a key word.
+        let client = pool.get().await.map_err(|e| connect.pool_error(e))?;
+        refuse_keyword_schema(&client, &queries, &options.schema).await?;
+        drop(client);
         let (local_wake, _) = tokio::sync::broadcast::channel(256);
         Ok(PgBackend {
             inner: Arc::new(Inner {
@@ -274,7 +279,7 @@ impl PgBackend {
                 logs_around_held: pooled::begin_with_lock_timeout(lock_timeout.as_deref()),
                 local_lock_bound: local_lock_bound(options.pooler, options.lock_timeout),
                 listen,
-                queries: Queries::new(&options.schema),
+                queries,
                 schema: options.schema,
                 clock: options.clock,
                 state_type: OnceCell::new(),
@@ -583,6 +588,33 @@ fn refuse_system_schema(schema: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Refuses a schema name that the server's parser reads as a key word other than an
+/// unreserved one (`schema_name_keyword.sql`): hopper splices the name into its statements
+/// unquoted, where such a word is a syntax error (`CREATE SCHEMA select`, a type named
+/// `time.job_state`). Asked of the server, whose list of key words grows with its version.
+/// Sent as the unnamed statement whatever the pooler setting, so that the check itself
+/// cannot fail behind a transaction pooler that hopper was not told of.
+async fn refuse_keyword_schema(
+    client: &deadpool_postgres::Object,
+    queries: &Queries,
+    schema: &str,
+) -> Result<()> {
+    let kind: Option<String> = Pooler::Transaction
+        .text(&queries.schema_name_keyword)
+        .query_opt(statement::driver(client), &[&schema])
+        .await
+        .map_err(map_pg)?
+        .map(|row| row.get(0));
+    match kind {
+        None => Ok(()),
+        Some(kind) => Err(Error::InvalidInput(format!(
+            "schema name {schema:?} is an SQL key word to PostgreSQL ({kind}), which hopper's \
+             statements cannot take as a schema name; choose another (hopper's default is \
+             hopper)"
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use hopper_core::error::with_causes;
 use hopper_core::{Error, Result, Wakeup, WakeupStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, Client};
@@ -44,11 +45,11 @@ pub async fn subscribe(
         let (mut _client, mut ended) = first;
         let mut backoff = Duration::from_millis(100);
         loop {
-            tokio::select! {
+            let why = tokio::select! {
                 _ = tx.closed() => return,
-                _ = &mut ended => {}
-            }
-            tracing::warn!(channel, "notification connection lost; reconnecting");
+                why = &mut ended => why.unwrap_or_else(|_| "the connection ended".to_owned()),
+            };
+            tracing::warn!(channel, reason = %why, "notification connection lost; reconnecting");
             loop {
                 tokio::select! {
                     _ = tx.closed() => return,
@@ -65,7 +66,7 @@ pub async fn subscribe(
                         break;
                     }
                     Err(e) => {
-                        tracing::warn!(channel, error = %e, "reconnecting the notification listener failed");
+                        tracing::warn!(channel, error = %e.with_causes(), "reconnecting the notification listener failed");
                         backoff = (backoff * 2).min(Duration::from_secs(5));
                     }
                 }
@@ -78,17 +79,18 @@ pub async fn subscribe(
 }
 
 /// Opens one listening connection: the client, and a receiver that resolves when the
-/// connection ends.
+/// connection ends, with why.
 async fn listen_once(
     config: &PgConnectOptions,
     channel: &str,
     tx: mpsc::Sender<Wakeup>,
     on_settings: OnSettings,
-) -> Result<(Client, oneshot::Receiver<()>)> {
+) -> Result<(Client, oneshot::Receiver<String>)> {
     let (client, mut connection) = config.connect_raw().await?;
     let (ended_tx, ended_rx) = oneshot::channel();
     let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
     tokio::spawn(async move {
+        let mut why = "the server closed the connection".to_owned();
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => {
@@ -103,12 +105,12 @@ async fn listen_once(
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::debug!(error = %e, "notification connection error");
+                    why = with_causes(&e);
                     break;
                 }
             }
         }
-        let _ = ended_tx.send(());
+        let _ = ended_tx.send(why);
     });
     client
         .batch_execute(&format!("LISTEN \"{channel}\""))

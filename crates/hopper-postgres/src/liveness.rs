@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
+use hopper_core::error::with_causes;
 use hopper_core::{Error, NodeHold, NodeId, NodeInfo, NodeLiveness, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -76,7 +77,7 @@ impl NodeLiveness for PgBackend {
         tokio::spawn(async move {
             let why = match connection.await {
                 Ok(()) => "the liveness connection was closed".to_owned(),
-                Err(e) => format!("the liveness connection failed: {e}"),
+                Err(e) => format!("the liveness connection failed: {}", with_causes(&e)),
             };
             let _ = ended.try_send(why);
         });
@@ -155,7 +156,7 @@ async fn ping(client: Arc<Client>, lost: mpsc::Sender<String>) {
         tokio::time::sleep(PING_PERIOD).await;
         let why = match tokio::time::timeout(PING_TIMEOUT, client.simple_query("")).await {
             Ok(Ok(_)) => continue,
-            Ok(Err(e)) => format!("the liveness connection failed a ping: {e}"),
+            Ok(Err(e)) => format!("the liveness connection failed a ping: {}", with_causes(&e)),
             Err(_) => {
                 format!("the liveness connection did not answer a ping within {PING_TIMEOUT:?}")
             }

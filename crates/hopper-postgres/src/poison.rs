@@ -175,7 +175,7 @@ impl PgBackend {
             // A row deleted meanwhile is dropped: only held rows wait for the next claim.
             Ok(repair) => held.retain(|job| repair.held.contains(&job.id)),
             Err(e) => {
-                tracing::error!(error = %e, jobs = held.len(), "failing unreadable jobs failed; trying again at the next claim");
+                tracing::error!(error = %e.with_causes(), jobs = held.len(), "failing unreadable jobs failed; trying again at the next claim");
             }
         }
         if !held.is_empty() {
@@ -234,14 +234,14 @@ impl PgBackend {
                                 poisoned.id
                             ))));
                         }
-                        tracing::warn!(job = %poisoned.id, error = %e, "a job's row cannot be read, and another transaction holds it; left out until it is free");
+                        tracing::warn!(job = %poisoned.id, error = %e.with_causes(), "a job's row cannot be read, and another transaction holds it; left out until it is free");
                         continue;
                     }
                     match self.job_get_once(poisoned.id).await {
                         Ok(Some(job)) => jobs.push(job),
                         Ok(None) => {}
                         Err(e) => {
-                            tracing::error!(job = %poisoned.id, error = %e, "a failed job's row still cannot be read; left out");
+                            tracing::error!(job = %poisoned.id, error = %e.with_causes(), "a failed job's row still cannot be read; left out");
                         }
                     }
                 }

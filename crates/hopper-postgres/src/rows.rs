@@ -47,7 +47,7 @@ pub fn listed<T>(what: &str, row: Result<T>) -> Option<T> {
         Ok(value) => Some(value),
         Err(e) => {
             if let Some(held_back) = UNREADABLE.check() {
-                tracing::error!(error = %e, held_back, "a {what} row cannot be read; left out of the list");
+                tracing::error!(error = %e.with_causes(), held_back, "a {what} row cannot be read; left out of the list");
             }
             None
         }

@@ -236,7 +236,7 @@ impl PgBackend {
         let release = |jobs: Vec<ClaimedJob>| async move {
             let finishes: Vec<Finish> = jobs.iter().map(|j| Finish::released(j.lease)).collect();
             if let Err(e) = self.job_finish_many(&finishes).await {
-                tracing::warn!(error = %e, "releasing jobs claimed for a caller that gave up");
+                tracing::warn!(error = %e.with_causes(), "releasing jobs claimed for a caller that gave up");
             }
         };
         self.inner.combiner.claim(params, claim, release).await

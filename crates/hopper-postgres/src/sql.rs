@@ -316,6 +316,7 @@ queries!(
     queue_settings_all(),
     queue_stats(TIMESTAMPTZ),
     queue_update(TEXT, BOOL, BOOL, INT4, BOOL, INT4, BOOL, INT4, INT4, INT4),
+    schema_name_keyword(TEXT),
 );
 
 #[cfg(test)]

@@ -329,7 +329,7 @@ impl Core {
                 let page = match backend.job_list(&params).await {
                     Ok(page) => page,
                     Err(e) => {
-                        tracing::warn!(error = %e, "listing inherited leases failed; they will expire");
+                        tracing::warn!(error = %e.with_causes(), "listing inherited leases failed; they will expire");
                         let _ = events.send(Event::Inherited(Vec::new())).await;
                         return;
                     }

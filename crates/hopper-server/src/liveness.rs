@@ -59,7 +59,7 @@ pub(crate) async fn start(
         match liveness.node_hold(&node).await {
             Ok(hold) => break hold,
             Err(e) if began.elapsed() < START_PATIENCE => {
-                tracing::info!(error = %e, retry_in = ?backoff, "taking the node's liveness lock failed");
+                tracing::info!(error = %e.with_causes(), retry_in = ?backoff, "taking the node's liveness lock failed");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -89,7 +89,7 @@ impl Hold {
         if let Some(liveness) = self.backend.node_liveness()
             && let Err(e) = liveness.node_let_go(self.node.id).await
         {
-            tracing::warn!(error = %e, "letting go of the node's liveness lock failed; its jobs will be released as a vanished node's");
+            tracing::warn!(error = %e.with_causes(), "letting go of the node's liveness lock failed; its jobs will be released as a vanished node's");
         }
         drop(hold);
     }
@@ -128,7 +128,7 @@ async fn keep(
             match liveness.node_hold(&node).await {
                 Ok(hold) => break hold,
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "taking the liveness lock again failed");
+                    tracing::warn!(error = %e.with_causes(), retry_in = ?backoff, "taking the liveness lock again failed");
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }

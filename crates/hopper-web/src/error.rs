@@ -106,7 +106,7 @@ impl From<hopper::Error> for ApiError {
                 "shutting down",
             ),
             E::Database(_) if e.is_lock_not_granted() => {
-                tracing::warn!(error = %e, "API request gave up waiting for a lock");
+                tracing::warn!(error = %e.with_causes(), "API request gave up waiting for a lock");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",
@@ -117,7 +117,7 @@ impl From<hopper::Error> for ApiError {
             E::Database(_) => {
                 // The driver's message may name hosts, users or statements: keep it in the
                 // log, give the caller only what it needs.
-                tracing::error!(error = %e, "API request failed in the database");
+                tracing::error!(error = %e.with_causes(), "API request failed in the database");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",

@@ -103,7 +103,7 @@ pub async fn renew_held(backend: &dyn Backend, leases: Vec<Lease>, by: Duration)
     crate::metrics::outcomes_held(leases.len());
     let params = JobExtendManyParams { leases, by };
     if let Err(e) = crate::spans::extend_leases(backend, &params).await {
-        tracing::warn!(error = %e, jobs = params.leases.len(), "renewing the leases of held outcomes failed; trying again with them");
+        tracing::warn!(error = %e.with_causes(), jobs = params.leases.len(), "renewing the leases of held outcomes failed; trying again with them");
     }
 }
 
@@ -143,13 +143,13 @@ pub async fn write_isolating(
             }
             Err(e) if e.is_transient() => {
                 let delay = backoff.next_delay();
-                tracing::warn!(error = %e, jobs = group.len(), retry_in = ?delay, "writing outcomes failed; retrying");
+                tracing::warn!(error = %e.with_causes(), jobs = group.len(), retry_in = ?delay, "writing outcomes failed; retrying");
                 tokio::time::sleep(delay).await;
                 groups.push(group);
             }
             Err(e) if group.len() == 1 => results[group[0]] = Some(Err(e)),
             Err(e) => {
-                tracing::warn!(error = %e, jobs = group.len(), "a batch of outcomes was refused; writing it in halves to find the one at fault");
+                tracing::warn!(error = %e.with_causes(), jobs = group.len(), "a batch of outcomes was refused; writing it in halves to find the one at fault");
                 let (left, right) = group.split_at(group.len() / 2);
                 groups.push(right.to_vec());
                 groups.push(left.to_vec());
@@ -163,7 +163,7 @@ pub async fn write_isolating(
             let result = result.unwrap_or_else(|| Err(Error::Shutdown));
             if let Err(e) = &result {
                 crate::metrics::outcome_refused();
-                tracing::error!(job_id = %finish.lease.job_id, attempt = finish.lease.attempt, error = %e, "an outcome was refused and not written; the job runs again when its lease expires");
+                tracing::error!(job_id = %finish.lease.job_id, attempt = finish.lease.attempt, error = %e.with_causes(), "an outcome was refused and not written; the job runs again when its lease expires");
             }
             result
         })

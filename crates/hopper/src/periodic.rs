@@ -280,7 +280,7 @@ pub(crate) async fn run(
         match store.cron_register(&registered).await {
             Ok(()) => break,
             Err(e) => {
-                tracing::warn!(error = %e, "registering periodic jobs failed");
+                tracing::warn!(error = %e.with_causes(), "registering periodic jobs failed");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = stop.cancelled() => return,
@@ -293,7 +293,7 @@ pub(crate) async fn run(
         let wait = match tick(&*backend, store, &*clock, &entries, &middleware).await {
             Ok(wait) => wait,
             Err(e) => {
-                tracing::warn!(error = %e, "enqueuing periodic jobs failed");
+                tracing::warn!(error = %e.with_causes(), "enqueuing periodic jobs failed");
                 MAX_SLEEP
             }
         };

@@ -375,8 +375,15 @@ async fn serve_waits_for_the_database_and_rides_through_its_restart() -> anyhow:
     let mut direct = hopper(&url, &["worker", "--queue", "direct", "--concurrency", "2"])?;
     let mut direct_lines = stderr_lines(&mut direct)?;
 
-    // Nothing listens on the port yet: the server says it waits, and does not exit.
-    line_with(&mut lines, &mut seen, "retrying", Duration::from_secs(30)).await?;
+    // Nothing listens on the port yet: the server says it waits, and why, once, and does
+    // not exit.
+    let waiting = line_with(&mut lines, &mut seen, "retrying", Duration::from_secs(30)).await?;
+    assert_eq!(
+        waiting.matches("could not connect to PostgreSQL").count(),
+        1,
+        "{waiting}"
+    );
+    assert!(!waiting.contains(": database: "), "{waiting}");
     assert_eq!(serve.try_wait()?, None, "serve exited: {seen:#?}");
     let mut direct_seen = Vec::new();
     line_with(

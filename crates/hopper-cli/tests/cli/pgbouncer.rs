@@ -2,7 +2,7 @@
 //! transaction`, `docs/deployment.md`): the demo, and the bench's enqueue and drain, with
 //! `DATABASE_URL` pointing at the pooler.
 
-use hopper::testing::{PgBouncer, TestDatabase};
+use hopper::testing::{PgBouncer, PgBouncerConfig, TestDatabase};
 use serde_json::Value;
 use tokio::process::Command;
 
@@ -68,5 +68,38 @@ async fn the_bench_enqueues_and_drains_through_pgbouncer() -> anyhow::Result<()>
     assert_eq!(drained["jobs"].as_f64(), Some(2000.0), "{drained}");
     let stats = db.queue_stats("bench").await?;
     assert_eq!((stats.completed, stats.available), (2000, 0), "{stats:?}");
+    Ok(())
+}
+
+/// Without `HOPPER_POOLER=transaction`, two `hopper` processes in a row share the
+/// pooler's one server session, and the second names its first prepared statement as the
+/// first one did: the server refuses it (SQLSTATE 42P05). The error names the setting.
+#[tokio::test]
+async fn a_shared_server_session_is_refused_naming_the_pooler_setting() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let bouncer = PgBouncer::start_with(&PgBouncerConfig::default().with_pool_size(1))?;
+    let enqueue = |n: u32| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+        command
+            .env("DATABASE_URL", bouncer.url())
+            .env("HOPPER_SCHEMA", db.schema())
+            .env_remove("HOPPER_POOLER")
+            .env_remove("HOPPER_LOG")
+            .args([
+                "enqueue",
+                "--kind",
+                "k",
+                "--args",
+                &format!("{{\"n\":{n}}}"),
+            ]);
+        command
+    };
+    let first = enqueue(1).output().await?;
+    assert!(first.status.success(), "{first:?}");
+    let second = enqueue(2).output().await?;
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{said}");
+    assert!(said.contains("42P05"), "{said}");
+    assert!(said.contains("HOPPER_POOLER=transaction"), "{said}");
     Ok(())
 }

@@ -150,7 +150,9 @@ impl PgConnectOptions {
 
     /// A pool of at most `size` connections. Nothing connects until the first `get`. A
     /// connection that broke (the server went away, a failover) is found broken when it
-    /// is next taken and replaced by a fresh one, which goes through the host list again.
+    /// is next taken and replaced by a fresh one, which goes through the host list again;
+    /// so is every connection made before one answered that the server takes no writes
+    /// (SQLSTATE 25006: a standby, see `read_only.rs`).
     pub fn pool(&self, size: usize) -> Result<Pool> {
         self.pool_with_setup(size, None)
     }
@@ -168,7 +170,16 @@ impl PgConnectOptions {
         let mut builder = Pool::builder(manager)
             .max_size(size.max(1))
             .create_timeout(Some(self.attempt_bound()))
-            .runtime(deadpool_postgres::Runtime::Tokio1);
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .pre_recycle(Hook::sync_fn(|_, metrics| {
+                if crate::read_only::made_before_refusal(metrics.created) {
+                    Err(HookError::message(
+                        "made before a connection said the server takes no writes",
+                    ))
+                } else {
+                    Ok(())
+                }
+            }));
         if let Some(setup) = setup {
             let setup = std::sync::Arc::new(setup);
             builder = builder.post_create(Hook::async_fn(move |client, _| {

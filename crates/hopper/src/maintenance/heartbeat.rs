@@ -124,7 +124,7 @@ impl NodeRow {
             let written = backend.node_heartbeat(&node).await;
             // Said here too: a write left waiting may end after the node stopped beating.
             if let Err(e) = &written {
-                tracing::debug!(error = %e, "the node heartbeat failed");
+                tracing::debug!(error = %e.with_causes(), "the node heartbeat failed");
             }
             written
         });

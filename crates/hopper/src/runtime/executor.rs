@@ -90,7 +90,7 @@ async fn attempt(shared: &Shared, job: ClaimedJob, started: Instant) -> (Option<
         Ok(true) => {}
         Ok(false) => run.stop(StopReason::LeaseLost),
         Err(e) => {
-            tracing::warn!(error = %e, "extending the lease to the worker's timeout failed")
+            tracing::warn!(error = %e.with_causes(), "extending the lease to the worker's timeout failed")
         }
     }
 

@@ -45,7 +45,7 @@ pub(crate) async fn keep(shared: Arc<Shared>, mut hold: NodeHold) -> Option<Node
         let all: Vec<Lease> = shared.running().values().map(|r| r.lease).collect();
         if let Err(e) = renew(&shared, &all).await {
             // The heartbeat renews them again at its next beat.
-            tracing::warn!(error = %e, jobs = all.len(), "renewing leases after retaking the lock failed");
+            tracing::warn!(error = %e.with_causes(), jobs = all.len(), "renewing leases after retaking the lock failed");
         }
         shared.wake.notify_one();
     }
@@ -62,7 +62,7 @@ async fn retake(shared: &Shared) -> Option<NodeHold> {
         match liveness.node_hold(&shared.node).await {
             Ok(hold) => return Some(hold),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "taking the liveness lock again failed");
+                tracing::warn!(error = %e.with_causes(), retry_in = ?backoff, "taking the liveness lock again failed");
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }

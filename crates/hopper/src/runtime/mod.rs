@@ -316,15 +316,20 @@ impl RuntimeHandle {
     }
 
     /// Waits for SIGINT or SIGTERM, or for a background task to give up (the runtime is
-    /// then unhealthy: see [`RuntimeHandle::health`]), then shuts down gracefully.
+    /// then unhealthy: see [`RuntimeHandle::health`]), then shuts down gracefully; a second
+    /// SIGINT or SIGTERM during the shutdown hands the running jobs back at once
+    /// ([`RuntimeHandle::shutdown_until`]).
     pub async fn run_until_signal(self) {
         tokio::select! {
-            _ = shutdown_signal() => tracing::info!("signal received; shutting down"),
+            _ = shutdown_signal() => tracing::info!(
+                "signal received; shutting down (a second SIGINT or SIGTERM hands the running \
+                 jobs back at once)"
+            ),
             failure = self.health.failed() => {
                 tracing::error!(%failure, "the runtime is unhealthy; shutting down");
             }
         }
-        self.shutdown().await;
+        self.shutdown_until(shutdown_signal()).await;
     }
 
     /// Graceful shutdown: stops claiming, lets running jobs finish within the configured
@@ -337,13 +342,40 @@ impl RuntimeHandle {
 
     /// [`RuntimeHandle::shutdown`] with an explicit deadline for running jobs.
     pub async fn shutdown_within(self, timeout: Duration) {
+        self.stop(tokio::time::sleep(timeout)).await;
+    }
+
+    /// [`RuntimeHandle::shutdown`] that stops waiting for the running jobs, and hands them
+    /// back, as soon as `hurry` resolves if that comes before the `shutdown_timeout`: an
+    /// operator's second Ctrl-C ([`shutdown_signal`]), an orchestrator's deadline drawing
+    /// near. Logs, at info level, how many jobs it waits for and how long.
+    pub async fn shutdown_until(self, hurry: impl Future<Output = ()>) {
+        let timeout = self.shared.config.shutdown_timeout;
+        let jobs = self.running();
+        tracing::info!(
+            "stopping: waiting up to {timeout:?} for {jobs} running job{} to finish, or until \
+             asked again",
+            if jobs == 1 { "" } else { "s" }
+        );
+        let deadline = async {
+            tokio::select! {
+                _ = tokio::time::sleep(timeout) => {}
+                _ = hurry => tracing::warn!("asked again to stop; handing the running jobs back now"),
+            }
+        };
+        self.stop(deadline).await;
+    }
+
+    /// The shutdown: running jobs may finish until `deadline` resolves.
+    async fn stop(self, deadline: impl Future<Output = ()>) {
         let shared = self.shared;
         shared.stop_claiming.cancel();
         let _ = self.producer.await;
         let all = u32::try_from(shared.config.concurrency.max(1)).unwrap_or(u32::MAX);
-        let finished = tokio::time::timeout(timeout, shared.slots.acquire_many(all))
-            .await
-            .is_ok();
+        let finished = tokio::select! {
+            _ = shared.slots.acquire_many(all) => true,
+            _ = deadline => false,
+        };
         if !finished {
             let running: Vec<JobId> = shared.running().keys().copied().collect();
             tracing::warn!(
@@ -394,7 +426,7 @@ async fn deregister(backend: &Arc<dyn Backend>, node: Uuid) {
     let deletion = tokio::spawn(async move {
         let params = NodeDeregisterParams { node };
         if let Err(e) = backend.node_deregister(&params).await {
-            tracing::warn!(error = %e, "deregistering the node failed");
+            tracing::warn!(error = %e.with_causes(), "deregistering the node failed");
         }
     });
     if tokio::time::timeout(DEREGISTER_WAIT, deletion)

@@ -91,7 +91,7 @@ pub(crate) async fn run(shared: Arc<Shared>, queue: String) {
                         take(&shared, &mut ready, jobs);
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, %queue, retry_in = ?backoff, "claim failed");
+                        tracing::warn!(error = %e.with_causes(), %queue, retry_in = ?backoff, "claim failed");
                         quiet_until = Some(Instant::now() + backoff);
                         backoff = (backoff * 2).min(Duration::from_secs(5));
                     }

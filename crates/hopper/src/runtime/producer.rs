@@ -56,7 +56,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let mut failed = false;
         if queues.len() > 1 {
             if let Err(e) = claim_weighted(&shared, &running, want, &mut claimed).await {
-                tracing::warn!(error = %e, retry_in = ?backoff, "claim failed");
+                tracing::warn!(error = %e.with_causes(), retry_in = ?backoff, "claim failed");
                 failed = true;
             }
         } else {
@@ -72,7 +72,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 match shared.claim(&params).await {
                     Ok(jobs) => claimed.extend(jobs),
                     Err(e) => {
-                        tracing::warn!(error = %e, %queue, retry_in = ?backoff, "claim failed");
+                        tracing::warn!(error = %e.with_causes(), %queue, retry_in = ?backoff, "claim failed");
                         failed = true;
                         break;
                     }

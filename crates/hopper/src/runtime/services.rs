@@ -59,7 +59,7 @@ pub(super) async fn renew(shared: &Shared, due: &[Lease]) -> crate::Result<()> {
             Ok(())
         }
         Err(e) => {
-            tracing::debug!(error = %e, jobs = due.len(), "renewing leases failed");
+            tracing::debug!(error = %e.with_causes(), jobs = due.len(), "renewing leases failed");
             Err(e)
         }
     }

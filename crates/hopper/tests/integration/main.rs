@@ -28,6 +28,7 @@ mod postgres_plans;
 mod postgres_sql;
 mod postgres_sqlx;
 mod postgres_stale_statements;
+mod postgres_standby;
 mod postgres_tls;
 mod runtime_config;
 mod runtime_failures;

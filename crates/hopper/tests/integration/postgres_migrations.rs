@@ -192,3 +192,46 @@ async fn an_invalid_schema_name_is_refused_before_connecting() -> anyhow::Result
     }
     Ok(())
 }
+
+/// A schema name that passes the character check but that PostgreSQL's parser reads as a
+/// key word (reserved, or taken as a column name but not as a type's schema) is refused
+/// when the backend connects, naming the word, and nothing is created; an unreserved key
+/// word is an ordinary name and works.
+#[tokio::test]
+async fn a_schema_name_postgresql_reads_as_a_key_word_is_refused() -> anyhow::Result<()> {
+    let client = connect(&database_url()).await?;
+    for word in ["select", "user", "left", "time", "between"] {
+        match backend_on(word).await {
+            Err(e) => match e.downcast_ref() {
+                Some(Error::InvalidInput(message)) => {
+                    assert!(message.contains("key word"), "{word}: {message}");
+                    assert!(message.contains(&format!("{word:?}")), "{word}: {message}");
+                }
+                _ => panic!("{word:?}: expected invalid input, got {e}"),
+            },
+            Ok(backend) => {
+                let migrated = backend.migrate().await;
+                panic!("schema {word:?} accepted (its migration: {migrated:?})");
+            }
+        }
+        let exists: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+                &[&word],
+            )
+            .await?
+            .get(0);
+        assert_eq!(exists, 0, "schema {word:?} was created");
+    }
+    // `abort` is a key word that PostgreSQL takes as a name anywhere.
+    let _guard = SchemaGuard {
+        url: database_url(),
+        schema: "abort".to_owned(),
+    };
+    let backend = backend_on("abort").await?;
+    backend.migrate().await?;
+    backend
+        .job_insert(&hopper::NewJob::new("k", serde_json::json!({})))
+        .await?;
+    Ok(())
+}
