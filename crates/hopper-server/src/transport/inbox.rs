@@ -1,23 +1,25 @@
 //! The frames read from peers and not yet handled: one queue per peer, which the loop takes
 //! in turn, one frame of each peer with frames waiting, round after round.
 //!
-//! libzmq's ROUTER hands out its peers' messages in turn (it fair-queues among them), but
-//! one queue in arrival order between the I/O thread and the loop undid that: a peer that
-//! sent a thousand large frames had them all read ahead of another peer's heartbeat, which
-//! then waited for every one of them to be decoded and handled. Here a peer's frames wait
-//! in its own queue, and the loop takes the next frame of the next peer in turn
-//! ([`Frames::next`]), so a peer's frame waits for at most one frame of each other peer
-//! with frames waiting, however many they have.
+//! libzmq's ROUTER hands out its peers' messages in turn (it fair-queues among them), but a
+//! single queue in arrival order between the I/O thread and the loop would undo that: a
+//! peer that sends a thousand large frames would have them all read ahead of another
+//! peer's heartbeat, which would wait for every one of them to be decoded and handled.
+//! Here a peer's frames wait in its own queue, and the loop takes the next frame of the
+//! next peer in turn ([`Frames::next`]), so a peer's frame waits, besides the frame being
+//! handled, for at most one frame of each other peer with frames waiting, however many
+//! they have.
 //!
 //! Bounds: a peer's queue holds at most [`PEER_FRAMES`] frames or [`PEER_BYTES`] bytes,
 //! all of them together [`ALL_FRAMES`] or [`ALL_BYTES`]. A ROUTER cannot stop reading one
 //! peer alone, so while a queue, or the whole, is at its bound the I/O thread reads nothing
 //! from the socket: every peer's messages wait in libzmq (each up to its high-water mark,
 //! past which libzmq stops reading that peer's connection). The loop wakes it as soon as
-//! the bound is left ([`Waker`]), one frame later: the full peer's next turn comes within
-//! one round, and libzmq then hands out the waiting messages in turn again, one of each
-//! peer, so the flooder's next message is read after the others'. The memory a peer takes
-//! ahead of the loop is bounded, and so is the delay its backlog costs the others.
+//! the bound is left ([`Waker`]), once the full peer's next frame is taken, which is
+//! within one round; libzmq then hands out the waiting messages in turn again, one of each
+//! peer, so a message that arrived during the pause is read within two of the full peer's
+//! frames. The memory a peer takes ahead of the loop is bounded, and so is the delay its
+//! backlog costs the others.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
