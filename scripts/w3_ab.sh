@@ -13,14 +13,16 @@
 # configuration has tables of its own. Each round runs every configuration once, in an
 # order shuffled anew: TRUNCATE, W1 (100,000 jobs) with that configuration's binary and
 # environment (so its jobs carry what it writes on enqueue), VACUUM ANALYZE and CHECKPOINT,
-# then W3 under /usr/bin/time. Appends to OUT one line per run:
+# then W3 under /usr/bin/time; or, with DRAIN=server-drain, W7 (the drain through an
+# in-process server by four worker processes) instead of W3. Appends to OUT one line per run:
 # `round name jobs_per_sec user_seconds system_seconds max_rss_kb`. Then summarise with
 # scripts/w3_ab_summary.py OUT.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,18p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,19p' "$0"; exit 2; }
 rounds=$1 out=$2; shift 2
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 schema=${SCHEMA:-bench_ab}
+drain=${DRAIN:-drain}
 configs=("$@")
 first=${configs[0]#*=}
 "${first%%,*}" --schema "$schema" migrate >/dev/null
@@ -36,11 +38,11 @@ run() {
   local report
   # A failed drain is reported below with its output, not by `set -e` without a word.
   report=$(env "${vars[@]}" /usr/bin/time -f "TIME %U %S %M" \
-    "$bin" --schema "$schema" --json bench --workload drain 2>&1) || true
+    "$bin" --schema "$schema" --json bench --workload "$drain" 2>&1) || true
   local rate times
   rate=$(grep -o '"jobs_per_sec":[0-9.]*' <<<"$report" | head -1 | cut -d: -f2) || true
   times=$(grep '^TIME' <<<"$report" | cut -d' ' -f2-) || true
-  [ -n "$rate" ] || { echo "$name: no W3 figure in: $report" >&2; exit 1; }
+  [ -n "$rate" ] || { echo "$name: no $drain figure in: $report" >&2; exit 1; }
   echo "$round $name $rate $times" | tee -a "$out"
 }
 
