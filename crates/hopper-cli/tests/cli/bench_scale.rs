@@ -98,15 +98,20 @@ async fn a_short_soak_reports_both_halves() -> anyhow::Result<()> {
     let lines = bench(&db, &args).await?;
     let w6 = lines.first().ok_or_else(|| anyhow::anyhow!("no output"))?;
     assert_eq!(number(w6, &["rate"])?, 200.0);
+    // A paced enqueuer that fell behind in one half catches up in the other, so a half may
+    // pass the rate; both together hold to it.
+    let mut enqueued = 0.0;
     for half in ["first", "last"] {
-        let enqueued = number(w6, &[half, "enqueued_per_sec"])?;
-        assert!((100.0..=210.0).contains(&enqueued), "{half}: {w6}");
+        let per_sec = number(w6, &[half, "enqueued_per_sec"])?;
+        assert!(per_sec > 0.0 && per_sec <= 400.0, "{half}: {w6}");
+        enqueued += per_sec / 2.0;
         assert!(
             number(w6, &[half, "started_per_sec"])? > 0.0,
             "{half}: {w6}"
         );
         assert!(number(w6, &[half, "p50_ms"])? >= 0.0, "{half}: {w6}");
     }
+    assert!((100.0..=210.0).contains(&enqueued), "both halves: {w6}");
     assert!(number(w6, &["drift"])?.is_finite(), "{w6}");
     Ok(())
 }
