@@ -13,24 +13,37 @@
 //!
 //! One note per process rather than per connection, as the driver's error does not say
 //! which connection it came from: a connection to the primary made before the refusal
-//! costs one reconnect.
+//! costs one reconnect. That holds for a refusal on the application's own connection too
+//! (an enqueue inside its `BEGIN READ ONLY` transaction): each costs the pools one
+//! reconnect of the connections they hold, nothing more.
 
-use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-/// When a connection last answered that the server takes no writes.
-static LAST_REFUSAL: Mutex<Option<Instant>> = Mutex::new(None);
+/// When a connection last answered that the server takes no writes, as nanoseconds after
+/// [`base`] (0: never). An atomic, not a lock: the pools read it at every checkout.
+static LAST_REFUSAL: AtomicU64 = AtomicU64::new(0);
+
+/// The instant [`LAST_REFUSAL`] counts from.
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
 
 /// Notes that a connection answered, just now, that the server takes no writes.
 pub(crate) fn note_refusal() {
-    *LAST_REFUSAL.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    let since = base().elapsed().as_nanos();
+    LAST_REFUSAL.store(u64::try_from(since).unwrap_or(u64::MAX).max(1), Ordering::Release);
 }
 
 /// True when a connection made at `created` may be one that answered so: it was made
 /// before the last such answer.
 pub(crate) fn made_before_refusal(created: Instant) -> bool {
-    LAST_REFUSAL
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .is_some_and(|refused| created <= refused)
+    match LAST_REFUSAL.load(Ordering::Acquire) {
+        0 => false,
+        since => base()
+            .checked_add(Duration::from_nanos(since))
+            .is_some_and(|refused| created <= refused),
+    }
 }
