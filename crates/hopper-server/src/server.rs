@@ -125,6 +125,8 @@ pub(crate) struct Core {
     /// nor leave the other peers only "busy" replies, and those of one peer that execute at
     /// once, so its requests stuck on a lock cannot take the whole pool.
     pub requests: InFlight,
+    /// The peers whose heartbeat's extend runs: one at a time each (`leases.rs`).
+    pub extending: HashSet<PeerId>,
     /// Leases whose outcome is queued for writing: a second outcome for one of them (a
     /// repeat in the same message, or a contradicting one sent before the first was
     /// acknowledged) is answered `lease_lost` and never written.
@@ -204,6 +206,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
             executing_per_peer(config.pool_size),
             executing_for_peers(config.pool_size),
         ),
+        extending: HashSet::new(),
         writing: HashSet::new(),
         refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),

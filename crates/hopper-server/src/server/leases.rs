@@ -14,6 +14,10 @@ use tokio::time::Instant;
 use super::{Core, Event, Held, PeerId, hex};
 use crate::convert;
 
+/// The error of a heartbeat that came while its peer's last one was still extending.
+const HEARTBEAT_BUSY: &str =
+    "the last heartbeat's leases are still being extended; this one changed nothing";
+
 impl Core {
     /// Extends one lease in the database and acknowledges it.
     pub(super) fn extend(&self, peer: PeerId, req: u64, lease: Lease, by: Duration) {
@@ -53,18 +57,16 @@ impl Core {
         if !foreign.is_empty() {
             tracing::warn!(peer = %hex(&peer), jobs = foreign.len(), "refused a heartbeat for jobs leased to another peer");
         }
-        // Extending is a database request like the peer's others: within its share of the
-        // requests in flight, or refused as busy before anything changes. Unbounded, a peer
-        // heartbeating faster than the database answers would start a statement for each,
-        // every one waiting for a connection of the pool that claims and outcomes use.
-        let queued = if leases.is_empty() {
-            None
-        } else {
-            match self.requests.try_queue(&peer) {
-                Ok(queued) => Some(queued),
-                Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
-            }
-        };
+        // One extend of a peer's leases at a time, beside its other requests rather than in
+        // their line: a heartbeat must not wait behind the worker's own logs and submits
+        // stuck on a lock (its leases would expire and its jobs run twice), and a peer
+        // heartbeating faster than the database answers must not start a statement for
+        // each, every one waiting for a connection of the pool that claims and outcomes
+        // use. A heartbeat while the last one's extend still runs is refused as busy before
+        // anything changes; the running one keeps the leases.
+        if !leases.is_empty() && !self.extending.insert(peer.clone()) {
+            return self.reply(&peer, Reply::transient(Some(req), HEARTBEAT_BUSY));
+        }
         // Inherited: leases of an earlier run of this server (its map starts empty), known
         // while they are pending and only if this run never claimed, saw or had them
         // reported. A lease this run sent is listed until its outcome's ack arrives, after
@@ -136,9 +138,9 @@ impl Core {
                 outcome: Outcome::Released,
             });
         }
-        let Some(queued) = queued else {
+        if leases.is_empty() {
             return self.reply(&peer, Reply::HeartbeatAck { req, lost: foreign });
-        };
+        }
         let as_lease = |l: &LeaseRef| Lease {
             job_id: l.id,
             attempt: l.attempt,
@@ -151,10 +153,6 @@ impl Core {
         let backend = self.backend.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
-            // Not run once the peer's session ended: its leases are no one's to keep.
-            let Some(_running) = queued.turn().await else {
-                return;
-            };
             let lost = backend.job_extend_many(&extend).await.map(|mut lost| {
                 lost.extend(foreign);
                 lost
@@ -165,6 +163,7 @@ impl Core {
 
     /// Answers a heartbeat once its leases are extended, releasing those it lost.
     pub(super) fn on_heartbeat_done(&mut self, peer: PeerId, req: u64, lost: Result<Vec<Lease>>) {
+        self.extending.remove(&peer);
         match lost {
             Ok(lost) => {
                 for l in &lost {

@@ -52,10 +52,10 @@ async fn flood(peer: &mut RawPeer, id: JobId, first: usize, count: usize) -> Vec
 
 /// The flooder's refused requests: all but its own share of the requests in flight, each
 /// answered with the transient `internal` error a busy server answers.
-fn assert_busy(replies: &[Value]) {
+fn assert_busy(replies: &[Value], share: usize) {
     assert_eq!(
         replies.len(),
-        FLOOD - PER_PEER,
+        FLOOD - share,
         "the flooder holds its own share of the requests in flight, no more"
     );
     for r in replies {
@@ -118,7 +118,7 @@ async fn a_flooding_peer_does_not_leave_the_others_busy() -> anyhow::Result<()> 
     assert_served(&mut other, jobs[1]).await;
     assert!(flood(&mut other, jobs[1], 2, 1).await.is_empty());
 
-    assert_busy(&refused);
+    assert_busy(&refused, PER_PEER);
 
     lock.batch_execute("COMMIT").await?;
     assert_acked(&mut other, 1).await;
@@ -149,11 +149,11 @@ fn heartbeat(req: usize, id: JobId) -> Value {
     ])
 }
 
-/// Heartbeats listing leases are database requests like the others: a peer sending them
-/// faster than the database answers holds its own share of the requests in flight, no
-/// more, while another peer's requests are still taken and answered. Without the bound,
-/// every heartbeat started a statement of its own, each waiting for a connection of the
-/// pool, which the server's claims and outcomes then waited behind.
+/// Heartbeats listing leases extend them one statement at a time per peer: a peer sending
+/// them faster than the database answers has one running, the rest refused as busy, while
+/// another peer's requests are still taken and answered. Unbounded, every heartbeat would
+/// start a statement of its own, each waiting for a connection of the pool, which the
+/// server's claims and outcomes would then wait behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_flooding_heartbeats_takes_its_share_only() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -184,13 +184,40 @@ async fn a_peer_flooding_heartbeats_takes_its_share_only() -> anyhow::Result<()>
     // The other peer is still served.
     assert_served(&mut other, jobs[1]).await;
 
-    assert_busy(&refused);
+    assert_busy(&refused, 1);
 
     lock.batch_execute("COMMIT").await?;
-    for _ in 0..PER_PEER {
-        let reply = flooder.recv().await;
-        assert_eq!(text_of(&reply, "type"), "heartbeat_ack", "{reply:?}");
+    let reply = flooder.recv().await;
+    assert_eq!(text_of(&reply, "type"), "heartbeat_ack", "{reply:?}");
+    server.shutdown().await;
+    Ok(())
+}
+
+/// A worker's heartbeat is not held back by its own requests: with its whole share of
+/// requests in flight waiting on a lock (logs of 128 attempts), its heartbeat still
+/// extends its leases at once, so they do not expire and its jobs are not run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_does_not_wait_behind_its_peers_own_requests() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (server, jobs, mut worker, _other) = scene(&db).await?;
+
+    let lock = lock(&db, "job_logs").await?;
+    for req in 1..=PER_PEER {
+        worker.send(&log_request(req, jobs[0], "stuck")).await;
     }
+    worker.send(&heartbeat(PER_PEER + 1, jobs[0])).await;
+    let reply = worker.recv().await;
+    assert_eq!(text_of(&reply, "type"), "heartbeat_ack", "{reply:?}");
+    assert_eq!(
+        field(&reply, "lost")
+            .and_then(Value::as_array)
+            .map(Vec::len),
+        Some(0),
+        "{reply:?}"
+    );
+
+    lock.batch_execute("COMMIT").await?;
+    assert_acked(&mut worker, PER_PEER).await;
     server.shutdown().await;
     Ok(())
 }

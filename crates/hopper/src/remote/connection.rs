@@ -310,6 +310,14 @@ fn on_reply(
             Some((_, tx)) => {
                 let _ = tx.send(Ok(reply));
             }
+            // Nobody waits for a heartbeat's answer: its refusal (its last one still
+            // running, too many leases listed) means the leases were not extended this time.
+            None if matches!(reply, Reply::Error { .. }) => {
+                tracing::warn!(
+                    ?reply,
+                    "the hopper server refused a request sent without waiting (a heartbeat's leases are then not extended this time)"
+                );
+            }
             None => tracing::debug!(?reply, "a reply nobody waits for"),
         },
     }
