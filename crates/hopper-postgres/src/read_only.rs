@@ -34,7 +34,10 @@ fn base() -> Instant {
 /// Notes that a connection answered, just now, that the server takes no writes.
 pub(crate) fn note_refusal() {
     let since = base().elapsed().as_nanos();
-    LAST_REFUSAL.store(u64::try_from(since).unwrap_or(u64::MAX).max(1), Ordering::Release);
+    LAST_REFUSAL.store(
+        u64::try_from(since).unwrap_or(u64::MAX).max(1),
+        Ordering::Release,
+    );
 }
 
 /// True when a connection made at `created` may be one that answered so: it was made

@@ -126,7 +126,11 @@ impl Reader<'_> {
                 }
             }
             Header::Array(len) | Header::Map(len) => {
-                let per_entry = if matches!(header, Header::Map(_)) { 2 } else { 1 };
+                let per_entry = if matches!(header, Header::Map(_)) {
+                    2
+                } else {
+                    1
+                };
                 let mut read = 0;
                 while self.more(len, read)? {
                     read += 1;
