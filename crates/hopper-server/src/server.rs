@@ -394,9 +394,9 @@ impl Core {
     }
 
     fn on_frame(&mut self, peer: PeerId, frame: Bytes) {
-        if frame.len() > hello::MAX_HELLO_FRAME
-            && frame.len() <= self.config.max_frame
-            && let Some(refusal) = self.refuse_unread(&peer, &frame)
+        if frame.len() <= self.config.max_frame
+            && !self.peers.contains(&peer)
+            && let Some(refusal) = self.refuse_before_hello(&peer, &frame)
         {
             return self.reply(&peer, refusal);
         }
@@ -425,6 +425,9 @@ impl Core {
                 prefetch,
                 batch,
             } => {
+                if let Some(refusal) = hello::hello_too_large(Some(req), frame.len()) {
+                    return self.reply(&peer, refusal);
+                }
                 let hello = Hello {
                     req,
                     version,

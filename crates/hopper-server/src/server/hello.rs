@@ -24,12 +24,11 @@ pub(crate) const MAX_NAME_CHARS: usize = 128;
 /// Most orders a worker may run at once (`concurrency`) or hold ahead (`prefetch`).
 const MAX_CREDIT: u32 = 10_000;
 
-/// The largest `hello` frame, and the largest frame of a peer without a session that is
-/// read whole: 1,000 kinds and 100 queues of 128 characters take about 150 KB. A larger
-/// frame of such a peer has only its `type` and `req` read ([`hopper_protocol::envelope`]),
-/// so that a peer that never said hello cannot have the server decode frames of 2 MiB
-/// (which takes the one loop every peer waits on a third of a second each, in a debug
-/// build) as fast as it sends them, only to refuse them.
+/// The largest `hello` frame: 1,000 kinds and 100 queues of 128 characters take about
+/// 150 KB. It bounds the one frame of a peer without a session that is decoded whole (its
+/// others have only their `type` and `req` read), so that a peer that never said hello
+/// cannot have the server decode large frames, in the one loop every peer waits on, only
+/// to refuse them.
 pub(crate) const MAX_HELLO_FRAME: usize = 256 * 1024;
 
 /// The refusal of a request before a hello.
@@ -121,16 +120,13 @@ impl Core {
 }
 
 impl Core {
-    /// The refusal of a frame over [`MAX_HELLO_FRAME`] read no further than its `type` and
-    /// `req`: a `hello` (too large), or anything from a peer without a session (not one
-    /// CBOR map, a `type` that names no request, or a request before a hello), answered as
-    /// decoding it would be. `None`: it is to be decoded whole.
-    pub(super) fn refuse_unread(&mut self, peer: &PeerId, frame: &[u8]) -> Option<Reply> {
-        let session = self.peers.contains(peer);
+    /// The refusal of a frame from a peer without a session, read no further than its
+    /// `type` and `req` ([`hopper_protocol::envelope`]): not one CBOR map, a `type` that
+    /// names no request, a request other than `hello`, or a `hello` over
+    /// [`MAX_HELLO_FRAME`], each answered as decoding it would be. `None`: a `hello`, to be
+    /// decoded whole.
+    pub(super) fn refuse_before_hello(&mut self, peer: &PeerId, frame: &[u8]) -> Option<Reply> {
         let Some(envelope) = hopper_protocol::envelope(frame) else {
-            if session {
-                return None; // decoded, to say what is wrong with it
-            }
             if let Some(held_back) = self.frame_refusals.check() {
                 tracing::warn!(peer = %hex(peer), held_back, bytes = frame.len(), "refused a frame before hello: not one CBOR map");
             }
@@ -138,9 +134,6 @@ impl Core {
             return Some(Reply::error(None, ErrorCode::BadFrame, message));
         };
         if let Some(refused) = envelope.type_refusal() {
-            if session {
-                return None; // decoded, as any frame of a peer with a session is
-            }
             if let Some(held_back) = self.frame_refusals.check() {
                 let why = capped(&refused.message).max_chars(REFUSAL_LOG_CHARS);
                 tracing::warn!(peer = %hex(peer), code = %refused.code, held_back, "refused a frame: {why}");
@@ -148,15 +141,7 @@ impl Core {
             return Some(refused.to_reply());
         }
         if envelope.ty == Some(Some("hello".to_owned())) {
-            crate::recording::hello_refused("invalid");
-            let message = format!(
-                "hello: a hello frame is at most {MAX_HELLO_FRAME} bytes, this one is {} bytes",
-                frame.len()
-            );
-            return Some(Reply::error(envelope.req, ErrorCode::Invalid, message));
-        }
-        if session {
-            return None;
+            return hello_too_large(envelope.req, frame.len());
         }
         if let Some(held_back) = self.early_refusals.check() {
             tracing::warn!(peer = %hex(peer), held_back, "refused a request before hello");
@@ -167,6 +152,18 @@ impl Core {
             BEFORE_HELLO,
         ))
     }
+}
+
+/// The refusal of a `hello` frame of `bytes` over [`MAX_HELLO_FRAME`]; `None` within it.
+pub(super) fn hello_too_large(req: Option<u64>, bytes: usize) -> Option<Reply> {
+    if bytes <= MAX_HELLO_FRAME {
+        return None;
+    }
+    crate::recording::hello_refused("invalid");
+    let message = format!(
+        "hello: a hello frame is at most {MAX_HELLO_FRAME} bytes, this one is {bytes} bytes"
+    );
+    Some(Reply::error(req, ErrorCode::Invalid, message))
 }
 
 /// Checks the names and bounds of a hello; the message says what is wrong.

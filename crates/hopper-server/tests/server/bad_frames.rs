@@ -222,3 +222,26 @@ async fn large_frames_before_hello_are_refused_unread() -> anyhow::Result<()> {
     server.shutdown().await;
     Ok(())
 }
+
+/// Of a peer without a session, no frame but a `hello` is decoded, however small: a
+/// request whose fields would be refused as `invalid` once decoded is answered
+/// `unauthorized`, so a peer that never said hello learns nothing of the fields and costs
+/// the loop no decoding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_requests_before_hello_are_refused_undecoded() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(5)).await).await;
+    let mut bad = RawPeer::connect(server.endpoint()).await;
+    // A job's id that is not a UUID: `invalid` once decoded.
+    let status = map(vec![
+        ("type", text("status")),
+        ("req", int(3)),
+        ("id", text("not a uuid")),
+    ]);
+    bad.send(&status).await;
+    let r = bad.recv().await;
+    assert_eq!(text_of(&r, "code"), "unauthorized", "{r:?}");
+    assert_eq!(field(&r, "req"), Some(&int(3)), "{r:?}");
+    server.shutdown().await;
+    Ok(())
+}
