@@ -34,8 +34,12 @@ impl<W: Worker> ErasedWorker for Typed<W> {
         self.0.process(ctx, args).await
     }
 
+    /// The worker's own timeout, held to the bound of every duration (`Duration::MAX` for
+    /// "never" is fine), which the clock and the lease can then add.
     fn timeout(&self) -> Option<Duration> {
-        self.0.timeout()
+        self.0
+            .timeout()
+            .map(|t| t.min(hopper_core::limits::MAX_DURATION))
     }
 
     fn backoff(&self, attempt: i32) -> Duration {

@@ -69,13 +69,10 @@ async fn attempt(shared: &Shared, job: ClaimedJob, started: Instant) -> (Option<
         .unwrap_or_default();
     metrics::started(&job.queue, &job.kind, latency);
     let worker = shared.workers.get(&job.kind);
-    // A worker's own timeout may be anything (`Duration::MAX` for "never"): held to the
-    // bound of every duration, which the clock can add.
     let timeout = worker
         .as_ref()
         .and_then(|w| w.timeout())
-        .unwrap_or(job.timeout)
-        .min(hopper_core::limits::MAX_DURATION);
+        .unwrap_or(job.timeout);
     let run = Arc::new(RunState::new(started + timeout));
     let _running = RunningEntry::insert(
         shared,

@@ -189,3 +189,16 @@ async fn jobs_of_another_kind_or_not_due_are_refused() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A worker whose own timeout is `Duration::MAX` ("never") runs under `run_job` as under
+/// the runtime: the timeout is held to the bound of every duration.
+#[tokio::test]
+async fn a_worker_that_never_times_out_runs() -> anyhow::Result<()> {
+    let never = Doer {
+        timeout: Some(Duration::MAX),
+    };
+    let run = run_job(never, &task(Act::Succeed)).await?;
+    assert_eq!(run.outcome, JobOutcome::Completed);
+    assert_eq!(run.job.state, JobState::Completed);
+    Ok(())
+}
