@@ -41,7 +41,7 @@ pub fn claimed_counts(attempt: i64, used: i64) -> crate::Result<(i32, i32)> {
         })?;
     let used = i32::try_from(used)
         .ok()
-        .filter(|u| (1..=attempt.max(1)).contains(u))
+        .filter(|u| (1..=attempt).contains(u))
         .ok_or_else(|| {
             crate::Error::Schema(format!(
                 "attempts used ({used}: attempt {attempt} less the claims not counted) must be \
@@ -68,6 +68,9 @@ mod tests {
             (5, 6),
             (5, -3),
             (1, max + 9),
+            (0, 1),
+            (-4, 1),
+            (-1, -1),
         ] {
             let err = claimed_counts(attempt, used).expect_err("refused");
             assert!(matches!(err, crate::Error::Schema(_)), "{err}");

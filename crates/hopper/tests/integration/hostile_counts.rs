@@ -63,6 +63,7 @@ async fn a_claim_fails_a_job_whose_attempts_cannot_be_counted() -> anyhow::Resul
             (", attempt, uncounted", "5, -2147483648".to_owned()),
             (", uncounted", "2147483647".to_owned()),
             (", attempt", "-5".to_owned()),
+            (", attempt, uncounted", "-1, -1".to_owned()),
         ] {
             let values = format!(", {values}, now() - interval '1 hour', {group}");
             let columns = format!("{columns}, run_at, group_key");
