@@ -151,6 +151,10 @@ pub fn ensure_stored_lines(
                 ensure!(attempt == want && line.level == LogLevel::Warn, "{line:?}");
                 ensure!(line.message.contains("could not be read"), "{line:?}");
                 ensure!(line.message.contains(stored), "{stored} not in {line:?}");
+                ensure!(
+                    hopper_core::limits::check_instant("at", line.at).is_ok(),
+                    "an unreadable line stands at a time hopper takes: {line:?}"
+                );
             }
         }
     }

@@ -283,8 +283,9 @@ fn cut_message(message: &mut String) {
 
 /// The lines of an attempt's log as stored (a JSON array of lines), each read as a
 /// [`LogLine`]. A line hopper cannot read (written by hand or by another program: a level
-/// it does not know, no time, not an object) hides neither the job nor the other lines: it
-/// is read as a `warn` line whose message says so and holds the line's JSON (cut at
+/// it does not know, no time or one outside the instants hopper takes, not an object) hides
+/// neither the job nor the other lines: it is read as a `warn` line whose message says so
+/// and holds the line's JSON (cut at
 /// [`MAX_LOG_MESSAGE_BYTES`]), at its own time when that reads, else at the Unix epoch.
 /// Stored lines that are not an array at all are read as one such line.
 pub fn read_stored_lines(stored: Value) -> Vec<LogLine> {
@@ -295,7 +296,10 @@ pub fn read_stored_lines(stored: Value) -> Vec<LogLine> {
     lines
         .into_iter()
         .map(|line| match LogLine::deserialize(&line) {
-            Ok(read) => read,
+            Ok(read) => match crate::limits::check_instant("its time", read.at) {
+                Ok(_) => read,
+                Err(e) => unreadable_line(&line, &e),
+            },
             Err(e) => unreadable_line(&line, &e),
         })
         .collect()
@@ -309,11 +313,12 @@ pub fn read_stored_text(stored: &str) -> Vec<LogLine> {
     )
 }
 
-/// The line that stands for a stored `line` hopper cannot read.
-fn unreadable_line(line: &Value, error: &serde_json::Error) -> LogLine {
+/// The line that stands for a stored `line` hopper cannot read, for the reason `error`.
+fn unreadable_line(line: &Value, error: &dyn std::fmt::Display) -> LogLine {
     let at = line
         .get("at")
         .and_then(|at| DateTime::<Utc>::deserialize(at).ok())
+        .and_then(|at| crate::limits::check_instant("its time", at).ok())
         .unwrap_or(DateTime::UNIX_EPOCH);
     let mut message = format!("this log line could not be read ({error}); as stored: {line}");
     cut_message(&mut message);

@@ -316,7 +316,8 @@ async fn an_unreadable_log_line_hides_neither_the_job_nor_the_others() -> anyhow
            INSERT INTO hopper_job_logs (job_id, attempt, lines)
            VALUES ('{id}', 1, '[{{"at": "2026-01-01T00:00:00Z", "level": "info", "message": "fine"}},
                                {{"at": "2026-01-01T00:00:01Z", "level": "fatal", "message": "boom"}},
-                               {{"level": "warn", "message": "no time"}}]'),
+                               {{"level": "warn", "message": "no time"}},
+                               {{"at": "-0001-01-01T00:00:00Z", "level": "info", "message": "ancient"}}]'),
                   ('{id}', 2, 'not json at all');"#
     ))?;
     let logs = store
@@ -331,6 +332,7 @@ async fn an_unreadable_log_line_hides_neither_the_job_nor_the_others() -> anyhow
             StoredLine::Read(1, "fine"),
             StoredLine::Unreadable(1, "\"fatal\""),
             StoredLine::Unreadable(1, "\"no time\""),
+            StoredLine::Unreadable(1, "\"ancient\""),
             StoredLine::Unreadable(2, "not json at all"),
         ],
     )?;

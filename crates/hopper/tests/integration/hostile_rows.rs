@@ -402,6 +402,7 @@ async fn an_unreadable_log_line_hides_neither_the_job_nor_the_others() -> anyhow
                VALUES ('{id}', 1, '[{{"at": "2026-01-01T00:00:00Z", "level": "info", "message": "fine"}},
                                    {{"at": "2026-01-01T00:00:01Z", "level": "fatal", "message": "boom"}},
                                    {{"level": "warn", "message": "no time"}},
+                                   {{"at": "-0001-01-01T00:00:00Z", "level": "info", "message": "ancient"}},
                                    42]'),
                       ('{id}', 2, '[{{"at": "2026-01-01T00:00:02Z", "level": "warn", "message": "later"}}]')"#
         ))
@@ -413,6 +414,7 @@ async fn an_unreadable_log_line_hides_neither_the_job_nor_the_others() -> anyhow
             StoredLine::Read(1, "fine"),
             StoredLine::Unreadable(1, "\"fatal\""),
             StoredLine::Unreadable(1, "\"no time\""),
+            StoredLine::Unreadable(1, "\"ancient\""),
             StoredLine::Unreadable(1, "42"),
             StoredLine::Read(2, "later"),
         ],
