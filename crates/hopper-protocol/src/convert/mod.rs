@@ -385,7 +385,10 @@ pub fn log_append(
         // Within the instants every other way into hopper takes: a year before the common
         // era parses, but no reader of the log can show it.
         let at = match line.at {
-            Some(at) => hopper_core::limits::check_instant(&format!("line {i}: at"), at)?,
+            Some(at) => hopper_core::limits::check_instant("at", at).map_err(|e| match e {
+                Error::InvalidInput(why) => Error::InvalidInput(format!("line {i}: {why}")),
+                other => other,
+            })?,
             None => now,
         };
         buffer.push_line(hopper_core::job_log::LogLine {
