@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hopper::testing::TestDatabase;
-use hopper::{Client, JobState, NewJob};
+use hopper::{Client, JobId, JobState, NewJob};
 
 use crate::common::Hopper;
 
@@ -21,25 +21,59 @@ fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn a_second_signal_hands_the_running_jobs_back_at_once() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
-    let client = Client::new(db.backend());
-    let queue = "stop_signals";
+/// A `hopper worker` serving `queue`, with one job that takes ten minutes running: only a
+/// hand-back ends it.
+async fn running_one_long_job(
+    db: &TestDatabase,
+    client: &Client,
+    queue: &str,
+) -> anyhow::Result<(Hopper, JobId)> {
     let id = client
         .insert(NewJob::new("bench", serde_json::json!({"n": 1})).with_queue(queue))
         .await?;
-    // Each job takes ten minutes: only a hand-back ends it.
-    let mut worker = Hopper::start(
-        &db,
-        "",
-        &["worker", "--queue", queue, "--work-ms", "600000"],
-    )?;
+    let worker = Hopper::start(db, "", &["worker", "--queue", queue, "--work-ms", "600000"])?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while client.job(id).await?.map(|job| job.state) != Some(JobState::Running) {
         anyhow::ensure!(Instant::now() < deadline, "the job never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok((worker, id))
+}
+
+/// Waits for `worker` to exit, at most `limit`; it must exit successfully.
+async fn exits_within(worker: &mut Hopper, limit: Duration) -> anyhow::Result<()> {
+    let since = Instant::now();
+    let status = loop {
+        if let Some(status) = worker.child.try_wait()? {
+            break status;
+        }
+        anyhow::ensure!(
+            since.elapsed() < limit,
+            "the worker still runs {:?} after the second signal",
+            since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    anyhow::ensure!(status.success(), "{status}");
+    Ok(())
+}
+
+/// The job is available again, its attempt not counted.
+async fn handed_back(client: &Client, id: JobId) -> anyhow::Result<()> {
+    let job = client.job(id).await?.expect("the job is kept");
+    assert_eq!(job.state, JobState::Available, "handed back: {job:?}");
+    assert_eq!(
+        job.uncounted, job.attempt,
+        "its attempt is not counted: {job:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_second_signal_hands_the_running_jobs_back_at_once() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    let (mut worker, id) = running_one_long_job(&db, &client, "stop_signals").await?;
 
     let pid = worker.child.id();
     signal(pid, "TERM")?;
@@ -49,26 +83,61 @@ async fn a_second_signal_hands_the_running_jobs_back_at_once() -> anyhow::Result
         waiting.contains("waiting up to 30s for 1 running job"),
         "{waiting}"
     );
-    let first = Instant::now();
     signal(pid, "INT")?;
-    let status = loop {
-        if let Some(status) = worker.child.try_wait()? {
-            break status;
+    exits_within(&mut worker, Duration::from_secs(10)).await?;
+    handed_back(&client, id).await
+}
+
+/// The first signal can come while the runtime's claim waits on the database (here on a
+/// lock the test holds): the second one, sent while the claim still waits, is not lost.
+#[tokio::test]
+async fn a_second_signal_while_a_claim_waits_is_not_lost() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let client = Client::new(db.backend());
+    let (mut worker, id) = running_one_long_job(&db, &client, "stop_signals_held").await?;
+
+    let (holder, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let schema = db.schema().replace('"', "\"\"");
+    holder
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE \"{schema}\".jobs IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await?;
+    wait_for_a_claim_to_wait(&db).await?;
+
+    let pid = worker.child.id();
+    signal(pid, "TERM")?;
+    worker.line_with("running job", Duration::from_secs(10))?;
+    signal(pid, "INT")?;
+    worker.line_with("asked again to stop", Duration::from_secs(10))?;
+    holder.batch_execute("COMMIT").await?;
+    // Without the second signal the worker would wait 30 s for its running job.
+    exits_within(&mut worker, Duration::from_secs(10)).await?;
+    handed_back(&client, id).await
+}
+
+/// Waits until the worker's claim (its poll, once a second) waits on the test's lock; other
+/// statements may wait on it too, so the claim is told by its text.
+async fn wait_for_a_claim_to_wait(db: &TestDatabase) -> anyhow::Result<()> {
+    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let started = Instant::now();
+    loop {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE '%jobs_claim_idx%'",
+                &[],
+            )
+            .await?;
+        if row.get::<_, i64>(0) > 0 {
+            return Ok(());
         }
         anyhow::ensure!(
-            first.elapsed() < Duration::from_secs(10),
-            "the worker still runs {:?} after the second signal",
-            first.elapsed()
+            started.elapsed() < Duration::from_secs(20),
+            "the worker's claim never waited on the lock"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert!(status.success(), "{status}");
-
-    let job = client.job(id).await?.expect("the job is kept");
-    assert_eq!(job.state, JobState::Available, "handed back: {job:?}");
-    assert_eq!(
-        job.uncounted, job.attempt,
-        "its attempt is not counted: {job:?}"
-    );
-    Ok(())
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -357,25 +357,38 @@ impl RuntimeHandle {
              asked again",
             if jobs == 1 { "" } else { "s" }
         );
-        let deadline = async {
+        // Counted from now, as shutdown_within's.
+        let sleep = tokio::time::sleep(timeout);
+        let deadline = async move {
             tokio::select! {
-                _ = tokio::time::sleep(timeout) => {}
+                _ = sleep => {}
                 _ = hurry => tracing::warn!("asked again to stop; handing the running jobs back now"),
             }
         };
         self.stop(deadline).await;
     }
 
-    /// The shutdown: running jobs may finish until `deadline` resolves.
+    /// The shutdown: running jobs may finish until `deadline` resolves. The deadline is
+    /// watched from the start, while the producer stops too (its claim may wait on a slow
+    /// database), so that a second signal then is not missed.
     async fn stop(self, deadline: impl Future<Output = ()>) {
         let shared = self.shared;
         shared.stop_claiming.cancel();
-        let _ = self.producer.await;
-        let all = u32::try_from(shared.config.concurrency.max(1)).unwrap_or(u32::MAX);
-        let finished = tokio::select! {
-            _ = shared.slots.acquire_many(all) => true,
-            _ = deadline => false,
+        tokio::pin!(deadline);
+        let mut producer = self.producer;
+        let passed = tokio::select! {
+            _ = &mut producer => false,
+            _ = &mut deadline => true,
         };
+        if passed {
+            let _ = producer.await;
+        }
+        let all = u32::try_from(shared.config.concurrency.max(1)).unwrap_or(u32::MAX);
+        let finished = !passed
+            && tokio::select! {
+                _ = shared.slots.acquire_many(all) => true,
+                _ = &mut deadline => false,
+            };
         if !finished {
             let running: Vec<JobId> = shared.running().keys().copied().collect();
             tracing::warn!(
