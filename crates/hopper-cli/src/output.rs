@@ -130,37 +130,40 @@ pub fn error_json(e: &anyhow::Error, message: &str) -> serde_json::Value {
     serde_json::json!({ "error": { "code": code, "message": message } })
 }
 
-/// The error and its causes on one line, each said once: a cause that the message already
-/// ends with is not repeated, nor a bare `database:` prefix right after a message that
-/// already says what could not be reached.
+/// The error and its causes on one line, each said once
+/// ([`hopper_core::error::with_causes`]), without the bare `database:` prefix of an inner
+/// cause (the message before it already says what could not be reached).
 pub fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if line.ends_with(&text) {
-            continue;
-        }
-        let mut text = text.as_str();
-        while let Some(rest) = text.strip_prefix("database: ") {
-            if line.is_empty() {
-                break;
-            }
-            text = rest;
-        }
-        if line.ends_with(text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(text);
+    let mut text = hopper_core::error::with_causes(e.as_ref());
+    while let Some(at) = text.find(": database: ") {
+        text.replace_range(at..at + ": database: ".len(), ": ");
     }
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_says_each_cause_once_without_inner_database_prefixes() {
+        let e = anyhow::Error::new(hopper::Error::database(std::io::Error::other(
+            "connection refused",
+        )))
+        .context("reading the queues")
+        .context("hopper stats");
+        assert_eq!(
+            one_line(&e),
+            "hopper stats: reading the queues: connection refused"
+        );
+        let e = anyhow::anyhow!("line one\n  line two").context("hopper: reading the queues");
+        assert_eq!(
+            one_line(&e),
+            "hopper: reading the queues: line one line two"
+        );
+        let e = anyhow::anyhow!("the schema is newer").context("the schema is newer");
+        assert_eq!(one_line(&e), "the schema is newer");
+    }
 
     #[test]
     fn control_characters_and_bidi_overrides_are_printed_as_escapes() {
