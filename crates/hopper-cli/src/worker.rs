@@ -72,15 +72,16 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
         .await
         .context("starting the runtime")?;
     let health = handle.health();
-    tokio::select! {
-        _ = async { while let Ok(Some(_)) = stdin.next_line().await {} }, if args.stdin_control => {}
-        _ = hopper::shutdown_signal() => tracing::info!(
-            "signal received; stopping (a second SIGINT or SIGTERM hands the running jobs back \
-             at once)"
-        ),
-        failure = health.failed() => tracing::error!(%failure, "the runtime is unhealthy; stopping"),
-    }
-    handle.shutdown_until(hopper::shutdown_signal()).await;
+    // With --stdin-control, the end of stdin stops the worker as a signal does.
+    handle
+        .run_until(async {
+            if args.stdin_control {
+                while let Ok(Some(_)) = stdin.next_line().await {}
+            } else {
+                std::future::pending::<()>().await;
+            }
+        })
+        .await;
     match health.failure() {
         Some(failure) => anyhow::bail!("stopped unhealthy: {failure}"),
         None => Ok(()),

@@ -320,6 +320,12 @@ impl RuntimeHandle {
     /// SIGINT or SIGTERM during the shutdown hands the running jobs back at once
     /// ([`RuntimeHandle::shutdown_until`]).
     pub async fn run_until_signal(self) {
+        self.run_until(std::future::pending()).await;
+    }
+
+    /// [`RuntimeHandle::run_until_signal`] that also shuts down when `stop` resolves (the
+    /// application's own reason to stop: its parent gone, an admin request).
+    pub async fn run_until(self, stop: impl Future<Output = ()>) {
         tokio::select! {
             _ = shutdown_signal() => tracing::info!(
                 "signal received; shutting down (a second SIGINT or SIGTERM hands the running \
@@ -328,6 +334,7 @@ impl RuntimeHandle {
             failure = self.health.failed() => {
                 tracing::error!(%failure, "the runtime is unhealthy; shutting down");
             }
+            _ = stop => tracing::info!("asked to stop; shutting down"),
         }
         self.shutdown_until(shutdown_signal()).await;
     }
