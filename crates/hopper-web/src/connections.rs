@@ -40,6 +40,11 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// See [`DEFAULT_MAX_CONNECTIONS`].
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The timeouts a [`ConnectionLimits`] holds: from one millisecond to
+/// [`hopper::core::limits::MAX_DURATION`] (ten years).
+pub const TIMEOUT_BOUNDS: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=hopper::core::limits::MAX_DURATION;
+
 /// The pause after an accept that failed for want of resources (descriptors, memory), so
 /// that the loop does not spin while none is freed.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
@@ -88,18 +93,20 @@ impl ConnectionLimits {
         }
     }
 
-    /// With `header_timeout` for a request's headers and between requests.
+    /// With `header_timeout` for a request's headers and between requests, held to
+    /// [`TIMEOUT_BOUNDS`] (zero would close every connection before its first request).
     pub fn with_header_timeout(self, header_timeout: Duration) -> Self {
         ConnectionLimits {
-            header_timeout,
+            header_timeout: header_timeout.clamp(*TIMEOUT_BOUNDS.start(), *TIMEOUT_BOUNDS.end()),
             ..self
         }
     }
 
-    /// With `send_timeout` for a write to the peer to make progress.
+    /// With `send_timeout` for a write to the peer to make progress, held to
+    /// [`TIMEOUT_BOUNDS`] (zero would close a connection at its first full buffer).
     pub fn with_send_timeout(self, send_timeout: Duration) -> Self {
         ConnectionLimits {
-            send_timeout,
+            send_timeout: send_timeout.clamp(*TIMEOUT_BOUNDS.start(), *TIMEOUT_BOUNDS.end()),
             ..self
         }
     }
@@ -233,5 +240,21 @@ async fn accept(
             }
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_held_to_their_bounds() {
+        let limits = ConnectionLimits::default()
+            .with_header_timeout(Duration::ZERO)
+            .with_send_timeout(Duration::MAX);
+        assert_eq!(limits.header_timeout, Duration::from_millis(1));
+        assert_eq!(limits.send_timeout, hopper::core::limits::MAX_DURATION);
+        let limits = limits.with_send_timeout(Duration::from_secs(3));
+        assert_eq!(limits.send_timeout, Duration::from_secs(3));
     }
 }

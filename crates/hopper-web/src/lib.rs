@@ -72,7 +72,7 @@ pub use auth::{AuthConfig, Role, Secret};
 pub use body::DEFAULT_BODY_TIMEOUT;
 pub use connections::{
     ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_SEND_TIMEOUT,
-    serve_connections,
+    TIMEOUT_BOUNDS, serve_connections,
 };
 pub use cross_site::AllowedHosts;
 pub use error::{ApiError, Error, Result};
@@ -178,9 +178,10 @@ impl WebState {
     }
 
     /// Sets how long an authenticated request's body may take to arrive, from the end of
-    /// its headers (default [`DEFAULT_BODY_TIMEOUT`]). A slower one is answered 408 and
-    /// its connection closed.
+    /// its headers (default [`DEFAULT_BODY_TIMEOUT`]), held to [`TIMEOUT_BOUNDS`]. A slower
+    /// one is answered 408 and its connection closed.
     pub fn with_body_timeout(self, timeout: Duration) -> Self {
+        let timeout = timeout.clamp(*TIMEOUT_BOUNDS.start(), *TIMEOUT_BOUNDS.end());
         self.map(|inner| inner.body_timeout = timeout)
     }
 
