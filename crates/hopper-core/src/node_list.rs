@@ -5,8 +5,9 @@
 //!
 //! The nodes table holds a row per running process and has no index on names: a backend
 //! reads it whole ([`crate::backend::StatsStore::node_list`]) and [`page`] cuts the page.
-//! What paging bounds is the answer: one reply of a server stays under its peer's frame
-//! limit however many nodes there are, one table of the dashboard stays short.
+//! What paging bounds is the answer, not the reading: a reply holds at most `limit` nodes
+//! however many are registered (each door bounds `limit` as it bounds its job listing's),
+//! and one table of the dashboard stays short.
 //!
 //! Nodes are ordered by the bytes of their names, then by id, whatever the database's
 //! collation, so that the cursor (the last node's name and id, [`NodeCursor`]) compares as
@@ -44,6 +45,16 @@ impl NodeListParams {
             limit,
         }
     }
+
+    /// [`Error::InvalidInput`] for a `limit` of 0, checked by a backend before it reads.
+    pub fn check(&self) -> Result<()> {
+        if self.limit == 0 {
+            return Err(Error::InvalidInput(
+                "limit must be at least 1, got 0".to_owned(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// One page of the registered nodes, in listing order.
@@ -58,7 +69,7 @@ pub struct NodePage {
 
 /// Where a page of the listing starts: after the node of this name and id. As text, the
 /// id's 16 bytes then the name's, in URL-safe base64 without padding, opaque to callers.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeCursor {
     name: String,
     id: NodeId,
@@ -120,11 +131,7 @@ fn key(node: &NodeRecord) -> (&str, NodeId) {
 /// `params.limit` nodes after `params.before`, in listing order, and the cursor of the
 /// next page when more follow. A `limit` of 0 is [`Error::InvalidInput`].
 pub fn page(mut nodes: Vec<NodeRecord>, params: &NodeListParams) -> Result<NodePage> {
-    if params.limit == 0 {
-        return Err(Error::InvalidInput(
-            "limit must be at least 1, got 0".to_owned(),
-        ));
-    }
+    params.check()?;
     if let Some(cursor) = &params.before {
         nodes.retain(|n| cursor.precedes(n));
     }

@@ -132,6 +132,7 @@ impl StatsStore for PgBackend {
     }
 
     async fn node_list(&self, params: &NodeListParams) -> Result<NodePage> {
+        params.check()?;
         let client = self.client().await?;
         let rows = self
             .text(&self.inner.queries.node_list)

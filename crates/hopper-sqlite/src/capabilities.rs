@@ -251,6 +251,7 @@ impl StatsStore for SqliteBackend {
     }
 
     async fn node_list(&self, params: &NodeListParams) -> Result<NodePage> {
+        params.check()?;
         let inner = self.inner.clone();
         let nodes = self
             .inner
