@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import datetime
 from types import TracebackType
@@ -130,11 +131,13 @@ class Client:
         ``kind``, ``args`` and any option of :meth:`submit`, at most :data:`MAX_BATCH_JOBS`
         (10,000: the server's bound; more raise ValueError before anything is sent, so
         submit larger ones in several batches). Returns their ids, in order; jobs of one
-        priority run in that order."""
-        specs = [_job_spec(**job) for job in jobs]
-        if len(specs) > MAX_BATCH_JOBS:
-            raise ValueError(f"a batch holds at most {MAX_BATCH_JOBS:,} jobs, got {len(specs):,}:"
-                             " submit larger ones in several batches")
+        priority run in that order. An iterator is read no further than one job past the
+        bound."""
+        taken = list(itertools.islice(jobs, MAX_BATCH_JOBS + 1))
+        if len(taken) > MAX_BATCH_JOBS:
+            raise ValueError(f"a batch holds at most {MAX_BATCH_JOBS:,} jobs, got "
+                             f"{len(taken):,} or more: submit larger ones in several batches")
+        specs = [_job_spec(**job) for job in taken]
         return [str(i) for i in self._call("submit_batch", {"jobs": specs})["ids"]]
 
     def status(self, job_id: str) -> Message:

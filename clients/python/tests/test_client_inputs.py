@@ -101,6 +101,14 @@ def test_options_of_the_wrong_type_or_range_are_refused_before_sending(server):
             client.job_stats("5")
         with pytest.raises(ValueError, match="a batch holds at most 10,000 jobs, got 10,001"):
             client.submit_batch([{"kind": "k"}] * 10_001)
+
+        def endless():
+            for _ in range(10_001):
+                yield {"kind": "k"}
+            raise AssertionError("the batch was read past its bound")
+
+        with pytest.raises(ValueError, match="got 10,001 or more"):
+            client.submit_batch(endless())
         # What stays the server's to say, and is clear: the shape of args.
         assert client.submit("k", (1, 2))
     assert server.counts() == {"available": 1}
