@@ -52,8 +52,9 @@ const CONCURRENCY: usize = 50;
 /// How often the counts are read while the jobs run.
 const POLL: Duration = Duration::from_millis(50);
 
-/// Nodes read at once while looking for the queues they serve: the most a server answers.
-const NODES_PAGE: u32 = 1000;
+/// Nodes or jobs read at once (the node listing while looking for the queues the nodes
+/// serve, the run's jobs when they are added up): the most a server answers.
+const PAGE: u32 = 1000;
 
 /// What the demo prints at the end, read back from the database.
 #[derive(Debug, Serialize)]
@@ -147,7 +148,7 @@ async fn clear_ended_runs(client: &Client, own: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut served: HashSet<String> = HashSet::new();
-    let mut params = hopper::NodeListParams::first(NODES_PAGE);
+    let mut params = hopper::NodeListParams::first(PAGE);
     loop {
         let page = match client.nodes(&params).await {
             Ok(page) => page,
@@ -236,7 +237,6 @@ async fn queue_stats(client: &Client, queue: &str) -> anyhow::Result<QueueStats>
 
 /// Reads every job of the run's queue back and adds up what happened to it.
 async fn summarize(client: &Client, queue: &str, seconds: f64) -> anyhow::Result<Summary> {
-    const PAGE: u32 = 1000;
     let mut summary = Summary {
         queue: queue.to_owned(),
         completed: 0,

@@ -218,8 +218,8 @@ mod tests {
         );
     }
 
-    /// Found by editing `rate_tokens` by hand: minus infinity (or -1e308) never refilled,
-    /// and the queue's claims took nothing for ever.
+    /// `rate_tokens` edited by hand: minus infinity (or -1e308) must refill as the nearest
+    /// bound, or the queue's claims would take nothing for ever.
     #[test]
     fn stored_tokens_no_claim_leaves_refill_from_their_nearest_bound() {
         let rate = RateLimit::new(100, Duration::from_secs(1));

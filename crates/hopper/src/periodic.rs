@@ -563,10 +563,10 @@ mod tests {
         assert_eq!(ticks, vec![gap_tick]);
     }
 
-    /// A schedule that matches no date ahead is refused when made (before, the enqueuer
-    /// tried to register it for ever, and with it every other periodic job of the runtime);
-    /// one whose last tick passed enqueues it and is never due again (before, its due tick
-    /// was not enqueued and the enqueuer looked again every millisecond).
+    /// A schedule that matches no date ahead is refused when made (else the enqueuer would
+    /// try to register it for ever, and with it every other periodic job of the runtime);
+    /// one whose last tick passed enqueues it and is never due again (else the enqueuer
+    /// could look again every millisecond).
     #[test]
     fn a_schedule_without_ticks_is_refused_or_never_due() {
         let job = NewJob::new("k", serde_json::json!({}));
