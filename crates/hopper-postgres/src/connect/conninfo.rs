@@ -46,6 +46,18 @@ pub(crate) fn split(conninfo: &str) -> Result<(String, TlsParams), String> {
 fn split_url(url: &str) -> Result<(String, TlsParams), String> {
     // tokio-postgres takes the credentials up to the first `@`; the query starts after.
     let after_credentials = url.find('@').map_or(0, |at| at + 1);
+    // The hosts end at the database's `/` or the query's `?`; a host holds no `@`, so one
+    // there is the rest of a password (or user name) that was not percent-encoded, which
+    // tokio-postgres would take for a host name ("failed to lookup address information").
+    let hosts = &url[after_credentials..];
+    let hosts = &hosts[..hosts.find(['/', '?']).unwrap_or(hosts.len())];
+    if after_credentials > 0 && hosts.contains('@') {
+        return Err(
+            "the user name or password holds a raw `@`: percent-encode it as %40 \
+                    (postgres://user:p%40ss@host/db)"
+                .to_owned(),
+        );
+    }
     let Some(question) = url[after_credentials..].find('?') else {
         return Ok((url.to_owned(), TlsParams::default()));
     };
@@ -167,6 +179,27 @@ mod tests {
         let (rest, tls) = split("postgres://u:a?b@h/db?sslmode=require").expect("parses");
         assert_eq!(rest, "postgres://u:a?b@h/db");
         assert_eq!(tls.sslmode.as_deref(), Some("require"));
+    }
+
+    #[test]
+    fn a_raw_at_sign_in_the_password_is_refused_naming_the_fix() {
+        for url in [
+            "postgres://u:p@ss@h/db",
+            "postgres://u:p@ss@h",
+            "postgresql://u:p@ss@h1,h2:5433?sslmode=require",
+        ] {
+            let refused = split(url).expect_err(url);
+            assert!(refused.contains("percent-encode it as %40"), "{refused}");
+            assert!(
+                !refused.contains("p@ss"),
+                "the password is not echoed: {refused}"
+            );
+        }
+        assert!(split("postgres://u:p%40ss@h/db").is_ok());
+        assert!(
+            split("postgres://h/db@archive").is_ok(),
+            "an @ past the hosts is the database's"
+        );
     }
 
     #[test]
