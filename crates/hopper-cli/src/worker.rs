@@ -67,10 +67,16 @@ pub async fn run(backend: Arc<dyn Backend>, args: WorkerArgs) -> anyhow::Result<
         }
     }
     let _gauges = crate::telemetry::queue_gauges(&backend);
-    let handle = Runtime::new(backend, workers, config)
-        .start()
-        .await
-        .context("starting the runtime")?;
+    // A database that does not take writes yet (restarting, a standby being promoted) is
+    // waited for, as `hopper serve` waits for it.
+    let start = || async {
+        Runtime::new(backend.clone(), workers.clone(), config.clone())
+            .start()
+            .await
+            .context("starting the runtime")
+    };
+    let handle =
+        crate::outage::retry_if("starting the runtime", crate::outage::is_transient, start).await?;
     let health = handle.health();
     // With --stdin-control, the end of stdin stops the worker as a signal does.
     handle

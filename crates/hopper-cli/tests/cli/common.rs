@@ -65,6 +65,16 @@ impl Hopper {
         Self::spawn(command)
     }
 
+    /// Starts `hopper ARGS` on the database at `url`, in hopper's default schema.
+    pub fn start_at(url: &str, args: &[&str]) -> anyhow::Result<Self> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hopper"));
+        command
+            .args(args)
+            .env("DATABASE_URL", url)
+            .env_remove("HOPPER_SCHEMA");
+        Self::spawn(command)
+    }
+
     /// Starts `hopper ARGS` in `dir` with no database configured: the embedded SQLite
     /// file, `hopper.db` there.
     pub fn start_embedded(dir: &Path, args: &[&str]) -> anyhow::Result<Self> {

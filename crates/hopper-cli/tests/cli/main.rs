@@ -29,4 +29,5 @@ mod serve_curve;
 mod serve_metrics;
 mod serve_stats;
 mod sqlite_processes;
+mod standby;
 mod stop_signals;
