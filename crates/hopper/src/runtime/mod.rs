@@ -460,18 +460,37 @@ async fn deregister(backend: &Arc<dyn Backend>, node: Uuid) {
 }
 
 /// Resolves on SIGINT or SIGTERM (Ctrl-C elsewhere): the one signal wait shared by the
-/// runtime, `hopper serve` and the HTTP server.
-pub async fn shutdown_signal() {
+/// runtime, `hopper serve` and the HTTP server. Called within a tokio runtime, it listens
+/// from the call on, so a signal that comes before the future is first polled (while the
+/// caller logs or awaits something else) is not missed; called outside one, from its first
+/// poll.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
+    let listening = tokio::runtime::Handle::try_current().ok().map(|_| {
         use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+        (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        )
+    });
+    async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (interrupt, terminate) = listening.unwrap_or_else(|| {
+                (
+                    signal(SignalKind::interrupt()),
+                    signal(SignalKind::terminate()),
+                )
+            });
+            if let (Ok(mut interrupt), Ok(mut terminate)) = (interrupt, terminate) {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+                return;
             }
-            return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
