@@ -219,3 +219,32 @@ pub fn metric(addr: &str, name: &str) -> anyhow::Result<Option<f64>> {
         .lines()
         .find_map(|line| line.strip_prefix(name)?.trim().parse().ok()))
 }
+
+/// Waits until a statement on `db` whose text is `LIKE` `pattern` waits on a lock
+/// (`pg_stat_activity`), at most 20 s; `what` names the statement in the failure.
+pub async fn wait_for_a_lock_wait(
+    db: &TestDatabase,
+    pattern: &str,
+    what: &str,
+) -> anyhow::Result<()> {
+    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let started = std::time::Instant::now();
+    loop {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE $1",
+                &[&pattern],
+            )
+            .await?;
+        if row.get::<_, i64>(0) > 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what} never waited on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

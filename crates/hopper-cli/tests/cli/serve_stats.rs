@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{http_request, metric, serve_open_http};
+use crate::common::{http_request, metric, serve_open_http, wait_for_a_lock_wait};
 use hopper::testing::TestDatabase;
 use hopper::{Client, NewJob, RemoteBackend, RemoteOptions};
 
@@ -51,7 +51,10 @@ async fn the_http_api_and_the_zeromq_server_share_one_expensive_reading() -> any
         let remote = remote.clone();
         async move { remote.stats().await }
     });
-    wait_for_the_reading_to_wait(&db).await?;
+    // Other statements of the server (its maintenance) may wait on the lock too: this one
+    // is told by its text.
+    let reading = "%WHERE state = 'cancelled'%";
+    wait_for_a_lock_wait(&db, reading, "the ZeroMQ queue_stats").await?;
     // The cost itself is time spent: nothing else makes a reading expensive.
     tokio::time::sleep(COST.saturating_sub(asked.elapsed())).await;
     holder.batch_execute("COMMIT").await?;
@@ -81,30 +84,4 @@ async fn the_http_api_and_the_zeromq_server_share_one_expensive_reading() -> any
     );
     assert_eq!(db.queue_stats("mail").await?.available, 2);
     Ok(())
-}
-
-/// Waits until the server's reading of the counts waits on the test's lock
-/// (`pg_stat_activity`): other statements of the server (its maintenance) may wait on it
-/// too, so this one is told by its text.
-async fn wait_for_the_reading_to_wait(db: &TestDatabase) -> anyhow::Result<()> {
-    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    let started = Instant::now();
-    loop {
-        let row = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock' AND query LIKE '%WHERE state = ''cancelled''%'",
-                &[],
-            )
-            .await?;
-        if row.get::<_, i64>(0) > 0 {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(20),
-            "the ZeroMQ queue_stats never reached the database"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }

@@ -7,7 +7,6 @@
 
 use std::time::{Duration, Instant};
 
-use hopper::backend::Backend;
 use hopper::testing::TestCluster;
 use hopper::{Client, JobState, NewJob, PgBackend, PgOptions};
 
@@ -15,14 +14,9 @@ use crate::common::Hopper;
 
 #[tokio::test]
 async fn worker_and_serve_on_a_standby_wait_until_it_takes_writes() -> anyhow::Result<()> {
-    let primary = TestCluster::init().map_err(anyhow::Error::msg)?;
-    primary.start().map_err(anyhow::Error::msg)?;
-    PgBackend::connect(&primary.url("sslmode=disable"), PgOptions::default())
-        .await?
-        .migrate()
-        .await?;
-    let standby = TestCluster::standby_of(&primary, "standby1").map_err(anyhow::Error::msg)?;
-    standby.start().map_err(anyhow::Error::msg)?;
+    let (_primary, standby) = TestCluster::migrated_with_standby("standby1")
+        .await
+        .map_err(anyhow::Error::from_boxed)?;
     let url = standby.url("sslmode=disable");
 
     let mut worker = Hopper::start_at(&url, &["worker", "--queue", "standby"])?;

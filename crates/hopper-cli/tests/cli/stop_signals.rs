@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hopper::testing::TestDatabase;
 use hopper::{Client, JobId, JobState, NewJob};
 
-use crate::common::Hopper;
+use crate::common::{Hopper, wait_for_a_lock_wait};
 
 /// Sends `signal` (`TERM`, `INT`) to `pid` with kill(1).
 fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
@@ -104,7 +104,8 @@ async fn a_second_signal_while_a_claim_waits_is_not_lost() -> anyhow::Result<()>
             "BEGIN; LOCK TABLE \"{schema}\".jobs IN ACCESS EXCLUSIVE MODE"
         ))
         .await?;
-    wait_for_a_claim_to_wait(&db).await?;
+    // The worker polls once a second; other statements may wait on the lock too.
+    wait_for_a_lock_wait(&db, "%jobs_claim_idx%", "the worker's claim").await?;
 
     let pid = worker.child.id();
     signal(pid, "TERM")?;
@@ -115,29 +116,4 @@ async fn a_second_signal_while_a_claim_waits_is_not_lost() -> anyhow::Result<()>
     // Without the second signal the worker would wait 30 s for its running job.
     exits_within(&mut worker, Duration::from_secs(10)).await?;
     handed_back(&client, id).await
-}
-
-/// Waits until the worker's claim (its poll, once a second) waits on the test's lock; other
-/// statements may wait on it too, so the claim is told by its text.
-async fn wait_for_a_claim_to_wait(db: &TestDatabase) -> anyhow::Result<()> {
-    let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    let started = Instant::now();
-    loop {
-        let row = client
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock' AND query LIKE '%jobs_claim_idx%'",
-                &[],
-            )
-            .await?;
-        if row.get::<_, i64>(0) > 0 {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(20),
-            "the worker's claim never waited on the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }

@@ -129,6 +129,24 @@ impl TestCluster {
         Ok(cluster)
     }
 
+    /// A started primary with hopper's schema, and its started streaming standby (copied
+    /// after the migration, so it has the schema too), named `application_name`.
+    pub async fn migrated_with_standby(
+        application_name: &str,
+    ) -> Result<(Self, Self), Box<dyn std::error::Error + Send + Sync>> {
+        let primary = Self::init()?;
+        primary.start()?;
+        let url = primary.url("sslmode=disable");
+        use hopper_core::Backend;
+        crate::PgBackend::connect(&url, crate::PgOptions::default())
+            .await?
+            .migrate()
+            .await?;
+        let standby = Self::standby_of(&primary, application_name)?;
+        standby.start()?;
+        Ok((primary, standby))
+    }
+
     /// A fresh directory and port, and the user to run the programs as.
     fn empty() -> Result<Self, ClusterError> {
         let bin = Self::bin_dir()

@@ -21,15 +21,9 @@ job_kind!(Mail, "standby_mail");
 /// A primary with hopper's schema, and its streaming standby (a copy made after the
 /// migration, so the schema is there too).
 async fn clusters() -> anyhow::Result<(TestCluster, TestCluster)> {
-    let primary = TestCluster::init().map_err(anyhow::Error::msg)?;
-    primary.start().map_err(anyhow::Error::msg)?;
-    PgBackend::connect(&primary.url("sslmode=disable"), PgOptions::default())
-        .await?
-        .migrate()
-        .await?;
-    let standby = TestCluster::standby_of(&primary, "standby1").map_err(anyhow::Error::msg)?;
-    standby.start().map_err(anyhow::Error::msg)?;
-    Ok((primary, standby))
+    TestCluster::migrated_with_standby("standby1")
+        .await
+        .map_err(anyhow::Error::from_boxed)
 }
 
 /// A TCP proxy on 127.0.0.1: each connection it accepts goes to the port it points at
