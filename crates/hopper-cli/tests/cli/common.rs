@@ -248,3 +248,17 @@ pub async fn wait_for_a_lock_wait(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A connection of its own holding `db`'s jobs table locked (`ACCESS EXCLUSIVE`, in a
+/// transaction) until the caller runs `COMMIT` on it.
+pub async fn lock_the_jobs_table(db: &TestDatabase) -> anyhow::Result<tokio_postgres::Client> {
+    let (holder, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let schema = db.schema().replace('"', "\"\"");
+    holder
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE \"{schema}\".jobs IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await?;
+    Ok(holder)
+}

@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{http_request, metric, serve_open_http, wait_for_a_lock_wait};
+use crate::common::{
+    http_request, lock_the_jobs_table, metric, serve_open_http, wait_for_a_lock_wait,
+};
 use hopper::testing::TestDatabase;
 use hopper::{Client, NewJob, RemoteBackend, RemoteOptions};
 
@@ -38,14 +40,7 @@ async fn the_http_api_and_the_zeromq_server_share_one_expensive_reading() -> any
     // A table this small is read in a millisecond, which is never reused. The test makes
     // the reading expensive: the jobs table is locked until the ZeroMQ request's reading
     // waits on the lock and has taken `COST`.
-    let (holder, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    let schema = db.schema().replace('"', "\"\"");
-    holder
-        .batch_execute(&format!(
-            "BEGIN; LOCK TABLE \"{schema}\".jobs IN ACCESS EXCLUSIVE MODE"
-        ))
-        .await?;
+    let holder = lock_the_jobs_table(&db).await?;
     let asked = Instant::now();
     let first = tokio::spawn({
         let remote = remote.clone();

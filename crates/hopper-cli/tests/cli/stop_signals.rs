@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hopper::testing::TestDatabase;
 use hopper::{Client, JobId, JobState, NewJob};
 
-use crate::common::{Hopper, wait_for_a_lock_wait};
+use crate::common::{Hopper, lock_the_jobs_table, wait_for_a_lock_wait};
 
 /// Sends `signal` (`TERM`, `INT`) to `pid` with kill(1).
 fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
@@ -96,14 +96,7 @@ async fn a_second_signal_while_a_claim_waits_is_not_lost() -> anyhow::Result<()>
     let client = Client::new(db.backend());
     let (mut worker, id) = running_one_long_job(&db, &client, "stop_signals_held").await?;
 
-    let (holder, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    let schema = db.schema().replace('"', "\"\"");
-    holder
-        .batch_execute(&format!(
-            "BEGIN; LOCK TABLE \"{schema}\".jobs IN ACCESS EXCLUSIVE MODE"
-        ))
-        .await?;
+    let holder = lock_the_jobs_table(&db).await?;
     // The worker polls once a second; other statements may wait on the lock too.
     wait_for_a_lock_wait(&db, "%jobs_claim_idx%", "the worker's claim").await?;
 
