@@ -368,6 +368,7 @@ macro_rules! conformance_suite {
                 prune_deletes_finished_jobs_past_their_state_retention,
                 prune_deletes_at_most_the_limit_per_call,
                 prune_takes_the_oldest_first,
+                prune_reads_on_past_the_previous_batch,
             }
             meta {
                 meta_round_trips_through_every_path,

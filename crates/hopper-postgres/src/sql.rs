@@ -261,7 +261,7 @@ queries!(
     job_lock_running(UUID_ARRAY, INT4_ARRAY),
     job_notify_queues(TEXT_ARRAY),
     job_promote_scheduled(TIMESTAMPTZ),
-    job_prune(INT8, INT8, INT8, TIMESTAMPTZ),
+    job_prune(INT8, INT8, INT8, TIMESTAMPTZ, UUID),
     job_prune_count(INT8, INT8, TIMESTAMPTZ),
     job_json_texts(UUID_ARRAY),
     job_quarantine(

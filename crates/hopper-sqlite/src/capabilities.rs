@@ -152,6 +152,7 @@ impl MaintenanceStore for SqliteBackend {
                         completed: count(0)?,
                         cancelled: count(1)?,
                         failed: count(2)?,
+                        last_id: None,
                     })
                 })
                 .await;
@@ -165,6 +166,9 @@ impl MaintenanceStore for SqliteBackend {
                 bounds(&mut s).map_err(map_sqlite)?;
                 s.raw_bind_parameter(":limit", i64::from(params.limit))
                     .map_err(map_sqlite)?;
+                let after = params.after.map(|id| id.hyphenated().to_string());
+                s.raw_bind_parameter(":after", after.unwrap_or_default())
+                    .map_err(map_sqlite)?;
                 let mut rows = s.raw_query();
                 let mut outcome = JobPruneOutcome {
                     elected: true,
@@ -176,6 +180,8 @@ impl MaintenanceStore for SqliteBackend {
                         "cancelled" => outcome.cancelled += 1,
                         _ => outcome.failed += 1,
                     }
+                    let id = rows::uuid(&col::<String>(row, 1)?)?;
+                    outcome.last_id = outcome.last_id.max(Some(id));
                 }
                 Ok(outcome)
             })
