@@ -14,6 +14,7 @@ use hopper_core::JobId;
 use hopper_core::job_log::{
     AttemptLog, JobLogAppend, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends, read_stored_text,
 };
+use hopper_core::limits::MAX_ERROR_HISTORY;
 
 use crate::error::map_sqlite;
 use crate::minute_stats::{self, Finished};
@@ -95,7 +96,11 @@ impl MaintenanceStore for SqliteBackend {
                         .map_err(map_sqlite)?;
                     released_rows(
                         &mut statement,
-                        named_params! { ":now": micros(now), ":now_text": rfc3339(now) },
+                        named_params! {
+                            ":now": micros(now),
+                            ":now_text": rfc3339(now),
+                            ":keep_errors": MAX_ERROR_HISTORY,
+                        },
                     )
                 })
                 .await?;
