@@ -4,6 +4,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use hopper::PgConnectOptions;
+use hopper::testing::with_database;
 
 /// A database created for one run.
 #[derive(Debug)]
@@ -52,23 +53,6 @@ impl RunDatabase {
     }
 }
 
-/// `url` with its database replaced by `name` (query parameters kept).
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let server = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    match query {
-        Some(query) => format!("{server}/{name}?{query}"),
-        None => format!("{server}/{name}"),
-    }
-}
-
 /// One connection, its driver spawned.
 pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     let client = PgConnectOptions::parse(url)?
@@ -92,22 +76,4 @@ pub fn pool(url: &str, size: usize) -> anyhow::Result<deadpool_postgres::Pool> {
         .max_size(size)
         .build()
         .context("building a connection pool")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn replaces_the_database_and_keeps_the_rest() {
-        assert_eq!(
-            with_database("postgres://u@h:5432/postgres", "x"),
-            "postgres://u@h:5432/x"
-        );
-        assert_eq!(
-            with_database("postgres://u@h:5432/db?sslmode=disable", "x"),
-            "postgres://u@h:5432/x?sslmode=disable"
-        );
-        assert_eq!(with_database("postgres://u@h", "x"), "postgres://u@h/x");
-    }
 }

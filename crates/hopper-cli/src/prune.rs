@@ -38,13 +38,14 @@ impl Prune {
                 failed_retention: duration("--failed-older-than", &args.failed_older_than)?,
                 limit: args.batch,
                 dry_run: args.dry_run,
+                after: None,
             },
             pause: duration("--pause", &args.pause)?,
         })
     }
 
     /// Runs batches until one comes back short; prints what was (or would be) deleted.
-    pub async fn run(self, backend: &Arc<dyn Backend>, json: bool) -> anyhow::Result<()> {
+    pub async fn run(mut self, backend: &Arc<dyn Backend>, json: bool) -> anyhow::Result<()> {
         let Some(store) = backend.maintenance() else {
             anyhow::bail!("the {} backend does not prune jobs", backend.name());
         };
@@ -82,6 +83,8 @@ impl Prune {
             if self.params.dry_run || outcome.total() < u64::from(self.params.limit) {
                 break;
             }
+            // The next batch reads on past this one's last job, not again what it kept.
+            self.params.after = outcome.last_id;
             // As the runtime's pruner: the pause plus three times the statement's time.
             tokio::time::sleep(self.pause.saturating_add(took.saturating_mul(3))).await;
         }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use hopper_core::backend::{Finish, FinishResult, Outcome};
+use hopper_core::limits::MAX_ERROR_HISTORY;
 use hopper_core::{JobState, Lease};
 
 use crate::{Harness, completed, job, retry, secs};
@@ -292,5 +293,39 @@ pub async fn zero_delay_retry_is_available_and_permanent_failure_is_final(
     let got = h.get(a).await?;
     assert_eq!(got.errors.len(), 2);
     assert_eq!(got.errors[1].error, "bad input");
+    Ok(())
+}
+
+/// An error history keeps its most recent [`MAX_ERROR_HISTORY`] entries, oldest first:
+/// each failed attempt past that drops the oldest, and so does a lease that expires.
+pub async fn an_error_history_keeps_its_most_recent_entries(h: &Harness) -> anyhow::Result<()> {
+    let failures = MAX_ERROR_HISTORY + 3;
+    let id = h
+        .insert(job("k", "q").with_max_attempts(failures + 2))
+        .await?;
+    for n in 1..=failures {
+        let c = h.claim_one("q").await?;
+        let outcome = retry(&format!("failure {n}"), Duration::ZERO);
+        h.finish(c.lease, outcome).await?;
+    }
+    let got = h.get(id).await?;
+    let attempts: Vec<i32> = got.errors.iter().map(|e| e.attempt).collect();
+    assert_eq!(attempts, (4..=failures).collect::<Vec<_>>(), "the latest");
+    let last = got.errors.last().map(|e| e.error.as_str());
+    assert_eq!(last, Some(format!("failure {failures}").as_str()));
+
+    let claimed = h
+        .claim_as(h.node.id, "q", 1, Duration::from_secs(10))
+        .await?;
+    assert_eq!(claimed.len(), 1);
+    h.advance(Duration::from_secs(11));
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 1);
+    let got = h.get(id).await?;
+    let attempts: Vec<i32> = got.errors.iter().map(|e| e.attempt).collect();
+    assert_eq!(
+        attempts,
+        (5..=failures + 1).collect::<Vec<_>>(),
+        "after a rescue"
+    );
     Ok(())
 }

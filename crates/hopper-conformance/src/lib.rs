@@ -298,6 +298,7 @@ macro_rules! conformance_suite {
                 release_makes_the_job_available_at_once_uncounted,
                 finish_many_answers_each_outcome_in_order,
                 zero_delay_retry_is_available_and_permanent_failure_is_final,
+                an_error_history_keeps_its_most_recent_entries,
             }
             leases {
                 stale_lease_outcomes_are_refused_and_change_nothing,
@@ -368,6 +369,7 @@ macro_rules! conformance_suite {
                 prune_deletes_finished_jobs_past_their_state_retention,
                 prune_deletes_at_most_the_limit_per_call,
                 prune_takes_the_oldest_first,
+                prune_reads_on_past_the_previous_batch,
             }
             meta {
                 meta_round_trips_through_every_path,

@@ -20,6 +20,7 @@ fn params(limit: u32, dry_run: bool) -> JobPruneParams {
         failed_retention: DAY * 7,
         limit,
         dry_run,
+        after: None,
     }
 }
 
@@ -70,6 +71,7 @@ pub async fn prune_deletes_finished_jobs_past_their_state_retention(
         completed: 1,
         cancelled: 1,
         failed: 0,
+        last_id: None,
     };
     assert_eq!(dry, expected, "a dry run counts what would go");
     ensure!(
@@ -80,7 +82,14 @@ pub async fn prune_deletes_finished_jobs_past_their_state_retention(
         "a dry run deletes nothing"
     );
     let outcome = prune(h, &params(1000, false)).await?;
-    assert_eq!(outcome, expected);
+    let last_id = Some(done.max(cancelled));
+    assert_eq!(
+        outcome,
+        JobPruneOutcome {
+            last_id,
+            ..expected
+        }
+    );
     for gone in [done, cancelled] {
         ensure!(
             h.backend
@@ -169,5 +178,57 @@ pub async fn prune_takes_the_oldest_first(h: &Harness) -> anyhow::Result<()> {
             .is_some(),
         "the newest is kept"
     );
+    Ok(())
+}
+
+/// A batch reads on past the previous batch's last job (`after`): a job below it is left
+/// for the next pass, even one whose retention has run out since, and `last_id` names the
+/// greatest job a batch deleted.
+pub async fn prune_reads_on_past_the_previous_batch(h: &Harness) -> anyhow::Result<()> {
+    let running = h.insert(job("k", "default")).await?;
+    let lease = h.claim_one("default").await?.lease;
+    ensure!(lease.job_id == running);
+    let mut done = Vec::new();
+    for _ in 0..3 {
+        done.push(h.insert(job("k", "default")).await?);
+    }
+    for claimed in h.claim("default", 3).await? {
+        h.finish(claimed.lease, completed()).await?;
+    }
+    h.advance(DAY * 2);
+    let first = prune(h, &params(2, false)).await?;
+    assert_eq!(first.completed, 2, "{first:?}");
+    assert_eq!(first.last_id, Some(done[1]), "the greatest id deleted");
+
+    // The running job, kept by the first batch, finishes and its retention runs out.
+    h.finish(lease, completed()).await?;
+    h.advance(DAY * 2);
+    let next = JobPruneParams {
+        after: first.last_id,
+        ..params(2, false)
+    };
+    let dry = prune(
+        h,
+        &JobPruneParams {
+            dry_run: true,
+            ..next.clone()
+        },
+    )
+    .await?;
+    assert_eq!(
+        dry.completed, 2,
+        "a dry run counts every job, whatever `after`"
+    );
+    let second = prune(h, &next).await?;
+    assert_eq!(second.completed, 1, "only the job past `after`: {second:?}");
+    assert_eq!(second.last_id, Some(done[2]));
+    assert_eq!(h.get(running).await?.state, JobState::Completed, "left");
+
+    // A new pass starts at the oldest job again.
+    let pass = prune(h, &params(2, false)).await?;
+    assert_eq!(pass.completed, 1, "{pass:?}");
+    assert_eq!(pass.last_id, Some(running));
+    let empty = prune(h, &params(2, false)).await?;
+    assert_eq!(empty.last_id, None, "nothing deleted");
     Ok(())
 }

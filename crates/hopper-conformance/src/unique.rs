@@ -206,8 +206,18 @@ pub async fn prune_keeps_a_finished_job_until_its_unique_window_passed(
         failed_retention: Duration::ZERO,
         limit: 100,
         dry_run: false,
+        after: None,
     };
     h.advance(hour);
+    let dry_run = JobPruneParams {
+        dry_run: true,
+        ..prune.clone()
+    };
+    let counted = h.maintenance().job_prune(&dry_run).await?;
+    assert_eq!(
+        counted.completed, 1,
+        "a dry run counts the same: {counted:?}"
+    );
     let pruned = h.maintenance().job_prune(&prune).await?;
     assert_eq!(pruned.completed, 1, "the job without a window: {pruned:?}");
     let got = h.backend.job_get(&JobGetParams { id: plain }).await?;

@@ -559,7 +559,8 @@ pub struct JobRecord {
     pub finished_at: Option<DateTime<Utc>>,
     /// How long its successful run took, in milliseconds.
     pub duration_ms: Option<i64>,
-    /// Every failed attempt, oldest first.
+    /// Its failed attempts, oldest first: the most recent
+    /// [`MAX_ERROR_HISTORY`](crate::limits::MAX_ERROR_HISTORY).
     pub errors: Vec<AttemptError>,
     /// Its group (tenant) within the queue, if it has one.
     #[serde(default)]

@@ -104,6 +104,12 @@ pub fn check_count(what: &str, n: usize) -> Result<usize> {
     }
 }
 
+/// The most entries a job's error history keeps (20): each failed, rescued or released
+/// attempt adds one, and past this the oldest go, so that a job retried without end (a
+/// large `max_attempts` that fails forever) does not grow without limit. The first
+/// attempts' errors are rarely the ones read; the most recent are.
+pub const MAX_ERROR_HISTORY: i32 = 20;
+
 /// The shortest heartbeat period a `hopper serve` announces (10 ms).
 pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
 

@@ -8,6 +8,7 @@ use hopper_core::backend::{
     MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
     NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
+use hopper_core::limits::MAX_ERROR_HISTORY;
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
 
 use crate::PgBackend;
@@ -60,7 +61,7 @@ impl MaintenanceStore for PgBackend {
         loop {
             let row = self
                 .text(&self.inner.queries.job_rescue_expired)
-                .query_one(&**client, &[&now])
+                .query_one(&**client, &[&now, &MAX_ERROR_HISTORY])
                 .await
                 .map_err(map_pg)?;
             let rescued = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);

@@ -20,6 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use hopper_core::error::with_causes;
+use hopper_core::limits::MAX_ERROR_HISTORY;
 use hopper_core::{Error, NodeHold, NodeId, NodeInfo, NodeLiveness, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -143,7 +144,10 @@ impl PgBackend {
         let dead_after_ms = dead_after.map_or(0, millis);
         let row = self
             .text(&self.inner.queries.node_release_dead)
-            .query_one(&**client, &[&dead_after_ms, &now, &vanished])
+            .query_one(
+                &**client,
+                &[&dead_after_ms, &now, &vanished, &MAX_ERROR_HISTORY],
+            )
             .await
             .map_err(map_pg)?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))

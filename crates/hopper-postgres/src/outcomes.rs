@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
+use hopper_core::limits::MAX_ERROR_HISTORY;
 use hopper_core::{Error, Finish, FinishResult, JobId, JobState, Lease, Outcome, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -305,7 +306,7 @@ async fn run_split(
     let f = &s.failed;
     let done_args: [&(dyn ToSql + Sync); 4] =
         [&s.done.ids, &s.done.attempts, &s.done.duration_ms, now];
-    let failed_args: [&(dyn ToSql + Sync); 7] = [
+    let failed_args: [&(dyn ToSql + Sync); 8] = [
         &f.ids,
         &f.attempts,
         &f.errors,
@@ -313,6 +314,7 @@ async fn run_split(
         &f.dead,
         &f.duration_ms,
         now,
+        &MAX_ERROR_HISTORY,
     ];
     let snoozed_args: [&(dyn ToSql + Sync); 4] = [
         &s.snoozed.ids,

@@ -22,7 +22,7 @@ impl PgBackend {
         } else {
             let limit = i64::from(params.limit.max(1));
             self.text(&self.inner.queries.job_prune)
-                .query_one(&**client, &[&done, &failed, &limit, &now])
+                .query_one(&**client, &[&done, &failed, &limit, &now, &params.after])
                 .await
         }
         .map_err(map_pg)?;
@@ -35,6 +35,11 @@ impl PgBackend {
             completed: count(1)?,
             cancelled: count(2)?,
             failed: count(3)?,
+            last_id: if params.dry_run {
+                None
+            } else {
+                row.try_get(4).map_err(Error::database)?
+            },
         })
     }
 }

@@ -191,7 +191,8 @@ queries!(
         INT8_ARRAY,
         BOOL_ARRAY,
         INT8_ARRAY,
-        TIMESTAMPTZ
+        TIMESTAMPTZ,
+        INT4
     ),
     job_get(UUID),
     job_insert(
@@ -261,7 +262,7 @@ queries!(
     job_lock_running(UUID_ARRAY, INT4_ARRAY),
     job_notify_queues(TEXT_ARRAY),
     job_promote_scheduled(TIMESTAMPTZ),
-    job_prune(INT8, INT8, INT8, TIMESTAMPTZ),
+    job_prune(INT8, INT8, INT8, TIMESTAMPTZ, UUID),
     job_prune_count(INT8, INT8, TIMESTAMPTZ),
     job_json_texts(UUID_ARRAY),
     job_quarantine(
@@ -284,7 +285,7 @@ queries!(
         TIMESTAMPTZ,
         JSONB
     ),
-    job_rescue_expired(TIMESTAMPTZ),
+    job_rescue_expired(TIMESTAMPTZ, INT4),
     job_retry(UUID, TIMESTAMPTZ),
     job_retry_many(TEXT, TEXT, TIMESTAMPTZ),
     job_search(
@@ -309,7 +310,7 @@ queries!(
     node_hold(UUID, TEXT, TEXT_ARRAY, INT4, TIMESTAMPTZ),
     node_let_go(UUID),
     node_list(),
-    node_release_dead(INT8, TIMESTAMPTZ, BOOL),
+    node_release_dead(INT8, TIMESTAMPTZ, BOOL, INT4),
     queue_groups_ready(TEXT, TEXT, INT4),
     queue_lock(TEXT, TIMESTAMPTZ),
     queue_mark_grouped(TEXT_ARRAY),

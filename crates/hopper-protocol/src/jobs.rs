@@ -213,7 +213,7 @@ pub struct JobInfo {
     /// How long its successful run took, in milliseconds.
     #[serde(default)]
     pub duration_ms: Option<i64>,
-    /// Every failed attempt, oldest first.
+    /// The failed attempts, oldest first: the latest 20 (`MAX_ERROR_HISTORY`).
     #[serde(default)]
     pub errors: Vec<AttemptInfo>,
     /// Its metadata (a map; `{}` when it has none).

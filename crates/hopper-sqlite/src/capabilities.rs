@@ -14,6 +14,7 @@ use hopper_core::JobId;
 use hopper_core::job_log::{
     AttemptLog, JobLogAppend, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends, read_stored_text,
 };
+use hopper_core::limits::MAX_ERROR_HISTORY;
 
 use crate::error::map_sqlite;
 use crate::minute_stats::{self, Finished};
@@ -95,7 +96,11 @@ impl MaintenanceStore for SqliteBackend {
                         .map_err(map_sqlite)?;
                     released_rows(
                         &mut statement,
-                        named_params! { ":now": micros(now), ":now_text": rfc3339(now) },
+                        named_params! {
+                            ":now": micros(now),
+                            ":now_text": rfc3339(now),
+                            ":keep_errors": MAX_ERROR_HISTORY,
+                        },
                     )
                 })
                 .await?;
@@ -152,6 +157,7 @@ impl MaintenanceStore for SqliteBackend {
                         completed: count(0)?,
                         cancelled: count(1)?,
                         failed: count(2)?,
+                        last_id: None,
                     })
                 })
                 .await;
@@ -165,6 +171,9 @@ impl MaintenanceStore for SqliteBackend {
                 bounds(&mut s).map_err(map_sqlite)?;
                 s.raw_bind_parameter(":limit", i64::from(params.limit))
                     .map_err(map_sqlite)?;
+                let after = params.after.map(|id| id.hyphenated().to_string());
+                s.raw_bind_parameter(":after", after.unwrap_or_default())
+                    .map_err(map_sqlite)?;
                 let mut rows = s.raw_query();
                 let mut outcome = JobPruneOutcome {
                     elected: true,
@@ -176,6 +185,8 @@ impl MaintenanceStore for SqliteBackend {
                         "cancelled" => outcome.cancelled += 1,
                         _ => outcome.failed += 1,
                     }
+                    let id = rows::uuid(&col::<String>(row, 1)?)?;
+                    outcome.last_id = outcome.last_id.max(Some(id));
                 }
                 Ok(outcome)
             })

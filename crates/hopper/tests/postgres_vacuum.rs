@@ -1,9 +1,10 @@
 //! The job table's own vacuum (`MaintenanceStore::job_vacuum`): due only when dead row versions
 //! piled up and no vacuum ran lately; afterwards, not due again.
 //!
-//! A test binary of its own, apart from `tests/integration`: a vacuum removes dead rows
-//! only when no transaction of the database is older than them, and the other tests'
-//! transactions would be (seen: 5,000 dead rows left).
+//! A database of its own (`TestDatabase::in_own_database`): a vacuum removes dead rows only
+//! when no transaction of the database is older than them, and any other session's open
+//! transaction in a shared database would be (seen: 5,000 dead rows left), whether another
+//! test of this run or another process on the server.
 
 #[path = "integration/support.rs"]
 mod support;
@@ -29,7 +30,7 @@ async fn vacuum_stats(db: &TestDatabase) -> anyhow::Result<(i64, i64)> {
 
 #[tokio::test]
 async fn dead_rows_are_vacuumed_once_due_and_not_again() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
+    let db = TestDatabase::in_own_database().await?;
     let backend = db.backend();
     let store = backend
         .maintenance()

@@ -183,6 +183,13 @@ pub struct JobPruneParams {
     pub limit: u32,
     /// Count what would be deleted (every such job, not one batch) and delete nothing.
     pub dry_run: bool,
+    /// Only jobs with an id above this one: the [`JobPruneOutcome::last_id`] of the previous
+    /// batch of the same pass, so that a batch reads on from where the last one stopped
+    /// instead of reading again the old jobs the earlier batches kept (failed jobs within
+    /// their longer retention, scheduled or running ones, finished ones whose unique window
+    /// has not passed). `None` starts a pass at the oldest job; the kept jobs are read once
+    /// by each pass, not once by each batch. Ignored by a dry run.
+    pub after: Option<JobId>,
 }
 
 /// What one [`MaintenanceStore::job_prune`] call deleted (or, in a dry run, would delete).
@@ -197,6 +204,10 @@ pub struct JobPruneOutcome {
     pub cancelled: u64,
     /// `failed` jobs.
     pub failed: u64,
+    /// The greatest id this call deleted, for the next batch's [`JobPruneParams::after`];
+    /// `None` when it deleted nothing (and in a dry run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_id: Option<JobId>,
 }
 
 impl JobPruneOutcome {

@@ -1,16 +1,19 @@
 -- Retention: deletes up to $3 finished jobs whose retention ran out, oldest first.
 -- $1 retention of completed and cancelled jobs (ms), $2 retention of failed jobs (ms),
--- $3 most rows, $4 now.
+-- $3 most rows, $4 now, $5 the greatest id the previous batch of the pass deleted (NULL to
+-- start a pass).
 --
 -- Which index: the primary key, and no other. There is deliberately no index on
 -- finished_at: every completion would have to update it, on the hot path, for the sake of
 -- a background task. Instead, ids are UUIDv7 and so ordered by creation time, and a job
 -- cannot finish before it was created: every job that finished before a cutoff has an id
 -- below the smallest UUIDv7 of the cutoff's millisecond. A range scan of the primary key
--- below that id, oldest first, reads the candidates; state and finished_at are checked on
--- each row. The scan stops after $3 matches, so a batch reads $3 rows plus the old rows
--- that are kept (old failed jobs within their longer retention, old scheduled or running
--- jobs), which are few next to the finished ones in a queue that prunes.
+-- below that id and above $5, oldest first, reads the candidates; state and finished_at
+-- are checked on each row. The scan stops after $3 matches, so a batch reads its $3 rows
+-- plus the rows it keeps between $5 and its last match (failed jobs within their longer
+-- retention, scheduled or running jobs, finished ones within their unique window); as
+-- each batch starts past the last one's last match, a pass reads every row below the
+-- cutoff once. The one exception: a row kept by one pass is read again by the next pass.
 --
 -- A job whose id is later than its creation (an id chosen by the client with a clock
 -- ahead) is pruned once the cutoff passes its id's time: late, never early.
@@ -46,6 +49,7 @@ doomed AS (
     FROM hopper.jobs AS j, bound AS b
     WHERE (SELECT held FROM elected)
       AND j.id < b.below_id
+      AND j.id > coalesce($5::uuid, '00000000-0000-0000-0000-000000000000')
       AND (   (j.state IN ('completed', 'cancelled') AND j.finished_at < b.done_before)
            OR (j.state = 'failed' AND j.finished_at < b.failed_before))
       AND (j.unique_until IS NULL OR j.unique_until <= b.now)
@@ -57,10 +61,11 @@ deleted AS (
     DELETE FROM hopper.jobs AS j
     USING doomed
     WHERE j.id = doomed.id
-    RETURNING j.state
+    RETURNING j.id, j.state
 )
 SELECT (SELECT held FROM elected),
        count(*) FILTER (WHERE state = 'completed'),
        count(*) FILTER (WHERE state = 'cancelled'),
-       count(*) FILTER (WHERE state = 'failed')
+       count(*) FILTER (WHERE state = 'failed'),
+       (SELECT id FROM deleted ORDER BY id DESC LIMIT 1)
 FROM deleted

@@ -6,7 +6,7 @@
 -- A job whose row another transaction held at its last renewal has that renewal in
 -- held_leases (job_extend_many.sql): left alone while the note is current. Notes past
 -- their time are deleted here (the table holds only the few rows held at a renewal).
--- $1 now.
+-- $1 now, $2 most entries of an error history kept (job_fail_many.sql).
 -- Attempts used are counted in bigint: a count written by hand at either end of integer
 -- must not make the statement fail for every job it takes.
 WITH expired AS (
@@ -46,7 +46,12 @@ rescued AS (
         finished_at = CASE WHEN j.attempt::bigint - j.uncounted >= j.max_attempts
                            THEN coalesce($1::timestamptz, now()) END,
         run_at = coalesce($1::timestamptz, now()),
-        errors = j.errors || jsonb_build_object(
+        errors = CASE
+            WHEN jsonb_typeof(j.errors) = 'array' AND jsonb_array_length(j.errors) >= $2
+            THEN jsonb_path_query_array(
+                j.errors, '$[last - $keep + 2 to last]', jsonb_build_object('keep', $2::integer))
+            ELSE j.errors
+        END || jsonb_build_object(
             'attempt', j.attempt,
             'at', coalesce($1::timestamptz, now()),
             'error', CASE WHEN j.lease_expires_at IS NULL

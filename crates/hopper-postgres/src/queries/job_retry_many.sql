@@ -8,35 +8,47 @@
 -- whole batch (the single retry refuses it with a conflict). The others stay failed. An
 -- insert taking a key between the check and the update still breaks the index; the
 -- caller then runs the statement again, which sees that holder.
--- Index: the keyed candidates probe jobs_unique_active_idx (unique_key) once each (the
--- subquery repeats its predicate); the sort of DISTINCT ON is over failed jobs with keys.
-WITH keyed AS (
-    SELECT DISTINCT ON (f.unique_key) f.id
+--
+-- Index: the failed jobs are read once, into candidates (no index has them: a retry of
+-- many is rare and manual); the update finds each chosen one by its primary key and checks
+-- its state again. The keyed candidates are checked against jobs_unique_active_idx
+-- (unique_key; the subquery repeats its predicate), a probe each or one read of it hashed;
+-- the sort of DISTINCT ON is over the keyed candidates only.
+WITH candidates AS (
+    SELECT f.id, f.unique_key
     FROM hopper.jobs AS f
     WHERE f.state = 'failed'
-      AND f.unique_key IS NOT NULL
       AND ($1::text IS NULL OR f.queue = $1)
       AND ($2::text IS NULL OR f.kind = $2)
+),
+keyed AS (
+    SELECT DISTINCT ON (c.unique_key) c.id
+    FROM candidates AS c
+    WHERE c.unique_key IS NOT NULL
       AND NOT EXISTS (
           SELECT 1
           FROM hopper.jobs AS h
-          WHERE h.unique_key = f.unique_key
+          WHERE h.unique_key = c.unique_key
             AND h.unique_key IS NOT NULL
             AND h.state IN ('scheduled', 'available', 'running')
       )
-    ORDER BY f.unique_key, f.id DESC
+    ORDER BY c.unique_key, c.id DESC
+),
+chosen AS (
+    SELECT id FROM candidates WHERE unique_key IS NULL
+    UNION ALL
+    SELECT id FROM keyed
 ),
 retried AS (
-    UPDATE hopper.jobs
+    UPDATE hopper.jobs AS j
     SET state = 'available',
         run_at = coalesce($3::timestamptz, now()),
-        uncounted = attempt,
+        uncounted = j.attempt,
         finished_at = NULL
-    WHERE state = 'failed'
-      AND ($1::text IS NULL OR queue = $1)
-      AND ($2::text IS NULL OR kind = $2)
-      AND (unique_key IS NULL OR id IN (SELECT id FROM keyed))
-    RETURNING queue
+    FROM chosen
+    WHERE j.id = chosen.id
+      AND j.state = 'failed'
+    RETURNING j.queue
 )
 SELECT count(*), pg_notify('hopper_wake', 'a:' || queue)
 FROM retried

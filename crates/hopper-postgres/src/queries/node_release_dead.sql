@@ -27,7 +27,8 @@
 -- Its leases still expire if it stopped renewing them. Nodes without liveness (remote
 -- workers, behind a transaction pooler) are judged by their heartbeat alone.
 -- The CASEs fix the order: a lock is tried only for a node already found silent.
--- $1 dead after (ms), $2 now, $3 vanished.
+-- $1 dead after (ms), $2 now, $3 vanished, $4 most entries of an error history kept
+-- (job_fail_many.sql).
 -- Attempts used are counted in bigint: a count written by hand at either end of integer
 -- must not make the statement fail for every job it takes.
 WITH found AS (
@@ -68,7 +69,12 @@ released AS (
         finished_at = CASE WHEN j.attempt::bigint - j.uncounted >= j.max_attempts
                            THEN coalesce($2::timestamptz, now()) END,
         run_at = coalesce($2::timestamptz, now()),
-        errors = j.errors || jsonb_build_object(
+        errors = CASE
+            WHEN jsonb_typeof(j.errors) = 'array' AND jsonb_array_length(j.errors) >= $4
+            THEN jsonb_path_query_array(
+                j.errors, '$[last - $keep + 2 to last]', jsonb_build_object('keep', $4::integer))
+            ELSE j.errors
+        END || jsonb_build_object(
             'attempt', j.attempt,
             'at', coalesce($2::timestamptz, now()),
             'error', 'node ' || j.node_id || CASE WHEN $3::boolean

@@ -25,6 +25,59 @@ pub struct TestDatabase {
     url: String,
     schema: String,
     backend: PgBackend,
+    /// The database made for this test alone ([`TestDatabase::in_own_database`]); last,
+    /// so that it is dropped after the backend's connections.
+    own: Option<OwnDatabase>,
+}
+
+/// A database created on the server for one test, dropped on drop with whatever is still
+/// connected to it.
+#[derive(Debug)]
+struct OwnDatabase {
+    /// A URL of another database of the server, to drop this one from.
+    admin_url: String,
+    name: String,
+}
+
+impl OwnDatabase {
+    async fn create(admin_url: &str) -> Result<Self> {
+        let name = format!("hopper_test_{}", uuid::Uuid::now_v7().simple());
+        let admin = crate::PgConnectOptions::parse(admin_url)?.connect().await?;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .map_err(hopper_core::Error::database)?;
+        Ok(OwnDatabase {
+            admin_url: admin_url.to_owned(),
+            name,
+        })
+    }
+}
+
+impl Drop for OwnDatabase {
+    fn drop(&mut self) {
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        cleanup(&self.admin_url, async move |client| {
+            let _ = client.batch_execute(&drop).await;
+        });
+    }
+}
+
+/// `url` with its database replaced by `name` (query parameters kept).
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{server}/{name}?{query}"),
+        None => format!("{server}/{name}"),
+    }
 }
 
 impl TestDatabase {
@@ -35,7 +88,21 @@ impl TestDatabase {
 
     /// A fresh schema whose backend uses `clock` for "now".
     pub async fn with_clock(clock: Arc<dyn Clock>) -> Result<Self> {
-        let url = database_url();
+        Self::on(database_url(), clock, None).await
+    }
+
+    /// A fresh schema in a database of its own, created on the server of
+    /// [`database_url`] and dropped on drop (ending whatever is still connected to it):
+    /// for tests that other work on the same database would upset, such as a vacuum,
+    /// which removes dead rows only when no transaction of the database is older than them.
+    pub async fn in_own_database() -> Result<Self> {
+        let admin_url = database_url();
+        let own = OwnDatabase::create(&admin_url).await?;
+        let url = with_database(&admin_url, &own.name);
+        Self::on(url, Arc::new(SystemClock), Some(own)).await
+    }
+
+    async fn on(url: String, clock: Arc<dyn Clock>, own: Option<OwnDatabase>) -> Result<Self> {
         let schema = format!("test_{}", uuid::Uuid::now_v7().simple());
         let backend = PgBackend::connect(
             &url,
@@ -50,6 +117,7 @@ impl TestDatabase {
             url,
             schema,
             backend,
+            own,
         })
     }
 
@@ -203,7 +271,10 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        drop_schema(&self.url, &self.schema);
+        // A database of its own goes whole, after the backend (`own`'s drop).
+        if self.own.is_none() {
+            drop_schema(&self.url, &self.schema);
+        }
     }
 }
 
@@ -211,8 +282,16 @@ impl Drop for TestDatabase {
 /// any session that still holds a lock in it. For tests that create schemas of their own;
 /// [`TestDatabase`] does this for its schema. Errors are ignored: it is cleanup.
 pub fn drop_schema(url: &str, schema: &str) {
-    let url = url.to_owned();
     let schema = schema.to_owned();
+    cleanup(url, async move |client| {
+        drop_schema_on(&client, &schema).await
+    });
+}
+
+/// Runs `work` on a connection to `url` now, from synchronous code (a `Drop`), and waits
+/// for it. Errors are ignored: it is cleanup.
+fn cleanup(url: &str, work: impl AsyncFnOnce(tokio_postgres::Client) + Send + 'static) {
+    let url = url.to_owned();
     // Drop runs outside async; a short-lived thread with its own runtime does the work.
     let _ = std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -227,7 +306,7 @@ pub fn drop_schema(url: &str, schema: &str) {
             };
             if let Ok((client, conn)) = options.connect_raw().await {
                 tokio::spawn(conn);
-                drop_schema_on(&client, &schema).await;
+                work(client).await;
             }
         });
     })
@@ -264,5 +343,23 @@ async fn drop_schema_on(client: &tokio_postgres::Client, schema: &str) {
                 &[&schema],
             )
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn replaces_the_database_and_keeps_the_rest() {
+        assert_eq!(
+            with_database("postgres://u@h:5432/postgres", "x"),
+            "postgres://u@h:5432/x"
+        );
+        assert_eq!(
+            with_database("postgres://u@h:5432/db?sslmode=disable", "x"),
+            "postgres://u@h:5432/x?sslmode=disable"
+        );
+        assert_eq!(with_database("postgres://u@h", "x"), "postgres://u@h/x");
     }
 }

@@ -137,6 +137,7 @@ impl Housekeeping {
             failed_retention: self.failed_retention,
             limit: self.prune_batch.max(1),
             dry_run: false,
+            after: None,
         }
     }
 }
@@ -164,9 +165,10 @@ impl Pruner {
         let Some(store) = maintenance_or_stop(&*self.backend, "pruner") else {
             return Ok(());
         };
-        let params = self.config.prune_params();
         while tick(&stop, period).await {
             let mut pruned = 0u64;
+            // Each pass starts at the oldest job; each batch reads on past the last one.
+            let mut params = self.config.prune_params();
             loop {
                 let started = Instant::now();
                 // The database away is ridden out; anything else ends the run (`ride_out`).
@@ -182,6 +184,7 @@ impl Pruner {
                 if !outcome.elected || outcome.total() < u64::from(params.limit) {
                     break;
                 }
+                params.after = outcome.last_id;
                 let pause = self
                     .config
                     .prune_pause

@@ -29,7 +29,7 @@ pub use expect::ExpectedJob;
 #[cfg(feature = "postgres")]
 pub use hopper_postgres::testing::{
     ClusterError, PgBouncer, PgBouncerConfig, RowHold, StopMode, TestCluster, TestDatabase,
-    database_url, drop_schema,
+    database_url, drop_schema, with_database,
 };
 pub use inline::InlineClient;
 pub use require::{

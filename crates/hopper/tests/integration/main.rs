@@ -25,6 +25,7 @@ mod postgres_lock_order;
 mod postgres_migrations;
 mod postgres_pgbouncer;
 mod postgres_plans;
+mod postgres_retry_many;
 mod postgres_sql;
 mod postgres_sqlx;
 mod postgres_stale_statements;

@@ -9,7 +9,7 @@ use hopper::backend::Backend;
 use hopper::testing::TestDatabase;
 use hopper::{
     JobArgs, JobContext, JobError, NewJob, Runtime, RuntimeConfig, RuntimeHandle, SystemClock,
-    Worker, Workers,
+    TestClock, Worker, Workers,
 };
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -145,11 +145,28 @@ pub async fn start(
     log: &Log,
     config: RuntimeConfig,
 ) -> anyhow::Result<RuntimeHandle> {
+    run_probes(node(db).await?, log, config).await
+}
+
+/// Starts a runtime running probes on its own backend, both on `clock`.
+pub async fn start_on(
+    db: &TestDatabase,
+    log: &Log,
+    config: RuntimeConfig,
+    clock: &TestClock,
+) -> anyhow::Result<RuntimeHandle> {
+    let backend = Arc::new(db.backend_with_clock(Arc::new(clock.clone())).await?);
+    run_probes(backend, log, config.with_clock(Arc::new(clock.clone()))).await
+}
+
+async fn run_probes(
+    backend: Arc<dyn Backend>,
+    log: &Log,
+    config: RuntimeConfig,
+) -> anyhow::Result<RuntimeHandle> {
     let mut workers = Workers::new();
     workers.register(ProbeWorker(log.clone()));
-    Ok(Runtime::new(node(db).await?, workers, config)
-        .start()
-        .await?)
+    Ok(Runtime::new(backend, workers, config).start().await?)
 }
 
 /// A runtime configuration for `queues` with `concurrency` slots.

@@ -1,13 +1,14 @@
 //! Global limits per queue, across runtimes: concurrency and rate.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hopper::backend::ClaimParams;
 use hopper::testing::TestDatabase;
-use hopper::{Client, NewJob, RateLimit};
+use hopper::{Client, NewJob, RateLimit, TestClock};
 use tokio::time::Instant;
 
-use super::common::{Log, config, node, probe, start};
+use super::common::{Log, config, node, probe, start, start_on};
 
 /// A queue limited to 5 running jobs never runs more than 5 at once across 4 runtimes of
 /// 4 slots each, and does use all 5.
@@ -50,10 +51,14 @@ async fn concurrency_limit_holds_across_four_runtimes() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A rate limit of 100 jobs/s holds within 10% over 10 s, across two runtimes.
+/// A rate limit of 100 jobs/s holds over 10 s across two runtimes, on an injected clock
+/// that moves 100 ms at a time: the bucket starts full (a tenth of a second's worth), and
+/// each step lets exactly 10 more jobs start, however fast the runtimes claim, so 10 s let
+/// exactly 1,000 start after the first 10, and no second more than 100.
 #[tokio::test]
 async fn rate_limit_holds_over_ten_seconds() -> anyhow::Result<()> {
-    let db = TestDatabase::new().await?;
+    let clock = TestClock::new(hopper_conformance::t0());
+    let db = TestDatabase::with_clock(Arc::new(clock.clone())).await?;
     let client = Client::new(db.backend());
     client
         .limit(
@@ -66,33 +71,24 @@ async fn rate_limit_holds_over_ten_seconds() -> anyhow::Result<()> {
     client.insert_many(&jobs).await?;
 
     let log = Log::default();
-    let a = start(&db, &log, config(&["paced"], 20)).await?;
-    let b = start(&db, &log, config(&["paced"], 20)).await?;
-    log.wait_until(Duration::from_secs(30), |runs| !runs.is_empty())
-        .await?;
-    let first = log.runs().iter().map(|r| r.started).min().expect("one run");
-    tokio::time::sleep_until(first + Duration::from_millis(10_500)).await;
+    let config = || config(&["paced"], 20).with_poll_interval(Duration::from_millis(20));
+    let a = start_on(&db, &log, config(), &clock).await?;
+    let b = start_on(&db, &log, config(), &clock).await?;
+    let burst = 10;
+    let step = chrono::Duration::milliseconds(100);
+    for n in 0..=100 {
+        if n > 0 {
+            clock.advance(step);
+        }
+        let expected = burst + 10 * n;
+        log.wait_until(Duration::from_secs(30), |runs| runs.len() >= expected)
+            .await?;
+        assert_eq!(log.len(), expected, "started by {n} steps of 100 ms");
+    }
     a.shutdown().await;
     b.shutdown().await;
-    let runs = log.runs();
-    let window = |from: u64, to: u64| {
-        runs.iter()
-            .filter(|r| {
-                r.started >= first + Duration::from_millis(from)
-                    && r.started < first + Duration::from_millis(to)
-            })
-            .count()
-    };
-    let ten_seconds = window(0, 10_000);
-    let worst_second = (0..10).map(|s| window(s * 1000, (s + 1) * 1000)).max();
-    println!("started in 10 s: {ten_seconds}; busiest second: {worst_second:?}");
-    assert!(
-        (900..=1_100).contains(&ten_seconds),
-        "{ten_seconds} jobs started in 10 s at 100/s"
-    );
-    // The bucket holds a tenth of a second's worth: no second sees more than 110 starts
-    // claimed, plus the jitter between a claim and its handler starting on a busy machine.
-    assert!(worst_second.is_some_and(|n| n <= 125), "{worst_second:?}");
+    let started = log.len();
+    assert_eq!(started, burst + 1_000, "jobs started in 10 s at 100/s");
     Ok(())
 }
 
