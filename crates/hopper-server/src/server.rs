@@ -27,7 +27,7 @@ use crate::auth::Access;
 use crate::convert;
 use crate::dispatch::Gone;
 use crate::in_flight::{
-    InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER, executing_for_peers,
+    InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER, Permit, executing_for_peers,
     executing_per_peer,
 };
 use crate::log_writer::{self, LogItem};
@@ -671,13 +671,39 @@ impl Core {
         if self.refuse_if_held_elsewhere(&peer, req, item.lease().0, "an outcome") {
             return;
         }
+        let place = match self.place_for_unheld(&peer, [item.lease()]) {
+            Ok(place) => place,
+            Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
+        };
         match self.take_finish(&peer, item) {
-            Some(finish) => self.queue_finish(finish, Some((peer, req))),
+            Some(finish) => self.queue_finishes(vec![finish], ReplyTo::Ack(peer, req), place),
             None => {
                 let result = FinishResult::LeaseLost;
                 self.reply(&peer, Reply::Ack { req, result });
             }
         }
+    }
+
+    /// A place among `peer`'s requests in flight for outcomes of `leases` when one is for
+    /// a lease no peer holds and that is not being written (the restart case: an order of
+    /// an earlier run of this server), held until they are answered; `None` when none is.
+    /// The outcomes of held orders are bounded by the credit granted, those of unheld
+    /// leases only by this: without it, a peer could queue them faster than they are
+    /// written, without end, ahead of the other workers' outcomes. The error is the busy
+    /// reply's, for the whole message: nothing of it is taken.
+    fn place_for_unheld(
+        &self,
+        peer: &PeerId,
+        leases: impl IntoIterator<Item = (JobId, i32)>,
+    ) -> std::result::Result<Option<Permit>, &'static str> {
+        let mut leases = leases.into_iter();
+        let unheld = leases.any(|(id, attempt)| {
+            self.peers.holder(&id).is_none() && !self.writing.contains(&(id, attempt))
+        });
+        if !unheld {
+            return Ok(None);
+        }
+        self.requests.try_acquire(peer).map(Some)
     }
 
     /// The other connected peer that holds `id`, if any (`None` when `peer` holds it).
@@ -722,23 +748,21 @@ impl Core {
     /// to the batching writer, unless an outcome for the same lease is already queued.
     pub fn queue_own_finish(&mut self, finish: Finish) {
         if self.start_writing(finish.lease) {
-            self.queue_finish(finish, None);
+            self.queue_finishes(vec![finish], ReplyTo::Nobody, None);
         }
     }
 
-    /// Hands an outcome to the batching writer.
-    pub fn queue_finish(&self, finish: Finish, reply_to: Option<(PeerId, u64)>) {
-        let reply_to = match reply_to {
-            Some((peer, req)) => ReplyTo::Ack(peer, req),
-            None => ReplyTo::Nobody,
-        };
-        self.queue_finishes(vec![finish], reply_to);
-    }
-
-    /// Hands outcomes to the batching writer.
-    pub fn queue_finishes(&self, finishes: Vec<Finish>, reply_to: ReplyTo) {
+    /// Hands outcomes to the batching writer, with the place in flight they hold, if any.
+    /// Never blocks the loop: when the queue is full, a task waits for room instead. Those
+    /// tasks are bounded as what they carry is: the server's own outcomes and held orders'
+    /// by the orders sent, unheld leases' by their peers' places in flight.
+    pub fn queue_finishes(&self, finishes: Vec<Finish>, reply_to: ReplyTo, place: Option<Permit>) {
         let finisher = self.finisher.clone();
-        let item = FinishItem { finishes, reply_to };
+        let item = FinishItem {
+            finishes,
+            reply_to,
+            place,
+        };
         if let Err(mpsc::error::TrySendError::Full(item)) = finisher.try_send(item) {
             tokio::spawn(async move {
                 let _ = finisher.send(item).await;

@@ -24,6 +24,10 @@ impl Core {
             let reply = Reply::error(Some(req), ErrorCode::Invalid, message);
             return self.reply(&peer, reply);
         }
+        let place = match self.place_for_unheld(&peer, items.iter().map(OutcomeItem::lease)) {
+            Ok(place) => place,
+            Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
+        };
         let mut finishes = Vec::with_capacity(items.len());
         let mut preset = Vec::with_capacity(items.len());
         for item in items {
@@ -41,7 +45,15 @@ impl Core {
                 None => preset.push(Some(FinishResult::LeaseLost)),
             }
         }
-        self.queue_finishes(finishes, ReplyTo::Acks(peer, req, preset));
+        if finishes.is_empty() {
+            // Nothing to write: answered now, not queued behind the writes.
+            let results = preset
+                .into_iter()
+                .map(|r| r.unwrap_or(FinishResult::LeaseLost))
+                .collect();
+            return self.reply(&peer, Reply::Acks { req, results });
+        }
+        self.queue_finishes(finishes, ReplyTo::Acks(peer, req, preset), place);
     }
 
     /// The write for one outcome of `peer`'s, whose order (if it held it) is no longer
