@@ -43,6 +43,7 @@ mod outcomes;
 mod peers;
 
 use hello::Hello;
+use outcomes::Report;
 pub(crate) use peers::{Held, Peers, Registration};
 
 /// Refused hellos (and requests before hello) are logged at most once per this interval,
@@ -71,11 +72,13 @@ pub(crate) enum Event {
         limit: usize,
         result: Result<Vec<ClaimedJob>>,
     },
-    /// A heartbeat's leases were extended; `lost` are no longer the worker's.
+    /// A heartbeat's leases were extended; `lost` are no longer the worker's, `adopt` are
+    /// leases of an earlier run of this server it listed, found to be this node's.
     HeartbeatDone {
         peer: PeerId,
         req: u64,
         lost: Result<Vec<Lease>>,
+        adopt: Vec<Lease>,
     },
     /// A database notification.
     Wakeup(Wakeup),
@@ -90,6 +93,15 @@ pub(crate) enum Event {
     Reprobe,
     /// A message to this peer found its connection gone.
     PeerGone(PeerId),
+    /// The outcomes of `report` for leases no peer held were looked up: `own` are those
+    /// running under this server's node. `place` is the report's among its peer's requests
+    /// in flight.
+    Checked {
+        peer: PeerId,
+        report: Report,
+        own: HashSet<Lease>,
+        place: Permit,
+    },
 }
 
 /// How long after a closed connection the workers are probed a second time: libzmq may
@@ -138,6 +150,9 @@ pub(crate) struct Core {
     /// Frames refused undecoded (not CBOR, not a request, a field out of range), logged at
     /// most once per interval: any peer can send them, before a hello, as fast as it likes.
     pub frame_refusals: LogThrottle,
+    /// Outcomes and extends refused for leases this server's node does not hold, logged at
+    /// most once per interval.
+    pub foreign_refusals: LogThrottle,
     /// Queues to claim from again at the next poll tick: their last claim found jobs (or
     /// failed). The queues of workers that reported outcomes join them at the tick (a limit
     /// may have room again). Idle queues are not polled one by one; notifications wake them.
@@ -211,6 +226,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         frame_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
+        foreign_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         active: HashSet::new(),
         poll_turn: 0,
         reprobing: false,
@@ -348,7 +364,12 @@ impl Core {
                 limit,
                 result,
             } => self.on_claimed(queue, limit, result),
-            Event::HeartbeatDone { peer, req, lost } => self.on_heartbeat_done(peer, req, lost),
+            Event::HeartbeatDone {
+                peer,
+                req,
+                lost,
+                adopt,
+            } => self.on_heartbeat_done(peer, req, lost, adopt),
             Event::Wakeup(Wakeup::Jobs(queue)) => {
                 if let Some(hot) = self.hot.get_mut(&queue) {
                     *hot = true;
@@ -372,6 +393,12 @@ impl Core {
                     self.drop_peer(&peer, Instant::now(), Gone::Closed);
                 }
             }
+            Event::Checked {
+                peer,
+                report,
+                own,
+                place,
+            } => self.take_report(peer, report, &own, Some(place)),
             Event::Wakeup(Wakeup::Resync) => {
                 for hot in self.hot.values_mut() {
                     *hot = true;
@@ -543,7 +570,15 @@ impl Core {
                         return self
                             .reply(&peer, Reply::error(Some(req), ErrorCode::Invalid, message));
                     }
-                    self.finish(peer, req, item);
+                    let items = vec![item];
+                    self.on_report(
+                        peer,
+                        Report {
+                            req,
+                            items,
+                            single: true,
+                        },
+                    );
                 }
             }
             Request::Heartbeat { req, leases } => self.on_heartbeat(peer, req, leases, now),
@@ -571,6 +606,8 @@ impl Core {
                 {
                     held.deadline = Some(now + by + grace);
                 }
+                // One no peer holds is extended only if this server's node holds it.
+                let unheld = self.peers.holder(&id).is_none();
                 self.extend(
                     peer,
                     req,
@@ -579,6 +616,7 @@ impl Core {
                         attempt,
                     },
                     by,
+                    unheld,
                 );
             }
             Request::Outcomes { req, outcomes } => self.on_outcomes(peer, req, outcomes),
@@ -664,46 +702,6 @@ impl Core {
             };
             let _ = out.send((peer, reply)).await;
         });
-    }
-
-    /// Records an outcome: the worker's credit is freed now, the write is batched.
-    fn finish(&mut self, peer: PeerId, req: u64, item: OutcomeItem) {
-        if self.refuse_if_held_elsewhere(&peer, req, item.lease().0, "an outcome") {
-            return;
-        }
-        let place = match self.place_for_unheld(&peer, [item.lease()]) {
-            Ok(place) => place,
-            Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
-        };
-        match self.take_finish(&peer, item) {
-            Some(finish) => self.queue_finishes(vec![finish], ReplyTo::Ack(peer, req), place),
-            None => {
-                let result = FinishResult::LeaseLost;
-                self.reply(&peer, Reply::Ack { req, result });
-            }
-        }
-    }
-
-    /// A place among `peer`'s requests in flight for outcomes of `leases` when one is for
-    /// a lease no peer holds and that is not being written (the restart case: an order of
-    /// an earlier run of this server), held until they are answered; `None` when none is.
-    /// The outcomes of held orders are bounded by the credit granted, those of unheld
-    /// leases only by this: without it, a peer could queue them faster than they are
-    /// written, without end, ahead of the other workers' outcomes. The error is the busy
-    /// reply's, for the whole message: nothing of it is taken.
-    fn place_for_unheld(
-        &self,
-        peer: &PeerId,
-        leases: impl IntoIterator<Item = (JobId, i32)>,
-    ) -> std::result::Result<Option<Permit>, &'static str> {
-        let mut leases = leases.into_iter();
-        let unheld = leases.any(|(id, attempt)| {
-            self.peers.holder(&id).is_none() && !self.writing.contains(&(id, attempt))
-        });
-        if !unheld {
-            return Ok(None);
-        }
-        self.requests.try_acquire(peer).map(Some)
     }
 
     /// The other connected peer that holds `id`, if any (`None` when `peer` holds it).

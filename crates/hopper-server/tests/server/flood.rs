@@ -73,12 +73,13 @@ async fn assert_acked(peer: &mut RawPeer, count: usize) {
     }
 }
 
-/// A server on `db` with two jobs running elsewhere, a worker that floods it and another.
+/// A server on `db` with two jobs its node leased (as in an earlier run of it: no peer
+/// holds them), a worker that floods it and another.
 async fn scene(
     db: &TestDatabase,
 ) -> anyhow::Result<(hopper_server::ServerHandle, Vec<JobId>, RawPeer, RawPeer)> {
     let server = start(config(db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(db, 2).await?;
+    let jobs = leased_by(db, server.node_id(), 2).await?;
     let flooder = worker(server.endpoint(), "flooder").await;
     let other = worker(server.endpoint(), "other").await;
     Ok((server, jobs, flooder, other))

@@ -54,7 +54,7 @@ async fn state(sql: &tokio_postgres::Client, db: &TestDatabase, id: JobId) -> St
 async fn a_held_rows_outcome_waits_alone() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(&db, 10).await?;
+    let jobs = leased_by(&db, server.node_id(), 10).await?;
     let mut peer = RawPeer::connect(server.endpoint()).await;
     let extra = vec![
         ("name", text("finisher")),
@@ -145,7 +145,7 @@ async fn a_held_rows_outcome_waits_alone() -> anyhow::Result<()> {
 async fn a_held_outcomes_lease_is_renewed_while_it_waits() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let job = attempts(&db, 1).await?[0];
+    let job = leased_by(&db, server.node_id(), 1).await?[0];
     let mut peer = RawPeer::connect(server.endpoint()).await;
     let extra = vec![("queues", Value::Array(vec![text("elsewhere")]))];
     let welcome = peer.hello("worker", TOKEN, extra).await;
