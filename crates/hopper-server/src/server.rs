@@ -14,7 +14,7 @@ use hopper::maintenance::{
     Services, Vacuumer,
 };
 use hopper::supervise::{Policy, supervise};
-use hopper_core::log_limit::{LogThrottle, capped};
+use hopper_core::log_limit::LogThrottle;
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, NewJob, Result, Wakeup};
 use hopper_protocol::{
     ErrorCode, FinishResult, JobInfo, OutcomeItem, Reply, Request, decode_request,
@@ -49,9 +49,6 @@ pub(crate) use peers::{Held, Peers, Registration};
 /// Refused hellos (and requests before hello) are logged at most once per this interval,
 /// with the count held back.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
-/// The most of a refused frame's reason a log line shows: the reason quotes what the peer
-/// sent (an unknown `type`, a field's value).
-pub(crate) const REFUSAL_LOG_CHARS: usize = 160;
 
 /// How often per heartbeat period the loop looks for silent peers and late orders: a peer
 /// silent for three periods is dropped within 3.2.
@@ -430,10 +427,7 @@ impl Core {
         let request = match decode_request(&frame, self.config.max_frame) {
             Ok(request) => request,
             Err(e) => {
-                if let Some(held_back) = self.frame_refusals.check() {
-                    let why = capped(&e.message).max_chars(REFUSAL_LOG_CHARS);
-                    tracing::warn!(peer = %hex(&peer), code = %e.code, held_back, "refused a frame: {why}");
-                }
+                self.log_frame_refusal(&peer, &e);
                 self.reply(&peer, e.to_reply());
                 return;
             }
@@ -475,9 +469,7 @@ impl Core {
                     p.access
                 }) else {
                     let req = request.req();
-                    if let Some(held_back) = self.early_refusals.check() {
-                        tracing::warn!(peer = %hex(&peer), held_back, "refused a request before hello");
-                    }
+                    self.log_early_refusal(&peer);
                     self.reply(
                         &peer,
                         Reply::error(Some(req), ErrorCode::Unauthorized, hello::BEFORE_HELLO),
@@ -601,9 +593,7 @@ impl Core {
                 }
                 let grace = self.config.heartbeat * 2;
                 // Only the held attempt's timeout moves: another attempt's extend is lost.
-                if let Some(held) = self.peers.held_mut(&peer, &id)
-                    && held.attempt == attempt
-                {
+                if let Some(held) = self.peers.held_mut(&peer, &id, attempt) {
                     held.deadline = Some(now + by + grace);
                 }
                 // One no peer holds is extended only if this server's node holds it.
@@ -706,11 +696,7 @@ impl Core {
 
     /// The other connected peer that holds `id`, if any (`None` when `peer` holds it).
     fn held_elsewhere(&self, peer: &PeerId, id: JobId) -> Option<&PeerId> {
-        if self
-            .peers
-            .get(peer)
-            .is_some_and(|p| p.held().contains_key(&id))
-        {
+        if self.peers.held_attempt(peer, &id).is_some() {
             return None;
         }
         self.peers.holder(&id).filter(|holder| *holder != peer)

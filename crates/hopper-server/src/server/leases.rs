@@ -100,17 +100,15 @@ impl Core {
         // the database answers it lost, and the order stays held, to be listed with its own
         // attempt.)
         let listed: HashSet<(JobId, i32)> = leases.iter().map(|l| (l.id, l.attempt)).collect();
-        let held = |core: &Core, id: &JobId| {
-            core.peers
-                .get(&peer)
-                .is_some_and(|p| p.held().contains_key(id))
-        };
         // Leases no peer holds nor is writing the outcome of are looked up first, extended
         // only if this server's node holds them: another node's job is not this peer's to
         // keep alive (nor, adopted, to report).
         let unheld: Vec<Lease> = leases
             .iter()
-            .filter(|l| !held(self, &l.id) && !self.writing.contains(&(l.id, l.attempt)))
+            .filter(|l| {
+                self.peers.held_attempt(&peer, &l.id).is_none()
+                    && !self.writing.contains(&(l.id, l.attempt))
+            })
             .map(|l| as_lease((l.id, l.attempt)))
             .collect();
         let adopt: HashSet<Lease> = unheld
@@ -211,12 +209,7 @@ impl Core {
         match lost {
             Ok(lost) => {
                 for l in &lost {
-                    let same = self.peers.get(&peer).is_some_and(|p| {
-                        p.held()
-                            .get(&l.job_id)
-                            .is_some_and(|h| h.attempt == l.attempt)
-                    });
-                    if same {
+                    if self.peers.held_attempt(&peer, &l.job_id) == Some(l.attempt) {
                         self.peers.release(&peer, &l.job_id);
                     }
                 }

@@ -167,7 +167,11 @@ impl Core {
     /// held and its credit taken.
     pub(super) fn take_finish(&mut self, peer: &PeerId, item: OutcomeItem) -> Option<Finish> {
         let (id, attempt) = item.lease();
-        if self.holds_other_attempt(peer, id, attempt) {
+        if self
+            .peers
+            .held_attempt(peer, &id)
+            .is_some_and(|held| held != attempt)
+        {
             return None;
         }
         self.saw(id);
@@ -197,16 +201,6 @@ impl Core {
         };
         crate::recording::outcome_taken(&finish.outcome);
         Some(finish)
-    }
-}
-
-impl Core {
-    /// Whether `peer` holds order `id` under another attempt than `attempt`.
-    pub(super) fn holds_other_attempt(&self, peer: &PeerId, id: JobId, attempt: i32) -> bool {
-        self.peers
-            .get(peer)
-            .and_then(|p| p.held().get(&id))
-            .is_some_and(|held| held.attempt != attempt)
     }
 }
 

@@ -203,8 +203,18 @@ impl Peers {
         Some(held)
     }
 
-    /// An order a peer holds, to change its attempt or deadline.
-    pub fn held_mut(&mut self, id: &PeerId, job: &JobId) -> Option<&mut Held> {
+    /// The attempt under which peer `id` holds order `job`; `None` when it does not hold it.
+    /// A report of another attempt is not that order's (a late outcome of an earlier
+    /// attempt, a wrong one), and leaves it as it is.
+    pub fn held_attempt(&self, id: &PeerId, job: &JobId) -> Option<i32> {
+        self.map.get(id)?.held.get(job).map(|h| h.attempt)
+    }
+
+    /// The order `job` peer `id` holds under `attempt`, to move its deadline.
+    pub fn held_mut(&mut self, id: &PeerId, job: &JobId, attempt: i32) -> Option<&mut Held> {
+        if self.held_attempt(id, job) != Some(attempt) {
+            return None;
+        }
         self.map.get_mut(id)?.held.get_mut(job)
     }
 
