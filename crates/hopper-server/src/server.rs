@@ -318,7 +318,8 @@ async fn run(
     loop {
         tokio::select! {
             (peer, frame) = frames.next() => {
-                core.on_frame(peer, frame);
+                core.on_frame(peer.clone(), frame);
+                core.after_frame(&peer, &frames);
                 // What finished while the frame was handled (a heartbeat's extend, a claim)
                 // goes before the next frame: a peer's backlog of frames delays the answers
                 // to the others' requests by one frame, not by a coin toss per frame.
@@ -343,15 +344,27 @@ async fn run(
 }
 
 impl Core {
-    /// Handles `event`; a peer found gone has the frames it sent before handled first, as
-    /// if its turn had come (its last outcomes, a bye).
+    /// Handles `event`. A peer found gone with frames still waiting keeps its session until
+    /// they have had their turn ([`Core::after_frame`]): what it sent before it went (its
+    /// last outcomes, logs, a bye) must count, and not out of turn, ahead of the other
+    /// peers' frames. Meanwhile it gets no orders.
     fn on_event_or_gone(&mut self, event: Event, frames: &mut Frames) {
-        if let Event::PeerGone(peer) = &event {
-            for frame in frames.take_all(peer) {
-                self.on_frame(peer.clone(), frame);
-            }
+        if let Event::PeerGone(peer) = &event
+            && frames.waiting(peer)
+            && self.peers.update(peer, |p| p.closed = true).is_some()
+        {
+            return;
         }
         self.on_event(event);
+    }
+
+    /// After `peer`'s frame: a peer whose connection closed has its session ended once its
+    /// last frame was handled.
+    fn after_frame(&mut self, peer: &PeerId, frames: &Frames) {
+        let closed = self.peers.get(peer).is_some_and(|p| p.closed);
+        if closed && !frames.waiting(peer) {
+            self.drop_peer(peer, Instant::now(), Gone::Closed);
+        }
     }
 
     fn on_event(&mut self, event: Event) {
@@ -418,6 +431,9 @@ impl Core {
     }
 
     fn on_frame(&mut self, peer: PeerId, frame: Bytes) {
+        if self.peers.get(&peer).is_some_and(|p| p.closed) && !kept_when_closed(&frame) {
+            return;
+        }
         if frame.len() <= self.config.max_frame
             && !self.peers.contains(&peer)
             && let Some(refusal) = self.refuse_before_hello(&peer, &frame)
@@ -781,6 +797,24 @@ fn wake(events: &mpsc::Sender<Event>, jobs: &[hopper_core::NewJob]) {
             let _ = events.try_send(Event::Wakeup(Wakeup::Jobs(job.queue.clone())));
         }
     }
+}
+
+/// Whether a frame of a peer whose connection closed is still handled: its outcomes, log
+/// lines and bye, which must not be lost. Its other requests are dropped unread: nobody
+/// is left to answer, and its turns are not to be spent on them.
+fn kept_when_closed(frame: &[u8]) -> bool {
+    let kept = [
+        "completed",
+        "failed",
+        "snoozed",
+        "released",
+        "outcomes",
+        "log",
+        "bye",
+    ];
+    hopper_protocol::envelope(frame)
+        .and_then(|e| e.ty.flatten())
+        .is_some_and(|ty| kept.contains(&ty.as_str()))
 }
 
 /// A routing id for logs.

@@ -60,6 +60,9 @@ pub(crate) struct Peer {
     pub last_seen: Instant,
     /// Said bye: no more orders.
     pub leaving: bool,
+    /// Its connection closed while frames of it still waited their turn: no more orders,
+    /// and its session ends once the last is handled (`Core::on_event_or_gone`).
+    pub closed: bool,
     /// Reads `orders` (several jobs per push).
     pub batch: bool,
 }
@@ -71,7 +74,7 @@ impl Peer {
     /// orders it holds. A worker of concurrency 0 takes none: it runs nothing, so it would
     /// hold what it was sent ahead for ever.
     pub fn free(&self) -> usize {
-        if self.role != Role::Worker || self.leaving || self.concurrency == 0 {
+        if self.role != Role::Worker || self.leaving || self.closed || self.concurrency == 0 {
             return 0;
         }
         let ahead = match self.prefetch {
@@ -152,6 +155,7 @@ impl Peers {
             held: HashMap::new(),
             last_seen: now,
             leaving: false,
+            closed: false,
             batch: false,
         });
         p.role = reg.role;

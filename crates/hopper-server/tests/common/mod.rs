@@ -195,6 +195,14 @@ impl RawPeer {
         }
     }
 
+    /// Closes the socket as a process that exits after sending does: what was sent is still
+    /// written (for at most `within`), then the connection closes.
+    pub fn close_after_sending(mut self, within: Duration) {
+        let socket = self.socket.take().expect("the socket");
+        let ms = i32::try_from(within.as_millis()).unwrap_or(i32::MAX);
+        socket.set_linger(ms).expect("linger");
+    }
+
     /// Says hello; returns the reply.
     pub async fn hello(&mut self, role: &str, token: &str, extra: Vec<(&str, Value)>) -> Value {
         let mut entries = vec![

@@ -28,7 +28,7 @@ const FRAMES_WAITED: u32 = 12;
 const EVERY: Duration = Duration::from_millis(500);
 
 /// A `heartbeat` listing the most leases one may: made-up jobs, none held by anyone.
-fn largest_heartbeat() -> anyhow::Result<Vec<u8>> {
+pub(crate) fn largest_heartbeat() -> anyhow::Result<Vec<u8>> {
     let leases = (0..hopper_protocol::MAX_HEARTBEAT_LEASES)
         .map(|_| {
             map(vec![
