@@ -309,6 +309,16 @@ pub async fn leased_by(
     Ok(jobs.iter().map(|j| j.id).collect())
 }
 
+/// A `completed` (numbered `req`) for attempt `attempt` of job `id`.
+pub fn completed(req: i64, id: &str, attempt: i64) -> Value {
+    map(vec![
+        ("type", text("completed")),
+        ("req", int(req)),
+        ("id", text(id)),
+        ("attempt", int(attempt)),
+    ])
+}
+
 /// A `log` request of one info line, `message`, for attempt 1 of `id`.
 pub fn log_request(req: usize, id: JobId, message: &str) -> Value {
     let line = map(vec![("level", text("info")), ("message", text(message))]);

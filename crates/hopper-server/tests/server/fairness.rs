@@ -194,14 +194,7 @@ async fn a_flooding_worker_delays_no_other_peer_past_a_bound() -> anyhow::Result
 
     // The worker kept its session and its order: the outcome of its attempt is recorded.
     worker.set_timeout(Duration::from_secs(10));
-    worker
-        .send(&map(vec![
-            ("type", text("completed")),
-            ("req", int(2)),
-            ("id", text(&id)),
-            ("attempt", int(attempt)),
-        ]))
-        .await;
+    worker.send(&completed(2, &id, attempt)).await;
     let ack = worker.recv_type("ack").await;
     assert_eq!(text_of(&ack, "result"), "recorded", "{ack:?}");
     let stored = db

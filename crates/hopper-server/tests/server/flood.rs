@@ -223,16 +223,6 @@ async fn a_heartbeat_does_not_wait_behind_its_peers_own_requests() -> anyhow::Re
     Ok(())
 }
 
-/// A `completed` (numbered `req`) for attempt 1 of `id`.
-fn completed(req: usize, id: JobId) -> Value {
-    map(vec![
-        ("type", text("completed")),
-        ("req", int(i64::try_from(req).unwrap_or(i64::MAX))),
-        ("id", text(&id.to_string())),
-        ("attempt", int(1)),
-    ])
-}
-
 /// Outcomes for leases no peer holds (jobs an earlier run of this server sent out, which
 /// its workers report after the restart) take places among their peer's requests in flight
 /// until they are written: a peer sending them faster than they are written is refused
@@ -250,7 +240,8 @@ async fn a_peer_flooding_unheld_outcomes_takes_its_share_only() -> anyhow::Resul
     // The outcomes' writes wait.
     let lock = lock(&db, "jobs").await?;
     for (i, id) in jobs.iter().enumerate() {
-        flooder.send(&completed(i + 1, *id)).await;
+        let req = i64::try_from(i)? + 1;
+        flooder.send(&completed(req, &id.to_string(), 1)).await;
     }
     flooder
         .send(&map(vec![("type", text("heartbeat")), ("req", int(0))]))

@@ -56,14 +56,7 @@ async fn a_closed_workers_waiting_frames_take_their_turns() -> anyhow::Result<()
             ]))
             .await;
     }
-    leaving
-        .send(&map(vec![
-            ("type", text("completed")),
-            ("req", int(2)),
-            ("id", text(&id)),
-            ("attempt", int(attempt)),
-        ]))
-        .await;
+    leaving.send(&completed(2, &id, attempt)).await;
     leaving.close_after_sending(Duration::from_secs(10));
 
     flooder.set_timeout(Duration::from_secs(60));
