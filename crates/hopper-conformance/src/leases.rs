@@ -2,10 +2,14 @@
 
 use std::time::Duration;
 
-use hopper_core::backend::{Finish, FinishResult, JobCancelParams, JobExtendManyParams, Outcome};
+use hopper_core::backend::{
+    Finish, FinishResult, JobCancelParams, JobExtendManyParams, JobLeasesOfNodeParams, Outcome,
+};
 use hopper_core::{JobState, Lease};
 
-use crate::{Harness, completed, job, retry, secs};
+use uuid::Uuid;
+
+use crate::{Harness, LEASE, completed, job, retry, secs};
 
 /// A job whose first lease expired, was rescued, and was claimed again: returns the stale
 /// lease (attempt 1) and the current one (attempt 2).
@@ -169,5 +173,39 @@ pub async fn cancel_revokes_a_running_lease(h: &Harness) -> anyhow::Result<()> {
     h.advance(Duration::from_secs(3600));
     assert_eq!(h.maintenance().job_rescue_expired().await?, 0);
     assert_eq!(h.get(id).await?.state, JobState::Cancelled);
+    Ok(())
+}
+
+/// Of the leases asked about, those a node runs are found: not another node's, not an
+/// earlier attempt, not a finished job's.
+pub async fn leases_of_a_node_are_only_those_it_runs(h: &Harness) -> anyhow::Result<()> {
+    let (stale, current) = stale_and_current(h).await?;
+    h.insert(job("done", "default")).await?;
+    let done = h.claim_one("default").await?.lease;
+    assert!(matches!(
+        h.finish(done, completed()).await?,
+        FinishResult::Recorded(_)
+    ));
+    let elsewhere = Uuid::now_v7();
+    h.insert(job("theirs", "theirs")).await?;
+    let theirs = h.claim_as(elsewhere, "theirs", 1, LEASE).await?;
+    anyhow::ensure!(theirs.len() == 1, "one job claimed");
+    let theirs = theirs[0].lease;
+    let asked = vec![stale, current, done, theirs];
+    let of = |node| JobLeasesOfNodeParams {
+        node,
+        leases: asked.clone(),
+    };
+    let maintenance = h.maintenance();
+    assert_eq!(
+        maintenance.job_leases_of_node(&of(h.node.id)).await?,
+        vec![current]
+    );
+    assert_eq!(
+        maintenance.job_leases_of_node(&of(elsewhere)).await?,
+        vec![theirs]
+    );
+    let nobody = maintenance.job_leases_of_node(&of(Uuid::now_v7())).await?;
+    assert!(nobody.is_empty(), "{nobody:?}");
     Ok(())
 }

@@ -305,6 +305,7 @@ macro_rules! conformance_suite {
                 extend_moves_the_lease_forward,
                 finished_job_refuses_a_second_outcome,
                 cancel_revokes_a_running_lease,
+                leases_of_a_node_are_only_those_it_runs,
             }
             scheduling {
                 future_job_is_scheduled_until_the_clock_passes_it,

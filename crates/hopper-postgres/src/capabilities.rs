@@ -4,12 +4,12 @@
 
 use async_trait::async_trait;
 use hopper_core::backend::{
-    JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
+    JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams,
+    JobVacuumParams, MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
     NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
 use hopper_core::limits::MAX_ERROR_HISTORY;
-use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, NewJob, Result};
+use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, JobId, Lease, NewJob, Result};
 
 use crate::PgBackend;
 use crate::error::map_pg;
@@ -74,6 +74,21 @@ impl MaintenanceStore for PgBackend {
 
     async fn node_release_dead(&self, params: &NodeReleaseDeadParams) -> Result<u64> {
         self.release_dead(Some(params.dead_after)).await
+    }
+
+    async fn job_leases_of_node(&self, params: &JobLeasesOfNodeParams) -> Result<Vec<Lease>> {
+        if params.leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, attempts): (Vec<JobId>, Vec<i32>) =
+            params.leases.iter().map(|l| (l.job_id, l.attempt)).unzip();
+        let client = self.client().await?;
+        let rows = self
+            .text(&self.inner.queries.job_leases_of_node)
+            .query(&**client, &[&ids, &attempts, &params.node])
+            .await
+            .map_err(map_pg)?;
+        crate::rows::leases(&rows)
     }
 
     async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {

@@ -30,6 +30,7 @@ use tokio_postgres::types::{Json, ToSql};
 use crate::PgBackend;
 use crate::error::{lock_not_granted, map_pg};
 use crate::pooled::{TxConnection, bracketed};
+use crate::rows::leases;
 use crate::statement::Args;
 
 /// The setup of the connection kept for shared writers: a bound on each wait for a row
@@ -189,16 +190,4 @@ impl PgBackend {
         }
         Ok(rows)
     }
-}
-
-/// The leases of `rows` whose first two columns are a job id and an attempt.
-fn leases(rows: &[Row]) -> Result<Vec<Lease>> {
-    rows.iter()
-        .map(|r| {
-            Ok(Lease {
-                job_id: r.try_get(0).map_err(Error::database)?,
-                attempt: r.try_get(1).map_err(Error::database)?,
-            })
-        })
-        .collect()
 }

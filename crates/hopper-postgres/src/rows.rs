@@ -1,11 +1,23 @@
 //! Reading rows into hopper's types.
 
 use hopper_core::log_limit::LogThrottle;
-use hopper_core::{AttemptError, Error, JobRecord, Priority, Result};
+use hopper_core::{AttemptError, Error, JobRecord, Lease, Priority, Result};
 use tokio_postgres::Row;
 
 /// The column of a job's error history in `job_get.sql`'s rows.
 const ERRORS_COLUMN: usize = 17;
+
+/// The leases of `rows` whose first two columns are a job id and an attempt.
+pub fn leases(rows: &[Row]) -> Result<Vec<Lease>> {
+    rows.iter()
+        .map(|r| {
+            Ok(Lease {
+                job_id: r.try_get(0).map_err(Error::database)?,
+                attempt: r.try_get(1).map_err(Error::database)?,
+            })
+        })
+        .collect()
+}
 
 /// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`.
 pub fn job_record(row: &Row) -> Result<JobRecord> {

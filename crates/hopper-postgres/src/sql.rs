@@ -256,6 +256,7 @@ queries!(
         INT8_ARRAY,
         INT4
     ),
+    job_leases_of_node(UUID_ARRAY, INT4_ARRAY, UUID),
     job_logs(UUID, INT4, INT8),
     job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),

@@ -226,6 +226,15 @@ impl Queued {
     }
 }
 
+impl Running {
+    /// Gives back the turn and the connection's, keeping the place in flight: for a request
+    /// whose work goes on without a connection of its own (outcomes checked, then handed to
+    /// the batching writer).
+    pub fn into_place(self) -> Permit {
+        self._permit
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
         let mut shares = lock(&self.shares);

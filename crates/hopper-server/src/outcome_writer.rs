@@ -19,6 +19,7 @@ use hopper_core::backend::{Backend, Finish, FinishResult};
 use hopper_protocol::{FinishResult as WireResult, Reply};
 use tokio::sync::mpsc;
 
+use crate::in_flight::Permit;
 use crate::server::{Event, PeerId};
 
 /// Who to acknowledge outcomes to.
@@ -36,6 +37,10 @@ pub(crate) enum ReplyTo {
 pub(crate) struct FinishItem {
     pub finishes: Vec<Finish>,
     pub reply_to: ReplyTo,
+    /// The place in flight of its peer's that the item holds until it is answered, when
+    /// some of its outcomes are for leases no peer held: nothing else bounds how many of
+    /// those a peer has waiting (`Core::place_for_unheld`).
+    pub place: Option<Permit>,
 }
 
 /// Most outcomes written by one statement.
@@ -186,7 +191,13 @@ fn answer(
         results.push(a);
     }
     let rest = (!rest.is_empty()).then_some(rest);
-    let again = |finishes, reply_to| FinishItem { finishes, reply_to };
+    // What is written again keeps the place in flight; the answered item gives it back.
+    let place = item.place;
+    let again = |finishes, reply_to| FinishItem {
+        finishes,
+        reply_to,
+        place,
+    };
     match item.reply_to {
         ReplyTo::Nobody => (None, rest.map(|f| again(f, ReplyTo::Nobody))),
         ReplyTo::Ack(peer, req) => match (rest, results.into_iter().next()) {

@@ -14,7 +14,7 @@ use hopper::maintenance::{
     Services, Vacuumer,
 };
 use hopper::supervise::{Policy, supervise};
-use hopper_core::log_limit::{LogThrottle, capped};
+use hopper_core::log_limit::LogThrottle;
 use hopper_core::{Backend, ClaimedJob, Finish, JobId, Lease, NewJob, Result, Wakeup};
 use hopper_protocol::{
     ErrorCode, FinishResult, JobInfo, OutcomeItem, Reply, Request, decode_request,
@@ -27,7 +27,7 @@ use crate::auth::Access;
 use crate::convert;
 use crate::dispatch::Gone;
 use crate::in_flight::{
-    InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER, executing_for_peers,
+    InFlight, MAX_REQUESTS_IN_FLIGHT, MAX_REQUESTS_PER_PEER, Permit, executing_for_peers,
     executing_per_peer,
 };
 use crate::log_writer::{self, LogItem};
@@ -43,14 +43,12 @@ mod outcomes;
 mod peers;
 
 use hello::Hello;
+use outcomes::Report;
 pub(crate) use peers::{Held, Peers, Registration};
 
 /// Refused hellos (and requests before hello) are logged at most once per this interval,
 /// with the count held back.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
-/// The most of a refused frame's reason a log line shows: the reason quotes what the peer
-/// sent (an unknown `type`, a field's value).
-pub(crate) const REFUSAL_LOG_CHARS: usize = 160;
 
 /// How often per heartbeat period the loop looks for silent peers and late orders: a peer
 /// silent for three periods is dropped within 3.2.
@@ -71,11 +69,13 @@ pub(crate) enum Event {
         limit: usize,
         result: Result<Vec<ClaimedJob>>,
     },
-    /// A heartbeat's leases were extended; `lost` are no longer the worker's.
+    /// A heartbeat's leases were extended; `lost` are no longer the worker's, `adopt` are
+    /// leases of an earlier run of this server it listed, found to be this node's.
     HeartbeatDone {
         peer: PeerId,
         req: u64,
         lost: Result<Vec<Lease>>,
+        adopt: Vec<Lease>,
     },
     /// A database notification.
     Wakeup(Wakeup),
@@ -90,6 +90,15 @@ pub(crate) enum Event {
     Reprobe,
     /// A message to this peer found its connection gone.
     PeerGone(PeerId),
+    /// The outcomes of `report` for leases no peer held were looked up: `own` are those
+    /// running under this server's node. `place` is the report's among its peer's requests
+    /// in flight.
+    Checked {
+        peer: PeerId,
+        report: Report,
+        own: HashSet<Lease>,
+        place: Permit,
+    },
 }
 
 /// How long after a closed connection the workers are probed a second time: libzmq may
@@ -138,6 +147,9 @@ pub(crate) struct Core {
     /// Frames refused undecoded (not CBOR, not a request, a field out of range), logged at
     /// most once per interval: any peer can send them, before a hello, as fast as it likes.
     pub frame_refusals: LogThrottle,
+    /// Outcomes and extends refused for leases this server's node does not hold, logged at
+    /// most once per interval.
+    pub foreign_refusals: LogThrottle,
     /// Queues to claim from again at the next poll tick: their last claim found jobs (or
     /// failed). The queues of workers that reported outcomes join them at the tick (a limit
     /// may have room again). Idle queues are not polled one by one; notifications wake them.
@@ -211,6 +223,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         frame_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
+        foreign_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         active: HashSet::new(),
         poll_turn: 0,
         reprobing: false,
@@ -305,7 +318,8 @@ async fn run(
     loop {
         tokio::select! {
             (peer, frame) = frames.next() => {
-                core.on_frame(peer, frame);
+                core.on_frame(peer.clone(), frame);
+                core.after_frame(&peer, &frames);
                 // What finished while the frame was handled (a heartbeat's extend, a claim)
                 // goes before the next frame: a peer's backlog of frames delays the answers
                 // to the others' requests by one frame, not by a coin toss per frame.
@@ -330,15 +344,27 @@ async fn run(
 }
 
 impl Core {
-    /// Handles `event`; a peer found gone has the frames it sent before handled first, as
-    /// if its turn had come (its last outcomes, a bye).
+    /// Handles `event`. A peer found gone with frames still waiting keeps its session until
+    /// they have had their turn ([`Core::after_frame`]): what it sent before it went (its
+    /// last outcomes, logs, a bye) must count, and not out of turn, ahead of the other
+    /// peers' frames. Meanwhile it gets no orders.
     fn on_event_or_gone(&mut self, event: Event, frames: &mut Frames) {
-        if let Event::PeerGone(peer) = &event {
-            for frame in frames.take_all(peer) {
-                self.on_frame(peer.clone(), frame);
-            }
+        if let Event::PeerGone(peer) = &event
+            && frames.waiting(peer)
+            && self.peers.update(peer, |p| p.closed = true).is_some()
+        {
+            return;
         }
         self.on_event(event);
+    }
+
+    /// After `peer`'s frame: a peer whose connection closed has its session ended once its
+    /// last frame was handled.
+    fn after_frame(&mut self, peer: &PeerId, frames: &Frames) {
+        let closed = self.peers.get(peer).is_some_and(|p| p.closed);
+        if closed && !frames.waiting(peer) {
+            self.drop_peer(peer, Instant::now(), Gone::Closed);
+        }
     }
 
     fn on_event(&mut self, event: Event) {
@@ -348,7 +374,12 @@ impl Core {
                 limit,
                 result,
             } => self.on_claimed(queue, limit, result),
-            Event::HeartbeatDone { peer, req, lost } => self.on_heartbeat_done(peer, req, lost),
+            Event::HeartbeatDone {
+                peer,
+                req,
+                lost,
+                adopt,
+            } => self.on_heartbeat_done(peer, req, lost, adopt),
             Event::Wakeup(Wakeup::Jobs(queue)) => {
                 if let Some(hot) = self.hot.get_mut(&queue) {
                     *hot = true;
@@ -372,6 +403,12 @@ impl Core {
                     self.drop_peer(&peer, Instant::now(), Gone::Closed);
                 }
             }
+            Event::Checked {
+                peer,
+                report,
+                own,
+                place,
+            } => self.take_report(peer, report, &own, Some(place)),
             Event::Wakeup(Wakeup::Resync) => {
                 for hot in self.hot.values_mut() {
                     *hot = true;
@@ -394,6 +431,9 @@ impl Core {
     }
 
     fn on_frame(&mut self, peer: PeerId, frame: Bytes) {
+        if self.peers.get(&peer).is_some_and(|p| p.closed) && !kept_when_closed(&frame) {
+            return;
+        }
         if frame.len() <= self.config.max_frame
             && !self.peers.contains(&peer)
             && let Some(refusal) = self.refuse_before_hello(&peer, &frame)
@@ -403,10 +443,7 @@ impl Core {
         let request = match decode_request(&frame, self.config.max_frame) {
             Ok(request) => request,
             Err(e) => {
-                if let Some(held_back) = self.frame_refusals.check() {
-                    let why = capped(&e.message).max_chars(REFUSAL_LOG_CHARS);
-                    tracing::warn!(peer = %hex(&peer), code = %e.code, held_back, "refused a frame: {why}");
-                }
+                self.log_frame_refusal(&peer, &e);
                 self.reply(&peer, e.to_reply());
                 return;
             }
@@ -448,9 +485,7 @@ impl Core {
                     p.access
                 }) else {
                     let req = request.req();
-                    if let Some(held_back) = self.early_refusals.check() {
-                        tracing::warn!(peer = %hex(&peer), held_back, "refused a request before hello");
-                    }
+                    self.log_early_refusal(&peer);
                     self.reply(
                         &peer,
                         Reply::error(Some(req), ErrorCode::Unauthorized, hello::BEFORE_HELLO),
@@ -543,7 +578,15 @@ impl Core {
                         return self
                             .reply(&peer, Reply::error(Some(req), ErrorCode::Invalid, message));
                     }
-                    self.finish(peer, req, item);
+                    let items = vec![item];
+                    self.on_report(
+                        peer,
+                        Report {
+                            req,
+                            items,
+                            single: true,
+                        },
+                    );
                 }
             }
             Request::Heartbeat { req, leases } => self.on_heartbeat(peer, req, leases, now),
@@ -566,11 +609,11 @@ impl Core {
                 }
                 let grace = self.config.heartbeat * 2;
                 // Only the held attempt's timeout moves: another attempt's extend is lost.
-                if let Some(held) = self.peers.held_mut(&peer, &id)
-                    && held.attempt == attempt
-                {
+                if let Some(held) = self.peers.held_mut(&peer, &id, attempt) {
                     held.deadline = Some(now + by + grace);
                 }
+                // One no peer holds is extended only if this server's node holds it.
+                let unheld = self.peers.holder(&id).is_none();
                 self.extend(
                     peer,
                     req,
@@ -579,6 +622,7 @@ impl Core {
                         attempt,
                     },
                     by,
+                    unheld,
                 );
             }
             Request::Outcomes { req, outcomes } => self.on_outcomes(peer, req, outcomes),
@@ -666,27 +710,9 @@ impl Core {
         });
     }
 
-    /// Records an outcome: the worker's credit is freed now, the write is batched.
-    fn finish(&mut self, peer: PeerId, req: u64, item: OutcomeItem) {
-        if self.refuse_if_held_elsewhere(&peer, req, item.lease().0, "an outcome") {
-            return;
-        }
-        match self.take_finish(&peer, item) {
-            Some(finish) => self.queue_finish(finish, Some((peer, req))),
-            None => {
-                let result = FinishResult::LeaseLost;
-                self.reply(&peer, Reply::Ack { req, result });
-            }
-        }
-    }
-
     /// The other connected peer that holds `id`, if any (`None` when `peer` holds it).
     fn held_elsewhere(&self, peer: &PeerId, id: JobId) -> Option<&PeerId> {
-        if self
-            .peers
-            .get(peer)
-            .is_some_and(|p| p.held().contains_key(&id))
-        {
+        if self.peers.held_attempt(peer, &id).is_some() {
             return None;
         }
         self.peers.holder(&id).filter(|holder| *holder != peer)
@@ -722,23 +748,21 @@ impl Core {
     /// to the batching writer, unless an outcome for the same lease is already queued.
     pub fn queue_own_finish(&mut self, finish: Finish) {
         if self.start_writing(finish.lease) {
-            self.queue_finish(finish, None);
+            self.queue_finishes(vec![finish], ReplyTo::Nobody, None);
         }
     }
 
-    /// Hands an outcome to the batching writer.
-    pub fn queue_finish(&self, finish: Finish, reply_to: Option<(PeerId, u64)>) {
-        let reply_to = match reply_to {
-            Some((peer, req)) => ReplyTo::Ack(peer, req),
-            None => ReplyTo::Nobody,
-        };
-        self.queue_finishes(vec![finish], reply_to);
-    }
-
-    /// Hands outcomes to the batching writer.
-    pub fn queue_finishes(&self, finishes: Vec<Finish>, reply_to: ReplyTo) {
+    /// Hands outcomes to the batching writer, with the place in flight they hold, if any.
+    /// Never blocks the loop: when the queue is full, a task waits for room instead. Those
+    /// tasks are bounded as what they carry is: the server's own outcomes and held orders'
+    /// by the orders sent, unheld leases' by their peers' places in flight.
+    pub fn queue_finishes(&self, finishes: Vec<Finish>, reply_to: ReplyTo, place: Option<Permit>) {
         let finisher = self.finisher.clone();
-        let item = FinishItem { finishes, reply_to };
+        let item = FinishItem {
+            finishes,
+            reply_to,
+            place,
+        };
         if let Err(mpsc::error::TrySendError::Full(item)) = finisher.try_send(item) {
             tokio::spawn(async move {
                 let _ = finisher.send(item).await;
@@ -773,6 +797,24 @@ fn wake(events: &mpsc::Sender<Event>, jobs: &[hopper_core::NewJob]) {
             let _ = events.try_send(Event::Wakeup(Wakeup::Jobs(job.queue.clone())));
         }
     }
+}
+
+/// Whether a frame of a peer whose connection closed is still handled: its outcomes, log
+/// lines and bye, which must not be lost. Its other requests are dropped unread: nobody
+/// is left to answer, and its turns are not to be spent on them.
+fn kept_when_closed(frame: &[u8]) -> bool {
+    let kept = [
+        "completed",
+        "failed",
+        "snoozed",
+        "released",
+        "outcomes",
+        "log",
+        "bye",
+    ];
+    hopper_protocol::envelope(frame)
+        .and_then(|e| e.ty.flatten())
+        .is_some_and(|ty| kept.contains(&ty.as_str()))
 }
 
 /// A routing id for logs.

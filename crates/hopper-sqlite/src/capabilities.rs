@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use hopper_core::backend::{
-    JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
+    JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams,
+    JobVacuumParams, MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
     NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
 use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, Result};
@@ -115,6 +115,36 @@ impl MaintenanceStore for SqliteBackend {
     async fn node_release_dead(&self, params: &NodeReleaseDeadParams) -> Result<u64> {
         let dead_before = micros(self.now()).saturating_sub(delay_us(params.dead_after));
         self.release_silent(dead_before).await
+    }
+
+    async fn job_leases_of_node(&self, params: &JobLeasesOfNodeParams) -> Result<Vec<Lease>> {
+        if params.leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.clone();
+        let (leases, node) = (params.leases.clone(), params.node.hyphenated().to_string());
+        self.inner
+            .pool
+            .read(move |conn| {
+                let mut statement = conn
+                    .prepare_cached(&inner.queries.job_leases_of_node[0])
+                    .map_err(map_sqlite)?;
+                let mut found = Vec::new();
+                for lease in leases {
+                    let running = statement
+                        .exists(named_params! {
+                            ":id": lease.job_id.hyphenated().to_string(),
+                            ":attempt": lease.attempt,
+                            ":node": node,
+                        })
+                        .map_err(map_sqlite)?;
+                    if running {
+                        found.push(lease);
+                    }
+                }
+                Ok(found)
+            })
+            .await
     }
 
     async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {

@@ -4,11 +4,12 @@
 use async_trait::async_trait;
 
 use super::params::{
-    JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams, JobVacuumParams,
-    MinuteStats, NodeReleaseDeadParams,
+    JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams,
+    JobVacuumParams, MinuteStats, NodeReleaseDeadParams,
 };
 use crate::error::Result;
 use crate::job::NewJob;
+use crate::lease::Lease;
 use crate::node_list::{NodeListParams, NodePage};
 use crate::scheduling::{CronAdvance, CronEntry, InsertOutcome};
 
@@ -29,6 +30,12 @@ pub trait MaintenanceStore: Send + Sync {
     /// Releases every job held by nodes silent for longer than `params.dead_after` (a
     /// failed attempt each) and forgets those nodes. Returns how many jobs.
     async fn node_release_dead(&self, params: &NodeReleaseDeadParams) -> Result<u64>;
+
+    /// Of `params.leases`, those running under `params.node`, in any order. Each lease is
+    /// the attempt of one claim, made by one node, so a lease found is that node's until
+    /// its attempt ends. For a server taking reports of leases none of its peers holds (a
+    /// restart's): only its own node's are its to finish or extend.
+    async fn job_leases_of_node(&self, params: &JobLeasesOfNodeParams) -> Result<Vec<Lease>>;
 
     /// Retention: deletes up to `params.limit` finished jobs older than their state's
     /// retention (by `finished_at` and the backend's "now"), oldest first, in one

@@ -41,10 +41,11 @@ pub use crate::node_list::{NodeListParams, NodePage};
 pub use capabilities::{MaintenanceStore, SchedulingStore, StatsStore};
 pub use params::{
     AppliedMigration, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,
-    JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobListParams,
-    JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobRetryManyParams, JobRetryParams,
-    JobSearchParams, JobStatsParams, JobVacuumParams, MinuteStats, NodeDeregisterParams, NodeInfo,
-    NodeRecord, NodeReleaseDeadParams, Outcome, QueueStats, Wakeup, WakeupStream,
+    JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobLeasesOfNodeParams,
+    JobListParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobRetryManyParams,
+    JobRetryParams, JobSearchParams, JobStatsParams, JobVacuumParams, MinuteStats,
+    NodeDeregisterParams, NodeInfo, NodeRecord, NodeReleaseDeadParams, Outcome, QueueStats, Wakeup,
+    WakeupStream,
 };
 
 use crate::error::Result;

@@ -376,6 +376,15 @@ pub struct JobExtendManyParams {
     pub by: Duration,
 }
 
+/// Parameters of [`MaintenanceStore::job_leases_of_node`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLeasesOfNodeParams {
+    /// The node.
+    pub node: NodeId,
+    /// The leases to look for.
+    pub leases: Vec<Lease>,
+}
+
 /// Parameters of [`Backend::node_deregister`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeDeregisterParams {

@@ -2,10 +2,10 @@
 //! keeping it. A refused hello changes nothing: a peer that had a session keeps it.
 
 use hopper_core::log_limit::capped;
-use hopper_protocol::{ErrorCode, Reply, Role, VERSION};
+use hopper_protocol::{DecodeError, ErrorCode, Reply, Role, VERSION};
 use tokio::time::Instant;
 
-use super::{Core, PeerId, REFUSAL_LOG_CHARS, Registration, hex};
+use super::{Core, PeerId, Registration, hex};
 use crate::auth::Access;
 
 /// Most queues one worker may serve: each served queue is claimed from for it, so the
@@ -30,6 +30,10 @@ const MAX_CREDIT: u32 = 10_000;
 /// cannot have the server decode large frames, in the one loop every peer waits on, only
 /// to refuse them.
 pub(crate) const MAX_HELLO_FRAME: usize = 256 * 1024;
+
+/// The most of a refused frame's reason a log line shows: the reason quotes what the peer
+/// sent (an unknown `type`, a field's value).
+const REFUSAL_LOG_CHARS: usize = 160;
 
 /// The refusal of a request before a hello.
 pub(crate) const BEFORE_HELLO: &str = "say hello (with a valid token) first";
@@ -134,23 +138,38 @@ impl Core {
             return Some(Reply::error(None, ErrorCode::BadFrame, message));
         };
         if let Some(refused) = envelope.type_refusal() {
-            if let Some(held_back) = self.frame_refusals.check() {
-                let why = capped(&refused.message).max_chars(REFUSAL_LOG_CHARS);
-                tracing::warn!(peer = %hex(peer), code = %refused.code, held_back, "refused a frame: {why}");
-            }
+            self.log_frame_refusal(peer, &refused);
             return Some(refused.to_reply());
         }
         if envelope.ty == Some(Some("hello".to_owned())) {
             return hello_too_large(envelope.req, frame.len());
         }
-        if let Some(held_back) = self.early_refusals.check() {
-            tracing::warn!(peer = %hex(peer), held_back, "refused a request before hello");
-        }
+        self.log_early_refusal(peer);
         Some(Reply::error(
             envelope.req,
             ErrorCode::Unauthorized,
             BEFORE_HELLO,
         ))
+    }
+}
+
+impl Core {
+    /// Logs a frame refused undecoded (not a request, a field out of range), at most once
+    /// per interval with the count held back, and only the start of why: the reason quotes
+    /// what the peer sent.
+    pub(super) fn log_frame_refusal(&mut self, peer: &PeerId, refused: &DecodeError) {
+        if let Some(held_back) = self.frame_refusals.check() {
+            let why = capped(&refused.message).max_chars(REFUSAL_LOG_CHARS);
+            tracing::warn!(peer = %hex(peer), code = %refused.code, held_back, "refused a frame: {why}");
+        }
+    }
+
+    /// Logs a request refused because its peer has not said hello, at most once per
+    /// interval with the count held back.
+    pub(super) fn log_early_refusal(&mut self, peer: &PeerId) {
+        if let Some(held_back) = self.early_refusals.check() {
+            tracing::warn!(peer = %hex(peer), held_back, "refused a request before hello");
+        }
     }
 }
 

@@ -7,10 +7,11 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use hopper_core::backend::{Finish, JobExtendManyParams};
-use hopper_core::{JobId, Lease, Outcome, Result};
+use hopper_core::{Backend, JobId, Lease, NodeId, Outcome, Result};
 use hopper_protocol::{FinishResult, LeaseRef, Reply};
 use tokio::time::Instant;
 
+use super::outcomes::{as_lease, own_leases};
 use super::{Core, Event, Held, PeerId, hex};
 use crate::convert;
 
@@ -19,10 +20,17 @@ const HEARTBEAT_BUSY: &str =
     "the last heartbeat's leases are still being extended; this one changed nothing";
 
 impl Core {
-    /// Extends one lease in the database and acknowledges it.
-    pub(super) fn extend(&self, peer: PeerId, req: u64, lease: Lease, by: Duration) {
-        let backend = self.backend.clone();
+    /// Extends one lease in the database and acknowledges it. A lease no peer holds
+    /// (`unheld`) is extended only if this server's node holds it: another node's job is
+    /// not this peer's to keep.
+    pub(super) fn extend(&self, peer: PeerId, req: u64, lease: Lease, by: Duration, unheld: bool) {
+        let (backend, node) = (self.backend.clone(), self.config.node_id);
         self.spawn_reply(peer, req, async move {
+            if unheld && !own_leases(&*backend, node, vec![lease]).await?.contains(&lease) {
+                tracing::debug!(job_id = %lease.job_id, attempt = lease.attempt, "refused an extend for a lease this server's node does not hold");
+                let result = FinishResult::LeaseLost;
+                return Ok(Reply::Ack { req, result });
+            }
             let lost = backend
                 .job_extend_many(&JobExtendManyParams {
                     leases: vec![lease],
@@ -86,28 +94,28 @@ impl Core {
         if !self.peers.contains(&peer) {
             return;
         }
-        // Adopt what the worker holds of an earlier run ... (a lease of another attempt than
-        // the order it holds is not that order: the database answers it lost, and the order
-        // stays held, to be listed with its own attempt)
+        // Adopt what the worker holds of an earlier run ... once the database says this
+        // node holds it (below), not before: an order adopted may be reported without a
+        // lookup. (A lease of another attempt than the order it holds is not that order:
+        // the database answers it lost, and the order stays held, to be listed with its own
+        // attempt.)
         let listed: HashSet<(JobId, i32)> = leases.iter().map(|l| (l.id, l.attempt)).collect();
-        for l in &leases {
-            if self
-                .peers
-                .get(&peer)
-                .is_some_and(|p| p.held().contains_key(&l.id))
-            {
-                continue;
-            }
-            if inherited.contains(&l.id) {
-                let held = Held {
-                    attempt: l.attempt,
-                    counted_attempt: 1,
-                    sent_at: now,
-                    deadline: None,
-                };
-                self.peers.hold(&peer, l.id, held);
-            }
-        }
+        // Leases no peer holds nor is writing the outcome of are looked up first, extended
+        // only if this server's node holds them: another node's job is not this peer's to
+        // keep alive (nor, adopted, to report).
+        let unheld: Vec<Lease> = leases
+            .iter()
+            .filter(|l| {
+                self.peers.held_attempt(&peer, &l.id).is_none()
+                    && !self.writing.contains(&(l.id, l.attempt))
+            })
+            .map(|l| as_lease((l.id, l.attempt)))
+            .collect();
+        let adopt: HashSet<Lease> = unheld
+            .iter()
+            .filter(|l| inherited.contains(&l.job_id))
+            .copied()
+            .collect();
         // ... and take back orders it never got (sent to a connection that died).
         let unknown: Vec<JobId> = self
             .peers
@@ -141,38 +149,67 @@ impl Core {
         if leases.is_empty() {
             return self.reply(&peer, Reply::HeartbeatAck { req, lost: foreign });
         }
-        let as_lease = |l: &LeaseRef| Lease {
-            job_id: l.id,
-            attempt: l.attempt,
-        };
+        let as_lease = |l: &LeaseRef| as_lease((l.id, l.attempt));
         let extend = JobExtendManyParams {
             leases: leases.iter().map(as_lease).collect(),
             by: self.config.lease,
         };
         let foreign: Vec<Lease> = foreign.iter().map(as_lease).collect();
-        let backend = self.backend.clone();
+        let (backend, node) = (self.backend.clone(), self.config.node_id);
         let events = self.events.clone();
         tokio::spawn(async move {
-            let lost = backend.job_extend_many(&extend).await.map(|mut lost| {
-                lost.extend(foreign);
-                lost
-            });
-            let _ = events.send(Event::HeartbeatDone { peer, req, lost }).await;
+            let done = extend_own(&*backend, node, extend, unheld).await;
+            let (lost, adopt) = match done {
+                Ok((mut lost, not_own)) => {
+                    let lost_now: HashSet<Lease> = lost.iter().copied().collect();
+                    let adopt = adopt
+                        .into_iter()
+                        .filter(|l| !not_own.contains(l) && !lost_now.contains(l))
+                        .collect();
+                    lost.extend(not_own);
+                    lost.extend(foreign);
+                    (Ok(lost), adopt)
+                }
+                Err(e) => (Err(e), Vec::new()),
+            };
+            let done = Event::HeartbeatDone {
+                peer,
+                req,
+                lost,
+                adopt,
+            };
+            let _ = events.send(done).await;
         });
     }
 
-    /// Answers a heartbeat once its leases are extended, releasing those it lost.
-    pub(super) fn on_heartbeat_done(&mut self, peer: PeerId, req: u64, lost: Result<Vec<Lease>>) {
+    /// Answers a heartbeat once its leases are extended, releasing those it lost and
+    /// adopting those of an earlier run of this server (`adopt`) that no peer holds now.
+    pub(super) fn on_heartbeat_done(
+        &mut self,
+        peer: PeerId,
+        req: u64,
+        lost: Result<Vec<Lease>>,
+        adopt: Vec<Lease>,
+    ) {
         self.extending.remove(&peer);
+        let now = Instant::now();
+        for l in adopt {
+            let free = self.peers.holder(&l.job_id).is_none()
+                && !self.writing.contains(&(l.job_id, l.attempt));
+            if free && self.peers.contains(&peer) {
+                let held = Held {
+                    attempt: l.attempt,
+                    counted_attempt: 1,
+                    sent_at: now,
+                    deadline: None,
+                };
+                self.peers.hold(&peer, l.job_id, held);
+            }
+        }
         match lost {
             Ok(lost) => {
                 for l in &lost {
-                    let same = self.peers.get(&peer).is_some_and(|p| {
-                        p.held()
-                            .get(&l.job_id)
-                            .is_some_and(|h| h.attempt == l.attempt)
-                    });
-                    if same {
+                    if self.peers.held_attempt(&peer, &l.job_id) == Some(l.attempt) {
                         self.peers.release(&peer, &l.job_id);
                     }
                 }
@@ -191,4 +228,19 @@ impl Core {
             }
         }
     }
+}
+
+/// Extends the leases of `extend` but those of `unheld` this server's node does not hold,
+/// which are looked up first: the leases lost, and apart those not this node's.
+async fn extend_own(
+    backend: &dyn Backend,
+    node: NodeId,
+    mut extend: JobExtendManyParams,
+    unheld: Vec<Lease>,
+) -> Result<(Vec<Lease>, HashSet<Lease>)> {
+    let own = own_leases(backend, node, unheld.clone()).await?;
+    let not_own: HashSet<Lease> = unheld.into_iter().filter(|l| !own.contains(l)).collect();
+    extend.leases.retain(|l| !not_own.contains(l));
+    let lost = backend.job_extend_many(&extend).await?;
+    Ok((lost, not_own))
 }

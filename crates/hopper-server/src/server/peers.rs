@@ -60,6 +60,9 @@ pub(crate) struct Peer {
     pub last_seen: Instant,
     /// Said bye: no more orders.
     pub leaving: bool,
+    /// Its connection closed while frames of it still waited their turn: no more orders,
+    /// and its session ends once the last is handled (`Core::on_event_or_gone`).
+    pub closed: bool,
     /// Reads `orders` (several jobs per push).
     pub batch: bool,
 }
@@ -71,7 +74,7 @@ impl Peer {
     /// orders it holds. A worker of concurrency 0 takes none: it runs nothing, so it would
     /// hold what it was sent ahead for ever.
     pub fn free(&self) -> usize {
-        if self.role != Role::Worker || self.leaving || self.concurrency == 0 {
+        if self.role != Role::Worker || self.leaving || self.closed || self.concurrency == 0 {
             return 0;
         }
         let ahead = match self.prefetch {
@@ -152,6 +155,7 @@ impl Peers {
             held: HashMap::new(),
             last_seen: now,
             leaving: false,
+            closed: false,
             batch: false,
         });
         p.role = reg.role;
@@ -203,8 +207,18 @@ impl Peers {
         Some(held)
     }
 
-    /// An order a peer holds, to change its attempt or deadline.
-    pub fn held_mut(&mut self, id: &PeerId, job: &JobId) -> Option<&mut Held> {
+    /// The attempt under which peer `id` holds order `job`; `None` when it does not hold it.
+    /// A report of another attempt is not that order's (a late outcome of an earlier
+    /// attempt, a wrong one), and leaves it as it is.
+    pub fn held_attempt(&self, id: &PeerId, job: &JobId) -> Option<i32> {
+        self.map.get(id)?.held.get(job).map(|h| h.attempt)
+    }
+
+    /// The order `job` peer `id` holds under `attempt`, to move its deadline.
+    pub fn held_mut(&mut self, id: &PeerId, job: &JobId, attempt: i32) -> Option<&mut Held> {
+        if self.held_attempt(id, job) != Some(attempt) {
+            return None;
+        }
         self.map.get_mut(id)?.held.get_mut(job)
     }
 

@@ -98,7 +98,7 @@ impl State {
             self.turns.push_back(served);
         }
         while let Some(peer) = self.turns.pop_front() {
-            let Some(frame) = self.take(&peer, 1).pop() else {
+            let Some(frame) = self.take(&peer) else {
                 continue;
             };
             if self.queues.contains_key(&peer) {
@@ -109,26 +109,22 @@ impl State {
         None
     }
 
-    /// Takes up to `most` of `peer`'s oldest frames, forgetting its queue once empty (its
-    /// place in `turns` or `served` is the caller's to settle).
-    fn take(&mut self, peer: &PeerId, most: usize) -> Vec<Bytes> {
-        let Some(queue) = self.queues.get_mut(peer) else {
-            return Vec::new();
-        };
+    /// Takes `peer`'s oldest frame, forgetting its queue once empty (its place in `turns`
+    /// or `served` is the caller's to settle).
+    fn take(&mut self, peer: &PeerId) -> Option<Bytes> {
+        let queue = self.queues.get_mut(peer)?;
         let was_full = queue.full();
-        let n = most.min(queue.frames.len());
-        let taken: Vec<Bytes> = queue.frames.drain(..n).collect();
-        let bytes: usize = taken.iter().map(Bytes::len).sum();
-        queue.bytes -= bytes;
-        self.bytes -= bytes;
-        self.frames -= n;
+        let frame = queue.frames.pop_front()?;
+        queue.bytes -= frame.len();
+        self.bytes -= frame.len();
+        self.frames -= 1;
         if was_full && !queue.full() {
             self.full -= 1;
         }
         if queue.frames.is_empty() {
             self.queues.remove(peer);
         }
-        taken
+        Some(frame)
     }
 
     /// True when the I/O thread waits to be woken and may read again: it is then no longer
@@ -222,21 +218,9 @@ impl Frames {
         }
     }
 
-    /// Every frame of `peer` waiting, oldest first, taken out of turn.
-    pub fn take_all(&mut self, peer: &PeerId) -> Vec<Bytes> {
-        let (taken, resume) = {
-            let mut state = self.inbox.state();
-            let taken = state.take(peer, usize::MAX);
-            state.turns.retain(|p| p != peer);
-            if state.served.as_ref() == Some(peer) {
-                state.served = None;
-            }
-            (taken, state.resume())
-        };
-        if resume {
-            self.waker.wake();
-        }
-        taken
+    /// Whether frames of `peer` wait their turn.
+    pub fn waiting(&self, peer: &PeerId) -> bool {
+        self.inbox.state().queues.contains_key(peer)
     }
 }
 
@@ -327,25 +311,5 @@ mod tests {
         state.paused = true;
         assert!(state.pop().is_some());
         assert!(state.resume());
-    }
-
-    #[test]
-    fn a_peers_frames_are_taken_out_of_turn_when_it_is_gone() {
-        let mut state = State::default();
-        for n in 0..PEER_FRAMES {
-            state.push(peer("gone"), frame(n + 1));
-        }
-        state.push(peer("calm"), frame(1));
-        state.paused = true;
-        assert_eq!(state.pop().map(|(p, _)| p), Some(peer("gone")));
-        let taken = state.take(&peer("gone"), usize::MAX);
-        state.turns.retain(|p| p != &peer("gone"));
-        state.served = None;
-        assert_eq!(taken.len(), PEER_FRAMES - 1);
-        assert_eq!(taken[0].len(), 2, "oldest first");
-        assert!(state.resume());
-        assert_eq!(state.pop().map(|(p, _)| p), Some(peer("calm")));
-        assert!(state.pop().is_none());
-        assert_eq!((state.frames, state.bytes, state.full), (0, 0, 0));
     }
 }

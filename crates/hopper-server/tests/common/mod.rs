@@ -195,6 +195,14 @@ impl RawPeer {
         }
     }
 
+    /// Closes the socket as a process that exits after sending does: what was sent is still
+    /// written (for at most `within`), then the connection closes.
+    pub fn close_after_sending(mut self, within: Duration) {
+        let socket = self.socket.take().expect("the socket");
+        let ms = i32::try_from(within.as_millis()).unwrap_or(i32::MAX);
+        socket.set_linger(ms).expect("linger");
+    }
+
     /// Says hello; returns the reply.
     pub async fn hello(&mut self, role: &str, token: &str, extra: Vec<(&str, Value)>) -> Value {
         let mut entries = vec![
@@ -268,22 +276,47 @@ pub async fn sql(db: &TestDatabase) -> anyhow::Result<tokio_postgres::Client> {
 /// Jobs in their first attempt, leased by a node the server does not know (so no peer of
 /// it holds them, and any peer may log for them).
 pub async fn attempts(db: &TestDatabase, n: usize) -> anyhow::Result<Vec<JobId>> {
+    leased_by(db, uuid::Uuid::now_v7(), n).await
+}
+
+/// Jobs in their first attempt, leased by `node`: given a server's node id, jobs an earlier
+/// run of that server sent to its workers, which no peer of this run holds.
+pub async fn leased_by(
+    db: &TestDatabase,
+    node: uuid::Uuid,
+    n: usize,
+) -> anyhow::Result<Vec<JobId>> {
     let backend = db.backend();
     let jobs: Vec<NewJob> = (0..n)
         .map(|_| NewJob::new("logged", serde_json::json!({})).with_queue("logged"))
         .collect();
     backend.job_insert_many(&jobs).await?;
-    let claimed = backend
-        .job_claim(&ClaimParams {
-            queue: "logged".into(),
-            node: uuid::Uuid::now_v7(),
-            limit: u32::try_from(n)?,
-            lease: Duration::from_secs(600),
-            kinds: None,
-        })
-        .await?;
-    assert_eq!(claimed.len(), n);
+    let mut claimed = 0;
+    while claimed < n {
+        let limit = u32::try_from((n - claimed).min(500))?;
+        let got = backend
+            .job_claim(&ClaimParams {
+                queue: "logged".into(),
+                node,
+                limit,
+                lease: Duration::from_secs(600),
+                kinds: None,
+            })
+            .await?;
+        assert!(!got.is_empty(), "every job claimed");
+        claimed += got.len();
+    }
     Ok(jobs.iter().map(|j| j.id).collect())
+}
+
+/// A `completed` (numbered `req`) for attempt `attempt` of job `id`.
+pub fn completed(req: i64, id: &str, attempt: i64) -> Value {
+    map(vec![
+        ("type", text("completed")),
+        ("req", int(req)),
+        ("id", text(id)),
+        ("attempt", int(attempt)),
+    ])
 }
 
 /// A `log` request of one info line, `message`, for attempt 1 of `id`.

@@ -28,7 +28,7 @@ const FRAMES_WAITED: u32 = 12;
 const EVERY: Duration = Duration::from_millis(500);
 
 /// A `heartbeat` listing the most leases one may: made-up jobs, none held by anyone.
-fn largest_heartbeat() -> anyhow::Result<Vec<u8>> {
+pub(crate) fn largest_heartbeat() -> anyhow::Result<Vec<u8>> {
     let leases = (0..hopper_protocol::MAX_HEARTBEAT_LEASES)
         .map(|_| {
             map(vec![
@@ -194,14 +194,7 @@ async fn a_flooding_worker_delays_no_other_peer_past_a_bound() -> anyhow::Result
 
     // The worker kept its session and its order: the outcome of its attempt is recorded.
     worker.set_timeout(Duration::from_secs(10));
-    worker
-        .send(&map(vec![
-            ("type", text("completed")),
-            ("req", int(2)),
-            ("id", text(&id)),
-            ("attempt", int(attempt)),
-        ]))
-        .await;
+    worker.send(&completed(2, &id, attempt)).await;
     let ack = worker.recv_type("ack").await;
     assert_eq!(text_of(&ack, "result"), "recorded", "{ack:?}");
     let stored = db

@@ -73,12 +73,13 @@ async fn assert_acked(peer: &mut RawPeer, count: usize) {
     }
 }
 
-/// A server on `db` with two jobs running elsewhere, a worker that floods it and another.
+/// A server on `db` with two jobs its node leased (as in an earlier run of it: no peer
+/// holds them), a worker that floods it and another.
 async fn scene(
     db: &TestDatabase,
 ) -> anyhow::Result<(hopper_server::ServerHandle, Vec<JobId>, RawPeer, RawPeer)> {
     let server = start(config(db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(db, 2).await?;
+    let jobs = leased_by(db, server.node_id(), 2).await?;
     let flooder = worker(server.endpoint(), "flooder").await;
     let other = worker(server.endpoint(), "other").await;
     Ok((server, jobs, flooder, other))
@@ -218,6 +219,52 @@ async fn a_heartbeat_does_not_wait_behind_its_peers_own_requests() -> anyhow::Re
 
     lock.batch_execute("COMMIT").await?;
     assert_acked(&mut worker, PER_PEER).await;
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Outcomes for leases no peer holds (jobs an earlier run of this server sent out, which
+/// its workers report after the restart) take places among their peer's requests in flight
+/// until they are written: a peer sending them faster than they are written is refused
+/// past its own share, while another peer is still served. Unbounded, they would pile up
+/// in the server's memory and ahead of every other worker's outcomes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_flooding_unheld_outcomes_takes_its_share_only() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let config = config(&db, Duration::from_secs(30)).await;
+    let jobs = leased_by(&db, config.node_id, FLOOD).await?;
+    let server = start(config).await;
+    let mut flooder = worker(server.endpoint(), "flooder").await;
+    let mut other = worker(server.endpoint(), "other").await;
+
+    // The outcomes' writes wait.
+    let lock = lock(&db, "jobs").await?;
+    for (i, id) in jobs.iter().enumerate() {
+        let req = i64::try_from(i)? + 1;
+        flooder.send(&completed(req, &id.to_string(), 1)).await;
+    }
+    flooder
+        .send(&map(vec![("type", text("heartbeat")), ("req", int(0))]))
+        .await;
+    let mut refused = Vec::new();
+    loop {
+        let reply = flooder.recv().await;
+        if text_of(&reply, "type") == "heartbeat_ack" {
+            break;
+        }
+        refused.push(reply);
+    }
+
+    assert_served(&mut other, jobs[0]).await;
+    assert_busy(&refused, PER_PEER);
+
+    lock.batch_execute("COMMIT").await?;
+    flooder.set_timeout(Duration::from_secs(30));
+    for _ in 0..PER_PEER {
+        let reply = flooder.recv().await;
+        assert_eq!(text_of(&reply, "type"), "ack", "{reply:?}");
+        assert_eq!(text_of(&reply, "result"), "recorded", "{reply:?}");
+    }
     server.shutdown().await;
     Ok(())
 }

@@ -17,6 +17,7 @@ mod drain;
 mod fairness;
 mod faults;
 mod flood;
+mod gone_peer;
 mod housekeeping;
 mod idle_workers;
 mod list_bounds;

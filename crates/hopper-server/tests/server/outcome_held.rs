@@ -14,16 +14,6 @@ use ciborium::Value;
 use hopper::JobId;
 use hopper::testing::TestDatabase;
 
-/// A `completed` message for attempt 1 of `id`.
-fn completed(req: i64, id: JobId) -> Value {
-    map(vec![
-        ("type", text("completed")),
-        ("req", int(req)),
-        ("id", text(&id.to_string())),
-        ("attempt", int(1)),
-    ])
-}
-
 /// An `outcomes` item completing attempt 1 of `id`.
 fn completed_item(id: JobId) -> Value {
     map(vec![
@@ -54,7 +44,7 @@ async fn state(sql: &tokio_postgres::Client, db: &TestDatabase, id: JobId) -> St
 async fn a_held_rows_outcome_waits_alone() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(&db, 10).await?;
+    let jobs = leased_by(&db, server.node_id(), 10).await?;
     let mut peer = RawPeer::connect(server.endpoint()).await;
     let extra = vec![
         ("name", text("finisher")),
@@ -71,8 +61,8 @@ async fn a_held_rows_outcome_waits_alone() -> anyhow::Result<()> {
         holder.batch_execute(&hold(held)).await?;
         holders.push(holder);
         let n = i64::try_from(round)?;
-        peer.send(&completed(100 + n, held)).await;
-        peer.send(&completed(200 + n, free)).await;
+        peer.send(&completed(100 + n, &held.to_string(), 1)).await;
+        peer.send(&completed(200 + n, &free.to_string(), 1)).await;
         // Within the receive timeout (10 s), and before the held one's.
         let ack = peer.recv().await;
         assert_eq!(
@@ -145,13 +135,13 @@ async fn a_held_rows_outcome_waits_alone() -> anyhow::Result<()> {
 async fn a_held_outcomes_lease_is_renewed_while_it_waits() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let job = attempts(&db, 1).await?[0];
+    let job = leased_by(&db, server.node_id(), 1).await?[0];
     let mut peer = RawPeer::connect(server.endpoint()).await;
     let extra = vec![("queues", Value::Array(vec![text("elsewhere")]))];
     let welcome = peer.hello("worker", TOKEN, extra).await;
     assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
     let hold = db.hold_job(job).await?;
-    peer.send(&completed(1, job)).await;
+    peer.send(&completed(1, &job.to_string(), 1)).await;
     // The row cannot take the renewal while held: it is noted beside it, for the rescuer.
     let reader = sql(&db).await?;
     let noted = format!(

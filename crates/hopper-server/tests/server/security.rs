@@ -239,6 +239,106 @@ async fn a_worker_cannot_report_extend_or_heartbeat_another_workers_job() -> any
     Ok(())
 }
 
+/// A job running on another node (another server, a runtime on the database) is held by
+/// no peer of this server, but it is not this server's: a worker that knows its id and
+/// attempt (`status` shows both) can neither finish, extend nor adopt it here. The jobs of
+/// this server's own node that no peer holds (what its earlier run sent out) can be.
+#[tokio::test]
+async fn a_worker_cannot_finish_or_extend_a_job_running_on_another_node() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let config = config(&db, Duration::from_secs(5)).await;
+    let own = leased_by(&db, config.node_id, 1).await?[0];
+    let elsewhere = attempts(&db, 2).await?;
+    let server = start(config).await;
+    let mut thief = worker(server.endpoint(), "node-thief", "bystander").await;
+
+    let lease = |ty: &str, req: i64, id: &hopper::JobId, extra: Vec<(&'static str, Value)>| {
+        let mut entries = vec![
+            ("type", text(ty)),
+            ("req", int(req)),
+            ("id", text(&id.to_string())),
+            ("attempt", int(1)),
+        ];
+        entries.extend(extra);
+        map(entries)
+    };
+    let target = &elsewhere[0];
+    let attempts = [
+        lease("extend", 2, target, vec![("by_ms", int(1))]),
+        lease("completed", 3, target, vec![("duration_ms", int(1))]),
+        lease(
+            "failed",
+            4,
+            target,
+            vec![("error", text("stolen")), ("retryable", Value::Bool(false))],
+        ),
+        lease("released", 5, target, vec![]),
+    ];
+    for (n, message) in attempts.iter().enumerate() {
+        thief.send(message).await;
+        let r = thief.recv_type("ack").await;
+        assert_eq!(text_of(&r, "result"), "lease_lost", "attempt {n}: {r:?}");
+    }
+    let item = |id: &hopper::JobId| {
+        map(vec![
+            ("outcome", text("completed")),
+            ("id", text(&id.to_string())),
+            ("attempt", int(1)),
+        ])
+    };
+    thief
+        .send(&map(vec![
+            ("type", text("outcomes")),
+            ("req", int(6)),
+            ("outcomes", Value::Array(vec![item(target), item(&own)])),
+        ]))
+        .await;
+    let r = thief.recv_type("acks").await;
+    assert_eq!(
+        field(&r, "results"),
+        Some(&Value::Array(vec![text("lease_lost"), text("recorded")])),
+        "another node's job refused, this node's recorded"
+    );
+    // A heartbeat neither keeps it alive nor adopts it: lost, and an outcome after it too.
+    let other = &elsewhere[1];
+    let lease_ref = map(vec![("id", text(&other.to_string())), ("attempt", int(1))]);
+    thief
+        .send(&map(vec![
+            ("type", text("heartbeat")),
+            ("req", int(7)),
+            ("leases", Value::Array(vec![lease_ref.clone()])),
+        ]))
+        .await;
+    let r = thief.recv_type("heartbeat_ack").await;
+    assert_eq!(field(&r, "lost"), Some(&Value::Array(vec![lease_ref])));
+    thief
+        .send(&lease("completed", 8, other, vec![("duration_ms", int(1))]))
+        .await;
+    let r = thief.recv_type("ack").await;
+    assert_eq!(text_of(&r, "result"), "lease_lost", "{r:?}");
+
+    let backend = db.backend();
+    for id in &elsewhere {
+        let job = backend
+            .job_get(&JobGetParams { id: *id })
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("job gone"))?;
+        assert_eq!(job.state, JobState::Running, "untouched: {job:?}");
+        assert!(job.errors.is_empty(), "{:?}", job.errors);
+        assert!(
+            job.lease_expires_at > Some(chrono::Utc::now() + chrono::Duration::seconds(60)),
+            "its lease not moved: {job:?}"
+        );
+    }
+    let job = backend
+        .job_get(&JobGetParams { id: own })
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("job gone"))?;
+    assert_eq!(job.state, JobState::Completed);
+    server.shutdown().await;
+    Ok(())
+}
+
 /// A submit whose `args` are `depth` nested arrays, as raw CBOR (no encoder recursion).
 fn nested_submit(depth: usize) -> Vec<u8> {
     let mut frame = Vec::new();

@@ -132,9 +132,10 @@ async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()>
     Ok(())
 }
 
-/// The statements that lock many running jobs by id, as they run (with a generic plan),
-/// probe the primary key per id: the lease renewal, and the way around held rows of a
-/// batch of outcomes (`job_lock_running.sql`). A scan there would read the whole table on
+/// The statements that lock or read many running jobs by id, as they run (with a generic
+/// plan), probe the primary key per id: the lease renewal, the way around held rows of a
+/// batch of outcomes (`job_lock_running.sql`), and the server's lookup of leases no peer
+/// holds (`job_leases_of_node.sql`). A scan there would read the whole table on
 /// every heartbeat, and on every outcome batch that met a held row.
 #[tokio::test]
 async fn the_statements_over_many_jobs_by_id_probe_the_primary_key() -> anyhow::Result<()> {
@@ -173,6 +174,12 @@ async fn the_statements_over_many_jobs_by_id_probe_the_primary_key() -> anyhow::
             &queries.job_extend_many,
             "uuid[], integer[], bigint, timestamptz",
             format!("{ids}, {attempts}, 30000, NULL"),
+        ),
+        (
+            "the server's lookup of unheld leases (job_leases_of_node.sql)",
+            &queries.job_leases_of_node,
+            "uuid[], integer[], uuid",
+            format!("{ids}, {attempts}, gen_random_uuid()"),
         ),
     ];
     for (i, (what, statement, types, args)) in statements.iter().enumerate() {

@@ -1,0 +1,103 @@
+//! A worker whose connection closes while messages it sent still wait in the server, behind
+//! another peer's slow frames: its session lasts until they have had their turns, so its
+//! outcome counts (its order is recorded, not retried as a vanished worker's); its other
+//! requests, which nobody is left to be answered, are dropped unread.
+
+use std::time::Duration;
+
+use crate::common::*;
+use crate::fairness::largest_heartbeat;
+use ciborium::Value;
+use hopper::JobState;
+use hopper::backend::JobGetParams;
+use hopper::testing::TestDatabase;
+
+/// The `submit`s the closing worker sends before its outcome.
+const SUBMITS: usize = 40;
+
+/// The flooder's largest heartbeats: they keep the server's loop busy (about 0.3 s each in
+/// a debug build) while staying under a peer's 8 MiB read ahead, so that the closing
+/// worker's messages are read into the server at once behind them.
+const SLOW_FRAMES: usize = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_closed_workers_waiting_frames_take_their_turns() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let server = start(config(&db, Duration::from_secs(30)).await).await;
+    let endpoint = server.endpoint().to_owned();
+
+    let mut leaving = RawPeer::connect(&endpoint).await;
+    let extra = vec![("queues", Value::Array(vec![text("gone")]))];
+    let r = leaving.hello("worker", TOKEN, extra).await;
+    assert_eq!(text_of(&r, "type"), "welcome", "{r:?}");
+    let job = hopper::NewJob::new("last", serde_json::json!({})).with_queue("gone");
+    db.backend().job_insert(&job).await?;
+    let (id, attempt) = order(&mut leaving).await;
+    assert_eq!(id, job.id.to_string());
+
+    let mut flooder = RawPeer::connect(&endpoint).await;
+    let extra = vec![("queues", Value::Array(vec![text("elsewhere")]))];
+    let r = flooder.hello("worker", TOKEN, extra).await;
+    assert_eq!(text_of(&r, "type"), "welcome", "{r:?}");
+    let frame = largest_heartbeat()?;
+    assert!(frame.len() * SLOW_FRAMES < 8 << 20, "{}", frame.len());
+    for _ in 0..SLOW_FRAMES {
+        flooder.send_bytes(frame.clone()).await;
+    }
+
+    for n in 0..SUBMITS {
+        let job = map(vec![("kind", text("late")), ("queue", text("dropped"))]);
+        let req = i64::try_from(n)? + 10;
+        leaving
+            .send(&map(vec![
+                ("type", text("submit")),
+                ("req", int(req)),
+                ("job", job),
+            ]))
+            .await;
+    }
+    leaving.send(&completed(2, &id, attempt)).await;
+    leaving.close_after_sending(Duration::from_secs(10));
+
+    flooder.set_timeout(Duration::from_secs(60));
+    // Answered, or refused as busy while the first one's leases are looked up.
+    for _ in 0..SLOW_FRAMES {
+        let r = flooder.recv().await;
+        let ty = text_of(&r, "type");
+        assert!(ty == "heartbeat_ack" || ty == "error", "{r:?}");
+    }
+    // The outcome counted: recorded, not failed as the order of a worker that vanished.
+    let backend = db.backend();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let stored = loop {
+        let stored = backend
+            .job_get(&JobGetParams { id: job.id })
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("job gone"))?;
+        if stored.state != JobState::Running || tokio::time::Instant::now() > deadline {
+            break stored;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(stored.state, JobState::Completed, "{stored:?}");
+    assert!(stored.errors.is_empty(), "{:?}", stored.errors);
+
+    // Its submits waiting when the server learnt it was gone were not run.
+    let sql = sql(&db).await?;
+    let row = sql
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {}.jobs WHERE queue = 'dropped'",
+                db.schema()
+            ),
+            &[],
+        )
+        .await?;
+    let run: i64 = row.get(0);
+    assert!(
+        run < i64::try_from(SUBMITS)?,
+        "{run} of {SUBMITS} submits ran"
+    );
+    server.shutdown().await;
+    Ok(())
+}
