@@ -99,6 +99,7 @@ impl Backend for PgBackend {
                     &limit,
                     &params.group,
                     &params.meta,
+                    &listed_value_bytes(),
                 ],
             )
             .await
@@ -299,6 +300,7 @@ impl Backend for PgBackend {
                     &limit,
                     &list.group,
                     &list.meta,
+                    &listed_value_bytes(),
                 ],
             )
             .await
@@ -385,4 +387,9 @@ impl Backend for PgBackend {
     async fn cron_list(&self) -> Result<Vec<CronEntry>> {
         self.cron_entries_list().await
     }
+}
+
+/// [`hopper_core::LISTED_VALUE_BYTES`] as the listing queries take it.
+fn listed_value_bytes() -> i64 {
+    hopper_core::LISTED_VALUE_BYTES as i64
 }

@@ -17,8 +17,8 @@ use hopper_core::backend::{
 use hopper_core::log_limit::{LogThrottle, capped};
 use hopper_core::policy::{self, JobAction};
 use hopper_core::{
-    CronEntry, Error, InsertOutcome, JobId, JobRecord, JobState, Lease, NewJob, QueueSettings,
-    QueueUpdate, Result,
+    CronEntry, Error, InsertOutcome, JobId, JobRecord, JobState, LISTED_VALUE_BYTES, Lease, NewJob,
+    QueueSettings, QueueUpdate, Result,
 };
 use rusqlite::{OptionalExtension, named_params};
 
@@ -289,6 +289,7 @@ impl Backend for SqliteBackend {
                         ":meta": meta,
                         ":before": params.before.map(|id| id.hyphenated().to_string()),
                         ":limit": i64::from(params.limit.max(1)),
+                        ":listed": LISTED_VALUE_BYTES as i64,
                     },
                 )
             })
@@ -514,6 +515,7 @@ impl Backend for SqliteBackend {
                         ":created_after": params.created_after.map(micros),
                         ":created_before": params.created_before.map(micros),
                         ":limit": i64::from(list.limit.max(1)),
+                        ":listed": LISTED_VALUE_BYTES as i64,
                     },
                 )
             })
