@@ -20,6 +20,7 @@ mod flood;
 mod housekeeping;
 mod idle_workers;
 mod list_bounds;
+mod list_pages;
 mod log_batching;
 mod log_flush;
 mod log_held;
