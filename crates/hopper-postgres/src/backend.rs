@@ -80,32 +80,13 @@ impl Backend for PgBackend {
         Ok(self.job_records(&rows, true).await?.pop())
     }
 
+    /// A search with no range of creation times (`job_search.sql`).
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
-        if let Some(filter) = &params.meta {
-            hopper_core::meta::validate_meta_filter(filter)?;
-        }
-        let client = self.client().await?;
-        let state = params.state.map(|s| s.as_str());
-        let limit = i64::from(params.limit.max(1));
-        let rows = self
-            .text(&self.inner.queries.job_list)
-            .query(
-                &**client,
-                &[
-                    &params.queue,
-                    &state,
-                    &params.kind,
-                    &params.before,
-                    &limit,
-                    &params.group,
-                    &params.meta,
-                    &listed_value_bytes(),
-                ],
-            )
-            .await
-            .map_err(map_pg)?;
-        drop(client);
-        self.job_records(&rows, false).await
+        self.job_search(&JobSearchParams {
+            list: params.clone(),
+            ..JobSearchParams::default()
+        })
+        .await
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {

@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 /// The column of a job's error history in `job_get.sql`'s rows.
 const ERRORS_COLUMN: usize = 17;
 
-/// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`: `args` and `meta` as
+/// Reads a row of `job_get.sql` / `job_search.sql`: `args` and `meta` as
 /// JSON text; in a listing, one left out is NULL, and the last two columns say their sizes.
 pub fn job_record(row: &Row) -> Result<JobRecord> {
     let state: String = row.try_get(4).map_err(Error::database)?;

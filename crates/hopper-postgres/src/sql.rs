@@ -256,7 +256,6 @@ queries!(
         INT4
     ),
     job_logs(UUID, INT4, INT8),
-    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB, INT8),
     job_list_in_transaction(INT8),
     job_lock_running(UUID_ARRAY, INT4_ARRAY),
     job_notify_queues(TEXT_ARRAY),

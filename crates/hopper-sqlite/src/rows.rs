@@ -77,7 +77,7 @@ pub fn col<T: rusqlite::types::FromSql>(row: &Row<'_>, i: usize) -> Result<T> {
     row.get(i).map_err(Error::database)
 }
 
-/// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`: in a listing, an
+/// Reads a row of `job_get.sql` / `job_search.sql`: in a listing, an
 /// `args` or `meta` left out is NULL, and the last two columns say their sizes.
 pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
     let state: String = col(row, 4)?;

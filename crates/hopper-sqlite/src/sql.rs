@@ -122,7 +122,6 @@ queries!(
     job_fail_many: 1,
     job_get: 1,
     job_insert: 1,
-    job_list: 1,
     job_log_append: 1,
     job_logs: 1,
     job_promote_scheduled: 2,

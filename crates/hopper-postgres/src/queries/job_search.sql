@@ -1,4 +1,5 @@
--- Admin search: job_list's filters plus a range of creation times ($5 inclusive, $6
+-- Admin listing and search (job_list is a search without times): queue, state, kind,
+-- group, meta, and a range of creation times ($5 inclusive, $6
 -- exclusive), newest first, keyset-paged by id ($4). Walks the primary key backwards and
 -- filters; an admin query, not a hot one. $8 is the group; group_key '' (an ungrouped
 -- job of a grouped queue) reads as no group.

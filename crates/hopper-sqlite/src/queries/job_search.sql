@@ -1,4 +1,5 @@
--- Admin search: job_list's filters plus a range of creation times (:created_after
+-- Admin listing and search (job_list is a search without times): queue, state, kind,
+-- group, meta, and a range of creation times (:created_after
 -- inclusive, :created_before exclusive), newest first, keyset-paged by id (:before).
 -- Walks the primary key backwards and filters: an admin query, not a hot one.
 -- :meta: metadata containment (a flat JSON object, checked by hopper_core::meta): every
