@@ -71,8 +71,14 @@ export interface JobRecord {
   finished_at: string | null;
   duration_ms: number | null;
   errors: { attempt: number; at: string; error: string; duration_ms: number | null }[];
-  /** Its metadata (`{}` when it has none). */
-  meta?: Record<string, unknown>;
+  /** Its metadata (`{}` when it has none); `null` in a listing that left it out. */
+  meta?: Record<string, unknown> | null;
+  /** In a listing: the size of `args` as JSON text, in bytes, when it was larger than
+   * 4 KiB and so left out (`args` is `null`); `status` reads the job whole. */
+  args_bytes?: number;
+  /** In a listing: the size of `meta` as JSON text, in bytes, when it was larger than
+   * 4 KiB and so left out (`meta` is `null`). */
+  meta_bytes?: number;
   [key: string]: unknown;
 }
 
@@ -81,6 +87,10 @@ export interface JobFilter {
   queue?: string | undefined;
   state?: JobRecord["state"] | undefined;
   kind?: string | undefined;
+  /** Only this group (tenant). */
+  group?: string | undefined;
+  /** Only jobs whose metadata holds each of this object's keys with its value. */
+  meta?: Record<string, unknown> | undefined;
   /** An id: only older jobs (the next page). */
   before?: string | undefined;
   /** Only jobs created after this instant: a `Date`, or RFC 3339 text. */
@@ -129,6 +139,8 @@ const JOB_FILTERS: Record<string, string> = {
   queue: "queue",
   state: "state",
   kind: "kind",
+  group: "group",
+  meta: "meta",
   before: "before",
   createdAfter: "created_after",
   createdBefore: "created_before",
@@ -249,20 +261,37 @@ export class Client {
     return (await this.call("cancel", { id: string(id, "id") }))["job"] as JobRecord;
   }
 
-  /** Jobs, newest first. Filters: `queue`, `state`, `kind`, `before` (an id: the next,
-   * older page), `createdAfter`, `createdBefore` (`Date`s or RFC 3339 text), `limit` (1 to
-   * 1,000, default 20). Rejects before anything is sent with a `TypeError` for an unknown
-   * filter or one of the wrong type, a `RangeError` for an invalid `Date` or a `limit` out
-   * of range. */
+  /** Jobs, newest first. Filters: `queue`, `state`, `kind`, `group`, `meta` (an object:
+   * only jobs whose metadata holds each of its keys with its value), `before` (an id: the
+   * next, older page), `createdAfter`, `createdBefore` (`Date`s or RFC 3339 text), `limit`
+   * (1 to 1,000, default 20). Rejects before anything is sent with a `TypeError` for an
+   * unknown filter or one of the wrong type, a `RangeError` for an invalid `Date` or a
+   * `limit` out of range.
+   *
+   * A listed job's `args` or `meta` larger than 4 KiB is left out: it is `null` and
+   * `args_bytes` / `meta_bytes` give its size (`status` reads the job whole). The server
+   * cuts a reply that would pass its frame size and says where to go on (`next_before`);
+   * this method goes on until `limit` jobs are there or none are left. */
   async listJobs(filter: JobFilter = {}): Promise<JobRecord[]> {
     const wire: Message = {};
     for (const [key, value] of knownEntries(filter, "job filters", Object.keys(JOB_FILTERS))) {
       const name = JOB_FILTERS[key] ?? key;
       if (key === "createdAfter" || key === "createdBefore") wire[name] = rfc3339(value, key);
       else if (key === "limit") wire[name] = integer(value, key, 1, 1000);
+      else if (key === "meta") wire[name] = jsonValue(value, key);
       else wire[name] = string(value, key);
     }
-    return (await this.call("list_jobs", { filter: wire }))["jobs"] as JobRecord[];
+    let left = (wire["limit"] as number | undefined) ?? 20;
+    const jobs: JobRecord[] = [];
+    for (;;) {
+      const reply = await this.call("list_jobs", { filter: { ...wire, limit: left } });
+      const page = reply["jobs"] as JobRecord[];
+      jobs.push(...page);
+      left -= page.length;
+      const next = reply["next_before"];
+      if (typeof next !== "string" || page.length === 0 || left <= 0) return jobs;
+      wire["before"] = next;
+    }
   }
 
   /** Puts a failed or cancelled job back to available; resolves with it. */

@@ -122,3 +122,37 @@ test("a batch is listed newest first and paged in order", async () => {
     client.close();
   }
 });
+
+test("a listing leaves out values over 4 KiB, pages past the frame size and filters by group and meta", async () => {
+  const client = await Client.connect(server.endpoint, { token: server.token });
+  try {
+    // 300 jobs of 4,004-byte args and 4,011-byte meta, both listed: about 2.4 MB, more
+    // than one reply of 2 MiB holds. Then one whose args are left out.
+    const args = ["x".repeat(4_000)];
+    const meta = { note: "n".repeat(3_998) };
+    const ids: string[] = [];
+    for (let batch = 0; batch < 3; batch++) {
+      ids.push(...(await client.submitBatch(Array.from({ length: 100 }, () => ({ kind: "k", queue: "sized", args, meta })))));
+    }
+    const big = await client.submit("k", ["y".repeat(100_000 - 4)], { queue: "sized" });
+    const listed = await client.listJobs({ queue: "sized", limit: 1000 });
+    assert.deepEqual(listed.map((j) => j.id), [big, ...ids.reverse()]);
+    assert.equal(listed[0]?.args, null);
+    assert.equal(listed[0]?.args_bytes, 100_000);
+    assert.deepEqual(listed[1]?.args, args);
+    assert.deepEqual(listed[1]?.meta, meta);
+    assert.equal(listed[1]?.args_bytes, undefined);
+    assert.deepEqual((await client.status(big)).args, ["y".repeat(100_000 - 4)]);
+
+    const [eu, us] = [
+      await client.submit("k", {}, { queue: "tenants", meta: { region: "eu" } }),
+      await client.submit("k", {}, { queue: "tenants", meta: { region: "us" } }),
+    ];
+    psql(`UPDATE ${server.schema}.jobs SET group_key = 'a' WHERE id = '${us}'`);
+    const ids_of = async (filter: Parameters<Client["listJobs"]>[0]): Promise<string[]> => (await client.listJobs(filter)).map((j) => j.id);
+    assert.deepEqual(await ids_of({ queue: "tenants", meta: { region: "eu" } }), [eu]);
+    assert.deepEqual(await ids_of({ queue: "tenants", group: "a" }), [us]);
+  } finally {
+    client.close();
+  }
+});

@@ -43,12 +43,14 @@ test("listJobs takes Dates and RFC 3339 text for its instants, and checks every 
   await refuses(() => list({ createdBefore: new Date("not a date") }), RangeError, /^createdBefore is an invalid Date$/);
   await refuses(() => list({ createdAfter: 1_800_000_000 }), TypeError, /^createdAfter must be a Date or RFC 3339 text, not a number$/);
   await refuses(() => list({ createdBefore: {} }), TypeError, /^createdBefore must be a Date or RFC 3339 text, not an Object$/);
-  await refuses(() => list({ stat: "failed" }), TypeError, /^unknown job filters: "stat" \(expected some of queue, state, kind, before, createdAfter, createdBefore, limit\)$/);
+  await refuses(() => list({ stat: "failed" }), TypeError, /^unknown job filters: "stat" \(expected some of queue, state, kind, group, meta, before, createdAfter, createdBefore, limit\)$/);
   await refuses(() => list({ created_after: hourAgo }), TypeError, /^unknown job filters: "created_after"/);
   await refuses(() => list({ limit: "5" }), TypeError, /^limit must be an integer, not a string$/);
   await refuses(() => list({ limit: 0 }), RangeError, /^limit must be an integer from 1 to 1,000, got 0$/);
   await refuses(() => list({ queue: 5 }), TypeError, /^queue must be a string, not a number$/);
   await refuses(() => list({ before: null }), TypeError, /^before must be a string, not null$/);
+  await refuses(() => list({ group: 7 }), TypeError, /^group must be a string, not a number$/);
+  await refuses(() => list({ meta: { at: new Date(0) } }), TypeError, /^meta/);
   await refuses(() => list("failed"), TypeError, /^the job filters must be a plain object, not a string$/);
 });
 

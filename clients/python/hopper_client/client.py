@@ -6,7 +6,7 @@ import itertools
 import time
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Iterable, List, Mapping, Optional, Type, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Type, Union
 
 from ._connection import Connection, HopperError, Message, Unavailable
 from ._uuid7 import uuid7
@@ -177,19 +177,30 @@ class Client:
         queue: Optional[str] = None,
         state: Optional[str] = None,
         kind: Optional[str] = None,
+        group: Optional[str] = None,
+        meta: Optional[Dict[str, Any]] = None,
         before: Optional[str] = None,
         created_after: Union[datetime, str, None] = None,
         created_before: Union[datetime, str, None] = None,
         limit: Optional[int] = None,
     ) -> List[Message]:
         """Jobs, newest first, as dicts. Filters: ``queue``, ``state``, ``kind``,
-        ``before`` (an id: the next, older page), ``created_after``, ``created_before``
-        (timezone-aware datetimes or RFC 3339 strings), ``limit`` (1 to 1000, default 20).
-        An unknown filter is TypeError, a naive datetime ValueError."""
+        ``group``, ``meta`` (a dict: only jobs whose metadata holds each of its keys with
+        its value), ``before`` (an id: the next, older page), ``created_after``,
+        ``created_before`` (timezone-aware datetimes or RFC 3339 strings), ``limit`` (1 to
+        1000, default 20). An unknown filter is TypeError, a naive datetime ValueError.
+
+        A listed job's ``args`` or ``meta`` larger than 4 KiB is left out: it is None and
+        ``args_bytes`` / ``meta_bytes`` give its size (:meth:`status` reads the job whole).
+        The server cuts a reply that would pass its frame size and says where to go on;
+        this method goes on until ``limit`` jobs are there or none are left."""
         wanted: Message = {}
-        for key, value in (("queue", queue), ("state", state), ("kind", kind)):
+        for key, value in (("queue", queue), ("state", state), ("kind", kind),
+                           ("group", group)):
             if value is not None:
                 wanted[key] = optional_str(value, key)
+        if meta is not None:
+            wanted["meta"] = json_value(meta, "meta")
         if before is not None:
             wanted["before"] = text(str(before), "before")
         for key, instant in (("created_after", created_after),
@@ -198,8 +209,17 @@ class Client:
                 wanted[key] = rfc3339(instant, key)
         if limit is not None:
             wanted["limit"] = integer(limit, "limit", 1, 1000)
-        jobs: List[Message] = self._call("list_jobs", {"filter": wanted})["jobs"]
-        return jobs
+        left = wanted.get("limit", 20)
+        jobs: List[Message] = []
+        while True:
+            reply = self._call("list_jobs", {"filter": dict(wanted, limit=left)})
+            page: List[Message] = reply["jobs"]
+            jobs.extend(page)
+            left -= len(page)
+            following = reply.get("next_before")
+            if following is None or not page or left <= 0:
+                return jobs
+            wanted["before"] = following
 
     def retry(self, job_id: str) -> Message:
         """Puts a failed or cancelled job back to available; returns it."""

@@ -137,3 +137,28 @@ def test_nodes_are_paged_as_jobs_are(server):
             assert refused.value.code == "invalid", cursor[:20]
             assert "before" in str(refused.value) and "next_before" in str(refused.value)
         assert client.nodes(limit=1000)["nodes"] == every
+
+
+def test_a_listing_leaves_out_large_values_pages_past_the_frame_and_filters(server):
+    with Client(server.endpoint, token=server.token) as client:
+        # 300 jobs of 4,004-byte args and 4,011-byte meta, both listed: about 2.4 MB, more
+        # than one reply of 2 MiB holds. Then one whose args are left out.
+        args, meta = ["x" * 4000], {"note": "n" * 3998}
+        ids = []
+        for _ in range(3):
+            ids += client.submit_batch([{"kind": "k", "queue": "sized", "args": args,
+                                         "meta": meta} for _ in range(100)])
+        big = client.submit("k", ["y" * (100_000 - 4)], queue="sized")
+        listed = client.list_jobs(queue="sized", limit=1000)
+        assert [j["id"] for j in listed] == [big] + ids[::-1]
+        assert listed[0]["args"] is None and listed[0]["args_bytes"] == 100_000
+        assert listed[1]["args"] == args and listed[1]["meta"] == meta
+        assert "args_bytes" not in listed[1]
+        assert client.status(big)["args"] == ["y" * (100_000 - 4)]
+
+        eu = client.submit("k", {}, queue="tenants", meta={"region": "eu"})
+        us = client.submit("k", {}, queue="tenants", meta={"region": "us"})
+        psql(f"UPDATE {server.schema}.jobs SET group_key = 'a' WHERE id = '{us}'")
+        assert [j["id"] for j in client.list_jobs(queue="tenants",
+                                                  meta={"region": "eu"})] == [eu]
+        assert [j["id"] for j in client.list_jobs(queue="tenants", group="a")] == [us]

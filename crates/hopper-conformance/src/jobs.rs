@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use hopper_core::backend::{JobCancelParams, JobGetParams};
-use hopper_core::{Error, JobId, JobListParams, JobState, NewJob, Priority};
+use hopper_core::{Error, JobId, JobListParams, JobState, LISTED_VALUE_BYTES, NewJob, Priority};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -252,6 +252,65 @@ pub async fn list_pages_newest_first_with_before_cursor(h: &Harness) -> anyhow::
         })
         .await?;
     assert_eq!(ids_of(&after_third), ids[3..].to_vec());
+    Ok(())
+}
+
+/// Args whose JSON text (`["xx…"]`, the same bytes as every backend writes it) is `bytes`
+/// long.
+fn args_of(bytes: usize) -> serde_json::Value {
+    json!([String::from("x").repeat(bytes - 4)])
+}
+
+/// A listing leaves out an `args` or `meta` longer than [`LISTED_VALUE_BYTES`] (`null`,
+/// its size said), keeps one of exactly that size, and filters and pages as ever; reading
+/// the job alone gives it whole.
+pub async fn listings_leave_out_values_over_the_listed_bound(h: &Harness) -> anyhow::Result<()> {
+    let bound = LISTED_VALUE_BYTES;
+    let kept = h.insert(NewJob::new("k", args_of(bound))).await?;
+    let over = h.insert(NewJob::new("k", args_of(bound + 1))).await?;
+    let note = String::from("n").repeat(bound);
+    let large = h
+        .insert(NewJob::new("k", args_of(1_000_000)).with_meta_entry("note", note.as_str()))
+        .await?;
+    let search = hopper_core::JobSearchParams {
+        list: JobListParams {
+            kind: Some("k".into()),
+            limit: 10,
+            ..JobListParams::default()
+        },
+        ..hopper_core::JobSearchParams::default()
+    };
+    for listed in [
+        h.backend.job_list(&search.list).await?,
+        h.backend.job_search(&search).await?,
+    ] {
+        assert_eq!(ids_of(&listed), vec![large, over, kept]);
+        let (l, o, k) = (&listed[0], &listed[1], &listed[2]);
+        assert_eq!(
+            k.args,
+            args_of(bound),
+            "a value of the bound itself is listed"
+        );
+        assert_eq!((k.args_bytes, k.meta_bytes), (None, None));
+        assert!(!k.is_abridged());
+        assert_eq!(o.args, serde_json::Value::Null);
+        assert_eq!(o.args_bytes, Some(bound as u64 + 1));
+        assert_eq!((o.meta.clone(), o.meta_bytes), (json!({}), None));
+        assert_eq!(l.args, serde_json::Value::Null);
+        assert_eq!(l.args_bytes, Some(1_000_000));
+        assert_eq!(l.meta, serde_json::Value::Null);
+        // PostgreSQL writes a space after `:`, SQLite writes the JSON as given.
+        let meta_bytes = l.meta_bytes.unwrap_or(0);
+        ensure!(
+            (bound as u64 + 11..=bound as u64 + 12).contains(&meta_bytes),
+            "meta of {meta_bytes} bytes"
+        );
+        assert!(l.is_abridged() && o.is_abridged());
+    }
+    let whole = h.get(large).await?;
+    assert_eq!(whole.args, args_of(1_000_000));
+    assert_eq!(whole.meta, json!({ "note": note }));
+    assert_eq!((whole.args_bytes, whole.meta_bytes), (None, None));
     Ok(())
 }
 

@@ -276,6 +276,7 @@ macro_rules! conformance_suite {
                 insert_many_of_nothing_is_a_no_op,
                 list_filters_by_queue_state_and_kind,
                 list_pages_newest_first_with_before_cursor,
+                listings_leave_out_values_over_the_listed_bound,
                 queue_stats_count_every_state,
                 migrate_twice_is_a_no_op,
                 duplicate_ids_are_a_conflict,

@@ -32,6 +32,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// in the application's own storage, with a reference in the job.
 pub const MAX_ARGS_BYTES: usize = 1024 * 1024;
 
+/// The largest `args` or `meta` a listing carries, as JSON text (4 KiB). A larger one is
+/// left out of a listing ([`crate::Backend::job_list`], [`crate::Backend::job_search`],
+/// and every door built on them): its field is `null` and [`JobRecord::args_bytes`] or
+/// [`JobRecord::meta_bytes`] says its size, so that a page of jobs stays a few KiB a job
+/// however large the jobs are. Reading one job ([`crate::Backend::job_get`]) gives it
+/// whole. Backends decide it in SQL, so a left-out value is never read into the process.
+pub const LISTED_VALUE_BYTES: usize = 4 * 1024;
+
 /// The longest queue, kind or key name accepted.
 pub const MAX_NAME_LEN: usize = 128;
 
@@ -531,7 +539,8 @@ pub struct JobRecord {
     /// Its kind.
     pub kind: String,
     /// Its arguments. A number is read as a 64-bit integer or a double: an integer beyond
-    /// 64 bits, which only SQL can store, is read rounded ([`crate::json_numbers`]).
+    /// 64 bits, which only SQL can store, is read rounded ([`crate::json_numbers`]). `null`
+    /// in a listing when they were left out there ([`JobRecord::args_bytes`]).
     pub args: serde_json::Value,
     /// Its state.
     pub state: JobState,
@@ -568,9 +577,39 @@ pub struct JobRecord {
     /// Its unique key, if it has one.
     #[serde(default)]
     pub unique_key: Option<String>,
-    /// Its metadata: always a JSON object, `{}` when it has none.
+    /// Its metadata: always a JSON object, `{}` when it has none; `null` in a listing when
+    /// it was left out there ([`JobRecord::meta_bytes`]).
     #[serde(default = "meta::empty")]
     pub meta: serde_json::Value,
+    /// In a listing, the size of `args` as JSON text, in bytes, when it is larger than
+    /// [`LISTED_VALUE_BYTES`] and so left out (`args` is then `null`); `None` when `args`
+    /// is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_bytes: Option<u64>,
+    /// In a listing, the size of `meta` as JSON text, in bytes, when it is larger than
+    /// [`LISTED_VALUE_BYTES`] and so left out (`meta` is then `null`); `None` when `meta`
+    /// is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta_bytes: Option<u64>,
+}
+
+impl JobRecord {
+    /// Reads the size of a value a listing left out, as a backend's query gives it (SQL
+    /// NULL when the value is there).
+    pub fn left_out_size(bytes: Option<i64>) -> crate::Result<Option<u64>> {
+        bytes
+            .map(|n| {
+                u64::try_from(n)
+                    .map_err(|_| crate::Error::Schema(format!("a left-out value's size is {n}")))
+            })
+            .transpose()
+    }
+
+    /// Whether a listing left out its `args` or its `meta` ([`LISTED_VALUE_BYTES`]): read
+    /// the job alone ([`crate::Backend::job_get`]) to have them.
+    pub fn is_abridged(&self) -> bool {
+        self.args_bytes.is_some() || self.meta_bytes.is_some()
+    }
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub use clock::{Clock, SystemClock, TestClock};
 pub use error::{Error, Result};
 pub use job::{
     AttemptError, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_TIMEOUT, JobArgs, JobId, JobRecord,
-    JobState, MAX_ARGS_BYTES, NewJob, Priority,
+    JobState, LISTED_VALUE_BYTES, MAX_ARGS_BYTES, NewJob, Priority,
 };
 pub use lease::{Lease, NodeId};
 pub use liveness::{NodeHold, NodeLiveness};

@@ -80,31 +80,13 @@ impl Backend for PgBackend {
         Ok(self.job_records(&rows, true).await?.pop())
     }
 
+    /// A search with no range of creation times (`job_search.sql`).
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
-        if let Some(filter) = &params.meta {
-            hopper_core::meta::validate_meta_filter(filter)?;
-        }
-        let client = self.client().await?;
-        let state = params.state.map(|s| s.as_str());
-        let limit = i64::from(params.limit.max(1));
-        let rows = self
-            .text(&self.inner.queries.job_list)
-            .query(
-                &**client,
-                &[
-                    &params.queue,
-                    &state,
-                    &params.kind,
-                    &params.before,
-                    &limit,
-                    &params.group,
-                    &params.meta,
-                ],
-            )
-            .await
-            .map_err(map_pg)?;
-        drop(client);
-        self.job_records(&rows, false).await
+        self.job_search(&JobSearchParams {
+            list: params.clone(),
+            ..JobSearchParams::default()
+        })
+        .await
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
@@ -299,6 +281,7 @@ impl Backend for PgBackend {
                     &limit,
                     &list.group,
                     &list.meta,
+                    &listed_value_bytes(),
                 ],
             )
             .await
@@ -385,4 +368,9 @@ impl Backend for PgBackend {
     async fn cron_list(&self) -> Result<Vec<CronEntry>> {
         self.cron_entries_list().await
     }
+}
+
+/// [`hopper_core::LISTED_VALUE_BYTES`] as the listing queries take it.
+fn listed_value_bytes() -> i64 {
+    hopper_core::LISTED_VALUE_BYTES as i64
 }

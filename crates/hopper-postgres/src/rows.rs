@@ -19,7 +19,8 @@ pub fn leases(rows: &[Row]) -> Result<Vec<Lease>> {
         .collect()
 }
 
-/// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`.
+/// Reads a row of `job_get.sql` / `job_search.sql`: `args` and `meta` as
+/// JSON text; in a listing, one left out is NULL, and the last two columns say their sizes.
 pub fn job_record(row: &Row) -> Result<JobRecord> {
     let state: String = row.try_get(4).map_err(Error::database)?;
     let errors: serde_json::Value = row.try_get(ERRORS_COLUMN).map_err(Error::database)?;
@@ -29,7 +30,7 @@ pub fn job_record(row: &Row) -> Result<JobRecord> {
         id: row.try_get(0).map_err(Error::database)?,
         queue: row.try_get(1).map_err(Error::database)?,
         kind: row.try_get(2).map_err(Error::database)?,
-        args: row.try_get(3).map_err(Error::database)?,
+        args: json_text(row, 3)?,
         state: state.parse()?,
         priority: Priority(row.try_get(5).map_err(Error::database)?),
         run_at: row.try_get(6).map_err(Error::database)?,
@@ -46,7 +47,19 @@ pub fn job_record(row: &Row) -> Result<JobRecord> {
         errors,
         group: row.try_get(18).map_err(Error::database)?,
         unique_key: row.try_get(19).map_err(Error::database)?,
-        meta: row.try_get(20).map_err(Error::database)?,
+        meta: json_text(row, 20)?,
+        args_bytes: JobRecord::left_out_size(row.try_get(21).map_err(Error::database)?)?,
+        meta_bytes: JobRecord::left_out_size(row.try_get(22).map_err(Error::database)?)?,
+    })
+}
+
+/// A JSON value the query read as text (`args::text`), or `null` for one a listing left
+/// out (NULL).
+fn json_text(row: &Row, column: usize) -> Result<serde_json::Value> {
+    let text: Option<&str> = row.try_get(column).map_err(Error::database)?;
+    Ok(match text {
+        Some(text) => serde_json::from_str(text)?,
+        None => serde_json::Value::Null,
     })
 }
 

@@ -258,7 +258,6 @@ queries!(
     ),
     job_leases_of_node(UUID_ARRAY, INT4_ARRAY, UUID),
     job_logs(UUID, INT4, INT8),
-    job_list(TEXT, TEXT, TEXT, UUID, INT8, TEXT, JSONB),
     job_list_in_transaction(INT8),
     job_lock_running(UUID_ARRAY, INT4_ARRAY),
     job_notify_queues(TEXT_ARRAY),
@@ -298,7 +297,8 @@ queries!(
         TIMESTAMPTZ,
         INT8,
         TEXT,
-        JSONB
+        JSONB,
+        INT8
     ),
     job_state_type(),
     job_stats_per_minute(INT8, TIMESTAMPTZ),

@@ -20,6 +20,13 @@ pub struct JobFilter {
     /// Only this kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Only this group (tenant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Only jobs whose metadata contains this map: every key given, with the value given
+    /// (strings, numbers, booleans or null; `hopper_core::meta::validate_meta_filter`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
     /// Only jobs with ids below this one: the cursor of the next (older) page.
     #[serde(
         default,

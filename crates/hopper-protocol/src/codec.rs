@@ -428,6 +428,8 @@ mod tests {
                 req: 13,
                 filter: JobFilter {
                     state: Some("failed".into()),
+                    group: Some("tenant-1".into()),
+                    meta: Some(serde_json::json!({"region": "eu", "tier": 2})),
                     before: Some(id),
                     created_after: Some(chrono::Utc::now()),
                     limit: Some(5),
@@ -529,6 +531,7 @@ mod tests {
             Reply::Jobs {
                 req: 6,
                 jobs: vec![],
+                next_before: Some(id),
             },
             Reply::Count { req: 7, count: 3 },
             Reply::Stats {

@@ -186,7 +186,8 @@ pub struct JobInfo {
     pub queue: String,
     /// Its kind.
     pub kind: String,
-    /// Its arguments.
+    /// Its arguments; null in a `list_jobs` reply when they were left out there
+    /// (`args_bytes`).
     pub args: serde_json::Value,
     /// `scheduled`, `available`, `running`, `completed`, `failed` or `cancelled`.
     pub state: String,
@@ -216,9 +217,18 @@ pub struct JobInfo {
     /// The failed attempts, oldest first: the latest 20 (`MAX_ERROR_HISTORY`).
     #[serde(default)]
     pub errors: Vec<AttemptInfo>,
-    /// Its metadata (a map; `{}` when it has none).
+    /// Its metadata (a map; `{}` when it has none); null in a `list_jobs` reply when it
+    /// was left out there (`meta_bytes`).
     #[serde(default = "empty_object")]
     pub meta: serde_json::Value,
+    /// In a `list_jobs` reply, the size of `args` as JSON text, in bytes, when it is larger
+    /// than `hopper_core::LISTED_VALUE_BYTES` (4 KiB) and so left out (`args` is null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_bytes: Option<u64>,
+    /// In a `list_jobs` reply, the size of `meta` as JSON text, in bytes, when it is larger
+    /// than `hopper_core::LISTED_VALUE_BYTES` (4 KiB) and so left out (`meta` is null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta_bytes: Option<u64>,
 }
 
 /// A job for a worker to run, pushed by the server.

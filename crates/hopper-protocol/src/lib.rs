@@ -28,6 +28,7 @@ mod batch;
 mod codec;
 pub mod convert;
 mod envelope;
+mod job_page;
 mod jobs;
 mod locate;
 mod map_only;
@@ -41,6 +42,7 @@ pub use admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueIn
 pub use batch::{Completed, Failed, OutcomeItem, Released, Snoozed};
 pub use codec::{DecodeError, decode_reply, decode_request, encode};
 pub use envelope::{Envelope, envelope};
+pub use job_page::jobs_reply;
 pub use jobs::{AttemptInfo, JobInfo, JobSpec, LogLineSpec, Order, PriorityValue};
 pub use messages::{ErrorCode, FinishResult, LeaseRef, Reply, Request, Role};
 

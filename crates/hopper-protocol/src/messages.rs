@@ -498,6 +498,16 @@ pub enum Reply {
         req: u64,
         /// The jobs.
         jobs: Vec<JobInfo>,
+        /// Present when the server cut the page short of its `limit` so that the reply
+        /// stays under `max_frame`: the `before` that goes on with the jobs after the last
+        /// one here (more may match). Absent (null) when the page holds what `limit`
+        /// allowed, as a server that predates the cut always sends it.
+        #[serde(
+            default,
+            with = "uuid_str::option",
+            skip_serializing_if = "Option::is_none"
+        )]
+        next_before: Option<Uuid>,
     },
     /// How many jobs a request affected (`delete`, `retry_failed`, `clear`).
     Count {

@@ -15,18 +15,18 @@ use hopper_protocol::convert;
 use hopper_protocol::{CronInfo, JobInfo, NodeInfo, QueueCounts, QueueInfo, Reply, Request};
 
 /// Runs one admin request.
+/// `list_jobs` is cut to `max_frame` (`hopper_protocol::jobs_reply`).
 pub(crate) async fn handle(
     backend: std::sync::Arc<dyn Backend>,
     readings: Readings,
+    max_frame: usize,
     request: Request,
 ) -> Result<Reply> {
     Ok(match request {
         Request::ListJobs { req, filter } => {
             let jobs = backend.job_search(&filter.try_into()?).await?;
-            Reply::Jobs {
-                req,
-                jobs: jobs.into_iter().map(JobInfo::from).collect(),
-            }
+            let jobs = jobs.into_iter().map(JobInfo::from).collect();
+            hopper_protocol::jobs_reply(req, jobs, max_frame)
         }
         Request::Retry { req, id } => Reply::Job {
             req,

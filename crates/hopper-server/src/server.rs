@@ -668,7 +668,9 @@ impl Core {
                 let req = request.req();
                 let admin = self.admin_backend();
                 let readings = self.config.readings.clone();
-                self.spawn_reply(peer, req, crate::admin::handle(admin, readings, request));
+                let max_frame = self.config.max_frame;
+                let reply = crate::admin::handle(admin, readings, max_frame, request);
+                self.spawn_reply(peer, req, reply);
             }
         }
     }

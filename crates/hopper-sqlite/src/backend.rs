@@ -17,8 +17,8 @@ use hopper_core::backend::{
 use hopper_core::log_limit::{LogThrottle, capped};
 use hopper_core::policy::{self, JobAction};
 use hopper_core::{
-    CronEntry, Error, InsertOutcome, JobId, JobRecord, JobState, Lease, NewJob, QueueSettings,
-    QueueUpdate, Result,
+    CronEntry, Error, InsertOutcome, JobId, JobRecord, JobState, LISTED_VALUE_BYTES, Lease, NewJob,
+    QueueSettings, QueueUpdate, Result,
 };
 use rusqlite::{OptionalExtension, named_params};
 
@@ -267,33 +267,13 @@ impl Backend for SqliteBackend {
         }
     }
 
+    /// A search with no range of creation times (`job_search.sql`).
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>> {
-        if let Some(filter) = &params.meta {
-            hopper_core::meta::validate_meta_filter(filter)?;
-        }
-        let inner = self.inner.clone();
-        let params = params.clone();
-        let meta = params.meta.as_ref().map(serde_json::Value::to_string);
-        let decoded = self
-            .inner
-            .pool
-            .read(move |conn| {
-                records(
-                    conn,
-                    &inner.queries.job_list[0],
-                    named_params! {
-                        ":queue": params.queue,
-                        ":state": params.state.map(|s| s.as_str()),
-                        ":kind": params.kind,
-                        ":group": params.group,
-                        ":meta": meta,
-                        ":before": params.before.map(|id| id.hyphenated().to_string()),
-                        ":limit": i64::from(params.limit.max(1)),
-                    },
-                )
-            })
-            .await?;
-        self.readable(decoded).await
+        self.job_search(&JobSearchParams {
+            list: params.clone(),
+            ..JobSearchParams::default()
+        })
+        .await
     }
 
     async fn job_claim(&self, params: &ClaimParams) -> Result<Vec<ClaimedJob>> {
@@ -514,6 +494,7 @@ impl Backend for SqliteBackend {
                         ":created_after": params.created_after.map(micros),
                         ":created_before": params.created_before.map(micros),
                         ":limit": i64::from(list.limit.max(1)),
+                        ":listed": LISTED_VALUE_BYTES as i64,
                     },
                 )
             })

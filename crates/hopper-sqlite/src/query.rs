@@ -135,7 +135,7 @@ pub fn get_decoded(
     }
 }
 
-/// Runs a listing statement (`job_list.sql`, `job_search.sql`) and reads its rows, each
+/// Runs a listing statement (`job_search.sql`) and reads its rows, each
 /// on its own: a row that cannot be read is answered as `Poisoned`.
 pub fn records(
     conn: &Connection,

@@ -77,10 +77,10 @@ pub fn col<T: rusqlite::types::FromSql>(row: &Row<'_>, i: usize) -> Result<T> {
     row.get(i).map_err(Error::database)
 }
 
-/// Reads a row of `job_get.sql` / `job_list.sql` / `job_search.sql`.
+/// Reads a row of `job_get.sql` / `job_search.sql`: in a listing, an
+/// `args` or `meta` left out is NULL, and the last two columns say their sizes.
 pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
     let state: String = col(row, 4)?;
-    let args: String = col(row, 3)?;
     let errors: String = col(row, 17)?;
     let errors: Vec<AttemptError> = serde_json::from_str(&errors)
         .map_err(|e| Error::Schema(format!("stored error history: {e}")))?;
@@ -89,7 +89,7 @@ pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
         id: uuid(&col::<String>(row, 0)?)?,
         queue: col(row, 1)?,
         kind: col(row, 2)?,
-        args: serde_json::from_str(&args)?,
+        args: json_or_null(col(row, 3)?)?,
         state: state.parse()?,
         priority: priority(col(row, 5)?)?,
         run_at: time(col(row, 6)?)?,
@@ -106,7 +106,17 @@ pub fn job_record(row: &Row<'_>) -> Result<JobRecord> {
         errors,
         group: col(row, 18)?,
         unique_key: col(row, 19)?,
-        meta: serde_json::from_str(&col::<String>(row, 20)?)?,
+        meta: json_or_null(col(row, 20)?)?,
+        args_bytes: JobRecord::left_out_size(col(row, 21)?)?,
+        meta_bytes: JobRecord::left_out_size(col(row, 22)?)?,
+    })
+}
+
+/// A stored JSON value, or `null` for one a listing left out (NULL).
+fn json_or_null(text: Option<String>) -> Result<serde_json::Value> {
+    Ok(match text {
+        Some(text) => serde_json::from_str(&text)?,
+        None => serde_json::Value::Null,
     })
 }
 

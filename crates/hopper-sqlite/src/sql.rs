@@ -123,7 +123,6 @@ queries!(
     job_get: 1,
     job_insert: 1,
     job_leases_of_node: 1,
-    job_list: 1,
     job_log_append: 1,
     job_logs: 1,
     job_promote_scheduled: 2,

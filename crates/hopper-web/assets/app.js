@@ -479,11 +479,21 @@
     return local.toISOString().slice(0, 19);
   }
 
-  // A job's metadata in a list cell: compact JSON, cut at 80 characters; empty for {}.
-  function metaSummary(meta) {
-    if (!meta || Object.keys(meta).length === 0) return "";
-    const text = JSON.stringify(meta);
-    return text.length > 80 ? text.slice(0, 80) + "…" : text;
+  // A listed job's metadata in a list cell: compact JSON, cut at 80 characters; empty for
+  // {}. A listing leaves out an args or meta over 4 KiB (args_bytes, meta_bytes give its
+  // size): the cell says so, and the job's own page shows it whole.
+  function metaSummary(job) {
+    const parts = [];
+    if (job.meta_bytes != null) {
+      parts.push("meta left out (" + job.meta_bytes.toLocaleString("en") + " bytes)");
+    } else if (job.meta && Object.keys(job.meta).length > 0) {
+      const text = JSON.stringify(job.meta);
+      parts.push(text.length > 80 ? text.slice(0, 80) + "…" : text);
+    }
+    if (job.args_bytes != null) {
+      parts.push("args left out (" + job.args_bytes.toLocaleString("en") + " bytes)");
+    }
+    return parts.join(" · ");
   }
 
   async function renderJobs(params) {
@@ -515,7 +525,7 @@
           el("td", { text: job.queue }),
           el("td", { text: job.kind }),
           el("td", { text: job.group || "" }),
-          el("td", { class: "mono", "data-field": "meta", text: metaSummary(job.meta) }),
+          el("td", { class: "mono", "data-field": "meta", text: metaSummary(job) }),
           el("td", {}, stateBadge(job.state)),
           el("td", { class: "num", text: job.attempts_used + " / " + job.max_attempts }),
           timeCell(job.created_at),

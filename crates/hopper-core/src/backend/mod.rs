@@ -86,7 +86,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Reads one job (`None` when there is no such job).
     async fn job_get(&self, params: &JobGetParams) -> Result<Option<JobRecord>>;
 
-    /// Lists jobs, newest first.
+    /// Lists jobs, newest first. An `args` or `meta` larger than
+    /// [`crate::LISTED_VALUE_BYTES`] is left out, its size said instead
+    /// ([`JobRecord::args_bytes`], [`JobRecord::meta_bytes`]), decided in the query so
+    /// that it is never read.
     async fn job_list(&self, params: &JobListParams) -> Result<Vec<JobRecord>>;
 
     /// Lists jobs like [`Backend::job_list`], also filtered by creation time.

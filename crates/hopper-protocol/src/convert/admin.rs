@@ -51,6 +51,8 @@ impl From<&JobSearchParams> for JobFilter {
             queue: list.queue.clone(),
             state: list.state.map(|s| s.as_str().to_owned()),
             kind: list.kind.clone(),
+            group: list.group.clone(),
+            meta: list.meta.clone(),
             before: list.before,
             created_after: search.created_after,
             created_before: search.created_before,
@@ -94,6 +96,10 @@ impl TryFrom<JobFilter> for JobSearchParams {
     fn try_from(filter: JobFilter) -> Result<Self> {
         let queue = checked_name("queue", filter.queue)?;
         let kind = checked_name("kind", filter.kind)?;
+        let group = checked_name("group", filter.group)?;
+        if let Some(meta) = &filter.meta {
+            hopper_core::meta::validate_meta_filter(meta)?;
+        }
         let limit = list_limit(filter.limit)?;
         let state = filter.state.as_deref().map(str::parse).transpose()?;
         Ok(JobSearchParams {
@@ -101,9 +107,10 @@ impl TryFrom<JobFilter> for JobSearchParams {
                 queue,
                 state,
                 kind,
+                group,
+                meta: filter.meta,
                 before: filter.before,
                 limit,
-                ..JobListParams::default()
             },
             created_after: filter.created_after,
             created_before: filter.created_before,

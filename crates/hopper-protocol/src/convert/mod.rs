@@ -125,6 +125,8 @@ impl From<JobRecord> for JobInfo {
                 })
                 .collect(),
             meta: job.meta,
+            args_bytes: job.args_bytes,
+            meta_bytes: job.meta_bytes,
         }
     }
 }
@@ -168,6 +170,8 @@ impl TryFrom<JobInfo> for JobRecord {
             group: None,
             unique_key: None,
             meta: job.meta,
+            args_bytes: job.args_bytes,
+            meta_bytes: job.meta_bytes,
         })
     }
 }

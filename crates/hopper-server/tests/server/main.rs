@@ -21,6 +21,7 @@ mod gone_peer;
 mod housekeeping;
 mod idle_workers;
 mod list_bounds;
+mod list_pages;
 mod log_batching;
 mod log_flush;
 mod log_held;

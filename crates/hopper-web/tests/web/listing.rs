@@ -124,3 +124,44 @@ async fn bad_filters_are_named() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_listing_of_large_jobs_stays_small_and_names_their_sizes() -> anyhow::Result<()> {
+    let web = Web::new().await?;
+    let client = hopper::Client::new(web.backend());
+    let big = json!([String::from("x").repeat(1_000_000 - 4)]);
+    let note = String::from("n").repeat(5_000);
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        let job = hopper::NewJob::new("big", big.clone()).with_meta_entry("note", note.as_str());
+        ids.push(client.insert(job).await?.to_string());
+    }
+    let small = web
+        .enqueue(json!({"kind": "small", "args": {"n": 1}}))
+        .await?;
+
+    let page = web.get("/api/v1/jobs?limit=500").await?;
+    assert_eq!(page.status, StatusCode::OK, "{page:?}");
+    // 21 jobs of 1 MB would be 21 MB; listed, each is a few hundred bytes.
+    assert!(page.text.len() < 64 * 1024, "{} bytes", page.text.len());
+    let jobs = page.json["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(jobs.len(), 21);
+    assert_eq!(jobs[0]["id"], json!(small.to_string()));
+    assert_eq!(jobs[0]["args"], json!({"n": 1}));
+    assert!(jobs[0].get("args_bytes").is_none(), "{}", jobs[0]);
+    for job in &jobs[1..] {
+        assert_eq!(job["args"], Value::Null, "{job}");
+        assert_eq!(job["args_bytes"], json!(1_000_000), "{job}");
+        assert_eq!(job["meta"], Value::Null, "{job}");
+        let meta_bytes = job["meta_bytes"].as_u64().unwrap_or(0);
+        assert!((5_000..5_020).contains(&meta_bytes), "{job}");
+    }
+
+    // The job itself is read whole.
+    let one = web.get(&format!("/api/v1/jobs/{}", ids[0])).await?;
+    assert_eq!(one.status, StatusCode::OK);
+    assert_eq!(one.json["args"], big);
+    assert_eq!(one.json["meta"], json!({ "note": note }));
+    assert!(one.json.get("args_bytes").is_none());
+    Ok(())
+}

@@ -14,14 +14,33 @@ use hopper_protocol::{JobFilter, MAX_STATS_MINUTES, QueueChange, Reply, Request}
 use super::{RemoteBackend, predates, unexpected};
 
 impl RemoteBackend {
+    /// `list_jobs`, paged on while the server cuts its replies to its frame size (its
+    /// `next_before`), until the jobs asked for are all there or none are left.
     pub(super) async fn search(&self, params: &JobSearchParams) -> Result<Vec<JobRecord>> {
-        let filter = JobFilter::from(params);
-        match self
-            .request(|req| Request::ListJobs { req, filter })
-            .await?
-        {
-            Reply::Jobs { jobs, .. } => jobs.into_iter().map(JobRecord::try_from).collect(),
-            other => Err(unexpected(&other)),
+        let mut page = params.clone();
+        let mut found = Vec::new();
+        loop {
+            let filter = JobFilter::from(&page);
+            let (jobs, next_before) = match self
+                .request(|req| Request::ListJobs { req, filter })
+                .await?
+            {
+                Reply::Jobs {
+                    jobs, next_before, ..
+                } => (jobs, next_before),
+                other => return Err(unexpected(&other)),
+            };
+            let got = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
+            for job in jobs {
+                found.push(JobRecord::try_from(job)?);
+            }
+            match next_before {
+                Some(cursor) if got > 0 && got < page.list.limit => {
+                    page.list.before = Some(cursor);
+                    page.list.limit -= got;
+                }
+                _ => return Ok(found),
+            }
         }
     }
 

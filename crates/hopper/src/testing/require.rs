@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use hopper_core::{Error, JobListParams, JobRecord};
+use hopper_core::{Error, JobGetParams, JobListParams, JobRecord};
 #[cfg(feature = "postgres")]
 use hopper_postgres::PgBackend;
 
@@ -131,13 +131,23 @@ pub async fn require_not_inserted_in(
     check_none(&listed_in(backend, tx).await?, &expected)
 }
 
-/// The newest [`LISTED`] jobs, oldest first.
+/// The newest [`LISTED`] jobs, oldest first, whole: a job whose `args` or `meta` the
+/// listing left out ([`JobRecord::is_abridged`]) is read again alone, so that expectations
+/// compare the values themselves.
 async fn listed(client: &Client) -> Result<Vec<JobRecord>, RequireError> {
     let params = JobListParams {
         limit: LISTED,
         ..JobListParams::default()
     };
-    let mut jobs = client.backend().job_list(&params).await?;
+    let backend = client.backend();
+    let mut jobs = Vec::new();
+    for job in backend.job_list(&params).await? {
+        if !job.is_abridged() {
+            jobs.push(job);
+        } else if let Some(whole) = backend.job_get(&JobGetParams { id: job.id }).await? {
+            jobs.push(whole);
+        }
+    }
     jobs.reverse();
     Ok(jobs)
 }
