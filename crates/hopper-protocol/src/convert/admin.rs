@@ -14,20 +14,21 @@ use hopper_core::{
 use super::millis;
 use crate::admin::{CronInfo, JobFilter, NodeInfo, QueueChange, QueueCounts, QueueInfo, RateInfo};
 
-/// Most jobs one `list_jobs` returns, and most nodes one `list_nodes` returns.
-pub const MAX_LIST_JOBS: u32 = 1000;
+/// The largest page of a listing: most jobs one `list_jobs` returns, most nodes one
+/// `list_nodes` returns.
+pub const MAX_LIST_PAGE: u32 = 1000;
 
 /// How many jobs `list_jobs` returns when its filter says nothing, and how many nodes
 /// `list_nodes` returns.
-const DEFAULT_LIST_JOBS: u32 = 20;
+const DEFAULT_LIST_PAGE: u32 = 20;
 
-/// The page size of a listing request (`list_jobs`, `list_nodes`): [`DEFAULT_LIST_JOBS`]
-/// when absent, else from 1 to [`MAX_LIST_JOBS`].
+/// The page size of a listing request (`list_jobs`, `list_nodes`): [`DEFAULT_LIST_PAGE`]
+/// when absent, else from 1 to [`MAX_LIST_PAGE`].
 fn list_limit(limit: Option<u32>) -> Result<u32> {
-    let limit = limit.unwrap_or(DEFAULT_LIST_JOBS);
-    if limit == 0 || limit > MAX_LIST_JOBS {
+    let limit = limit.unwrap_or(DEFAULT_LIST_PAGE);
+    if limit == 0 || limit > MAX_LIST_PAGE {
         return Err(Error::InvalidInput(format!(
-            "limit must be from 1 to {MAX_LIST_JOBS}, got {limit}"
+            "limit must be from 1 to {MAX_LIST_PAGE}, got {limit}"
         )));
     }
     Ok(limit)
@@ -89,7 +90,7 @@ pub fn clear_params(queue: Option<String>) -> Result<JobClearParams> {
 }
 
 /// A `list_jobs` filter as a search: its queue and kind valid names, its limit from 1 to
-/// [`MAX_LIST_JOBS`], its state one of the job states.
+/// [`MAX_LIST_PAGE`], its state one of the job states.
 impl TryFrom<JobFilter> for JobSearchParams {
     type Error = Error;
 

@@ -11,7 +11,7 @@
 //! | [`ErrorCode`] | [`Error`] | core to wire |
 //!
 //! And the admin payloads, each both ways (in `admin.rs`): [`crate::JobFilter`] and
-//! `JobSearchParams` (from the wire: its limit checked, at most [`MAX_LIST_JOBS`]),
+//! `JobSearchParams` (from the wire: its limit checked, at most [`MAX_LIST_PAGE`]),
 //! [`crate::QueueCounts`] and `QueueStats`, [`crate::QueueInfo`] and `QueueSettings`,
 //! [`crate::QueueChange`] and `QueueUpdate`, [`crate::RateInfo`] and `RateLimit`,
 //! [`crate::CronInfo`] and `CronEntry`, [`crate::NodeInfo`] and `NodeRecord`; and from the
@@ -20,7 +20,7 @@
 
 mod admin;
 
-pub use admin::{MAX_LIST_JOBS, clear_params, node_list_params, retry_failed_params};
+pub use admin::{MAX_LIST_PAGE, clear_params, node_list_params, retry_failed_params};
 
 use std::time::Duration;
 
