@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use hopper_core::backend::{Finish, FinishResult, Outcome};
-use hopper_core::limits::MAX_ERROR_HISTORY;
+use hopper_core::limits::{MAX_ERROR_BYTES, MAX_ERROR_HISTORY};
 use hopper_core::{JobState, Lease};
 
 use crate::{Harness, completed, job, retry, secs};
@@ -326,6 +326,37 @@ pub async fn an_error_history_keeps_its_most_recent_entries(h: &Harness) -> anyh
         attempts,
         (5..=failures + 1).collect::<Vec<_>>(),
         "after a rescue"
+    );
+    Ok(())
+}
+
+/// An attempt's error longer than [`MAX_ERROR_BYTES`] is kept cut, saying how long it was,
+/// so that one worker's endless message cannot make every listing of its job huge.
+pub async fn a_long_error_is_kept_cut_to_its_bound(h: &Harness) -> anyhow::Result<()> {
+    let id = h.insert(job("k", "q").with_max_attempts(3)).await?;
+    let c = h.claim_one("q").await?;
+    let long = "x".repeat(1024 * 1024);
+    h.finish(c.lease, retry(&long, Duration::ZERO)).await?;
+    let got = h.get(id).await?;
+    let kept = got
+        .errors
+        .last()
+        .map(|e| e.error.clone())
+        .unwrap_or_default();
+    assert!(
+        kept.len() < MAX_ERROR_BYTES + 40,
+        "{} bytes kept",
+        kept.len()
+    );
+    assert!(
+        kept.starts_with(&long[..MAX_ERROR_BYTES]),
+        "{}",
+        &kept[..40]
+    );
+    assert!(
+        kept.ends_with("… [cut: 1048576 bytes in all]"),
+        "{}",
+        &kept[kept.len() - 40..]
     );
     Ok(())
 }

@@ -300,6 +300,7 @@ macro_rules! conformance_suite {
                 finish_many_answers_each_outcome_in_order,
                 zero_delay_retry_is_available_and_permanent_failure_is_final,
                 an_error_history_keeps_its_most_recent_entries,
+                a_long_error_is_kept_cut_to_its_bound,
             }
             leases {
                 stale_lease_outcomes_are_refused_and_change_nothing,

@@ -110,6 +110,28 @@ pub fn check_count(what: &str, n: usize) -> Result<usize> {
 /// attempts' errors are rarely the ones read; the most recent are.
 pub const MAX_ERROR_HISTORY: i32 = 20;
 
+/// The longest error message a job's history keeps of one attempt, in bytes (8 KiB): a
+/// worker's error can be as long as its frame or its `Display` makes it, and a listing
+/// returns every job's history whole. [`bounded_error`] cuts a longer one.
+pub const MAX_ERROR_BYTES: usize = 8 * 1024;
+
+/// `error` as stored: whole up to [`MAX_ERROR_BYTES`], else its first bytes up to that
+/// bound (at a character's boundary) and a marker that says how long it was.
+pub fn bounded_error(error: &str) -> std::borrow::Cow<'_, str> {
+    if error.len() <= MAX_ERROR_BYTES {
+        return std::borrow::Cow::Borrowed(error);
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}… [cut: {} bytes in all]",
+        &error[..end],
+        error.len()
+    ))
+}
+
 /// The shortest heartbeat period a `hopper serve` announces (10 ms).
 pub const MIN_HEARTBEAT: Duration = Duration::from_millis(10);
 
@@ -166,6 +188,20 @@ pub fn instant_after(what: &str, from: DateTime<Utc>, d: Duration) -> Result<Dat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_error_is_cut_at_a_character_boundary_saying_so() {
+        assert_eq!(bounded_error("short"), "short");
+        let whole = "é".repeat(MAX_ERROR_BYTES);
+        let cut = bounded_error(&whole);
+        assert!(
+            cut.starts_with(&"é".repeat(MAX_ERROR_BYTES / 2)),
+            "{}",
+            cut.len()
+        );
+        assert!(cut.ends_with(&format!("… [cut: {} bytes in all]", 2 * MAX_ERROR_BYTES)));
+        assert!(cut.len() < MAX_ERROR_BYTES + 40);
+    }
 
     #[test]
     fn server_timings_are_answered_however_large() {

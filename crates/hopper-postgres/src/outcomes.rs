@@ -147,7 +147,9 @@ impl Split {
 
     fn fail(&mut self, lease: &Lease, error: &str, retry_ms: i64, dead: bool, ms: i64) {
         self.failed.push(lease);
-        self.failed.errors.push(error.to_owned());
+        self.failed
+            .errors
+            .push(hopper_core::limits::bounded_error(error).into_owned());
         self.failed.retry_ms.push(retry_ms);
         self.failed.dead.push(dead);
         self.failed.duration_ms.push(ms);

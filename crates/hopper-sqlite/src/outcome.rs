@@ -90,10 +90,11 @@ fn fail(
     now: i64,
     now_text: &str,
 ) -> Changed {
+    let error = hopper_core::limits::bounded_error(f.error);
     conn.prepare_cached(&q.job_fail_many[0])?
         .query_row(
             named_params! {
-                ":id": id, ":attempt": attempt, ":error": f.error, ":retry_us": f.retry_us,
+                ":id": id, ":attempt": attempt, ":error": error, ":retry_us": f.retry_us,
                 ":permanent": f.permanent, ":duration_ms": f.duration_ms,
                 ":now": now, ":now_text": now_text, ":keep_errors": MAX_ERROR_HISTORY,
             },
