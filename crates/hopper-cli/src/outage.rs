@@ -13,14 +13,32 @@ use std::time::Duration;
 /// restart takes seconds, a failover under a minute.
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
+/// How often a streak of failures is reported again while [`retry_if`] retries.
+const REMINDER: Duration = Duration::from_secs(30);
+
 /// Runs `read` until it succeeds, retrying the failures `retryable` accepts (a transient
 /// database error: [`is_transient`]) with backoff (100 ms doubling to 2 s) for at most
 /// [`PATIENCE`]; any other failure is returned at once, since waiting will not cure it.
-/// The first failure of a streak is reported on stderr, once.
+/// The first failure of a streak is reported on stderr, and the last one again every
+/// [`REMINDER`] while the streak lasts, so that an operator sees it still waits, and why.
 pub async fn retry_if<T, F, Fut>(
     what: &str,
     retryable: impl Fn(&anyhow::Error) -> bool,
+    read: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    retry_reporting(what, retryable, read, |line| eprintln!("{line}")).await
+}
+
+/// [`retry_if`], its lines given to `report`.
+async fn retry_reporting<T, F, Fut>(
+    what: &str,
+    retryable: impl Fn(&anyhow::Error) -> bool,
     mut read: F,
+    mut report: impl FnMut(String),
 ) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
@@ -28,20 +46,28 @@ where
 {
     let started = tokio::time::Instant::now();
     let mut backoff = Duration::from_millis(100);
-    let mut reported = false;
+    let mut reported: Option<tokio::time::Instant> = None;
     loop {
         match read().await {
             Ok(value) => {
-                if reported {
-                    eprintln!("hopper: {what}: the database answers again");
+                if reported.is_some() {
+                    report(format!("hopper: {what}: the database answers again"));
                 }
                 return Ok(value);
             }
             Err(e) if started.elapsed() < PATIENCE && retryable(&e) => {
-                if !reported {
-                    let why = crate::output::one_line(&e);
-                    eprintln!("hopper: {what} failed: {why}; retrying");
-                    reported = true;
+                let why = crate::output::one_line(&e);
+                match reported {
+                    None => report(format!("hopper: {what} failed: {why}; retrying")),
+                    Some(at) if at.elapsed() >= REMINDER => report(format!(
+                        "hopper: {what} still fails after {}s: {why}; retrying for up to {}s",
+                        started.elapsed().as_secs(),
+                        PATIENCE.as_secs()
+                    )),
+                    Some(_) => {}
+                }
+                if reported.is_none_or(|at| at.elapsed() >= REMINDER) {
+                    reported = Some(tokio::time::Instant::now());
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -91,6 +117,39 @@ pub fn is_transient(e: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A streak of failures is said at its start, again every REMINDER while it lasts
+    /// (here 45 s: once more), and its end once.
+    #[tokio::test(start_paused = true)]
+    async fn a_long_streak_of_failures_is_said_again_while_it_lasts() {
+        let started = tokio::time::Instant::now();
+        let mut lines = Vec::new();
+        let read = || async {
+            if started.elapsed() < Duration::from_secs(45) {
+                anyhow::bail!("the database system is starting up")
+            }
+            Ok(7)
+        };
+        let got = retry_reporting("opening the database", |_| true, read, |l| lines.push(l)).await;
+        assert_eq!(got.ok(), Some(7));
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert_eq!(
+            lines[0],
+            "hopper: opening the database failed: the database system is starting up; retrying"
+        );
+        assert!(
+            lines[1].starts_with("hopper: opening the database still fails after 3"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[1].ends_with("starting up; retrying for up to 120s"),
+            "{lines:#?}"
+        );
+        assert_eq!(
+            lines[2],
+            "hopper: opening the database: the database answers again"
+        );
+    }
 
     /// A read that gave up names what it did once, whether or not its error already
     /// starts with it.
