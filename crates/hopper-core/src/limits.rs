@@ -110,25 +110,37 @@ pub fn check_count(what: &str, n: usize) -> Result<usize> {
 /// attempts' errors are rarely the ones read; the most recent are.
 pub const MAX_ERROR_HISTORY: i32 = 20;
 
-/// The longest error message a job's history keeps of one attempt, in bytes (8 KiB): a
-/// worker's error can be as long as its frame or its `Display` makes it, and a listing
-/// returns every job's history whole. [`bounded_error`] cuts a longer one.
+/// The longest error message a job's history keeps of one attempt, in bytes (8 KiB, and
+/// the marker of a cut): a worker's error can be as long as its frame or its `Display`
+/// makes it, and a listing returns every job's history whole. [`bounded_error`] cuts a
+/// longer one.
 pub const MAX_ERROR_BYTES: usize = 8 * 1024;
 
-/// `error` as stored: whole up to [`MAX_ERROR_BYTES`], else its first bytes up to that
-/// bound (at a character's boundary) and a marker that says how long it was.
+/// Of an error cut by [`bounded_error`], how much of its end is kept (1 KiB): the last
+/// lines of a message (the innermost cause, a client's own marker of a cut) say as much
+/// as its first.
+const ERROR_TAIL_BYTES: usize = 1024;
+
+/// `error` as stored: whole up to [`MAX_ERROR_BYTES`], else its first 7 KiB and its last
+/// 1 KiB (cut at characters' boundaries) around a marker that says how much was cut.
 pub fn bounded_error(error: &str) -> std::borrow::Cow<'_, str> {
     if error.len() <= MAX_ERROR_BYTES {
         return std::borrow::Cow::Borrowed(error);
     }
-    let mut end = MAX_ERROR_BYTES;
-    while !error.is_char_boundary(end) {
-        end -= 1;
+    let mut head = MAX_ERROR_BYTES - ERROR_TAIL_BYTES;
+    while !error.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = error.len() - ERROR_TAIL_BYTES;
+    while !error.is_char_boundary(tail) {
+        tail += 1;
     }
     std::borrow::Cow::Owned(format!(
-        "{}… [cut: {} bytes in all]",
-        &error[..end],
-        error.len()
+        "{} … [{} of {} bytes cut] … {}",
+        &error[..head],
+        tail - head,
+        error.len(),
+        &error[tail..]
     ))
 }
 
@@ -190,17 +202,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_long_error_is_cut_at_a_character_boundary_saying_so() {
+    fn a_long_error_keeps_its_ends_cut_at_character_boundaries() {
         assert_eq!(bounded_error("short"), "short");
-        let whole = "é".repeat(MAX_ERROR_BYTES);
+        let whole = format!("a{}z", "é".repeat(MAX_ERROR_BYTES));
         let cut = bounded_error(&whole);
-        assert!(
-            cut.starts_with(&"é".repeat(MAX_ERROR_BYTES / 2)),
-            "{}",
-            cut.len()
+        let head = format!(
+            "a{}",
+            "é".repeat((MAX_ERROR_BYTES - ERROR_TAIL_BYTES) / 2 - 1)
         );
-        assert!(cut.ends_with(&format!("… [cut: {} bytes in all]", 2 * MAX_ERROR_BYTES)));
-        assert!(cut.len() < MAX_ERROR_BYTES + 40);
+        let tail = format!("{}z", "é".repeat(ERROR_TAIL_BYTES / 2 - 1));
+        let gone = whole.len() - head.len() - tail.len();
+        let marker = format!(" … [{gone} of {} bytes cut] … ", whole.len());
+        assert_eq!(cut, format!("{head}{marker}{tail}"));
+        assert!(cut.len() <= MAX_ERROR_BYTES + 40);
     }
 
     #[test]
