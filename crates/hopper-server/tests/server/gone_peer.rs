@@ -1,7 +1,9 @@
 //! A worker whose connection closes while messages it sent still wait in the server, behind
 //! another peer's slow frames: its session lasts until they have had their turns, so its
-//! outcome counts (its order is recorded, not retried as a vanished worker's); its other
-//! requests, which nobody is left to be answered, are dropped unread.
+//! outcome counts (its order is recorded, not retried as a vanished worker's). Its other
+//! requests are dropped unread if the server has learnt of the close by their turn; when
+//! it learns of it depends on libzmq's monitor and the machine, so how many are dropped is
+//! not asserted.
 
 use std::time::Duration;
 
@@ -12,7 +14,8 @@ use hopper::JobState;
 use hopper::backend::JobGetParams;
 use hopper::testing::TestDatabase;
 
-/// The `submit`s the closing worker sends before its outcome.
+/// The `submit`s the closing worker sends before its outcome (requests whose answer
+/// nobody is left to read).
 const SUBMITS: usize = 40;
 
 /// The flooder's largest heartbeats: they keep the server's loop busy (about 0.3 s each in
@@ -82,22 +85,6 @@ async fn a_closed_workers_waiting_frames_take_their_turns() -> anyhow::Result<()
     assert_eq!(stored.state, JobState::Completed, "{stored:?}");
     assert!(stored.errors.is_empty(), "{:?}", stored.errors);
 
-    // Its submits waiting when the server learnt it was gone were not run.
-    let sql = sql(&db).await?;
-    let row = sql
-        .query_one(
-            &format!(
-                "SELECT count(*) FROM {}.jobs WHERE queue = 'dropped'",
-                db.schema()
-            ),
-            &[],
-        )
-        .await?;
-    let run: i64 = row.get(0);
-    assert!(
-        run < i64::try_from(SUBMITS)?,
-        "{run} of {SUBMITS} submits ran"
-    );
     server.shutdown().await;
     Ok(())
 }
