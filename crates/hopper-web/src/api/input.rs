@@ -35,9 +35,10 @@ pub(crate) struct EnqueueRequest {
     /// `high`, `normal`, `low`, or a number (lower runs first).
     #[serde(default)]
     priority: Option<Value>,
-    /// Not before this instant (RFC 3339).
+    /// Not before this instant (RFC 3339), read in [`EnqueueRequest::into_job`] so that a
+    /// refusal names the form it wants.
     #[serde(default)]
-    run_at: Option<DateTime<Utc>>,
+    run_at: Option<String>,
     /// Not before this many milliseconds from now.
     #[serde(default)]
     delay_ms: Option<u64>,
@@ -136,7 +137,7 @@ impl EnqueueRequest {
         }
         match (self.run_at, self.delay_ms) {
             (Some(_), Some(_)) => return Err("give run_at or delay_ms, not both".to_owned()),
-            (Some(at), None) => job = job.with_run_at(at),
+            (Some(at), None) => job = job.with_run_at(rfc3339("run_at", &at)?),
             (None, Some(ms)) if ms > MAX_DELAY_MS => {
                 return Err(format!(
                     "delay_ms must be at most {MAX_DELAY_MS} (10 years), got {ms}"
@@ -333,12 +334,19 @@ pub(crate) fn whole_number(field: &str, text: &str, max: u32) -> Result<u32, Api
 }
 
 fn parse_time(field: &str, s: &str) -> Result<DateTime<Utc>, ApiError> {
+    rfc3339(field, s).map_err(ApiError::bad_request)
+}
+
+/// The instant `s` of `field`, or why it is none (`infinity`, a year past 9999, an offset
+/// past a day, a bare date), saying what form is wanted.
+fn rfc3339(field: &str, s: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(s.trim())
         .map(|t| t.with_timezone(&Utc))
         .map_err(|e| {
-            ApiError::bad_request(format!(
-                "{field} must be an RFC 3339 time such as 2026-01-31T12:00:00Z, got {s:?} ({e})"
-            ))
+            format!(
+                "{field} must be an RFC 3339 time such as 2026-01-31T12:00:00Z, got \"{}\" ({e})",
+                hopper::core::log_limit::capped(s)
+            )
         })
 }
 
@@ -412,6 +420,20 @@ mod tests {
         }
         assert!(err(json!({"kind": "k", "group": "a b"})).contains("group name"));
         assert!(err(json!({"kind": "k", "delay_ms": MAX_DELAY_MS + 1})).contains("delay_ms"));
+        for at in [
+            "infinity",
+            "275760-09-13T00:00:00Z",
+            "2030-01-01",
+            "2030-01-01T00:00:00+99:00",
+        ] {
+            let e = err(json!({"kind": "k", "run_at": at}));
+            assert!(
+                e.starts_with("run_at must be an RFC 3339 time"),
+                "{at}: {e}"
+            );
+        }
+        let e = err(json!({"kind": "k", "run_at": "1969-12-31T23:59:59Z"}));
+        assert!(e.contains("out of range"), "{e}");
         assert!(request(json!({"kind": "k", "delay_ms": MAX_DELAY_MS})).is_ok());
     }
 }
