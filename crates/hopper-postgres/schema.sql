@@ -136,6 +136,19 @@ END
 $_$;
 
 
+CREATE FUNCTION hopper.error_history_pushed(errors jsonb, entry jsonb, keep integer) RETURNS jsonb
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $_$
+    SELECT CASE
+        WHEN jsonb_typeof(errors) IS DISTINCT FROM 'array' THEN '[]'::jsonb
+        WHEN jsonb_array_length(errors) >= keep
+        THEN jsonb_path_query_array(
+            errors, '$[last - $keep + 2 to last]', jsonb_build_object('keep', keep))
+        ELSE errors
+    END || jsonb_build_array(entry)
+$_$;
+
+
 CREATE FUNCTION hopper.is_traceparent(tp text) RETURNS boolean
     LANGUAGE sql IMMUTABLE
     AS $_$

@@ -110,6 +110,37 @@ pub fn check_count(what: &str, n: usize) -> Result<usize> {
 /// attempts' errors are rarely the ones read; the most recent are.
 pub const MAX_ERROR_HISTORY: i32 = 20;
 
+/// `history` (a job's error history, a JSON array) with `entry` appended, keeping the latest
+/// [`MAX_ERROR_HISTORY`] entries: the oldest are cut only once it is full. A history that
+/// is not an array (only one written by hand can be) becomes `[entry]`. SQLite runs this as
+/// the SQL function `error_history_pushed`; PostgreSQL's
+/// `hopper.error_history_pushed` (migration 0016) does the same in SQL.
+///
+/// ```
+/// use hopper_core::limits::{MAX_ERROR_HISTORY, error_history_pushed};
+/// use serde_json::json;
+///
+/// let full: Vec<_> = (0..MAX_ERROR_HISTORY).map(|n| json!(n)).collect();
+/// let pushed = error_history_pushed(json!(full), json!("new"));
+/// assert_eq!(pushed[0], json!(1));
+/// assert_eq!(pushed[MAX_ERROR_HISTORY as usize - 1], json!("new"));
+/// assert_eq!(error_history_pushed(json!({}), json!("new")), json!(["new"]));
+/// ```
+pub fn error_history_pushed(
+    history: serde_json::Value,
+    entry: serde_json::Value,
+) -> serde_json::Value {
+    let keep = usize::try_from(MAX_ERROR_HISTORY).unwrap_or(1).max(1);
+    let mut entries = match history {
+        serde_json::Value::Array(entries) => entries,
+        _ => Vec::new(),
+    };
+    let over = (entries.len() + 1).saturating_sub(keep);
+    entries.drain(..over);
+    entries.push(entry);
+    serde_json::Value::Array(entries)
+}
+
 /// The longest error message a job's history keeps of one attempt, in bytes (8 KiB, and
 /// the marker of a cut): a worker's error can be as long as its frame or its `Display`
 /// makes it, and a listing returns every job's history whole. [`bounded_error`] cuts a

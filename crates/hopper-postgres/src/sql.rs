@@ -92,6 +92,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "unique_window_end",
         include_str!("../migrations/0015_unique_window_end.sql"),
     ),
+    (
+        16,
+        "error_history_pushed",
+        include_str!("../migrations/0016_error_history_pushed.sql"),
+    ),
 ];
 
 macro_rules! queries {

@@ -14,7 +14,6 @@ use hopper_core::JobId;
 use hopper_core::job_log::{
     AttemptLog, JobLogAppend, LogStore, MAX_ATTEMPT_LOG_BYTES, merge_appends, read_stored_text,
 };
-use hopper_core::limits::MAX_ERROR_HISTORY;
 
 use crate::error::map_sqlite;
 use crate::minute_stats::{self, Finished};
@@ -99,7 +98,6 @@ impl MaintenanceStore for SqliteBackend {
                         named_params! {
                             ":now": micros(now),
                             ":now_text": rfc3339(now),
-                            ":keep_errors": MAX_ERROR_HISTORY,
                         },
                     )
                 })

@@ -3,6 +3,7 @@
 mod backend;
 mod capabilities;
 mod error;
+mod functions;
 mod liveness;
 mod migrate;
 mod minute_stats;

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
-use hopper_core::limits::MAX_ERROR_HISTORY;
 use hopper_core::{Error, NodeHold, NodeId, NodeInfo, NodeLiveness, Result};
 use rusqlite::{OptionalExtension, named_params};
 
@@ -272,7 +271,6 @@ impl SqliteBackend {
                         ":id": vanished,
                         ":spared": spared,
                         ":reason": reason,
-                        ":keep_errors": MAX_ERROR_HISTORY,
                     },
                 )?;
                 tx.prepare_cached(&q[1])

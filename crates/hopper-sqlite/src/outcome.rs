@@ -1,7 +1,6 @@
 //! Recording outcomes: one statement per finished attempt (complete, fail, snooze), each
 //! fenced by its lease; and reading the rows of statements that hand jobs back.
 
-use hopper_core::limits::MAX_ERROR_HISTORY;
 use hopper_core::{Finish, JobState, Outcome, Result};
 use rusqlite::{Connection, OptionalExtension, named_params};
 
@@ -96,7 +95,7 @@ fn fail(
             named_params! {
                 ":id": id, ":attempt": attempt, ":error": error, ":retry_us": f.retry_us,
                 ":permanent": f.permanent, ":duration_ms": f.duration_ms,
-                ":now": now, ":now_text": now_text, ":keep_errors": MAX_ERROR_HISTORY,
+                ":now": now, ":now_text": now_text,
             },
             |r| Ok((r.get(0)?, r.get(1)?)),
         )

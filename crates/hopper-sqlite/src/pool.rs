@@ -187,6 +187,7 @@ fn open(location: &Location, settings: &Settings, reader: bool) -> Result<Connec
     conn.busy_timeout(settings.busy_timeout)
         .map_err(map_sqlite)?;
     conn.set_prepared_statement_cache_capacity(32);
+    crate::functions::register(&conn).map_err(map_sqlite)?;
     if let Location::File(path) = location
         && !reader
     {

@@ -177,6 +177,7 @@ mod tests {
     #[test]
     fn every_statement_prepares_against_the_schema() -> rusqlite::Result<()> {
         let conn = rusqlite::Connection::open_in_memory()?;
+        crate::functions::register(&conn)?;
         for (_, _, sql) in MIGRATIONS {
             conn.execute_batch(sql)?;
         }
@@ -204,6 +205,7 @@ mod tests {
     #[test]
     fn hot_statements_use_their_indexes() -> rusqlite::Result<()> {
         let conn = rusqlite::Connection::open_in_memory()?;
+        crate::functions::register(&conn)?;
         for (_, _, sql) in MIGRATIONS {
             conn.execute_batch(sql)?;
         }

@@ -1,10 +1,9 @@
 -- Records failed attempts. A failure is retried after its delay unless it is permanent or
 -- the job has used all its attempts, in which case the job is dead-lettered ('failed').
--- Every failure is appended to the job's error history, which keeps the latest $8.
+-- Every failure is appended to the job's error history, which keeps the latest $8
+-- (hopper.error_history_pushed, migration 0016).
 -- $1 ids, $2 attempts, $3 errors, $4 retry delays (ms), $5 permanent, $6 durations (ms),
--- $7 now, $8 most entries of an error history kept (hopper_core::limits::MAX_ERROR_HISTORY:
--- past it the oldest go; cut only once the history is full, so a short one costs one
--- length check).
+-- $7 now, $8 most entries of an error history kept (hopper_core::limits::MAX_ERROR_HISTORY).
 --
 -- Index: jobs_pkey, one probe per input row. The state is tested as text on purpose:
 -- `j.state = 'running'` matches the partial index jobs_running_idx, whose row estimate is
@@ -32,17 +31,12 @@ WITH finished AS (
             THEN coalesce($7::timestamptz, now())
         END,
         lease_expires_at = NULL,
-        errors = CASE
-            WHEN jsonb_typeof(j.errors) = 'array' AND jsonb_array_length(j.errors) >= $8
-            THEN jsonb_path_query_array(
-                j.errors, '$[last - $keep + 2 to last]', jsonb_build_object('keep', $8::integer))
-            ELSE j.errors
-        END || jsonb_build_object(
+        errors = hopper.error_history_pushed(j.errors, jsonb_build_object(
             'attempt', j.attempt,
             'at', coalesce($7::timestamptz, now()),
             'error', f.error,
             'node', j.node_id,
-            'duration_ms', f.duration_ms)
+            'duration_ms', f.duration_ms), $8)
     FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::bigint[], $5::boolean[], $6::bigint[])
          AS f(id, attempt, error, retry_ms, permanent, duration_ms)
     WHERE j.id = f.id

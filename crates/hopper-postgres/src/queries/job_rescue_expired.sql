@@ -46,12 +46,7 @@ rescued AS (
         finished_at = CASE WHEN j.attempt::bigint - j.uncounted >= j.max_attempts
                            THEN coalesce($1::timestamptz, now()) END,
         run_at = coalesce($1::timestamptz, now()),
-        errors = CASE
-            WHEN jsonb_typeof(j.errors) = 'array' AND jsonb_array_length(j.errors) >= $2
-            THEN jsonb_path_query_array(
-                j.errors, '$[last - $keep + 2 to last]', jsonb_build_object('keep', $2::integer))
-            ELSE j.errors
-        END || jsonb_build_object(
+        errors = hopper.error_history_pushed(j.errors, jsonb_build_object(
             'attempt', j.attempt,
             'at', coalesce($1::timestamptz, now()),
             'error', CASE WHEN j.lease_expires_at IS NULL
@@ -59,7 +54,7 @@ rescued AS (
                           ELSE 'lease expired at ' || j.lease_expires_at
                                || ': the worker vanished or stopped heartbeating' END,
             'node', j.node_id,
-            'duration_ms', NULL),
+            'duration_ms', NULL), $2),
         lease_expires_at = NULL
     FROM (SELECT id FROM expired UNION ALL SELECT id FROM leaseless) AS taken
     WHERE j.id = taken.id

@@ -69,19 +69,14 @@ released AS (
         finished_at = CASE WHEN j.attempt::bigint - j.uncounted >= j.max_attempts
                            THEN coalesce($2::timestamptz, now()) END,
         run_at = coalesce($2::timestamptz, now()),
-        errors = CASE
-            WHEN jsonb_typeof(j.errors) = 'array' AND jsonb_array_length(j.errors) >= $4
-            THEN jsonb_path_query_array(
-                j.errors, '$[last - $keep + 2 to last]', jsonb_build_object('keep', $4::integer))
-            ELSE j.errors
-        END || jsonb_build_object(
+        errors = hopper.error_history_pushed(j.errors, jsonb_build_object(
             'attempt', j.attempt,
             'at', coalesce($2::timestamptz, now()),
             'error', 'node ' || j.node_id || CASE WHEN $3::boolean
                 THEN ' vanished: its liveness lock was released (its process or connection ended)'
                 ELSE ' stopped heartbeating' END,
             'node', j.node_id,
-            'duration_ms', NULL),
+            'duration_ms', NULL), $4),
         lease_expires_at = NULL
     WHERE j.id = ANY (ARRAY(SELECT f.id FROM free AS f))
     RETURNING j.queue, j.state

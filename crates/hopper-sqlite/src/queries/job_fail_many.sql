@@ -1,10 +1,9 @@
 -- Records one failed attempt; `job_finish_many` runs it once per failure, all in one
 -- transaction. A failure is retried after :retry_us unless it is permanent or the job has
 -- used all its attempts, in which case the job is dead-lettered ('failed'). Every failure
--- is appended to the job's error history, which keeps the latest :keep_errors
--- (hopper_core::limits::MAX_ERROR_HISTORY): the oldest are cut only once it is full, so a
--- short history costs one length check. The SET expressions all read the row as it was
--- before the update, as in PostgreSQL. No row returned means the lease was lost.
+-- is appended to the job's error history, which keeps the latest entries
+-- (error_history_pushed, registered by functions.rs). The SET expressions all read
+-- the row as it was before the update, as in PostgreSQL. No row returned means the lease was lost.
 UPDATE hopper_jobs
 SET state = CASE
         WHEN :permanent OR attempt - uncounted >= max_attempts THEN 'failed'
@@ -19,14 +18,7 @@ SET state = CASE
         WHEN :permanent OR attempt - uncounted >= max_attempts THEN :now
     END,
     lease_expires_at = NULL,
-    errors = json_insert(
-        CASE
-            WHEN NOT json_valid(errors) OR json_array_length(errors) < :keep_errors THEN errors
-            ELSE (SELECT json_group_array(e.value ORDER BY e.key)
-                  FROM json_each(errors) AS e
-                  WHERE e.key > json_array_length(errors) - :keep_errors)
-        END,
-        '$[#]', json_object(
+    errors = error_history_pushed(errors, json_object(
         'attempt', attempt,
         'at', :now_text,
         'error', :error,

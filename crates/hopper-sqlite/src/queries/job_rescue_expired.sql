@@ -3,21 +3,14 @@
 -- last attempt. 1,000 at most per call. Index: hopper_jobs_running_idx (lease_expires_at)
 -- WHERE state = 'running', which holds the NULLs too. A running row without a lease
 -- (written by hand: hopper never leaves one) is taken back as expired, or it would hold
--- its queue's concurrency for ever. The error history keeps the latest :keep_errors
--- entries, as in job_fail_many.sql.
+-- its queue's concurrency for ever. The error history keeps the latest entries, as
+-- in job_fail_many.sql.
 UPDATE hopper_jobs
 SET state = CASE WHEN attempt - uncounted >= max_attempts
                  THEN 'failed' ELSE 'available' END,
     finished_at = CASE WHEN attempt - uncounted >= max_attempts THEN :now END,
     run_at = :now,
-    errors = json_insert(
-        CASE
-            WHEN NOT json_valid(errors) OR json_array_length(errors) < :keep_errors THEN errors
-            ELSE (SELECT json_group_array(e.value ORDER BY e.key)
-                  FROM json_each(errors) AS e
-                  WHERE e.key > json_array_length(errors) - :keep_errors)
-        END,
-        '$[#]', json_object(
+    errors = error_history_pushed(errors, json_object(
         'attempt', attempt,
         'at', :now_text,
         'error', CASE WHEN lease_expires_at IS NULL

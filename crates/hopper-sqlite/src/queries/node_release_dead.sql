@@ -6,7 +6,7 @@
 -- JSON array of ids: silent nodes whose lock file another process holds, so they live),
 -- or node :id, whose lock file the caller found free and holds (its process ended). Each
 -- release counts as a failed attempt, as for an expired lease; :reason says which death
--- it was. The error history keeps the latest :keep_errors entries, as in
+-- it was. The error history keeps the latest entries, as in
 -- job_fail_many.sql.
 -- Index: hopper_jobs_node_idx (node_id) WHERE state = 'running'.
 UPDATE hopper_jobs
@@ -14,14 +14,7 @@ SET state = CASE WHEN attempt - uncounted >= max_attempts
                  THEN 'failed' ELSE 'available' END,
     finished_at = CASE WHEN attempt - uncounted >= max_attempts THEN :now END,
     run_at = :now,
-    errors = json_insert(
-        CASE
-            WHEN NOT json_valid(errors) OR json_array_length(errors) < :keep_errors THEN errors
-            ELSE (SELECT json_group_array(e.value ORDER BY e.key)
-                  FROM json_each(errors) AS e
-                  WHERE e.key > json_array_length(errors) - :keep_errors)
-        END,
-        '$[#]', json_object(
+    errors = error_history_pushed(errors, json_object(
         'attempt', attempt,
         'at', :now_text,
         'error', 'node ' || node_id || :reason,
