@@ -191,6 +191,8 @@ impl Core {
             }
         }
         let held = self.peers.release(peer, &id);
+        // Its last log lines may come after the outcome.
+        self.peers.allow_logs(peer, lease);
         if let (Some(_), Some(ran)) = (held, ran(&item)) {
             self.peers.update(peer, |p| p.pace.record(ran));
         }

@@ -25,6 +25,7 @@ mod list_pages;
 mod log_batching;
 mod log_flush;
 mod log_held;
+mod log_leases;
 mod node_pages;
 mod outcome_held;
 mod pool_share;
