@@ -70,7 +70,8 @@ pub(crate) enum Event {
         result: Result<Vec<ClaimedJob>>,
     },
     /// A heartbeat's leases were extended; `lost` are no longer the worker's, `adopt` are
-    /// leases of an earlier run of this server it listed, found to be this node's.
+    /// leases of an earlier run of this server it listed, found to be this node's (when
+    /// `lost` is an error, those it listed to adopt, to try again at its next heartbeat).
     HeartbeatDone {
         peer: PeerId,
         req: u64,

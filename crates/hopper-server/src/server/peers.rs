@@ -96,6 +96,10 @@ pub(crate) struct Peer {
     held: HashMap<JobId, Held>,
     /// Leases it may still log for without holding them.
     loggable: Loggable,
+    /// Jobs of an earlier run of this server that its last heartbeat listed and could not
+    /// adopt (the database failed): its next heartbeat tries again, even once inherited
+    /// leases are no longer looked for (`leases.rs`).
+    pub unadopted: HashSet<JobId>,
     pub last_seen: Instant,
     /// Said bye: no more orders.
     pub leaving: bool,
@@ -193,6 +197,7 @@ impl Peers {
             pace: Pace::default(),
             held: HashMap::new(),
             loggable: Loggable::default(),
+            unadopted: HashSet::new(),
             last_seen: now,
             leaving: false,
             closed: false,

@@ -11,6 +11,7 @@
 mod common;
 
 mod admin;
+mod adoption;
 mod bad_frames;
 mod dispatch;
 mod drain;
