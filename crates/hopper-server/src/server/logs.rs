@@ -34,10 +34,16 @@ impl Core {
     /// `lease_lost` otherwise.
     pub(super) fn on_log(&mut self, peer: PeerId, req: u64, append: JobLogAppend) {
         let lease = append.lease;
+        let key = (peer.clone(), lease);
         // Behind the lookup of the same lease's earlier lines, whatever it finds: an
         // attempt's lines are stored in the order they came.
-        if self.log_checks.contains_key(&(peer.clone(), lease)) {
-            return self.check_log(peer, req, append);
+        if self.log_checks.contains_key(&key) {
+            if let Some(item) = self.log_item(peer, req, append)
+                && let Some(check) = self.log_checks.get_mut(&key)
+            {
+                check.rest.push(item);
+            }
+            return;
         }
         if self.peers.may_log(&peer, &lease) {
             return self.queue_log(peer, req, append);
@@ -58,8 +64,8 @@ impl Core {
     /// A `log` for a lease no peer holds: stored only if the lease runs under this
     /// server's node, looked up in the database as an outcome's is, with a place among the
     /// peer's requests in flight (its requests for the same lease meanwhile wait behind the
-    /// lookup, each with a place of its own). A backend that keeps no logs acknowledges at
-    /// once.
+    /// lookup, each with a place of its own, [`Core::on_log`]). A backend that keeps no
+    /// logs acknowledges at once.
     fn check_log(&mut self, peer: PeerId, req: u64, append: JobLogAppend) {
         if self.backend.logs().is_none() {
             let result = FinishResult::Recorded;
@@ -67,22 +73,6 @@ impl Core {
         }
         let lease = append.lease;
         let key = (peer.clone(), lease);
-        if self.log_checks.contains_key(&key) {
-            let permit = match self.requests.try_acquire(&peer) {
-                Ok(permit) => permit,
-                Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
-            };
-            let item = LogItem {
-                peer,
-                req,
-                append,
-                permit,
-            };
-            if let Some(check) = self.log_checks.get_mut(&key) {
-                check.rest.push(item);
-            }
-            return;
-        }
         let queued = match self.requests.try_queue(&peer) {
             Ok(queued) => queued,
             Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
@@ -168,17 +158,26 @@ impl Core {
             let result = FinishResult::Recorded;
             return self.reply(&peer, Reply::Ack { req, result });
         }
-        let permit = match self.requests.try_acquire(&peer) {
-            Ok(permit) => permit,
-            Err(busy) => return self.reply(&peer, Reply::transient(Some(req), busy)),
-        };
-        let item = LogItem {
-            peer,
-            req,
-            append,
-            permit,
-        };
-        self.send_log(item);
+        if let Some(item) = self.log_item(peer, req, append) {
+            self.send_log(item);
+        }
+    }
+
+    /// A `log` request with its place in flight, or `None` when it has none (answered
+    /// "busy").
+    fn log_item(&self, peer: PeerId, req: u64, append: JobLogAppend) -> Option<LogItem> {
+        match self.requests.try_acquire(&peer) {
+            Ok(permit) => Some(LogItem {
+                peer,
+                req,
+                append,
+                permit,
+            }),
+            Err(busy) => {
+                self.reply(&peer, Reply::transient(Some(req), busy));
+                None
+            }
+        }
     }
 
     /// Hands a `log` request, holding its place in flight, to the log writer.

@@ -318,22 +318,26 @@ pub async fn leased_by(
 /// leased ([`leased_by`] its node), which the server then adopts as the peer's orders, as
 /// it does a reconnected worker's after a restart.
 pub async fn adopt(peer: &mut RawPeer, jobs: &[JobId]) {
-    let leases = jobs
-        .iter()
-        .map(|id| map(vec![("id", text(&id.to_string())), ("attempt", int(1))]))
-        .collect();
-    peer.send(&map(vec![
-        ("type", text("heartbeat")),
-        ("req", int(1)),
-        ("leases", Value::Array(leases)),
-    ]))
-    .await;
+    peer.send(&heartbeat_of(1, jobs)).await;
     let reply = peer.recv_type("heartbeat_ack").await;
     assert_eq!(
         field(&reply, "lost"),
         Some(&Value::Array(Vec::new())),
         "{reply:?}"
     );
+}
+
+/// A `heartbeat` (numbered `req`) listing attempt 1 of `jobs`.
+pub fn heartbeat_of(req: i64, jobs: &[JobId]) -> Value {
+    let leases = jobs
+        .iter()
+        .map(|id| map(vec![("id", text(&id.to_string())), ("attempt", int(1))]))
+        .collect();
+    map(vec![
+        ("type", text("heartbeat")),
+        ("req", int(req)),
+        ("leases", Value::Array(leases)),
+    ])
 }
 
 /// A `completed` (numbered `req`) for attempt `attempt` of job `id`.

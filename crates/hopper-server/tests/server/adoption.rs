@@ -23,16 +23,6 @@ async fn worker(endpoint: &str, name: &str) -> RawPeer {
     peer
 }
 
-/// A heartbeat listing attempt 1 of `id`.
-fn heartbeat(req: i64, id: hopper::JobId) -> Value {
-    let lease = map(vec![("id", text(&id.to_string())), ("attempt", int(1))]);
-    map(vec![
-        ("type", text("heartbeat")),
-        ("req", int(req)),
-        ("leases", Value::Array(vec![lease])),
-    ])
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heartbeat_that_failed_adopts_its_leases_at_the_next() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -50,13 +40,13 @@ async fn a_heartbeat_that_failed_adopts_its_leases_at_the_next() -> anyhow::Resu
 
     // The heartbeat's extend waits for the lock on the jobs table, and gives up.
     let lock = lock_table(&db, "jobs", "SHARE").await?;
-    holder.send(&heartbeat(2, job)).await;
+    holder.send(&heartbeat_of(2, &[job])).await;
     let r = holder.recv().await;
     assert_eq!(text_of(&r, "type"), "error", "{r:?}");
     assert!(text_of(&r, "message").contains("lock timeout"), "{r:?}");
     lock.batch_execute("COMMIT").await?;
 
-    holder.send(&heartbeat(3, job)).await;
+    holder.send(&heartbeat_of(3, &[job])).await;
     let r = holder.recv_type("heartbeat_ack").await;
     assert_eq!(field(&r, "lost"), Some(&Value::Array(Vec::new())), "{r:?}");
     // Adopted: the holder's order, which another peer may not finish.

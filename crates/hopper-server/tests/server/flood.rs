@@ -129,17 +129,6 @@ async fn a_flooding_peer_does_not_leave_the_others_busy() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A heartbeat (numbered `req`) listing attempt 1 of `id`.
-fn heartbeat(req: usize, id: JobId) -> Value {
-    let lease = map(vec![("id", text(&id.to_string())), ("attempt", int(1))]);
-    let req = i64::try_from(req).expect("a small req");
-    map(vec![
-        ("type", text("heartbeat")),
-        ("req", int(req)),
-        ("leases", Value::Array(vec![lease])),
-    ])
-}
-
 /// Heartbeats listing leases extend them one statement at a time per peer: a peer sending
 /// them faster than the database answers has one running, the rest refused as busy, while
 /// another peer's requests are still taken and answered. Unbounded, every heartbeat would
@@ -153,7 +142,9 @@ async fn a_peer_flooding_heartbeats_takes_its_share_only() -> anyhow::Result<()>
     // Extending leases notes the rows held elsewhere in held_leases: its statements wait.
     let lock = lock_table(&db, "held_leases", "SHARE").await?;
     for req in 1..=FLOOD {
-        flooder.send(&heartbeat(req, jobs[0])).await;
+        flooder
+            .send(&heartbeat_of(i64::try_from(req)?, &jobs[..1]))
+            .await;
     }
     // A heartbeat without leases is answered at once: what came before it was refused.
     let marker = FLOOD + 1;
@@ -196,7 +187,9 @@ async fn a_heartbeat_does_not_wait_behind_its_peers_own_requests() -> anyhow::Re
     for req in 1..=PER_PEER {
         worker.send(&log_request(req, jobs[0], "stuck")).await;
     }
-    worker.send(&heartbeat(PER_PEER + 1, jobs[0])).await;
+    worker
+        .send(&heartbeat_of(i64::try_from(PER_PEER)? + 1, &jobs[..1]))
+        .await;
     let reply = worker.recv().await;
     assert_eq!(text_of(&reply, "type"), "heartbeat_ack", "{reply:?}");
     assert_eq!(
