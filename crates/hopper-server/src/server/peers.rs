@@ -30,8 +30,8 @@ pub(crate) struct Held {
 /// worker's last lines of an attempt may come after its outcome (the Python and Node
 /// workers send them once the attempt's request in flight is answered, a round trip or a
 /// few retries later): this many of its attempts finished since is past what a worker
-/// finishes meanwhile unless its jobs take well under a millisecond. At most about 50 KB
-/// a peer.
+/// finishes meanwhile unless its jobs take well under a millisecond. About 64 KB a peer
+/// at most (a lease is 20 bytes, kept in a queue and a set).
 pub(crate) const LOGGABLE_LEASES: usize = 1024;
 
 /// The leases a peer may still send log lines for though it does not hold them: the
@@ -45,17 +45,19 @@ pub(crate) struct Loggable {
 }
 
 impl Loggable {
-    /// Remembers `lease`, forgetting the oldest past the bound.
+    /// Remembers `lease`, forgetting the oldest when the bound is reached (first, so that
+    /// neither container grows past it).
     fn insert(&mut self, lease: Lease) {
-        if !self.set.insert(lease) {
+        if self.set.contains(&lease) {
             return;
         }
-        self.order.push_back(lease);
-        if self.order.len() > LOGGABLE_LEASES
+        if self.order.len() >= LOGGABLE_LEASES
             && let Some(oldest) = self.order.pop_front()
         {
             self.set.remove(&oldest);
         }
+        self.order.push_back(lease);
+        self.set.insert(lease);
     }
 
     fn contains(&self, lease: &Lease) -> bool {
