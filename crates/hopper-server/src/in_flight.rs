@@ -115,12 +115,13 @@ enum Turn {
     Waiting(Waiting),
 }
 
-/// A request that executes: its place in flight, its turn in its peer's line and among all
-/// peers' requests, all given back when dropped.
+/// A request that executes: its place in flight, its turn in its peer's line (none when it
+/// runs after its peer's session ended, [`Queued::turn_kept`]) and among all peers'
+/// requests, all given back when dropped.
 pub(crate) struct Running {
     _permit: Permit,
-    _turn: OwnedSemaphorePermit,
-    _executing: OwnedSemaphorePermit,
+    _turn: Option<OwnedSemaphorePermit>,
+    _executing: Option<OwnedSemaphorePermit>,
 }
 
 impl InFlight {
@@ -220,9 +221,27 @@ impl Queued {
         }
         Some(Running {
             _permit: self.permit,
+            _turn: Some(turn),
+            _executing: Some(executing),
+        })
+    }
+
+    /// As [`Queued::turn`], but run all the same when its peer's session ends first: for
+    /// work that must not be lost with its peer (the lookup of the outcomes and log lines
+    /// it sent before it went). Once its peer's line is closed it waits only for a
+    /// connection among all peers' requests.
+    pub async fn turn_kept(self) -> Running {
+        let turn = match self.turn {
+            Turn::Ready(turn) => turn,
+            Turn::Waiting(waiting) => waiting.await.ok(),
+        };
+        // Never closed, so never `None`; were it ever, the request still runs.
+        let executing = self.executing.acquire_owned().await.ok();
+        Running {
+            _permit: self.permit,
             _turn: turn,
             _executing: executing,
-        })
+        }
     }
 }
 
@@ -373,6 +392,30 @@ mod tests {
         let again = in_flight.try_queue(&peer("a")).expect("a place");
         let again = now(again).expect("a turn in the new line");
         drop((running, again));
+        assert!(lock(&in_flight.shares).is_empty(), "no entry left behind");
+        assert_eq!(in_flight.all.available_permits(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_kept_request_runs_after_its_line_closed() {
+        let in_flight = InFlight::new(10, 5, 1, 10);
+        let running = now(in_flight.try_queue(&peer("a")).expect("a place")).expect("a turn");
+        let kept = in_flight.try_queue(&peer("a")).expect("a place");
+        let task = tokio::spawn(kept.turn_kept());
+        tokio::task::yield_now().await;
+        assert!(
+            !task.is_finished(),
+            "it waits its turn while the line is open"
+        );
+        in_flight.close_line(&peer("a"));
+        let kept = task.await.expect("the waiting task");
+        assert_eq!(
+            in_flight_of(&in_flight, "a"),
+            Some(2),
+            "both still in flight"
+        );
+        assert_eq!(in_flight.executing.available_permits(), 8, "both execute");
+        drop((running, kept));
         assert!(lock(&in_flight.shares).is_empty(), "no entry left behind");
         assert_eq!(in_flight.all.available_permits(), 10);
     }

@@ -70,7 +70,8 @@ pub(crate) enum Event {
         result: Result<Vec<ClaimedJob>>,
     },
     /// A heartbeat's leases were extended; `lost` are no longer the worker's, `adopt` are
-    /// leases of an earlier run of this server it listed, found to be this node's.
+    /// leases of an earlier run of this server it listed, found to be this node's (when
+    /// `lost` is an error, those it listed to adopt, to try again at its next heartbeat).
     HeartbeatDone {
         peer: PeerId,
         req: u64,
@@ -97,6 +98,14 @@ pub(crate) enum Event {
         peer: PeerId,
         report: Report,
         own: HashSet<Lease>,
+        place: Permit,
+    },
+    /// The lease of `log` requests that no peer held was looked up: `own` if it runs under
+    /// this server's node. `place` is the first request's among its peer's in flight.
+    LogChecked {
+        peer: PeerId,
+        lease: Lease,
+        own: Result<bool>,
         place: Permit,
     },
 }
@@ -140,6 +149,9 @@ pub(crate) struct Core {
     /// repeat in the same message, or a contradicting one sent before the first was
     /// acknowledged) is answered `lease_lost` and never written.
     pub writing: HashSet<(JobId, i32)>,
+    /// `log` requests for leases no peer holds, by peer and lease, waiting for the lookup
+    /// of the lease (`logs.rs`); each holds a place in flight.
+    pub log_checks: HashMap<(PeerId, Lease), logs::LogCheck>,
     /// Refused hellos, logged at most once per interval.
     pub refusals: LogThrottle,
     /// Requests refused before a hello, logged at most once per interval.
@@ -220,6 +232,7 @@ pub(crate) async fn start(config: ServeConfig) -> std::result::Result<ServerHand
         ),
         extending: HashSet::new(),
         writing: HashSet::new(),
+        log_checks: HashMap::new(),
         refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         early_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
         frame_refusals: LogThrottle::new(REFUSAL_LOG_INTERVAL),
@@ -409,6 +422,12 @@ impl Core {
                 own,
                 place,
             } => self.take_report(peer, report, &own, Some(place)),
+            Event::LogChecked {
+                peer,
+                lease,
+                own,
+                place,
+            } => self.on_log_checked(peer, lease, own, place),
             Event::Wakeup(Wakeup::Resync) => {
                 for hot in self.hot.values_mut() {
                     *hot = true;
@@ -633,16 +652,13 @@ impl Core {
                 lines,
                 dropped,
             } => {
-                if self.refuse_if_held_elsewhere(&peer, req, id, "a log") {
-                    return;
-                }
                 let lease = Lease {
                     job_id: id,
                     attempt,
                 };
                 let now = chrono::Utc::now();
                 match hopper_protocol::convert::log_append(lease, lines, dropped, now) {
-                    Ok(append) => self.queue_log(peer, req, append),
+                    Ok(append) => self.on_log(peer, req, append),
                     Err(e) => {
                         let reply = Reply::failure(Some(req), &e);
                         self.reply(&peer, reply);
@@ -720,9 +736,9 @@ impl Core {
         self.peers.holder(&id).filter(|holder| *holder != peer)
     }
 
-    /// A peer may report or extend only the orders it was sent (or, after a restart, ones
-    /// no connected peer holds): anything held by another peer gets `lease_lost`, untouched,
-    /// and a warning. True when refused.
+    /// A peer may report, extend or log for only the orders it was sent (or, after a
+    /// restart, ones no connected peer holds): anything held by another peer gets
+    /// `lease_lost`, untouched, and a warning. True when refused.
     fn refuse_if_held_elsewhere(&self, peer: &PeerId, req: u64, id: JobId, what: &str) -> bool {
         let Some(holder) = self.held_elsewhere(peer, id) else {
             return false;

@@ -79,15 +79,18 @@ impl Core {
         // while they are pending and only if this run never claimed, saw or had them
         // reported. A lease this run sent is listed until its outcome's ack arrives, after
         // the outcome freed its slot: holding it again would take a slot of the worker's
-        // credit (a claimed job then put back) until it went stale.
-        let inherited: HashSet<JobId> = match &self.seen {
-            Some(seen) => leases
-                .iter()
-                .filter(|l| !seen.contains(&l.id))
-                .map(|l| l.id)
-                .collect(),
-            None => HashSet::new(),
-        };
+        // credit (a claimed job then put back) until it went stale. Those this peer's last
+        // heartbeat could not adopt (the database failed) are tried again: they are seen
+        // (not released as nobody's), so nothing else would adopt them.
+        let unadopted = self.peers.get(&peer).map(|p| &p.unadopted);
+        let inherited: HashSet<JobId> = leases
+            .iter()
+            .filter(|l| {
+                self.seen.as_ref().is_some_and(|seen| !seen.contains(&l.id))
+                    || unadopted.is_some_and(|u| u.contains(&l.id))
+            })
+            .map(|l| l.id)
+            .collect();
         for l in &leases {
             self.saw(l.id);
         }
@@ -147,6 +150,14 @@ impl Core {
             });
         }
         if leases.is_empty() {
+            // It holds nothing: nothing is left to adopt.
+            if self
+                .peers
+                .get(&peer)
+                .is_some_and(|p| !p.unadopted.is_empty())
+            {
+                self.peers.update(&peer, |p| p.unadopted.clear());
+            }
             return self.reply(&peer, Reply::HeartbeatAck { req, lost: foreign });
         }
         let as_lease = |l: &LeaseRef| as_lease((l.id, l.attempt));
@@ -170,7 +181,8 @@ impl Core {
                     lost.extend(foreign);
                     (Ok(lost), adopt)
                 }
-                Err(e) => (Err(e), Vec::new()),
+                // Adopted at the next heartbeat, which looks them up again.
+                Err(e) => (Err(e), adopt.into_iter().collect()),
             };
             let done = Event::HeartbeatDone {
                 peer,
@@ -184,6 +196,8 @@ impl Core {
 
     /// Answers a heartbeat once its leases are extended, releasing those it lost and
     /// adopting those of an earlier run of this server (`adopt`) that no peer holds now.
+    /// When extending failed, `adopt` are those it listed to adopt: its next heartbeat
+    /// tries them again.
     pub(super) fn on_heartbeat_done(
         &mut self,
         peer: PeerId,
@@ -192,6 +206,17 @@ impl Core {
         adopt: Vec<Lease>,
     ) {
         self.extending.remove(&peer);
+        let (adopt, unadopted): (Vec<Lease>, HashSet<JobId>) = match &lost {
+            Ok(_) => (adopt, HashSet::new()),
+            Err(_) => (Vec::new(), adopt.iter().map(|l| l.job_id).collect()),
+        };
+        let had = self
+            .peers
+            .get(&peer)
+            .is_some_and(|p| !p.unadopted.is_empty());
+        if had || !unadopted.is_empty() {
+            self.peers.update(&peer, |p| p.unadopted = unadopted);
+        }
         let now = Instant::now();
         for l in adopt {
             let free = self.peers.holder(&l.job_id).is_none()

@@ -50,7 +50,9 @@ impl Core {
     /// ended attempts) are refused. The lookup takes a place among the peer's requests in
     /// flight, kept until the outcomes are answered: the outcomes of held orders are
     /// bounded by the credit granted, those of unheld leases only by this; past the bounds
-    /// the message is refused as busy, nothing of it taken.
+    /// the message is refused as busy, nothing of it taken. The lookup runs even if the
+    /// peer's session ends while it waits its turn, and its outcomes are taken as those of
+    /// the orders it held are: what it sent before it went counts.
     pub(super) fn on_report(&mut self, peer: PeerId, report: Report) {
         let unheld: Vec<Lease> = report
             .items
@@ -71,9 +73,7 @@ impl Core {
         let (backend, node) = (self.backend.clone(), self.config.node_id);
         let (events, out) = (self.events.clone(), self.out.clone());
         tokio::spawn(async move {
-            let Some(running) = queued.turn().await else {
-                return;
-            };
+            let running = queued.turn_kept().await;
             match own_leases(&*backend, node, unheld).await {
                 Ok(own) => {
                     let place = running.into_place();
@@ -191,6 +191,8 @@ impl Core {
             }
         }
         let held = self.peers.release(peer, &id);
+        // Its last log lines may come after the outcome.
+        self.peers.allow_logs(peer, lease);
         if let (Some(_), Some(ran)) = (held, ran(&item)) {
             self.peers.update(peer, |p| p.pace.record(ran));
         }

@@ -3,10 +3,10 @@
 //! goes through [`Peers`], which tells the roster, so that no claim needs a pass over every
 //! connected worker.
 
-use std::collections::{HashMap, HashSet, hash_map};
+use std::collections::{HashMap, HashSet, VecDeque, hash_map};
 
-use hopper_core::JobId;
 use hopper_core::pace::{Pace, prefetch_for};
+use hopper_core::{JobId, Lease};
 use hopper_protocol::Role;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -24,6 +24,45 @@ pub(crate) struct Held {
     /// When the server stops waiting: the job's timeout (moved by `extend`) plus a grace of
     /// two heartbeat periods. `None` for leases adopted after a restart (timeout unknown).
     pub deadline: Option<Instant>,
+}
+
+/// How many leases a peer may still log for without holding them ([`Loggable`]). A
+/// worker's last lines of an attempt may come after its outcome (the Python and Node
+/// workers send them once the attempt's request in flight is answered, a round trip or a
+/// few retries later): this many of its attempts finished since is past what a worker
+/// finishes meanwhile unless its jobs take well under a millisecond. About 64 KB a peer
+/// at most (a lease is 20 bytes, kept in a queue and a set).
+pub(crate) const LOGGABLE_LEASES: usize = 1024;
+
+/// The leases a peer may still send log lines for though it does not hold them: the
+/// attempts it finished or that were taken from it, and leases of an earlier run of this
+/// server found to be this node's ([`LOGGABLE_LEASES`] at most, the oldest forgotten
+/// first).
+#[derive(Debug, Default)]
+pub(crate) struct Loggable {
+    order: VecDeque<Lease>,
+    set: HashSet<Lease>,
+}
+
+impl Loggable {
+    /// Remembers `lease`, forgetting the oldest when the bound is reached (first, so that
+    /// neither container grows past it).
+    fn insert(&mut self, lease: Lease) {
+        if self.set.contains(&lease) {
+            return;
+        }
+        if self.order.len() >= LOGGABLE_LEASES
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.set.remove(&oldest);
+        }
+        self.order.push_back(lease);
+        self.set.insert(lease);
+    }
+
+    fn contains(&self, lease: &Lease) -> bool {
+        self.set.contains(lease)
+    }
 }
 
 /// What a hello registers.
@@ -57,6 +96,12 @@ pub(crate) struct Peer {
     /// granted beyond its concurrency.
     pub pace: Pace,
     held: HashMap<JobId, Held>,
+    /// Leases it may still log for without holding them.
+    loggable: Loggable,
+    /// Jobs of an earlier run of this server that its last heartbeat listed and could not
+    /// adopt (the database failed): its next heartbeat tries again, even once inherited
+    /// leases are no longer looked for (`leases.rs`).
+    pub unadopted: HashSet<JobId>,
     pub last_seen: Instant,
     /// Said bye: no more orders.
     pub leaving: bool,
@@ -153,6 +198,8 @@ impl Peers {
             prefetch: 0,
             pace: Pace::default(),
             held: HashMap::new(),
+            loggable: Loggable::default(),
+            unadopted: HashSet::new(),
             last_seen: now,
             leaving: false,
             closed: false,
@@ -196,15 +243,37 @@ impl Peers {
         self.roster.set_free(id, p.free());
     }
 
-    /// Takes back an order a peer holds; `None` when it does not hold it.
+    /// Takes back an order a peer holds; `None` when it does not hold it. Its late log
+    /// lines are still taken ([`Peers::may_log`]).
     pub fn release(&mut self, id: &PeerId, job: &JobId) -> Option<Held> {
         let p = self.map.get_mut(id)?;
         let held = p.held.remove(job)?;
+        p.loggable.insert(Lease {
+            job_id: *job,
+            attempt: held.attempt,
+        });
         if self.holders.get(job) == Some(id) {
             self.holders.remove(job);
         }
         self.roster.set_free(id, p.free());
         Some(held)
+    }
+
+    /// Lets peer `id` log for `lease`, which it does not hold: it reported its outcome, or
+    /// the lease was found to be this node's.
+    pub fn allow_logs(&mut self, id: &PeerId, lease: Lease) {
+        if let Some(p) = self.map.get_mut(id) {
+            p.loggable.insert(lease);
+        }
+    }
+
+    /// Whether peer `id` may send log lines for `lease`: it holds that attempt, or may
+    /// still log for it ([`Loggable`]).
+    pub fn may_log(&self, id: &PeerId, lease: &Lease) -> bool {
+        self.map.get(id).is_some_and(|p| {
+            p.held.get(&lease.job_id).map(|h| h.attempt) == Some(lease.attempt)
+                || p.loggable.contains(lease)
+        })
     }
 
     /// The attempt under which peer `id` holds order `job`; `None` when it does not hold it.
@@ -254,5 +323,31 @@ impl Peers {
             .iter()
             .all(|(job, id)| self.map.get(id).is_some_and(|p| p.held.contains_key(job)));
         indexed == credit && holders_hold
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(n: usize) -> Lease {
+        Lease {
+            job_id: Uuid::from_u128(n as u128 + 1),
+            attempt: 1,
+        }
+    }
+
+    #[test]
+    fn loggable_leases_forget_the_oldest_past_the_bound() {
+        let mut loggable = Loggable::default();
+        for n in 0..=LOGGABLE_LEASES {
+            loggable.insert(lease(n));
+        }
+        // Again: not counted twice.
+        loggable.insert(lease(LOGGABLE_LEASES));
+        assert!(!loggable.contains(&lease(0)), "the oldest is forgotten");
+        assert!((1..=LOGGABLE_LEASES).all(|n| loggable.contains(&lease(n))));
+        assert_eq!(loggable.order.len(), LOGGABLE_LEASES);
+        assert_eq!(loggable.set.len(), LOGGABLE_LEASES);
     }
 }

@@ -30,10 +30,15 @@ pub async fn server_backend(db: &TestDatabase, app: &str, pool: usize) -> Arc<dy
     Arc::new(backend)
 }
 
+/// The `application_name` of the connections of a server of [`config`].
+pub fn server_app(db: &TestDatabase) -> String {
+    format!("srv_{}", db.schema())
+}
+
 /// A server config for `db` on a free loopback port, heartbeats every `heartbeat` (the
 /// lease and the node timeout at least twice that).
 pub async fn config(db: &TestDatabase, heartbeat: Duration) -> ServeConfig {
-    let backend = server_backend(db, &format!("srv_{}", db.schema()), 8).await;
+    let backend = server_backend(db, &server_app(db), 8).await;
     let mut config = ServeConfig::new(
         backend,
         "tcp://127.0.0.1:0",
@@ -273,8 +278,8 @@ pub async fn sql(db: &TestDatabase) -> anyhow::Result<tokio_postgres::Client> {
     Ok(client)
 }
 
-/// Jobs in their first attempt, leased by a node the server does not know (so no peer of
-/// it holds them, and any peer may log for them).
+/// Jobs in their first attempt, leased by a node the server does not know: no peer of it
+/// holds them, and none may report, extend or log for them.
 pub async fn attempts(db: &TestDatabase, n: usize) -> anyhow::Result<Vec<JobId>> {
     leased_by(db, uuid::Uuid::now_v7(), n).await
 }
@@ -309,6 +314,32 @@ pub async fn leased_by(
     Ok(jobs.iter().map(|j| j.id).collect())
 }
 
+/// Has `peer` list attempt 1 of `jobs` in a heartbeat: jobs an earlier run of the server
+/// leased ([`leased_by`] its node), which the server then adopts as the peer's orders, as
+/// it does a reconnected worker's after a restart.
+pub async fn adopt(peer: &mut RawPeer, jobs: &[JobId]) {
+    peer.send(&heartbeat_of(1, jobs)).await;
+    let reply = peer.recv_type("heartbeat_ack").await;
+    assert_eq!(
+        field(&reply, "lost"),
+        Some(&Value::Array(Vec::new())),
+        "{reply:?}"
+    );
+}
+
+/// A `heartbeat` (numbered `req`) listing attempt 1 of `jobs`.
+pub fn heartbeat_of(req: i64, jobs: &[JobId]) -> Value {
+    let leases = jobs
+        .iter()
+        .map(|id| map(vec![("id", text(&id.to_string())), ("attempt", int(1))]))
+        .collect();
+    map(vec![
+        ("type", text("heartbeat")),
+        ("req", int(req)),
+        ("leases", Value::Array(leases)),
+    ])
+}
+
 /// A `completed` (numbered `req`) for attempt `attempt` of job `id`.
 pub fn completed(req: i64, id: &str, attempt: i64) -> Value {
     map(vec![
@@ -321,14 +352,85 @@ pub fn completed(req: i64, id: &str, attempt: i64) -> Value {
 
 /// A `log` request of one info line, `message`, for attempt 1 of `id`.
 pub fn log_request(req: usize, id: JobId, message: &str) -> Value {
+    log_request_of(req, id, 1, message)
+}
+
+/// A `log` request of one info line, `message`, for attempt `attempt` of `id`.
+pub fn log_request_of(req: usize, id: JobId, attempt: i64, message: &str) -> Value {
     let line = map(vec![("level", text("info")), ("message", text(message))]);
     map(vec![
         ("type", text("log")),
         ("req", int(i64::try_from(req).unwrap_or(i64::MAX))),
         ("id", text(&id.to_string())),
-        ("attempt", int(1)),
+        ("attempt", int(attempt)),
         ("lines", Value::Array(vec![line])),
     ])
+}
+
+/// The messages of the lines stored for `id`, by attempt.
+pub async fn stored_lines(db: &TestDatabase, id: JobId) -> anyhow::Result<Vec<(i32, Vec<String>)>> {
+    let backend = db.backend();
+    let logs = backend
+        .logs()
+        .ok_or_else(|| anyhow::anyhow!("PostgreSQL keeps logs"))?;
+    Ok(logs
+        .job_logs(id)
+        .await?
+        .into_iter()
+        .map(|log| {
+            let lines = log.lines.into_iter().map(|l| l.message).collect();
+            (log.attempt, lines)
+        })
+        .collect())
+}
+
+/// A connection holding the schema's `table` locked in `mode` (`SHARE`: writes to it
+/// wait; `ACCESS EXCLUSIVE`: reads too) until it runs `COMMIT`.
+pub async fn lock_table(
+    db: &TestDatabase,
+    table: &str,
+    mode: &str,
+) -> anyhow::Result<tokio_postgres::Client> {
+    let lock = sql(db).await?;
+    let schema = db.schema();
+    lock.batch_execute(&format!(
+        "BEGIN; LOCK TABLE {schema}.{table} IN {mode} MODE"
+    ))
+    .await?;
+    Ok(lock)
+}
+
+/// How many connections of `app` wait on a lock in a statement whose text is `LIKE`
+/// `query` (`%`: any).
+pub async fn lock_waits(db: &TestDatabase, app: &str, query: &str) -> anyhow::Result<i64> {
+    let row = sql(db)
+        .await?
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE $2",
+            &[&app, &query],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Waits (10 s at most) until `n` connections of `app` wait on a lock in a statement whose
+/// text is `LIKE` `query`.
+pub async fn until_lock_waits(
+    db: &TestDatabase,
+    app: &str,
+    query: &str,
+    n: i64,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while lock_waits(db, app, query).await? < n {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "fewer than {n} statements like {query:?} wait on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
 }
 
 /// Counts the connections of `app` in `pg_stat_activity`.

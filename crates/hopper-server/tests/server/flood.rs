@@ -85,16 +85,6 @@ async fn scene(
     Ok((server, jobs, flooder, other))
 }
 
-/// A connection holding a SHARE lock on the schema's `table` (writes to it wait) until it
-/// commits.
-async fn lock(db: &TestDatabase, table: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let lock = sql(db).await?;
-    let schema = db.schema();
-    lock.batch_execute(&format!("BEGIN; LOCK TABLE {schema}.{table} IN SHARE MODE"))
-        .await?;
-    Ok(lock)
-}
-
 /// `peer` is still served: its `status` of `id` is answered at once.
 async fn assert_served(peer: &mut RawPeer, id: JobId) {
     let status = map(vec![
@@ -112,7 +102,7 @@ async fn a_flooding_peer_does_not_leave_the_others_busy() -> anyhow::Result<()> 
     let db = TestDatabase::new().await?;
     let (server, jobs, mut flooder, mut other) = scene(&db).await?;
 
-    let lock = lock(&db, "job_logs").await?;
+    let lock = lock_table(&db, "job_logs", "SHARE").await?;
     let refused = flood(&mut flooder, jobs[0], 1, FLOOD).await;
 
     // The other peer is still served: a read at once, a log queued to be stored.
@@ -139,17 +129,6 @@ async fn a_flooding_peer_does_not_leave_the_others_busy() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A heartbeat (numbered `req`) listing attempt 1 of `id`.
-fn heartbeat(req: usize, id: JobId) -> Value {
-    let lease = map(vec![("id", text(&id.to_string())), ("attempt", int(1))]);
-    let req = i64::try_from(req).expect("a small req");
-    map(vec![
-        ("type", text("heartbeat")),
-        ("req", int(req)),
-        ("leases", Value::Array(vec![lease])),
-    ])
-}
-
 /// Heartbeats listing leases extend them one statement at a time per peer: a peer sending
 /// them faster than the database answers has one running, the rest refused as busy, while
 /// another peer's requests are still taken and answered. Unbounded, every heartbeat would
@@ -161,9 +140,11 @@ async fn a_peer_flooding_heartbeats_takes_its_share_only() -> anyhow::Result<()>
     let (server, jobs, mut flooder, mut other) = scene(&db).await?;
 
     // Extending leases notes the rows held elsewhere in held_leases: its statements wait.
-    let lock = lock(&db, "held_leases").await?;
+    let lock = lock_table(&db, "held_leases", "SHARE").await?;
     for req in 1..=FLOOD {
-        flooder.send(&heartbeat(req, jobs[0])).await;
+        flooder
+            .send(&heartbeat_of(i64::try_from(req)?, &jobs[..1]))
+            .await;
     }
     // A heartbeat without leases is answered at once: what came before it was refused.
     let marker = FLOOD + 1;
@@ -202,11 +183,13 @@ async fn a_heartbeat_does_not_wait_behind_its_peers_own_requests() -> anyhow::Re
     let db = TestDatabase::new().await?;
     let (server, jobs, mut worker, _other) = scene(&db).await?;
 
-    let lock = lock(&db, "job_logs").await?;
+    let lock = lock_table(&db, "job_logs", "SHARE").await?;
     for req in 1..=PER_PEER {
         worker.send(&log_request(req, jobs[0], "stuck")).await;
     }
-    worker.send(&heartbeat(PER_PEER + 1, jobs[0])).await;
+    worker
+        .send(&heartbeat_of(i64::try_from(PER_PEER)? + 1, &jobs[..1]))
+        .await;
     let reply = worker.recv().await;
     assert_eq!(text_of(&reply, "type"), "heartbeat_ack", "{reply:?}");
     assert_eq!(
@@ -238,7 +221,7 @@ async fn a_peer_flooding_unheld_outcomes_takes_its_share_only() -> anyhow::Resul
     let mut other = worker(server.endpoint(), "other").await;
 
     // The outcomes' writes wait.
-    let lock = lock(&db, "jobs").await?;
+    let lock = lock_table(&db, "jobs", "SHARE").await?;
     for (i, id) in jobs.iter().enumerate() {
         let req = i64::try_from(i)? + 1;
         flooder.send(&completed(req, &id.to_string(), 1)).await;

@@ -32,7 +32,7 @@ enum Refuse {
     None,
     /// Every statement, with this SQLSTATE.
     All(&'static str),
-    /// Each statement that stores lines of the job of this index (of [`attempts`]).
+    /// Each statement that stores lines of the job of this index (of the jobs of [`run`]).
     Job(usize),
 }
 
@@ -59,8 +59,9 @@ async fn count_stores(db: &TestDatabase, refuse: Refuse, jobs: &[JobId]) -> anyh
     Ok(())
 }
 
-/// Connects the peers, and while the test holds a lock on the log table (so the first
-/// store waits), has each send its `log` requests, then a heartbeat whose answer says its
+/// Connects the peers (each adopts its attempts, as a worker reconnected to a restarted
+/// server does), and while the test holds a lock on the log table (so the first store
+/// waits), has each send its `log` requests, then a heartbeat whose answer says its
 /// requests are all queued. Releases the lock and returns each peer's replies to its `log`
 /// requests, in the order received, and what each request sent, by job.
 async fn send_logs_behind_a_lock(
@@ -77,6 +78,12 @@ async fn send_logs_behind_a_lock(
         ];
         let welcome = peer.hello("worker", TOKEN, extra).await;
         assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+        // Its attempts are its orders: their lines are queued for storing as they come.
+        adopt(
+            &mut peer,
+            &jobs[i * ATTEMPTS_PER_PEER..(i + 1) * ATTEMPTS_PER_PEER],
+        )
+        .await;
         peers.push(peer);
     }
     let lock = sql(db).await?;
@@ -125,7 +132,7 @@ struct Run {
 async fn run(refuse: Refuse) -> anyhow::Result<Run> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(&db, PEERS * ATTEMPTS_PER_PEER).await?;
+    let jobs = leased_by(&db, server.node_id(), PEERS * ATTEMPTS_PER_PEER).await?;
     count_stores(&db, refuse, &jobs).await?;
     let (replies, sent) = send_logs_behind_a_lock(&db, server.endpoint(), &jobs).await?;
     Ok(Run {

@@ -81,7 +81,7 @@ fn assert_held(reply: &Value) {
 async fn a_held_row_costs_only_its_own_attempt_a_try() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let server = start(config(&db, Duration::from_secs(30)).await).await;
-    let jobs = attempts(&db, 2).await?;
+    let jobs = leased_by(&db, server.node_id(), 2).await?;
     let mut peer = RawPeer::connect(server.endpoint()).await;
     let extra = vec![
         ("name", text("logger")),
@@ -89,6 +89,8 @@ async fn a_held_row_costs_only_its_own_attempt_a_try() -> anyhow::Result<()> {
     ];
     let welcome = peer.hello("worker", TOKEN, extra).await;
     assert_eq!(text_of(&welcome, "type"), "welcome", "{welcome:?}");
+    // Its orders: their lines are queued for storing as they come, both before the commit.
+    adopt(&mut peer, &jobs).await;
     let s = db.schema();
     let holder = sql(&db).await?;
     // First one job's row held as `SELECT … FOR UPDATE` holds it, then the other's as an

@@ -11,6 +11,7 @@
 mod common;
 
 mod admin;
+mod adoption;
 mod bad_frames;
 mod dispatch;
 mod drain;
@@ -25,6 +26,7 @@ mod list_pages;
 mod log_batching;
 mod log_flush;
 mod log_held;
+mod log_leases;
 mod node_pages;
 mod outcome_held;
 mod pool_share;

@@ -65,32 +65,6 @@ fn assert_cancelled(reply: &Value, req: i64, first: bool) {
     }
 }
 
-/// How many connections of `app` wait on a lock.
-async fn waiting_on_a_lock(db: &TestDatabase, app: &str) -> anyhow::Result<i64> {
-    let row = sql(db)
-        .await?
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE application_name = $1 AND wait_event_type = 'Lock'",
-            &[&app],
-        )
-        .await?;
-    Ok(row.get(0))
-}
-
-/// Waits (10 s at most) until `n` connections of `app` wait on a lock.
-async fn until_waiting_on_a_lock(db: &TestDatabase, app: &str, n: i64) -> anyhow::Result<()> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while waiting_on_a_lock(db, app).await? < n {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "fewer than {n} requests wait on the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(())
-}
-
 /// Sends a `heartbeat` and waits for its answer: every request sent before it has reached
 /// the server.
 async fn all_received(peer: &mut RawPeer) {
@@ -163,7 +137,7 @@ async fn a_peer_stuck_on_a_lock_leaves_the_pool_to_the_others() -> anyhow::Resul
     }
     // Answered after the `cancel`s reached the server, before any of them.
     all_received(&mut stuck).await;
-    until_waiting_on_a_lock(&db, &app, 1).await?;
+    until_lock_waits(&db, &app, "%", 1).await?;
 
     // Another peer's read is answered, and a worker gets and finishes a job.
     reader.send(&status(1, &locked.to_string())).await;
@@ -203,11 +177,11 @@ async fn a_crowd_of_stuck_peers_leaves_the_claims_their_connection() -> anyhow::
         stuck.send(&cancel(1, locked)).await;
         all_received(stuck).await;
     }
-    until_waiting_on_a_lock(&db, &app, 3).await?;
+    until_lock_waits(&db, &app, "%", 3).await?;
 
     a_job_runs(&db, &mut worker, 1).await?;
     assert_eq!(
-        waiting_on_a_lock(&db, &app).await?,
+        lock_waits(&db, &app, "%").await?,
         3,
         "the peers' requests execute on three connections of four"
     );
@@ -267,7 +241,7 @@ async fn a_gone_peer_has_its_waiting_requests_dropped() -> anyhow::Result<()> {
     gone.send(&cancel(1, locked)).await;
     gone.send(&cancel(2, other)).await;
     all_received(&mut gone).await;
-    until_waiting_on_a_lock(&db, &app, 1).await?;
+    until_lock_waits(&db, &app, "%", 1).await?;
     reader.send(&status(1, &other.to_string())).await;
     drop(gone);
     until_error(&db, &held, "connection closed").await?;

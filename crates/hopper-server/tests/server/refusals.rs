@@ -409,7 +409,7 @@ async fn a_filter_given_as_an_array_is_refused() -> anyhow::Result<()> {
 async fn a_log_line_at_out_of_range_is_refused_and_nothing_is_stored() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
     let (server, mut peer) = admin_peer(&db).await?;
-    let id = attempts(&db, 1).await?[0];
+    let id = leased_by(&db, server.node_id(), 1).await?[0];
     for (req, at) in [
         (2, "-0001-01-01T00:00:00Z"),
         (3, "0000-06-01T00:00:00Z"),

@@ -1,7 +1,8 @@
 //! Security of `hopper serve` against the real server and database: peers without a valid
 //! token are refused and logged (the tokens themselves never logged); a worker cannot
-//! report, extend, heartbeat or log a job leased to another; oversized and deeply nested
-//! frames are refused with clear errors while other peers keep being served.
+//! report, extend, heartbeat or log a job leased to another peer or running on another
+//! node; oversized and deeply nested frames are refused with clear errors while other
+//! peers keep being served.
 //!
 //! Every test of this binary logs into one capture (a global subscriber), so each assertion
 //! about the logs looks for what only its own test logs (a peer name of its own).
@@ -335,6 +336,58 @@ async fn a_worker_cannot_finish_or_extend_a_job_running_on_another_node() -> any
         .await?
         .ok_or_else(|| anyhow::anyhow!("job gone"))?;
     assert_eq!(job.state, JobState::Completed);
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Log lines are taken as outcomes are: for a job running on another node that no peer of
+/// this server holds, `lease_lost`, stored nowhere; for one of this server's node (an
+/// order of its earlier run), stored, each request of the same attempt in the order sent
+/// although the attempt is looked up first.
+#[tokio::test]
+async fn a_worker_cannot_log_for_a_job_running_on_another_node() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let config = config(&db, Duration::from_secs(5)).await;
+    let own = leased_by(&db, config.node_id, 1).await?[0];
+    let elsewhere = attempts(&db, 1).await?[0];
+    let server = start(config).await;
+    let mut thief = worker(server.endpoint(), "log-thief", "bystander").await;
+
+    // Sent at once, without waiting for the answers.
+    let requests = [
+        (2_i64, elsewhere, "stolen 1"),
+        (3, own, "mine 1"),
+        (4, own, "mine 2"),
+        (5, elsewhere, "stolen 2"),
+        (6, own, "mine 3"),
+    ];
+    for (req, id, message) in requests {
+        thief
+            .send(&log_request(usize::try_from(req)?, id, message))
+            .await;
+    }
+    let mut results = std::collections::HashMap::new();
+    for _ in requests {
+        let r = thief.recv_type("ack").await;
+        let req = field(&r, "req").and_then(Value::as_integer).map(i128::from);
+        results.insert(req, text_of(&r, "result").to_owned());
+    }
+    for (req, id, _) in requests {
+        let expected = if id == own { "recorded" } else { "lease_lost" };
+        assert_eq!(
+            results[&Some(i128::from(req))],
+            expected,
+            "{req}: {results:?}"
+        );
+    }
+    assert!(
+        stored_lines(&db, elsewhere).await?.is_empty(),
+        "another node's job has no lines of this worker"
+    );
+    let mine = vec!["mine 1", "mine 2", "mine 3"]
+        .into_iter()
+        .map(String::from);
+    assert_eq!(stored_lines(&db, own).await?, [(1, mine.collect())]);
     server.shutdown().await;
     Ok(())
 }
