@@ -25,6 +25,10 @@
 //! [`hopper_core::NodeLiveness`]) pass without checking anything on a backend that does not
 //! offer them.
 //!
+//! A backend whose rows another transaction can hold (an application's `SELECT … FOR
+//! UPDATE`) gives the harness a way to hold one ([`Harness::with_job_holds`]), and the cases
+//! of what hopper does around a held row hold one; without it they run unheld.
+//!
 //! The suite follows the seam, which is outside semver: use the version of this crate
 //! that matches the `hopper-core` the backend implements.
 
@@ -51,6 +55,8 @@ pub mod retention;
 pub mod scheduling;
 pub mod unique;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,6 +90,36 @@ pub struct Harness {
     /// A node registered at [`t0`], used by [`Harness::claim`].
     pub node: NodeInfo,
     store: Box<dyn std::any::Any + Send + Sync>,
+    hold_job: Option<HoldJob>,
+}
+
+/// How a backend's test file holds a job's row as an application's open transaction
+/// would: given the harness (whose [`Harness::store`] reaches the database) and the job.
+pub type HoldJob = for<'a> fn(
+    &'a Harness,
+    JobId,
+)
+    -> Pin<Box<dyn Future<Output = anyhow::Result<JobHold>> + Send + 'a>>;
+
+/// A job's row held by another transaction ([`Harness::hold_job`]) until
+/// [`JobHold::release`] ends that transaction. Dropped, it ends it too, but perhaps a
+/// moment later (a database sees a connection close when it sees it).
+pub struct JobHold {
+    release: Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>,
+}
+
+impl JobHold {
+    /// A hold that `release` ends (committing the holding transaction).
+    pub fn new(release: impl Future<Output = anyhow::Result<()>> + Send + 'static) -> Self {
+        JobHold {
+            release: Box::pin(release),
+        }
+    }
+
+    /// Ends the hold: the holding transaction commits.
+    pub async fn release(self) -> anyhow::Result<()> {
+        self.release.await
+    }
 }
 
 impl Harness {
@@ -107,7 +143,26 @@ impl Harness {
             clock,
             node,
             store: Box::new(store),
+            hold_job: None,
         })
+    }
+
+    /// The harness, able to hold a job's row by `hold` ([`Harness::hold_job`]).
+    pub fn with_job_holds(mut self, hold: HoldJob) -> Self {
+        self.hold_job = Some(hold);
+        self
+    }
+
+    /// Holds the row of job `id` in another transaction, as an application may, if the
+    /// backend's test file said how ([`Harness::with_job_holds`]); `None` otherwise.
+    pub async fn hold_job(&self, id: JobId) -> anyhow::Result<Option<JobHold>> {
+        match self.hold_job {
+            Some(hold) => Ok(Some(hold(self, id).await?)),
+            None => {
+                eprintln!("unheld: {} says no way to hold a row", self.backend.name());
+                Ok(None)
+            }
+        }
     }
 
     /// The `store` given to [`Harness::new`], if it is a `T`: what a backend's own tests
@@ -345,6 +400,7 @@ macro_rules! conformance_suite {
                 expired_lease_is_rescued_as_a_failed_attempt,
                 expired_lease_on_last_attempt_dead_letters,
                 dead_node_jobs_are_released_before_their_leases_expire,
+                a_dead_nodes_held_job_keeps_its_node_until_released,
                 heartbeating_node_keeps_its_jobs,
                 rescue_takes_back_every_expired_lease,
                 vanished_node_jobs_are_released_at_once,

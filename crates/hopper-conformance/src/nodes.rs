@@ -3,8 +3,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use hopper_core::backend::{NodeDeregisterParams, NodeListParams, NodePage, NodeReleaseDeadParams};
-use hopper_core::{Error, JobId, JobState, NewJob, NodeId};
+use hopper_core::backend::{
+    JobExtendManyParams, NodeDeregisterParams, NodeListParams, NodePage, NodeReleaseDeadParams,
+};
+use hopper_core::limits::MAX_DURATION;
+use hopper_core::{Error, JobId, JobState, Lease, NewJob, NodeId};
 
 use crate::{Harness, job, node_info, secs};
 
@@ -147,6 +150,85 @@ pub async fn heartbeating_node_keeps_its_jobs(h: &Harness) -> anyhow::Result<()>
         .await?;
     h.advance(Duration::from_secs(60));
     assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
+    Ok(())
+}
+
+/// Moves `leases` as far as a handler may ([`MAX_DURATION`] from now), so that only a
+/// release, not their expiry, can take the jobs back within a case.
+async fn extend_far(h: &Harness, leases: Vec<Lease>) -> anyhow::Result<()> {
+    let params = JobExtendManyParams {
+        leases,
+        by: MAX_DURATION,
+    };
+    let lost = h.backend.job_extend_many(&params).await?;
+    anyhow::ensure!(lost.is_empty(), "leases lost: {lost:?}");
+    Ok(())
+}
+
+/// Whether `node` is registered, where the backend lists its nodes (`None` otherwise).
+async fn registered(h: &Harness, node: NodeId) -> anyhow::Result<Option<bool>> {
+    let Some(stats) = h.backend.stats() else {
+        return Ok(None);
+    };
+    let nodes = stats.node_list(&NodeListParams::first(100)).await?.nodes;
+    Ok(Some(nodes.iter().any(|n| n.info.id == node)))
+}
+
+/// A dead node's job whose row another transaction holds when the node is released is
+/// left running (where the backend skips held rows, rather than make every node's rescuer
+/// wait on the holder), but its node stays registered, so the next release takes the job
+/// once the row is free, years before its lease would: a node is forgotten only with its
+/// last running job. A backend without row locks releases both at once.
+pub async fn a_dead_nodes_held_job_keeps_its_node_until_released(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let dead = node_info("dead");
+    h.backend.node_heartbeat(&dead).await?;
+    let held = h.insert(job("n", "default")).await?;
+    let free = h.insert(job("n", "default")).await?;
+    let claimed = h.claim_as(dead.id, "default", 2, TEN_MINUTES).await?;
+    assert_eq!(claimed.len(), 2);
+    extend_far(h, claimed.iter().map(|c| c.lease).collect()).await?;
+    let hold = h.hold_job(held).await?;
+
+    h.advance(Duration::from_secs(40));
+    h.backend.node_heartbeat(&h.node).await?;
+    let first = h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?;
+    assert_eq!(h.get(free).await?.state, JobState::Available);
+    let skipped = h.get(held).await?.state == JobState::Running;
+    assert_eq!(first, if skipped { 1 } else { 2 }, "skipped: {skipped}");
+    if skipped {
+        assert_eq!(
+            registered(h, dead.id).await?,
+            h.backend.stats().map(|_| true),
+            "the node of a job left running stays registered"
+        );
+    }
+
+    if let Some(hold) = hold {
+        hold.release().await?;
+    }
+    // The next check, a second later: the lease has ten years to run.
+    h.advance(Duration::from_secs(1));
+    h.backend.node_heartbeat(&h.node).await?;
+    let second = h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?;
+    assert_eq!(first + second, 2, "each job released once");
+    let got = h.get(held).await?;
+    assert_eq!(got.state, JobState::Available, "{got:?}");
+    assert_eq!(got.lease_expires_at, None);
+    assert_eq!(got.errors.len(), 1, "a counted attempt: {:?}", got.errors);
+    assert!(
+        got.errors[0].error.contains("stopped heartbeating"),
+        "{:?}",
+        got.errors
+    );
+    assert_eq!(got.errors[0].node, Some(dead.id));
+    // Forgotten with its last job.
+    assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
+    assert_eq!(
+        registered(h, dead.id).await?,
+        h.backend.stats().map(|_| false)
+    );
     Ok(())
 }
 

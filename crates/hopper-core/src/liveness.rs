@@ -80,7 +80,9 @@ pub trait NodeLiveness: Send + Sync {
     async fn node_hold(&self, node: &NodeInfo) -> Result<NodeHold>;
 
     /// Releases every running job of registered holders whose lock is free (a failed
-    /// attempt each, the reason recorded) and forgets those nodes. Returns how many jobs.
+    /// attempt each, the reason recorded) and forgets those nodes, each with its last
+    /// running job, as [`crate::MaintenanceStore::node_release_dead`] does. Returns how
+    /// many jobs.
     async fn node_release_vanished(&self) -> Result<u64>;
 
     /// Keeps `node` registered, but no longer as the holder of a liveness lock, so that the

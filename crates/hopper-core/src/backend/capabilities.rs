@@ -28,7 +28,11 @@ pub trait MaintenanceStore: Send + Sync {
     async fn job_rescue_expired(&self) -> Result<u64>;
 
     /// Releases every job held by nodes silent for longer than `params.dead_after` (a
-    /// failed attempt each) and forgets those nodes. Returns how many jobs.
+    /// failed attempt each) and forgets those nodes. Returns how many jobs. A job whose row
+    /// another transaction holds may be skipped rather than waited for (every node runs
+    /// this check); its node is then kept, so that the next call releases it once free: a
+    /// node is forgotten only with its last running job, or a job whose lease was extended
+    /// far would stay running under a node nobody looks at.
     async fn node_release_dead(&self, params: &NodeReleaseDeadParams) -> Result<u64>;
 
     /// Of `params.leases`, those running under `params.node`, in any order. Each lease is

@@ -13,19 +13,22 @@
 -- their heartbeat. That check runs every 500 ms on every node: it reads the few rows of
 -- `nodes` and tries one lock per registered holder, and with no vanished node it writes
 -- nothing (docs/reliability.md measures it).
--- Index for the release: jobs_running_idx (the running jobs only).
+-- Index for the release: jobs_running_idx (the running jobs only); for the check that no
+-- job of a node is left, the same, once per node found.
 -- A job row another transaction holds (a `SELECT … FOR UPDATE` or an uncommitted change
 -- left open) is skipped, not waited for: every node runs this check, and waiting would
--- stop each one's rescuer. The skipped job keeps its lease, and the rescue of expired
--- leases takes it back once it is free. A held node row is skipped too: a row held past
--- the silent bound looks silent (its node cannot write its heartbeat), and deleting it
--- would wait on the holder. Its node's heartbeat is queued on the row first, and writes
--- it once it runs again, but a check between the holder's commit and that write would
--- find the row free and silent (the queue on a row orders waiters, not a newcomer that
--- need not wait). So a silent node that holds its liveness lock on this server is alive
--- and left alone: the same try as for a vanished node, which a live session makes fail.
--- Its leases still expire if it stopped renewing them. Nodes without liveness (remote
--- workers, behind a transaction pooler) are judged by their heartbeat alone.
+-- stop each one's rescuer. The skipped job keeps its lease, and its node keeps its row, so
+-- the next check finds the node again and releases the job once it is free: a node is
+-- forgotten only with its last running job, or a job whose lease was moved far ahead would
+-- stay running, under a node nobody looks at, until then. A held node row is skipped too:
+-- a row held past the silent bound looks silent (its node cannot write its heartbeat), and
+-- deleting it would wait on the holder. Its node's heartbeat is queued on the row first,
+-- and writes it once it runs again, but a check between the holder's commit and that write
+-- would find the row free and silent (the queue on a row orders waiters, not a newcomer
+-- that need not wait). So a silent node that holds its liveness lock on this server is
+-- alive and left alone: the same try as for a vanished node, which a live session makes
+-- fail. Its leases still expire if it stopped renewing them. Nodes without liveness
+-- (remote workers, behind a transaction pooler) are judged by their heartbeat alone.
 -- The CASEs fix the order: a lock is tried only for a node already found silent.
 -- $1 dead after (ms), $2 now, $3 vanished, $4 most entries of an error history kept
 -- (job_fail_many.sql).
@@ -48,19 +51,25 @@ WITH found AS (
           END
     FOR UPDATE SKIP LOCKED
 ),
-dead AS (
+free AS (
+    SELECT k.id
+    FROM hopper.jobs AS k, found
+    WHERE k.state = 'running'
+      AND k.node_id = found.id
+    ORDER BY k.id
+    FOR NO KEY UPDATE OF k SKIP LOCKED
+),
+forgotten AS (
     DELETE FROM hopper.nodes AS n
     USING found AS f
     WHERE n.id = f.id
-    RETURNING n.id
-),
-free AS (
-    SELECT k.id
-    FROM hopper.jobs AS k, dead
-    WHERE k.state = 'running'
-      AND k.node_id = dead.id
-    ORDER BY k.id
-    FOR NO KEY UPDATE OF k SKIP LOCKED
+      AND NOT EXISTS (
+          SELECT 1
+          FROM hopper.jobs AS k
+          WHERE k.state = 'running'
+            AND k.node_id = n.id
+            AND k.id <> ALL (ARRAY(SELECT l.id FROM free AS l))
+      )
 ),
 released AS (
     UPDATE hopper.jobs AS j

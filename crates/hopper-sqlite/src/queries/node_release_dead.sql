@@ -6,7 +6,9 @@
 -- JSON array of ids: silent nodes whose lock file another process holds, so they live),
 -- or node :id, whose lock file the caller found free and holds (its process ended). Each
 -- release counts as a failed attempt, as for an expired lease; :reason says which death
--- it was. The error history keeps the latest entries, as in
+-- it was. No job can be skipped here (SQLite has no row locks, and this transaction is the
+-- only writer), so statement 2 forgets each node with its last running job: none is left
+-- running under a node nobody looks at. The error history keeps the latest entries, as in
 -- job_fail_many.sql.
 -- Index: hopper_jobs_node_idx (node_id) WHERE state = 'running'.
 UPDATE hopper_jobs

@@ -7,8 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hopper_conformance::{Harness, t0};
-use hopper_core::{Backend, TestClock};
+use futures_util::future::BoxFuture;
+use hopper_conformance::{Harness, JobHold, t0};
+use hopper_core::{Backend, JobId, TestClock};
 use hopper_sqlite::{SqliteBackend, SqliteOptions};
 use uuid::Uuid;
 
@@ -50,7 +51,28 @@ pub async fn harness() -> anyhow::Result<Harness> {
     let clock = TestClock::new(t0());
     let backend = open(&dir.db(), &clock).await?;
     backend.migrate().await?;
-    Harness::new(Arc::new(backend), clock, dir).await
+    Ok(Harness::new(Arc::new(backend), clock, dir)
+        .await?
+        .with_job_holds(hold_job))
+}
+
+/// Holds a job's row for the conformance cases that hold one. SQLite has no row locks: the
+/// nearest an application comes to holding a row is a transaction that read it and stays
+/// open, which does not stop a writer (the file is in WAL mode).
+fn hold_job(h: &Harness, id: JobId) -> BoxFuture<'_, anyhow::Result<JobHold>> {
+    Box::pin(async move {
+        let conn = rusqlite::Connection::open(db(h))?;
+        conn.execute_batch("BEGIN")?;
+        conn.query_row(
+            "SELECT 1 FROM hopper_jobs WHERE id = ?1",
+            [id.hyphenated().to_string()],
+            |_| Ok(()),
+        )?;
+        Ok(JobHold::new(async move {
+            conn.execute_batch("COMMIT")?;
+            Ok(())
+        }))
+    })
 }
 
 /// The database file of a [`harness`].

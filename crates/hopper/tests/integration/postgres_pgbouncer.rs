@@ -37,7 +37,22 @@ async fn through_pgbouncer() -> anyhow::Result<Harness> {
         .behind(&bouncer, Some(db.url()), Arc::new(clock.clone()))
         .await?;
     // Dropped after the backend: the pooler, then the schema.
-    Harness::new(Arc::new(backend), clock, (bouncer, db)).await
+    Ok(Harness::new(Arc::new(backend), clock, (bouncer, db))
+        .await?
+        .with_job_holds(hold_job))
+}
+
+/// Holds a job's row on a direct connection, past the pooler.
+fn hold_job(
+    h: &Harness,
+    id: hopper::JobId,
+) -> futures_util::future::BoxFuture<'_, anyhow::Result<hopper_conformance::JobHold>> {
+    Box::pin(async move {
+        let (_, db) = h
+            .store::<(PgBouncer, TestDatabase)>()
+            .ok_or_else(|| anyhow::anyhow!("a PgBouncer harness"))?;
+        crate::support::hold_job(db, id).await
+    })
 }
 
 conformance_suite!(through_pgbouncer);

@@ -208,3 +208,15 @@ where
     }
     Ok(())
 }
+
+/// Holds the row of job `id` in a transaction of its own on `db` (`SELECT … FOR UPDATE`),
+/// for the conformance cases that hold one ([`hopper_conformance::Harness::with_job_holds`]).
+pub async fn hold_job(
+    db: &TestDatabase,
+    id: hopper::JobId,
+) -> anyhow::Result<hopper_conformance::JobHold> {
+    let hold = db.hold_job(id).await?;
+    Ok(hopper_conformance::JobHold::new(async move {
+        Ok(hold.release().await?)
+    }))
+}
