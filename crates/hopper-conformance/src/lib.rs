@@ -401,6 +401,7 @@ macro_rules! conformance_suite {
                 expired_lease_on_last_attempt_dead_letters,
                 dead_node_jobs_are_released_before_their_leases_expire,
                 a_dead_nodes_held_job_keeps_its_node_until_released,
+                a_stopping_node_releases_what_still_runs_under_it,
                 heartbeating_node_keeps_its_jobs,
                 rescue_takes_back_every_expired_lease,
                 vanished_node_jobs_are_released_at_once,

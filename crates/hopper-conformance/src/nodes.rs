@@ -7,9 +7,9 @@ use hopper_core::backend::{
     JobExtendManyParams, NodeDeregisterParams, NodeListParams, NodePage, NodeReleaseDeadParams,
 };
 use hopper_core::limits::MAX_DURATION;
-use hopper_core::{Error, JobId, JobState, Lease, NewJob, NodeId};
+use hopper_core::{Error, JobId, JobRecord, JobState, Lease, NewJob, NodeId};
 
-use crate::{Harness, job, node_info, secs};
+use crate::{Harness, completed, job, node_info, secs};
 
 const TEN_MINUTES: Duration = Duration::from_secs(600);
 
@@ -136,7 +136,7 @@ pub async fn heartbeating_node_keeps_its_jobs(h: &Harness) -> anyhow::Result<()>
     let node = node_info("steady");
     h.backend.node_heartbeat(&node).await?;
     let id = h.insert(job("n", "default")).await?;
-    h.claim_as(node.id, "default", 1, TEN_MINUTES).await?;
+    let lease = h.claim_as(node.id, "default", 1, TEN_MINUTES).await?[0].lease;
     for _ in 0..3 {
         h.advance(Duration::from_secs(20));
         h.backend.node_heartbeat(&node).await?;
@@ -144,12 +144,14 @@ pub async fn heartbeating_node_keeps_its_jobs(h: &Harness) -> anyhow::Result<()>
         assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
     }
     assert_eq!(h.get(id).await?.state, JobState::Running);
-    // A node that deregistered cleanly is not "dead": nothing of it is released.
+    // A node that deregistered cleanly, its job done, is not "dead": nothing is released.
+    h.finish(lease, completed()).await?;
     h.backend
         .node_deregister(&NodeDeregisterParams { node: node.id })
         .await?;
     h.advance(Duration::from_secs(60));
     assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 0);
+    assert_eq!(h.get(id).await?.state, JobState::Completed);
     Ok(())
 }
 
@@ -228,6 +230,102 @@ pub async fn a_dead_nodes_held_job_keeps_its_node_until_released(
     assert_eq!(
         registered(h, dead.id).await?,
         h.backend.stats().map(|_| false)
+    );
+    Ok(())
+}
+
+/// Checks that `job` was released by the stop of `node` (`Backend::node_deregister`): in
+/// `state` (available, or failed at its last attempt), its lease cleared, and one counted
+/// attempt in its history, which names the node and says it stopped. For the runtime tests
+/// of each backend too.
+pub fn ensure_released_by_stop(
+    job: &JobRecord,
+    state: JobState,
+    node: NodeId,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(job.state == state, "not {state:?}: {job:?}");
+    anyhow::ensure!(job.lease_expires_at.is_none(), "a lease left: {job:?}");
+    match job.errors.as_slice() {
+        [entry] => {
+            anyhow::ensure!(
+                entry.error.contains("stopped while this job still ran"),
+                "another reason: {entry:?}"
+            );
+            anyhow::ensure!(entry.node == Some(node), "another node: {entry:?}");
+            Ok(())
+        }
+        other => anyhow::bail!("not one counted attempt: {other:?}"),
+    }
+}
+
+/// A node that stops (deregisters) after its last outcome was written releases what still
+/// runs under it, a failed attempt each, as a dead node's jobs are: a handler that did not
+/// stop by the shutdown deadline, an outcome that could not be written. Its finished jobs
+/// are left alone. A job whose row another transaction holds keeps the node registered,
+/// and the release of dead nodes takes it once free.
+pub async fn a_stopping_node_releases_what_still_runs_under_it(h: &Harness) -> anyhow::Result<()> {
+    let node = node_info("stopping");
+    h.backend.node_heartbeat(&node).await?;
+    let done = h.insert(job("n", "default")).await?;
+    let stuck = h.insert(job("n", "default")).await?;
+    let last = h.insert(job("n", "default").with_max_attempts(1)).await?;
+    let held = h.insert(job("n", "default")).await?;
+    let claimed = h.claim_as(node.id, "default", 4, TEN_MINUTES).await?;
+    assert_eq!(claimed.len(), 4);
+    let lease_of = |id: JobId| {
+        claimed
+            .iter()
+            .find(|c| c.lease.job_id == id)
+            .map(|c| c.lease)
+            .ok_or_else(|| anyhow::anyhow!("job {id} not claimed"))
+    };
+    h.finish(lease_of(done)?, completed()).await?;
+    extend_far(h, vec![lease_of(stuck)?, lease_of(last)?, lease_of(held)?]).await?;
+    let hold = h.hold_job(held).await?;
+
+    h.backend
+        .node_deregister(&NodeDeregisterParams { node: node.id })
+        .await?;
+    assert_eq!(h.get(done).await?.state, JobState::Completed);
+    for (id, state) in [(stuck, JobState::Available), (last, JobState::Failed)] {
+        let got = h.get(id).await?;
+        ensure_released_by_stop(&got, state, node.id)?;
+        assert_eq!(got.run_at, h.now());
+    }
+    // The first in line (inserted before `held`), run again as its second attempt.
+    let again = h.claim_as(h.node.id, "default", 1, TEN_MINUTES).await?;
+    let again: Vec<_> = again
+        .iter()
+        .map(|c| (c.lease.job_id, c.counted_attempt))
+        .collect();
+    assert_eq!(again, [(stuck, 2)]);
+
+    let skipped = h.get(held).await?.state == JobState::Running;
+    if let Some(hold) = hold {
+        hold.release().await?;
+    }
+    if skipped {
+        assert_eq!(
+            registered(h, node.id).await?,
+            h.backend.stats().map(|_| true),
+            "the node of a job left running stays registered"
+        );
+        // Its heartbeat stopped with it: silent, it is released as a dead node.
+        h.advance(Duration::from_secs(40));
+        h.backend.node_heartbeat(&h.node).await?;
+        assert_eq!(h.maintenance().node_release_dead(&DEAD_AFTER_30S).await?, 1);
+        let got = h.get(held).await?;
+        assert!(
+            got.errors[0].error.contains("stopped heartbeating"),
+            "{:?}",
+            got.errors
+        );
+    }
+    assert_eq!(h.get(held).await?.state, JobState::Available);
+    assert_eq!(
+        registered(h, node.id).await?,
+        h.backend.stats().map(|_| false),
+        "forgotten with its last job"
     );
     Ok(())
 }

@@ -201,12 +201,20 @@ impl Backend for PgBackend {
         Ok(())
     }
 
+    /// One transaction: the node's own row locked, waited for if another transaction
+    /// holds it (`node_deregister.sql`), then what still runs under the node released and
+    /// the row deleted unless a job of it is held (`node_release_dead.sql`).
     async fn node_deregister(&self, params: &NodeDeregisterParams) -> Result<()> {
-        let client = self.client().await?;
+        let client = TxConnection::new(self.client().await?);
+        client.batch_execute("BEGIN").await.map_err(map_pg)?;
         self.text(&self.inner.queries.node_deregister)
-            .execute(&**client, &[&params.node])
+            .execute(&***client, &[&params.node])
             .await
             .map_err(map_pg)?;
+        let stopping = crate::liveness::Release::Stopping(params.node);
+        self.release_on(&***client, stopping).await?;
+        client.batch_execute("COMMIT").await.map_err(map_pg)?;
+        client.release();
         Ok(())
     }
 

@@ -73,7 +73,8 @@ impl MaintenanceStore for PgBackend {
     }
 
     async fn node_release_dead(&self, params: &NodeReleaseDeadParams) -> Result<u64> {
-        self.release_dead(Some(params.dead_after)).await
+        self.release_dead(crate::liveness::Release::Silent(params.dead_after))
+            .await
     }
 
     async fn job_leases_of_node(&self, params: &JobLeasesOfNodeParams) -> Result<Vec<Lease>> {

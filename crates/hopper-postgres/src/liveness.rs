@@ -121,7 +121,7 @@ impl NodeLiveness for PgBackend {
     }
 
     async fn node_release_vanished(&self) -> Result<u64> {
-        self.release_dead(None).await
+        self.release_dead(Release::Vanished).await
     }
 
     async fn node_let_go(&self, node: NodeId) -> Result<()> {
@@ -134,19 +134,51 @@ impl NodeLiveness for PgBackend {
     }
 }
 
+/// Which nodes a release takes (`node_release_dead.sql`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Release {
+    /// Nodes whose heartbeat is older than this.
+    Silent(Duration),
+    /// Registered holders whose liveness lock is free.
+    Vanished,
+    /// This node, stopping: what still runs under it (its row locked by the caller's
+    /// transaction beforehand, node_deregister.sql).
+    Stopping(NodeId),
+}
+
 impl PgBackend {
-    /// Releases the jobs of dead nodes and forgets them (`node_release_dead.sql`): nodes
-    /// silent for `dead_after`, or with `None` the holders whose liveness lock is free.
-    pub(crate) async fn release_dead(&self, dead_after: Option<Duration>) -> Result<u64> {
+    /// Releases the running jobs of the nodes `which` names, a failed attempt each, and
+    /// forgets each of those nodes unless a job of it was held by another transaction
+    /// (`node_release_dead.sql`). Returns how many jobs.
+    pub(crate) async fn release_dead(&self, which: Release) -> Result<u64> {
         let client = self.client().await?;
+        self.release_on(&**client, which).await
+    }
+
+    /// [`PgBackend::release_dead`] on `client`, inside the caller's transaction if it has
+    /// opened one.
+    pub(crate) async fn release_on(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        which: Release,
+    ) -> Result<u64> {
         let now = self.inner.clock.now();
-        let vanished = dead_after.is_none();
-        let dead_after_ms = dead_after.map_or(0, millis);
+        let (dead_after_ms, vanished, stopping) = match which {
+            Release::Silent(after) => (millis(after), false, None),
+            Release::Vanished => (0, true, None),
+            Release::Stopping(node) => (0, false, Some(node)),
+        };
         let row = self
             .text(&self.inner.queries.node_release_dead)
             .query_one(
-                &**client,
-                &[&dead_after_ms, &now, &vanished, &MAX_ERROR_HISTORY],
+                client,
+                &[
+                    &dead_after_ms,
+                    &now,
+                    &vanished,
+                    &MAX_ERROR_HISTORY,
+                    &stopping,
+                ],
             )
             .await
             .map_err(map_pg)?;

@@ -316,7 +316,7 @@ queries!(
     node_hold(UUID, TEXT, TEXT_ARRAY, INT4, TIMESTAMPTZ),
     node_let_go(UUID),
     node_list(),
-    node_release_dead(INT8, TIMESTAMPTZ, BOOL, INT4),
+    node_release_dead(INT8, TIMESTAMPTZ, BOOL, INT4, UUID),
     queue_groups_ready(TEXT, TEXT, INT4),
     queue_lock(TEXT, TIMESTAMPTZ),
     queue_mark_grouped(TEXT_ARRAY),

@@ -394,23 +394,26 @@ impl Backend for SqliteBackend {
 
     async fn node_deregister(&self, params: &NodeDeregisterParams) -> Result<()> {
         let inner = self.inner.clone();
-        let node = params.node;
-        let lock_path: Option<String> = self
+        let node = params.node.hyphenated().to_string();
+        let now = self.now();
+        let (lock_path, (_, woken)) = self
             .inner
             .pool
             .write_tx(move |tx| {
-                tx.prepare_cached(&inner.queries.node_deregister[0])
+                let lock_path: Option<String> = tx
+                    .prepare_cached(&inner.queries.node_deregister[0])
                     .and_then(|mut s| {
-                        s.query_row(
-                            named_params! { ":id": node.hyphenated().to_string() },
-                            |r| r.get(0),
-                        )
-                        .optional()
+                        s.query_row(named_params! { ":id": node }, |r| r.get(0))
+                            .optional()
                     })
                     .map(Option::flatten)
-                    .map_err(map_sqlite)
+                    .map_err(map_sqlite)?;
+                let stopping = crate::liveness::Release::Stopping(node);
+                let released = crate::liveness::release_in(tx, &inner.queries, now, &stopping)?;
+                Ok((lock_path, released))
             })
             .await?;
+        self.wake_queues(&woken);
         // The node still holds its lock (it gives it back after this); the file goes now.
         if let Some(path) = lock_path {
             let _ = std::fs::remove_file(path);

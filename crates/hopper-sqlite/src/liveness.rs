@@ -159,7 +159,7 @@ impl NodeLiveness for SqliteBackend {
         }
         let mut count = 0;
         for (id, mut guard) in vanished {
-            let released = self.release_dead(i64::MIN, Some(id.clone()), &[]).await;
+            let released = self.release_dead(Release::Vanished(id.clone())).await;
             // Kept on a failure: its row still names the file, and the next check finds it
             // free again.
             guard.remove = released.is_ok();
@@ -209,7 +209,11 @@ impl SqliteBackend {
                 alive.push(id);
             }
         }
-        self.release_dead(dead_before, None, &alive).await
+        self.release_dead(Release::Silent {
+            dead_before,
+            spared: alive,
+        })
+        .await
     }
 
     /// Registers `node` or refreshes its heartbeat (`node_heartbeat.sql`); `lock_path`
@@ -239,55 +243,94 @@ impl SqliteBackend {
             .await
     }
 
-    /// Releases the jobs of the nodes whose heartbeat is older than `dead_before` (µs),
-    /// except those of `spared`, and of node `vanished`, whose lock file the caller holds;
-    /// forgets them (`node_release_dead.sql`).
-    async fn release_dead(
-        &self,
-        dead_before: i64,
-        vanished: Option<String>,
-        spared: &[String],
-    ) -> Result<u64> {
+    /// Releases the running jobs of the nodes `which` names, a failed attempt each, and
+    /// forgets those nodes (`node_release_dead.sql`). Returns how many jobs.
+    pub(crate) async fn release_dead(&self, which: Release) -> Result<u64> {
         let inner = self.inner.clone();
-        let spared = serde_json::to_string(spared)?;
         let now = self.now();
-        let reason = if vanished.is_some() {
-            " vanished: its lock file was released (its process ended)"
-        } else {
-            " stopped heartbeating"
-        };
         let (count, woken) = self
             .inner
             .pool
-            .write_tx(move |tx| {
-                let q = &inner.queries.node_release_dead;
-                let mut statement = tx.prepare_cached(&q[0]).map_err(map_sqlite)?;
-                let released = released_rows(
-                    &mut statement,
-                    named_params! {
-                        ":now": micros(now),
-                        ":now_text": rfc3339(now),
-                        ":dead_before": dead_before,
-                        ":id": vanished,
-                        ":spared": spared,
-                        ":reason": reason,
-                    },
-                )?;
-                tx.prepare_cached(&q[1])
-                    .and_then(|mut s| {
-                        s.execute(named_params! {
-                            ":dead_before": dead_before,
-                            ":id": vanished,
-                            ":spared": spared,
-                        })
-                    })
-                    .map_err(map_sqlite)?;
-                Ok(released)
-            })
+            .write_tx(move |tx| release_in(tx, &inner.queries, now, &which))
             .await?;
         self.wake_queues(&woken);
         Ok(count)
     }
+}
+
+/// Which nodes a release takes (`node_release_dead.sql`).
+#[derive(Debug, Clone)]
+pub(crate) enum Release {
+    /// Nodes whose heartbeat is older than `dead_before` (µs), but those of `spared`
+    /// (silent nodes whose lock file another holder has: they live).
+    Silent {
+        dead_before: i64,
+        spared: Vec<String>,
+    },
+    /// This node, whose lock file the caller found free and holds (its process ended).
+    Vanished(String),
+    /// This node, stopping: what still runs under it.
+    Stopping(String),
+}
+
+/// Runs the release `which` inside `tx`: every running job of those nodes goes back to its
+/// queue (or to `failed` at its last attempt), the reason in its error history, and the
+/// nodes are forgotten. SQLite writes one transaction at a time, so no job is skipped:
+/// each node goes with all its jobs. Returns how many jobs, and the queues to wake.
+pub(crate) fn release_in(
+    tx: &rusqlite::Transaction<'_>,
+    queries: &crate::sql::Queries,
+    now: chrono::DateTime<chrono::Utc>,
+    which: &Release,
+) -> Result<(u64, Vec<String>)> {
+    let (dead_before, node, spared, reason) = match which {
+        Release::Silent {
+            dead_before,
+            spared,
+        } => (
+            *dead_before,
+            None,
+            spared.as_slice(),
+            " stopped heartbeating",
+        ),
+        Release::Vanished(id) => (
+            i64::MIN,
+            Some(id),
+            &[][..],
+            " vanished: its lock file was released (its process ended)",
+        ),
+        Release::Stopping(id) => (
+            i64::MIN,
+            Some(id),
+            &[][..],
+            " stopped while this job still ran (its handler had not ended by the shutdown \
+             deadline, or its outcome could not be written)",
+        ),
+    };
+    let spared = serde_json::to_string(spared)?;
+    let q = &queries.node_release_dead;
+    let mut statement = tx.prepare_cached(&q[0]).map_err(map_sqlite)?;
+    let released = released_rows(
+        &mut statement,
+        named_params! {
+            ":now": micros(now),
+            ":now_text": rfc3339(now),
+            ":dead_before": dead_before,
+            ":id": node,
+            ":spared": spared,
+            ":reason": reason,
+        },
+    )?;
+    tx.prepare_cached(&q[1])
+        .and_then(|mut s| {
+            s.execute(named_params! {
+                ":dead_before": dead_before,
+                ":id": node,
+                ":spared": spared,
+            })
+        })
+        .map_err(map_sqlite)?;
+    Ok(released)
 }
 
 /// The lock file a node would hold on the database at `database` (for tests and tools).

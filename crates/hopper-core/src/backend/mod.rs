@@ -132,7 +132,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Registers or refreshes a node.
     async fn node_heartbeat(&self, node: &NodeInfo) -> Result<()>;
 
-    /// Forgets a node that shut down cleanly.
+    /// Forgets a node that stops, once its last outcome was written (or given up on).
+    /// Whatever still runs under it (a handler that did not stop by the shutdown deadline,
+    /// an outcome that could not be written) is released as a dead node's jobs are
+    /// ([`MaintenanceStore::node_release_dead`]): back to its queue, a failed attempt. A
+    /// node is forgotten only with its last running job: where a job's row is held by
+    /// another transaction, that job is skipped and the node stays registered, and the
+    /// release of dead nodes takes both once the row is free. A backend whose jobs run
+    /// under another node (the remote transport's run under the server's) tells that node
+    /// instead.
     async fn node_deregister(&self, params: &NodeDeregisterParams) -> Result<()>;
 
     /// Counts by queue and state.

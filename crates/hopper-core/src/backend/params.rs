@@ -388,7 +388,7 @@ pub struct JobLeasesOfNodeParams {
 /// Parameters of [`Backend::node_deregister`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeDeregisterParams {
-    /// The node that shut down cleanly.
+    /// The node that stops.
     pub node: NodeId,
 }
 

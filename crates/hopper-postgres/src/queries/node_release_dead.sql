@@ -13,6 +13,10 @@
 -- their heartbeat. That check runs every 500 ms on every node: it reads the few rows of
 -- `nodes` and tries one lock per registered holder, and with no vanished node it writes
 -- nothing (docs/reliability.md measures it).
+-- With $5, the one node taken is $5, which stops (Backend::node_deregister,
+-- node_deregister.sql): what still runs under it once its last outcome was written (a
+-- handler that did not stop by the shutdown deadline, an outcome that could not be
+-- written) is released the same way.
 -- Index for the release: jobs_running_idx (the running jobs only); for the check that no
 -- job of a node is left, the same, once per node found.
 -- A job row another transaction holds (a `SELECT … FOR UPDATE` or an uncommitted change
@@ -31,13 +35,15 @@
 -- (remote workers, behind a transaction pooler) are judged by their heartbeat alone.
 -- The CASEs fix the order: a lock is tried only for a node already found silent.
 -- $1 dead after (ms), $2 now, $3 vanished, $4 most entries of an error history kept
--- (job_fail_many.sql).
+-- (job_fail_many.sql), $5 the node that stops (NULL for the check of dead nodes).
 -- Attempts used are counted in bigint: a count written by hand at either end of integer
 -- must not make the statement fail for every job it takes.
 WITH found AS (
     SELECT id
     FROM hopper.nodes
-    WHERE CASE WHEN $3::boolean
+    WHERE CASE WHEN $5::uuid IS NOT NULL
+               THEN id = $5
+               WHEN $3::boolean
                THEN liveness_key IS NOT NULL
                     AND liveness_epoch = pg_postmaster_start_time()
                     AND pg_try_advisory_xact_lock(liveness_key)
@@ -81,7 +87,11 @@ released AS (
         errors = hopper.error_history_pushed(j.errors, jsonb_build_object(
             'attempt', j.attempt,
             'at', coalesce($2::timestamptz, now()),
-            'error', 'node ' || j.node_id || CASE WHEN $3::boolean
+            'error', 'node ' || j.node_id || CASE
+                WHEN $5::uuid IS NOT NULL
+                THEN ' stopped while this job still ran (its handler had not ended by the '
+                     || 'shutdown deadline, or its outcome could not be written)'
+                WHEN $3::boolean
                 THEN ' vanished: its liveness lock was released (its process or connection ended)'
                 ELSE ' stopped heartbeating' END,
             'node', j.node_id,

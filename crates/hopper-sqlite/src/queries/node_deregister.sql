@@ -1,4 +1,4 @@
--- Forgets a node that shut down cleanly; returns the lock file it held (if any), which the
--- caller deletes.
-DELETE FROM hopper_nodes WHERE id = :id
-RETURNING lock_path
+-- The lock file of a node that stops (if any), read in the transaction that releases what
+-- still runs under the node and forgets it (node_release_dead.sql); the caller deletes the
+-- file after.
+SELECT lock_path FROM hopper_nodes WHERE id = :id

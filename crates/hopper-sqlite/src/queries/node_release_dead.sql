@@ -4,12 +4,13 @@
 -- Statement 1: releases at once every running job of dead nodes (seed 004's node lock
 -- key): those whose heartbeat stopped before :dead_before, except the nodes of :spared (a
 -- JSON array of ids: silent nodes whose lock file another process holds, so they live),
--- or node :id, whose lock file the caller found free and holds (its process ended). Each
--- release counts as a failed attempt, as for an expired lease; :reason says which death
--- it was. No job can be skipped here (SQLite has no row locks, and this transaction is the
--- only writer), so statement 2 forgets each node with its last running job: none is left
--- running under a node nobody looks at. The error history keeps the latest entries, as in
--- job_fail_many.sql.
+-- or node :id, whose lock file the caller found free and holds (its process ended), or
+-- which is stopping (Backend::node_deregister: what still runs under it after its last
+-- outcome was written). Each release counts as a failed attempt, as for an expired lease;
+-- :reason says which it was. No job can be skipped here (SQLite has no row locks, and
+-- this transaction is the only writer), so statement 2 forgets each node with its last
+-- running job: none is left running under a node nobody looks at. The error history
+-- keeps the latest entries, as in job_fail_many.sql.
 -- Index: hopper_jobs_node_idx (node_id) WHERE state = 'running'.
 UPDATE hopper_jobs
 SET state = CASE WHEN attempt - uncounted >= max_attempts

@@ -142,3 +142,62 @@ async fn two_runtimes_enqueue_each_periodic_tick_once() -> anyhow::Result<()> {
     assert_eq!(entries.len(), 1);
     Ok(())
 }
+
+/// A handler that moves its lease ten years ahead, says so, and then blocks its thread
+/// until let go: deaf to a shutdown.
+struct Deaf {
+    started: tokio::sync::mpsc::UnboundedSender<()>,
+    let_go: Arc<Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+#[async_trait::async_trait]
+impl Worker for Deaf {
+    type Args = Count;
+    async fn process(&self, ctx: &JobContext, _args: Count) -> Result<(), JobError> {
+        ctx.extend(hopper::limits::MAX_DURATION).await?;
+        let _ = self.started.send(());
+        tokio::task::block_in_place(|| {
+            let _ = self.let_go.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        });
+        Ok(())
+    }
+}
+
+/// A stopping runtime whose handler does not stop leaves no job running under a node that
+/// is gone (its lease ten years ahead): its deregistration releases the job, the attempt
+/// counted, and forgets the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_deaf_to_the_shutdown_leaves_no_job_running() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let backend = backend(&dir).await?;
+    let id = hopper::Client::new(backend.clone())
+        .insert(NewJob::of(&Count { n: 0 })?)
+        .await?;
+    let (started, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (let_go, let_go_rx) = std::sync::mpsc::channel();
+    let mut workers = Workers::new();
+    workers.register(Deaf {
+        started,
+        let_go: Arc::new(Mutex::new(let_go_rx)),
+    });
+    let handle = Runtime::new(backend.clone(), workers, RuntimeConfig::default())
+        .start()
+        .await?;
+    tokio::time::timeout(Duration::from_secs(10), started_rx.recv()).await?;
+    let node = handle.node_id();
+
+    handle.shutdown_within(Duration::from_millis(100)).await;
+    let job = backend
+        .job_get(&hopper::backend::JobGetParams { id })
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("job {id} not found"))?;
+    hopper_conformance::nodes::ensure_released_by_stop(&job, hopper::JobState::Available, node)?;
+    let nodes = backend
+        .stats()
+        .ok_or_else(|| anyhow::anyhow!("SQLite lists its nodes"))?
+        .node_list(&hopper::backend::NodeListParams::first(10))
+        .await?;
+    assert!(nodes.nodes.is_empty(), "deregistered: {:?}", nodes.nodes);
+    drop(let_go);
+    Ok(())
+}

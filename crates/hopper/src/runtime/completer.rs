@@ -18,6 +18,7 @@ use hopper_core::{Backend, Finish, FinishResult, JobState};
 
 use crate::outcomes::Deferred;
 use tokio::sync::{Mutex, Notify, mpsc};
+use tokio_util::sync::CancellationToken;
 
 /// One outcome to write. `expect_lost` marks a job already completed in the handler's own
 /// transaction: a lost lease then is expected, not worth a warning.
@@ -27,7 +28,9 @@ pub(crate) struct Pending {
     pub expect_lost: bool,
 }
 
-/// Runs until every sender is dropped, the channel is drained and no held outcome is left.
+/// Runs until the channel is closed (`closing` cancelled: the runtime is stopping, and
+/// takes no outcome sent later, such as an abandoned handler's; or every sender dropped)
+/// and drained, and no held outcome is left.
 ///
 /// `scheduled` is notified whenever an outcome put a job back in `scheduled` (a retry after
 /// a backoff, a snooze), so the promoter can wake in time for a short backoff.
@@ -39,10 +42,12 @@ pub(crate) async fn run(
     batch: usize,
     lease: Duration,
     scheduled: Arc<Notify>,
+    closing: CancellationToken,
 ) {
     let mut rx = rx.lock().await;
     let mut buffer: Vec<Pending> = Vec::with_capacity(batch);
     let mut held: Deferred<Pending> = Deferred::default();
+    let mut closed = false;
     loop {
         tokio::select! {
             next = rx.recv() => match next {
@@ -50,6 +55,12 @@ pub(crate) async fn run(
                 None => break,
             },
             () = held.due() => buffer.extend(held.take()),
+            () = closing.cancelled(), if !closed => {
+                // What was queued is still received, then `None`.
+                rx.close();
+                closed = true;
+                continue;
+            }
         }
         while buffer.len() < batch {
             match rx.try_recv() {
@@ -59,8 +70,8 @@ pub(crate) async fn run(
         }
         write(&*backend, &mut buffer, &mut held, lease, &scheduled).await;
     }
-    // Every sender is gone: the runtime is stopping. Held outcomes are written once free;
-    // the shutdown gives up on them after its bound (their jobs then run again).
+    // The runtime is stopping. Held outcomes are written once free; the shutdown gives up
+    // on them after its bound (the node's deregistration then releases their jobs).
     while !held.is_empty() {
         held.due().await;
         buffer.extend(held.take());

@@ -50,7 +50,11 @@ pub(crate) async fn run_job(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedS
             expect_lost,
         };
         if shared.completer.send(pending).await.is_err() {
-            tracing::error!("completer stopped; the outcome is lost and the lease will expire");
+            // An abandoned handler's, after its runtime stopped: the node's deregistration
+            // released its job (or, if that failed, the release of dead nodes will).
+            tracing::error!(
+                "the runtime stopped before this outcome was queued; it is not written, and the job runs again"
+            );
         }
     }
     .instrument(span)

@@ -212,11 +212,14 @@ impl Runtime {
         });
         let health = Health::new();
         let policy = Policy::default();
-        // The completer ends when every sender is gone, so nothing stops its restarts but
-        // that; it takes the channel back from the run that failed.
+        // The completer ends when the shutdown closes its channel and it has drained, so
+        // nothing stops its restarts but that; it takes the channel back from the run that
+        // failed.
         let completer_rx = Arc::new(tokio::sync::Mutex::new(completer_rx));
         let (backend, batch) = (self.backend, shared.config.complete_batch.max(1));
         let (lease, promote) = (shared.config.lease, shared.promote.clone());
+        let close_outcomes = CancellationToken::new();
+        let closing = close_outcomes.clone();
         let completer = supervise("completer", &health, policy, CancellationToken::new(), {
             move || {
                 completer::run(
@@ -225,6 +228,7 @@ impl Runtime {
                     batch,
                     lease,
                     promote.clone(),
+                    closing.clone(),
                 )
             }
         });
@@ -267,6 +271,7 @@ impl Runtime {
             shared,
             producer,
             completer,
+            close_outcomes,
             services,
             health,
             keeper,
@@ -285,6 +290,9 @@ pub struct RuntimeHandle {
     shared: Arc<Shared>,
     producer: JoinHandle<()>,
     completer: JoinHandle<()>,
+    /// Closes the completer's channel at shutdown: what was queued is written, nothing
+    /// later is taken.
+    close_outcomes: CancellationToken,
     services: Services,
     health: Health,
     /// Keeps the node's liveness lock, and gives it back when the services stop.
@@ -341,7 +349,14 @@ impl RuntimeHandle {
 
     /// Graceful shutdown: stops claiming, lets running jobs finish within the configured
     /// `shutdown_timeout`, hands the rest back (available at once, the attempt not
-    /// counted), writes every outcome, and deregisters the node.
+    /// counted), writes every outcome, and then deregisters the node.
+    ///
+    /// A handler stopped at the deadline is dropped at once, unless it never yields (it
+    /// blocks its thread); one that has not handed its job back 5 s later is abandoned, and
+    /// the node's deregistration releases its job as a dead node's (available at once, the
+    /// attempt counted: docs/reliability.md), rather than leave it running, under a node
+    /// nobody looks at, until its lease ends. So does the deregistration for an outcome
+    /// that could not be written within 30 s.
     pub async fn shutdown(self) {
         let timeout = self.shared.config.shutdown_timeout;
         self.shutdown_within(timeout).await;
@@ -406,8 +421,27 @@ impl RuntimeHandle {
                 shared.running_stop(id, StopReason::Shutdown);
             }
             // Handlers are dropped at once; wait for their releases to be queued.
-            let _ =
-                tokio::time::timeout(Duration::from_secs(5), shared.slots.acquire_many(all)).await;
+            let _ = tokio::time::timeout(RELEASE_WAIT, shared.slots.acquire_many(all)).await;
+            let abandoned = shared.running().len();
+            if abandoned > 0 {
+                tracing::warn!(
+                    jobs = abandoned,
+                    "handlers still running {RELEASE_WAIT:?} after the shutdown deadline are \
+                     abandoned; the node's deregistration releases their jobs (the attempt counts)"
+                );
+            }
+        }
+        // Outcomes first, the node's row after: the deregistration releases whatever still
+        // runs under the node, so it must come once everything queued is written. The
+        // heartbeat goes on meanwhile, so a slow write does not make the node look dead.
+        self.close_outcomes.cancel();
+        if tokio::time::timeout(OUTCOMES_WAIT, self.completer)
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                "outcomes could not be written within {OUTCOMES_WAIT:?}; the node's deregistration releases their jobs, which run again"
+            );
         }
         self.services.stop().await;
         // The lock is given back last: while outcomes are still being written, other
@@ -417,29 +451,29 @@ impl RuntimeHandle {
             None => None,
         };
         deregister(&shared.backend, shared.node.id).await;
-        // The completer ends when the last sender (in `shared`) is gone and it has drained.
-        drop(shared);
-        if tokio::time::timeout(Duration::from_secs(30), self.completer)
-            .await
-            .is_err()
-        {
-            tracing::error!(
-                "outcomes could not be written within 30 s; their leases will expire and the jobs run again"
-            );
-        }
         drop(hold);
         tracing::info!("runtime stopped");
     }
 }
 
+/// How long after the shutdown deadline a stopping runtime waits for its handlers to hand
+/// their jobs back; those still running then are abandoned.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a stopping runtime waits for its last outcomes to be written.
+const OUTCOMES_WAIT: Duration = Duration::from_secs(30);
+
 /// How long a stopping runtime waits for its node row's deletion.
 const DEREGISTER_WAIT: Duration = Duration::from_secs(5);
 
-/// Deletes the node's row, waiting for it at most [`DEREGISTER_WAIT`]: another transaction
-/// may hold the row (an admin's `SELECT … FOR UPDATE` on `nodes`), and the stop must not
-/// wait as long as the holder. Past the bound the deletion goes on by itself, queued on
-/// the row, and the other nodes would forget the node anyway once its liveness lock is
-/// free (`node_release_dead.sql`).
+/// Deregisters the node (releasing what still runs under it: [`Backend::node_deregister`]),
+/// waiting for it at most [`DEREGISTER_WAIT`]: another transaction may hold the row (an
+/// admin's `SELECT … FOR UPDATE` on `nodes`), and the stop must not wait as long as the
+/// holder. Past the bound the deregistration goes on by itself, queued on the row, and the
+/// other nodes would release and forget the node anyway once its liveness lock is free
+/// (`node_release_dead.sql`). If it fails, the row stays, and the node is released as a
+/// dead one: at once where its liveness lock says it is gone, else once its heartbeat has
+/// been silent for `node_dead_after`.
 async fn deregister(backend: &Arc<dyn Backend>, node: Uuid) {
     let backend = backend.clone();
     // The task says how it ended itself: it may end after the runtime stopped.

@@ -227,7 +227,9 @@ async fn release(shared: &Shared, ready: VecDeque<ClaimedJob>) {
             expect_lost: false,
         };
         if shared.completer.send(pending).await.is_err() {
-            tracing::error!("completer stopped; a prefetched job's lease will expire");
+            tracing::error!(
+                "completer stopped; a prefetched job is left to the node's deregistration, which releases it"
+            );
         }
     }
 }

@@ -71,6 +71,13 @@ async fn wait_listening(db: &TestDatabase, runtimes: i64) -> anyhow::Result<()> 
     }
 }
 
+/// Whether `node` has a row in `nodes`.
+async fn registered(db: &TestDatabase, node: uuid::Uuid) -> anyhow::Result<bool> {
+    let sql = connect(db.url()).await?;
+    let count = format!("SELECT count(*) FROM {}.nodes WHERE id = $1", db.schema());
+    Ok(sql.query_one(&count, &[&node]).await?.get::<_, i64>(0) > 0)
+}
+
 async fn start(db: &TestDatabase, workers: Workers, config: RuntimeConfig) -> RuntimeHandle {
     Runtime::new(db.backend(), workers, config)
         .start()
@@ -258,15 +265,56 @@ async fn shutdown_lets_short_jobs_finish_and_releases_long_ones() -> anyhow::Res
     );
     assert!(long.errors.is_empty(), "no penalty: {:?}", long.errors);
     assert_eq!(long.lease_expires_at, None);
-    let sql = connect(db.url()).await?;
-    let nodes: i64 = sql
-        .query_one(
-            &format!("SELECT count(*) FROM {}.nodes WHERE id = $1", db.schema()),
-            &[&node],
-        )
-        .await?
-        .get(0);
-    assert_eq!(nodes, 0, "the node deregistered");
+    assert!(!registered(&db, node).await?, "the node deregistered");
+    Ok(())
+}
+
+/// A handler that never yields (it blocks its thread) cannot be dropped at the shutdown
+/// deadline. Having moved its lease ten years ahead, its job must not stay running once
+/// the node is gone, with nobody to release it until then: the node's deregistration,
+/// once the last outcomes are written, releases it as a dead node's job, the attempt
+/// counted, and the stop does not wait for the handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_deaf_to_the_shutdown_leaves_no_job_running() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+    let (unblock_tx, unblock_rx) = std::sync::mpsc::channel::<()>();
+    let unblock_rx = Arc::new(Mutex::new(unblock_rx));
+    let mut workers = Workers::new();
+    workers.register(FnWorker::new(move |ctx, _: Signal| {
+        let (started_tx, unblock_rx) = (started_tx.clone(), unblock_rx.clone());
+        async move {
+            ctx.extend(hopper::limits::MAX_DURATION).await?;
+            let _ = started_tx.send(());
+            // Until the test lets it go, whatever the runtime asks.
+            tokio::task::block_in_place(|| {
+                let _ = unblock_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+            });
+            Ok(())
+        }
+    }));
+    let id = insert(&db, 0).await?;
+    let handle = start(&db, workers, quiet_config(1)).await;
+    let node = handle.node_id();
+    tokio::time::timeout(Duration::from_secs(10), started.recv()).await?;
+    let lease = get(&db, id).await?.lease_expires_at.expect("a lease");
+    assert!(
+        lease > chrono::Utc::now() + chrono::Duration::days(9 * 365),
+        "the lease was moved years ahead: {lease}"
+    );
+
+    let began = Instant::now();
+    handle.shutdown_within(Duration::from_millis(100)).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(15),
+        "the stop waited {:?}, for the handler or its outcome",
+        began.elapsed()
+    );
+    let job = get(&db, id).await?;
+    hopper_conformance::nodes::ensure_released_by_stop(&job, JobState::Available, node)?;
+    assert!(!registered(&db, node).await?, "the node deregistered");
+    // Let go, the handler ends; the stopped runtime takes no outcome from it.
+    drop(unblock_tx);
     Ok(())
 }
 
