@@ -19,11 +19,17 @@ async fn warnings_about_ended_sessions_say_why_in_the_servers_words() -> anyhow:
     let worker = Hopper::start(&db, &shell, &["worker", "--queue", &name])?;
     worker.line_with("runtime started", Duration::from_secs(30))?;
 
-    // The liveness session and the LISTEN session are open once the worker runs.
+    // The liveness session holds its lock before the runtime starts; the listener
+    // subscribes in the background after it, so the test waits for both by what they
+    // do, not by a count of sessions (the pool's may come first).
     let admin = hopper::PgConnectOptions::parse(db.url())?.connect().await?;
-    let sessions = "SELECT pid FROM pg_stat_activity WHERE application_name = $1";
+    let sessions = "SELECT count(*) FILTER (WHERE a.query LIKE 'LISTEN %') > 0 \
+           AND count(*) FILTER (WHERE a.state = 'idle' AND EXISTS ( \
+               SELECT 1 FROM pg_locks l \
+               WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted)) > 0 \
+         FROM pg_stat_activity a WHERE a.application_name = $1";
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while admin.query(sessions, &[&name]).await?.len() < 2 {
+    while !admin.query_one(sessions, &[&name]).await?.get::<_, bool>(0) {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
             "the worker never opened its sessions"
