@@ -120,6 +120,46 @@ pub async fn extend_moves_the_lease_forward(h: &Harness) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A renewal never moves a lease earlier: a heartbeat's `by` (the runtime's lease) after a
+/// handler's longer extend leaves the longer one.
+pub async fn a_renewal_never_moves_a_lease_earlier(h: &Harness) -> anyhow::Result<()> {
+    let id = h.insert(job("long", "default")).await?;
+    let lease = h.claim_one("default").await?.lease;
+    let extend = |by| JobExtendManyParams {
+        leases: vec![lease],
+        by,
+    };
+    assert!(
+        h.backend
+            .job_extend_many(&extend(Duration::from_secs(3600)))
+            .await?
+            .is_empty()
+    );
+    let until = h.now() + secs(3600);
+    h.advance(Duration::from_secs(5));
+    assert!(
+        h.backend
+            .job_extend_many(&extend(Duration::from_secs(10)))
+            .await?
+            .is_empty(),
+        "a shorter renewal keeps the lease"
+    );
+    assert_eq!(h.get(id).await?.lease_expires_at, Some(until));
+    h.advance(Duration::from_secs(60));
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 0);
+    assert_eq!(h.get(id).await?.state, JobState::Running);
+    // Past the longer lease, a renewal moves it on from now again.
+    h.advance(Duration::from_secs(3600));
+    assert!(
+        h.backend
+            .job_extend_many(&extend(Duration::from_secs(10)))
+            .await?
+            .is_empty()
+    );
+    assert_eq!(h.get(id).await?.lease_expires_at, Some(h.now() + secs(10)));
+    Ok(())
+}
+
 /// Finished job refuses a second outcome.
 pub async fn finished_job_refuses_a_second_outcome(h: &Harness) -> anyhow::Result<()> {
     let id = h.insert(job("once", "default")).await?;

@@ -360,6 +360,7 @@ macro_rules! conformance_suite {
             leases {
                 stale_lease_outcomes_are_refused_and_change_nothing,
                 extend_moves_the_lease_forward,
+                a_renewal_never_moves_a_lease_earlier,
                 finished_job_refuses_a_second_outcome,
                 cancel_revokes_a_running_lease,
                 leases_of_a_node_are_only_those_it_runs,

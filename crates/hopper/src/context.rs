@@ -192,7 +192,8 @@ impl JobContext {
         self.run.token.is_cancelled()
     }
 
-    /// Extends this attempt: its timeout moves to `by` from now, and so does its lease.
+    /// Extends this attempt: its timeout moves to `by` from now, and so does its lease
+    /// unless it already ends later (a lease never moves earlier).
     /// Fails with [`Error::LeaseLost`] if the job is no longer this worker's, and with
     /// [`Error::InvalidInput`] (changing nothing) for `by` past
     /// [`crate::limits::MAX_DURATION`].

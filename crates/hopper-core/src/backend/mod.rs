@@ -102,7 +102,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Records many outcomes at once. The answer has one entry per input, in order.
     async fn job_finish_many(&self, finishes: &[Finish]) -> Result<Vec<FinishResult>>;
 
-    /// Extends the given leases to `by` from now. Returns the leases that were lost.
+    /// Extends the given leases to `by` from now, leaving any that already ends later (a
+    /// heartbeat never shortens a handler's longer extend). Returns the leases that were
+    /// lost.
     async fn job_extend_many(&self, params: &JobExtendManyParams) -> Result<Vec<Lease>>;
 
     /// Puts a failed or cancelled job back to `available` with a fresh set of attempts.

@@ -372,7 +372,8 @@ pub struct JobClearParams {
 pub struct JobExtendManyParams {
     /// The leases to extend.
     pub leases: Vec<Lease>,
-    /// Each lease then expires this long after the backend's "now".
+    /// Each lease then expires this long after the backend's "now", or later if it
+    /// already did.
     pub by: Duration,
 }
 

@@ -1,4 +1,5 @@
--- Heartbeat: moves the leases still held to $3 ms from now. Returns the ids kept: those
+-- Heartbeat: moves the leases still held to $3 ms from now, never earlier than they were
+-- (a heartbeat after a handler's longer extend keeps the longer). Returns the ids kept: those
 -- extended, and those another transaction holds right now, whose rows are not extended
 -- this time (the renewal is noted in held_leases) but which are not lost either.
 -- $1 ids, $2 attempts, $3 lease (ms), $4 now.
@@ -34,7 +35,10 @@ locked AS MATERIALIZED (
 ),
 extended AS (
     UPDATE hopper.jobs AS j
-    SET lease_expires_at = coalesce($4::timestamptz, now()) + make_interval(secs => $3::bigint / 1000.0)
+    SET lease_expires_at = greatest(
+        j.lease_expires_at,
+        coalesce($4::timestamptz, now()) + make_interval(secs => $3::bigint / 1000.0)
+    )
     WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked AS l))
     RETURNING j.id
 ),
