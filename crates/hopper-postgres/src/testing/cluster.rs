@@ -94,7 +94,9 @@ impl TestCluster {
     }
 
     /// Creates a streaming standby of the running `primary` (`pg_basebackup -R`), with its
-    /// own port and `application_name` (its name in `synchronous_standby_names`).
+    /// own port and `application_name` (its name in `synchronous_standby_names`). The copy
+    /// starts from a fast checkpoint: the default spreads the checkpoint's writes over
+    /// `checkpoint_completion_target`, seconds of waiting for a cluster this small.
     pub fn standby_of(primary: &TestCluster, application_name: &str) -> Result<Self, ClusterError> {
         let cluster = Self::empty()?;
         cluster.run(
@@ -111,6 +113,7 @@ impl TestCluster {
                 "-X",
                 "stream",
                 "-R",
+                "--checkpoint=fast",
                 "--no-sync",
             ],
         )?;
