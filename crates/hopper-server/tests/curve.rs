@@ -44,22 +44,36 @@ async fn plaintext_and_wrong_key_peers_get_nothing_through_a_curve_server() -> a
 
     // Raw peers: a hello with the right token, then a submit; neither is answered. A send
     // may also find no connection to go on (the server dropped the failed handshake and the
-    // socket is between reconnects): that too gets nothing in.
-    for key in [None, Some(wrong.as_str())] {
-        for _ in 0..10 {
-            let mut peer = RawPeer::connect_with(&endpoint, key).await;
-            peer.set_timeout(Duration::from_millis(500));
-            let hello = map(vec![
-                ("type", text("hello")),
-                ("req", int(1)),
-                ("version", int(1)),
-                ("role", text("client")),
-                ("token", text(TOKEN)),
-            ]);
-            send_if_up(&mut peer, &hello);
-            send_if_up(&mut peer, &submit(2));
-            assert_eq!(peer.try_recv_bytes().await, None, "key {key:?}: answered");
-        }
+    // socket is between reconnects): that too gets nothing in. The twenty peers try at
+    // once, each waiting its 500 ms for an answer.
+    let tries = [None, Some(wrong.clone())].into_iter().flat_map(|key| {
+        let endpoint = endpoint.clone();
+        (0..10).map(move |_| {
+            let (endpoint, key) = (endpoint.clone(), key.clone());
+            tokio::spawn(async move {
+                let mut peer = RawPeer::connect_with(&endpoint, key.as_deref()).await;
+                peer.set_timeout(Duration::from_millis(500));
+                let hello = map(vec![
+                    ("type", text("hello")),
+                    ("req", int(1)),
+                    ("version", int(1)),
+                    ("role", text("client")),
+                    ("token", text(TOKEN)),
+                ]);
+                let mut peer = tokio::task::spawn_blocking(move || {
+                    send_if_up(&mut peer, &hello);
+                    send_if_up(&mut peer, &submit(2));
+                    peer
+                })
+                .await
+                .expect("the sending task");
+                (key, peer.try_recv_bytes().await)
+            })
+        })
+    });
+    for tried in futures_util::future::join_all(tries).await {
+        let (key, answer) = tried.expect("a peer's task");
+        assert_eq!(answer, None, "key {key:?}: answered");
     }
     assert_eq!(
         db.queue_stats("default").await?.available,
