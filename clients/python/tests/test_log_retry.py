@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 
-from conftest import fail_log_stores, log_store_attempts, table_locked, wait
+from conftest import fail_log_stores, log_store_attempts, psql, table_locked, wait
 from hopper_client import Client, Worker
 from test_meta_logs import logs_of, wait_logs
 
@@ -82,3 +82,37 @@ def test_a_log_request_left_without_a_reply_is_sent_again(server, caplog):
     # Once: the late failure was not taken for the answer to the copy (and sent again).
     assert stored == expected, "all, in order, once"
     assert log_store_attempts(server.schema) == 2, "the first store, then the copy's"
+
+
+def lock_waiters(table):
+    """The statements waiting for a lock on ``table``."""
+    return int(psql(f"SELECT count(*) FROM pg_locks"
+                    f" WHERE relation = '{table}'::regclass AND NOT granted"))
+
+
+def test_lines_resent_to_a_restarted_server_after_the_outcome_land(server):
+    # The lines' store waits behind a lock on the table when the server dies, after the
+    # job's outcome: the worker sends them again to the restarted server (same node id),
+    # which takes them for the finished attempt of its node.
+    table = f"{server.schema}.job_logs"
+    with Client(server.endpoint, token=server.token) as client:
+        job_id = client.submit("numbered", {"lines": 3})
+    worker = thread = None
+    try:
+        with table_locked(table):
+            worker, thread = run_worker(server)
+            server.wait_for(lambda c: c.get("completed") == 1, timeout=60)
+            wait(lambda: lock_waiters(table) >= 1, what="a store waiting for the lock")
+            server.kill()
+            # The killed server's statement would run on once the lock goes: ended with it.
+            psql(f"SELECT pg_terminate_backend(pid) FROM pg_locks"
+                 f" WHERE relation = '{table}'::regclass AND NOT granted")
+        server.start()
+        logs = wait_logs(server, job_id,
+                         lambda logs: sum(len(log["lines"]) for log in logs) >= 3)
+    finally:
+        if worker is not None:
+            worker.stop()
+            thread.join(timeout=30)
+    expected = [f"line {i} " + "x" * 90 for i in range(3)]
+    assert [line["message"] for log in logs for line in log["lines"]] == expected

@@ -1,9 +1,11 @@
 //! Leases as fencing tokens: only the current attempt may report, extend or finish.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use hopper_core::backend::{
-    Finish, FinishResult, JobCancelParams, JobExtendManyParams, JobLeasesOfNodeParams, Outcome,
+    Finish, FinishResult, JobAttemptsOfNodeParams, JobCancelParams, JobExtendManyParams,
+    JobLeasesOfNodeParams, Outcome,
 };
 use hopper_core::{JobState, Lease};
 
@@ -247,5 +249,92 @@ pub async fn leases_of_a_node_are_only_those_it_runs(h: &Harness) -> anyhow::Res
     );
     let nobody = maintenance.job_leases_of_node(&of(Uuid::now_v7())).await?;
     assert!(nobody.is_empty(), "{nobody:?}");
+    Ok(())
+}
+
+/// Of the attempts asked about, those a node made that are their job's latest are found,
+/// whatever the job's state now: running, completed, waiting for a retry, cancelled. Not
+/// another node's (running or finished), not an earlier attempt, not a missing job's.
+pub async fn attempts_of_a_node_are_its_jobs_latest_in_any_state(
+    h: &Harness,
+) -> anyhow::Result<()> {
+    let (stale, running) = stale_and_current(h).await?;
+    let mine = |queue: &'static str| async move {
+        h.insert(job(queue, queue)).await?;
+        anyhow::Ok(h.claim_one(queue).await?.lease)
+    };
+    let done = mine("done").await?;
+    assert!(matches!(
+        h.finish(done, completed()).await?,
+        FinishResult::Recorded(_)
+    ));
+    let retrying = mine("retrying").await?;
+    assert!(matches!(
+        h.finish(retrying, retry("flaky", Duration::from_secs(60)))
+            .await?,
+        FinishResult::Recorded(_)
+    ));
+    assert_eq!(h.get(retrying.job_id).await?.state, JobState::Scheduled);
+    let cancelled = mine("cancelled").await?;
+    h.backend
+        .job_cancel(&JobCancelParams {
+            id: cancelled.job_id,
+        })
+        .await?;
+    let elsewhere = Uuid::now_v7();
+    let theirs = |queue: &'static str| async move {
+        h.insert(job(queue, queue)).await?;
+        let claimed = h.claim_as(elsewhere, queue, 1, LEASE).await?;
+        anyhow::ensure!(claimed.len() == 1, "one job claimed");
+        anyhow::Ok(claimed[0].lease)
+    };
+    let theirs_running = theirs("theirs").await?;
+    let theirs_done = theirs("theirs-done").await?;
+    assert!(matches!(
+        h.finish(theirs_done, completed()).await?,
+        FinishResult::Recorded(_)
+    ));
+    let missing = Lease {
+        job_id: Uuid::now_v7(),
+        attempt: 1,
+    };
+    let asked = vec![
+        stale,
+        running,
+        done,
+        retrying,
+        cancelled,
+        theirs_running,
+        theirs_done,
+        missing,
+    ];
+    let asked = &asked;
+    let of = |node| async move {
+        let params = JobAttemptsOfNodeParams {
+            node,
+            leases: asked.clone(),
+        };
+        let found = h.maintenance().job_attempts_of_node(&params).await?;
+        anyhow::Ok(found.into_iter().collect::<HashSet<_>>())
+    };
+    assert_eq!(
+        of(h.node.id).await?,
+        HashSet::from([running, done, retrying, cancelled])
+    );
+    assert_eq!(
+        of(elsewhere).await?,
+        HashSet::from([theirs_running, theirs_done])
+    );
+    assert!(of(Uuid::now_v7()).await?.is_empty());
+    let none = JobAttemptsOfNodeParams {
+        node: h.node.id,
+        leases: Vec::new(),
+    };
+    assert!(
+        h.maintenance()
+            .job_attempts_of_node(&none)
+            .await?
+            .is_empty()
+    );
     Ok(())
 }

@@ -364,6 +364,7 @@ macro_rules! conformance_suite {
                 finished_job_refuses_a_second_outcome,
                 cancel_revokes_a_running_lease,
                 leases_of_a_node_are_only_those_it_runs,
+                attempts_of_a_node_are_its_jobs_latest_in_any_state,
             }
             scheduling {
                 future_job_is_scheduled_until_the_clock_passes_it,

@@ -4,16 +4,19 @@
 
 use async_trait::async_trait;
 use hopper_core::backend::{
-    JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams,
-    JobVacuumParams, MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
-    NodeReleaseDeadParams, SchedulingStore, StatsStore,
+    JobAttemptsOfNodeParams, JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome,
+    JobPruneParams, JobStatsParams, JobVacuumParams, MaintenanceStore, MinuteStats, NodeInfo,
+    NodeListParams, NodePage, NodeRecord, NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
 use hopper_core::limits::MAX_ERROR_HISTORY;
-use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, JobId, Lease, NewJob, Result};
+use hopper_core::{
+    CronAdvance, CronEntry, Error, InsertOutcome, JobId, Lease, NewJob, NodeId, Result,
+};
 
 use crate::PgBackend;
 use crate::error::map_pg;
 use crate::hot::millis;
+use crate::sql::Query;
 
 #[async_trait]
 impl MaintenanceStore for PgBackend {
@@ -78,18 +81,13 @@ impl MaintenanceStore for PgBackend {
     }
 
     async fn job_leases_of_node(&self, params: &JobLeasesOfNodeParams) -> Result<Vec<Lease>> {
-        if params.leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (ids, attempts): (Vec<JobId>, Vec<i32>) =
-            params.leases.iter().map(|l| (l.job_id, l.attempt)).unzip();
-        let client = self.client().await?;
-        let rows = self
-            .text(&self.inner.queries.job_leases_of_node)
-            .query(&**client, &[&ids, &attempts, &params.node])
-            .await
-            .map_err(map_pg)?;
-        crate::rows::leases(&rows)
+        let query = &self.inner.queries.job_leases_of_node;
+        self.leases_found(query, params.node, &params.leases).await
+    }
+
+    async fn job_attempts_of_node(&self, params: &JobAttemptsOfNodeParams) -> Result<Vec<Lease>> {
+        let query = &self.inner.queries.job_attempts_of_node;
+        self.leases_found(query, params.node, &params.leases).await
     }
 
     async fn job_prune(&self, params: &JobPruneParams) -> Result<JobPruneOutcome> {
@@ -98,6 +96,30 @@ impl MaintenanceStore for PgBackend {
 
     async fn job_vacuum(&self, params: &JobVacuumParams) -> Result<bool> {
         self.jobs_vacuum(params.min_interval).await
+    }
+}
+
+impl PgBackend {
+    /// Of `leases`, those `query` finds of `node` (`job_leases_of_node.sql`,
+    /// `job_attempts_of_node.sql`: `$1` ids, `$2` attempts, `$3` the node).
+    async fn leases_found(
+        &self,
+        query: &Query,
+        node: NodeId,
+        leases: &[Lease],
+    ) -> Result<Vec<Lease>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, attempts): (Vec<JobId>, Vec<i32>) =
+            leases.iter().map(|l| (l.job_id, l.attempt)).unzip();
+        let client = self.client().await?;
+        let rows = self
+            .text(query)
+            .query(&**client, &[&ids, &attempts, &node])
+            .await
+            .map_err(map_pg)?;
+        crate::rows::leases(&rows)
     }
 }
 

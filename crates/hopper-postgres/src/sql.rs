@@ -147,6 +147,7 @@ queries!(
         TIMESTAMPTZ
     ),
     job_attempts_exist(UUID_ARRAY, INT4_ARRAY),
+    job_attempts_of_node(UUID_ARRAY, INT4_ARRAY, UUID),
     job_cancel(UUID, TIMESTAMPTZ),
     job_claim(
         TEXT,

@@ -3,11 +3,11 @@
 
 use async_trait::async_trait;
 use hopper_core::backend::{
-    JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams,
-    JobVacuumParams, MaintenanceStore, MinuteStats, NodeInfo, NodeListParams, NodePage, NodeRecord,
-    NodeReleaseDeadParams, SchedulingStore, StatsStore,
+    JobAttemptsOfNodeParams, JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome,
+    JobPruneParams, JobStatsParams, JobVacuumParams, MaintenanceStore, MinuteStats, NodeInfo,
+    NodeListParams, NodePage, NodeRecord, NodeReleaseDeadParams, SchedulingStore, StatsStore,
 };
-use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, Result};
+use hopper_core::{CronAdvance, CronEntry, Error, InsertOutcome, Lease, NewJob, NodeId, Result};
 use rusqlite::named_params;
 
 use hopper_core::JobId;
@@ -116,32 +116,12 @@ impl MaintenanceStore for SqliteBackend {
     }
 
     async fn job_leases_of_node(&self, params: &JobLeasesOfNodeParams) -> Result<Vec<Lease>> {
-        if params.leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let inner = self.inner.clone();
-        let (leases, node) = (params.leases.clone(), params.node.hyphenated().to_string());
-        self.inner
-            .pool
-            .read(move |conn| {
-                let mut statement = conn
-                    .prepare_cached(&inner.queries.job_leases_of_node[0])
-                    .map_err(map_sqlite)?;
-                let mut found = Vec::new();
-                for lease in leases {
-                    let running = statement
-                        .exists(named_params! {
-                            ":id": lease.job_id.hyphenated().to_string(),
-                            ":attempt": lease.attempt,
-                            ":node": node,
-                        })
-                        .map_err(map_sqlite)?;
-                    if running {
-                        found.push(lease);
-                    }
-                }
-                Ok(found)
-            })
+        self.leases_found(Found::Running, params.node, &params.leases)
+            .await
+    }
+
+    async fn job_attempts_of_node(&self, params: &JobAttemptsOfNodeParams) -> Result<Vec<Lease>> {
+        self.leases_found(Found::Latest, params.node, &params.leases)
             .await
     }
 
@@ -225,6 +205,56 @@ impl MaintenanceStore for SqliteBackend {
     /// file's free list and are reused), so there is nothing to reclaim.
     async fn job_vacuum(&self, _params: &JobVacuumParams) -> Result<bool> {
         Ok(false)
+    }
+}
+
+/// Which leases of a node [`SqliteBackend::leases_found`] looks for.
+#[derive(Clone, Copy)]
+enum Found {
+    /// Running under the node (`job_leases_of_node.sql`).
+    Running,
+    /// Their job's latest attempt, made under the node (`job_attempts_of_node.sql`).
+    Latest,
+}
+
+impl SqliteBackend {
+    /// Of `leases`, those of `node` that `which` asks for, one probe of the primary key
+    /// each.
+    async fn leases_found(
+        &self,
+        which: Found,
+        node: NodeId,
+        leases: &[Lease],
+    ) -> Result<Vec<Lease>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = self.inner.clone();
+        let (leases, node) = (leases.to_vec(), node.hyphenated().to_string());
+        self.inner
+            .pool
+            .read(move |conn| {
+                let query = match which {
+                    Found::Running => &inner.queries.job_leases_of_node[0],
+                    Found::Latest => &inner.queries.job_attempts_of_node[0],
+                };
+                let mut statement = conn.prepare_cached(query).map_err(map_sqlite)?;
+                let mut found = Vec::new();
+                for lease in leases {
+                    let exists = statement
+                        .exists(named_params! {
+                            ":id": lease.job_id.hyphenated().to_string(),
+                            ":attempt": lease.attempt,
+                            ":node": node,
+                        })
+                        .map_err(map_sqlite)?;
+                    if exists {
+                        found.push(lease);
+                    }
+                }
+                Ok(found)
+            })
+            .await
     }
 }
 

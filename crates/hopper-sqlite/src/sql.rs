@@ -112,6 +112,7 @@ queries!(
     cron_advance: 1,
     cron_list: 1,
     cron_register: 1,
+    job_attempts_of_node: 1,
     job_cancel: 1,
     job_claim: 1,
     job_claim_controlled: 7,

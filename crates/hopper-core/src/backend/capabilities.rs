@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 
 use super::params::{
-    JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobStatsParams,
-    JobVacuumParams, MinuteStats, NodeReleaseDeadParams,
+    JobAttemptsOfNodeParams, JobLeasesOfNodeParams, JobPromoteOutcome, JobPruneOutcome,
+    JobPruneParams, JobStatsParams, JobVacuumParams, MinuteStats, NodeReleaseDeadParams,
 };
 use crate::error::Result;
 use crate::job::NewJob;
@@ -40,6 +40,26 @@ pub trait MaintenanceStore: Send + Sync {
     /// its attempt ends. For a server taking reports of leases none of its peers holds (a
     /// restart's): only its own node's are its to finish or extend.
     async fn job_leases_of_node(&self, params: &JobLeasesOfNodeParams) -> Result<Vec<Lease>>;
+
+    /// Of `params.leases`, those that are their job's latest attempt and were made under
+    /// `params.node`, whatever the job's state now (running, finished, waiting for a retry),
+    /// in any order. An attempt's number never comes back once the job is claimed again,
+    /// so a lease found is one the node's worker ran, and no other attempt of the job has
+    /// started since. For a server taking the `log` lines of attempts none of its peers
+    /// holds (sent after the outcome, resent after a reconnect or a restart): a worker may
+    /// add lines to the latest attempt of a job that ran under its server's node, never to
+    /// another node's job. Outcomes and extensions ask
+    /// [`MaintenanceStore::job_leases_of_node`] (running only).
+    ///
+    /// The default answers as [`MaintenanceStore::job_leases_of_node`] does: the attempts
+    /// still running, a narrower answer that refuses lines after the outcome.
+    async fn job_attempts_of_node(&self, params: &JobAttemptsOfNodeParams) -> Result<Vec<Lease>> {
+        let running = JobLeasesOfNodeParams {
+            node: params.node,
+            leases: params.leases.clone(),
+        };
+        self.job_leases_of_node(&running).await
+    }
 
     /// Retention: deletes up to `params.limit` finished jobs older than their state's
     /// retention (by `finished_at` and the backend's "now"), oldest first, in one

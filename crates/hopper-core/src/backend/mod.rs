@@ -40,12 +40,12 @@ use async_trait::async_trait;
 pub use crate::node_list::{NodeListParams, NodePage};
 pub use capabilities::{MaintenanceStore, SchedulingStore, StatsStore};
 pub use params::{
-    AppliedMigration, ClaimParams, ClaimedJob, Finish, FinishResult, JobCancelParams,
-    JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams, JobLeasesOfNodeParams,
-    JobListParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams, JobRetryManyParams,
-    JobRetryParams, JobSearchParams, JobStatsParams, JobVacuumParams, MinuteStats,
-    NodeDeregisterParams, NodeInfo, NodeRecord, NodeReleaseDeadParams, Outcome, QueueStats, Wakeup,
-    WakeupStream,
+    AppliedMigration, ClaimParams, ClaimedJob, Finish, FinishResult, JobAttemptsOfNodeParams,
+    JobCancelParams, JobClearParams, JobDeleteParams, JobExtendManyParams, JobGetParams,
+    JobLeasesOfNodeParams, JobListParams, JobPromoteOutcome, JobPruneOutcome, JobPruneParams,
+    JobRetryManyParams, JobRetryParams, JobSearchParams, JobStatsParams, JobVacuumParams,
+    MinuteStats, NodeDeregisterParams, NodeInfo, NodeRecord, NodeReleaseDeadParams, Outcome,
+    QueueStats, Wakeup, WakeupStream,
 };
 
 use crate::error::Result;

@@ -386,6 +386,15 @@ pub struct JobLeasesOfNodeParams {
     pub leases: Vec<Lease>,
 }
 
+/// Parameters of [`MaintenanceStore::job_attempts_of_node`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobAttemptsOfNodeParams {
+    /// The node.
+    pub node: NodeId,
+    /// The attempts to look for.
+    pub leases: Vec<Lease>,
+}
+
 /// Parameters of [`Backend::node_deregister`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeDeregisterParams {

@@ -3,19 +3,22 @@
 //! statement), and `job_logs` reads a job's logs back a page at a time
 //! (`docs/protocol.md`).
 //!
-//! A peer logs only for attempts that are its own, as it reports and extends only those: an
-//! attempt it holds, one it held or reported lately (its last lines may come after its
-//! outcome, [`super::peers::Loggable`]), or one no peer holds that runs under this
-//! server's node (an order of an earlier run of this server), looked up as outcomes are.
-//! Anything else gets `lease_lost` and is stored nowhere.
+//! A peer logs only for attempts of its server's node: an attempt it holds, one it held or
+//! reported lately (its last lines may come after its outcome, [`super::peers::Loggable`]),
+//! or one no peer holds that is its job's latest attempt and was made under this server's
+//! node, whatever the job's state now (lines sent after the outcome and resent after a
+//! reconnect, or after a restart of this server, whose node id is the same), looked up in
+//! the database ([`hopper_core::MaintenanceStore::job_attempts_of_node`]). Anything else
+//! (another peer's order, another node's job, an earlier attempt) gets `lease_lost` and is
+//! stored nowhere. Outcomes and extensions are narrower: only a running attempt's.
 
 use hopper::backend::JobGetParams;
+use hopper_core::backend::JobAttemptsOfNodeParams;
 use hopper_core::job_log::JobLogAppend;
-use hopper_core::{Error, JobId, Lease, Result};
+use hopper_core::{Backend, Error, JobId, Lease, NodeId, Result};
 use hopper_protocol::{FinishResult, LOGS_PAGE, Reply};
 use tokio::sync::mpsc::error::TrySendError;
 
-use super::outcomes::own_leases;
 use super::{Core, Event, PeerId, hex};
 use crate::in_flight::{BUSY, Permit};
 use crate::log_writer::LogItem;
@@ -61,9 +64,9 @@ impl Core {
         self.check_log(peer, req, append);
     }
 
-    /// A `log` for a lease no peer holds: stored only if the lease runs under this
-    /// server's node, looked up in the database as an outcome's is, with a place among the
-    /// peer's requests in flight (its requests for the same lease meanwhile wait behind the
+    /// A `log` for a lease no peer holds: stored only if it is its job's latest attempt,
+    /// made under this server's node ([`own_attempt`]), with a place among the peer's
+    /// requests in flight (its requests for the same lease meanwhile wait behind the
     /// lookup, each with a place of its own, [`Core::on_log`]). A backend that keeps no
     /// logs acknowledges at once.
     fn check_log(&mut self, peer: PeerId, req: u64, append: JobLogAppend) {
@@ -90,9 +93,7 @@ impl Core {
         tokio::spawn(async move {
             // Run even once its peer is gone: the lines it sent before it went count.
             let running = queued.turn_kept().await;
-            let own = own_leases(&*backend, node, vec![lease])
-                .await
-                .map(|own| own.contains(&lease));
+            let own = own_attempt(&*backend, node, lease).await;
             let place = running.into_place();
             let checked = Event::LogChecked {
                 peer,
@@ -104,10 +105,10 @@ impl Core {
         });
     }
 
-    /// The lookup of `lease` for `peer`'s `log` requests came back: `own` if it runs under
-    /// this node. Their lines are queued for storing, in order, when it does, or when the
-    /// peer reported its outcome meanwhile (which ended it); refused with `lease_lost`
-    /// otherwise; answered with the error if the lookup failed.
+    /// The lookup of `lease` for `peer`'s `log` requests came back: `own` if it is its
+    /// job's latest attempt, made under this node. Their lines are queued for storing, in
+    /// order, when it is, or when the peer reported its outcome meanwhile; refused with
+    /// `lease_lost` otherwise; answered with the error if the lookup failed.
     pub(super) fn on_log_checked(
         &mut self,
         peer: PeerId,
@@ -221,4 +222,21 @@ impl Core {
             })
         });
     }
+}
+
+/// Whether `lease` is its job's latest attempt and was made under `node`, whatever the
+/// job's state now: a peer of this server may add lines to it. A backend without
+/// [`hopper_core::MaintenanceStore`] cannot say, and it is not.
+async fn own_attempt(backend: &dyn Backend, node: NodeId, lease: Lease) -> Result<bool> {
+    let Some(maintenance) = backend.maintenance() else {
+        return Ok(false);
+    };
+    let params = JobAttemptsOfNodeParams {
+        node,
+        leases: vec![lease],
+    };
+    Ok(maintenance
+        .job_attempts_of_node(&params)
+        .await?
+        .contains(&lease))
 }

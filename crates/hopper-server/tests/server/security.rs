@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use crate::common::*;
 use ciborium::Value;
-use hopper::backend::JobGetParams;
+use hopper::backend::{Finish, FinishResult, JobGetParams, Outcome};
+use hopper::core::Lease;
 use hopper::testing::TestDatabase;
 use hopper::{JobState, NewJob};
 use uuid::Uuid;
@@ -388,6 +389,49 @@ async fn a_worker_cannot_log_for_a_job_running_on_another_node() -> anyhow::Resu
         .into_iter()
         .map(String::from);
     assert_eq!(stored_lines(&db, own).await?, [(1, mine.collect())]);
+    server.shutdown().await;
+    Ok(())
+}
+
+/// A finished job takes lines only for its latest attempt on the node it ran under: a
+/// worker of this server logs for this node's completed job, never for another node's.
+#[tokio::test]
+async fn a_worker_cannot_log_for_a_finished_job_of_another_node() -> anyhow::Result<()> {
+    let db = TestDatabase::new().await?;
+    let config = config(&db, Duration::from_secs(5)).await;
+    let own = leased_by(&db, config.node_id, 1).await?[0];
+    let elsewhere = attempts(&db, 1).await?[0];
+    let done = |job_id| Finish {
+        lease: Lease { job_id, attempt: 1 },
+        outcome: Outcome::Completed { duration_ms: 1 },
+    };
+    let results = db
+        .backend()
+        .job_finish_many(&[done(own), done(elsewhere)])
+        .await?;
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, FinishResult::Recorded(_))),
+        "{results:?}"
+    );
+    let server = start(config).await;
+    let mut thief = worker(server.endpoint(), "finished-log-thief", "bystander").await;
+
+    thief.send(&log_request(2, elsewhere, "stolen")).await;
+    let r = thief.recv_type("ack").await;
+    assert_eq!(text_of(&r, "result"), "lease_lost", "{r:?}");
+    thief.send(&log_request(3, own, "mine")).await;
+    let r = thief.recv_type("ack").await;
+    assert_eq!(text_of(&r, "result"), "recorded", "{r:?}");
+    assert!(
+        stored_lines(&db, elsewhere).await?.is_empty(),
+        "another node's finished job has no lines of this worker"
+    );
+    assert_eq!(
+        stored_lines(&db, own).await?,
+        [(1, vec!["mine".to_owned()])]
+    );
     server.shutdown().await;
     Ok(())
 }

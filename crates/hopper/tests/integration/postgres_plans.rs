@@ -134,9 +134,10 @@ async fn the_claim_statements_read_indexes_not_the_table() -> anyhow::Result<()>
 
 /// The statements that lock or read many running jobs by id, as they run (with a generic
 /// plan), probe the primary key per id: the lease renewal, the way around held rows of a
-/// batch of outcomes (`job_lock_running.sql`), and the server's lookup of leases no peer
-/// holds (`job_leases_of_node.sql`). A scan there would read the whole table on
-/// every heartbeat, and on every outcome batch that met a held row.
+/// batch of outcomes (`job_lock_running.sql`), and the server's lookups of leases no peer
+/// holds (`job_leases_of_node.sql` for outcomes, `job_attempts_of_node.sql` for logs). A
+/// scan there would read the whole table on every heartbeat, on every outcome batch that
+/// met a held row, and on every log of an attempt a reconnected worker finished.
 #[tokio::test]
 async fn the_statements_over_many_jobs_by_id_probe_the_primary_key() -> anyhow::Result<()> {
     let db = TestDatabase::new().await?;
@@ -178,6 +179,12 @@ async fn the_statements_over_many_jobs_by_id_probe_the_primary_key() -> anyhow::
         (
             "the server's lookup of unheld leases (job_leases_of_node.sql)",
             &queries.job_leases_of_node,
+            "uuid[], integer[], uuid",
+            format!("{ids}, {attempts}, gen_random_uuid()"),
+        ),
+        (
+            "the server's lookup of attempts it logs for (job_attempts_of_node.sql)",
+            &queries.job_attempts_of_node,
             "uuid[], integer[], uuid",
             format!("{ids}, {attempts}, gen_random_uuid()"),
         ),
