@@ -9,7 +9,7 @@
 //! enqueueing inside the caller's own transaction ([`PgBackend::enqueue_in`],
 //! [`PgBackend::insert_in`], [`PgBackend::insert_many_in`]) and completing a job inside
 //! the handler's transaction ([`PgBackend::complete_in`]). With the `sqlx` feature, the
-//! same on a sqlx connection or transaction ([`PgBackend::sqlx`]).
+//! same on a sqlx connection or transaction (`PgBackend::sqlx`).
 
 /// How long a statement that can go around held rows waits for a row lock first (the
 /// outcomes, `outcomes.rs`; a shared log writer's store, `logs.rs`): PostgreSQL's
