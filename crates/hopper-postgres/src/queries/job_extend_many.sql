@@ -11,6 +11,7 @@
 -- and run them twice. The rows are locked first with SKIP LOCKED; a held row is left
 -- alone, and its renewal is noted in held_leases instead (no lock on the job row), which
 -- keeps the rescuer off the job until the note expires, however long the hold lasts.
+-- A note, as a lease, never moves earlier for the same attempt.
 --
 -- Index: jobs_pkey, one probe per input row to lock it (and to find the held ones); the
 -- update then takes the locked ids as one array, `id = ANY`, as job_claim.sql does.
@@ -56,7 +57,10 @@ noted AS (
            coalesce($4::timestamptz, now()) + make_interval(secs => $3::bigint / 1000.0)
     FROM held AS h
     ON CONFLICT (job_id) DO UPDATE
-    SET attempt = excluded.attempt, expires_at = excluded.expires_at
+    SET attempt = excluded.attempt,
+        expires_at = CASE WHEN n.attempt = excluded.attempt
+                          THEN greatest(n.expires_at, excluded.expires_at)
+                          ELSE excluded.expires_at END
 )
 SELECT e.id FROM extended AS e
 UNION ALL

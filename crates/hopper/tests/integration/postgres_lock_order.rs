@@ -199,6 +199,37 @@ async fn a_hold_that_outlasts_the_lease_does_not_let_the_rescuer_in() -> anyhow:
     Ok(())
 }
 
+/// A renewal noted while the row is held never moves the noted lease earlier either: a
+/// heartbeat after a handler's longer extend, both noted, keeps the longer.
+#[tokio::test]
+async fn a_longer_extend_noted_while_held_is_kept_by_a_later_heartbeat() -> anyhow::Result<()> {
+    let h = postgres().await?;
+    h.backend.job_insert_many(&[job("k", "q")]).await?;
+    let lease = h.claim("q", 1).await?[0].lease;
+    let db = h.store::<TestDatabase>().expect("a TestDatabase harness");
+    let sql = crate::support::connect(db.url()).await?;
+    let hold = db.hold_job(lease.job_id).await?;
+    let extend = |secs| JobExtendManyParams {
+        leases: vec![lease],
+        by: Duration::from_secs(secs),
+    };
+    assert!(h.backend.job_extend_many(&extend(3600)).await?.is_empty());
+    let until = noted(&sql, db.schema(), lease.job_id).await?;
+    assert!(until.is_some(), "the extend is noted while the row is held");
+    h.clock.advance(chrono::Duration::seconds(10));
+    assert!(h.backend.job_extend_many(&extend(30)).await?.is_empty());
+    assert_eq!(
+        noted(&sql, db.schema(), lease.job_id).await?,
+        until,
+        "the heartbeat kept the longer note"
+    );
+    hold.release().await?;
+    // Past the claim's lease and the heartbeat's, within the extend: not taken back.
+    h.clock.advance(chrono::Duration::seconds(120));
+    assert_eq!(h.maintenance().job_rescue_expired().await?, 0);
+    Ok(())
+}
+
 /// The conformance suite holds a silent node's job (`a_dead_nodes_held_job_keeps_…`); this
 /// is the same for a vanished node, whose release is the same statement, found by its free
 /// liveness lock: the held job is skipped and its node kept (and its lock, taken by each
